@@ -1,0 +1,66 @@
+"""``python -m target_server`` / ``target-server``: serve on loopback and print one ready line.
+
+The ready line, ``target_server ready: http://HOST:PORT (model MODEL)``, is printed only once the
+socket accepts connections, so a parent process can wait on it instead of sleeping. ``--port 0``
+binds a free port first and the line tells which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from target_server.app import create_app
+from target_server.config import ServerConfig
+from target_server.faults import InjectedDisconnect
+
+READY_PREFIX = "target_server ready: "
+
+
+class _HideInjectedDisconnects(logging.Filter):
+    """An injected disconnect is the server doing its job; don't log it as a crash."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, InjectedDisconnect)
+
+
+class _AnnouncingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, url: str, model: str) -> None:
+        super().__init__(config)
+        self._ready_line = f"{READY_PREFIX}{url} (model {model})"
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            print(self._ready_line, flush=True)
+
+
+def serve(config: ServerConfig) -> None:
+    """Run until SIGINT/SIGTERM."""
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as exc:
+        sys.exit(f"target-server: cannot listen on {config.host}:{config.port}: {exc.strerror}")
+    host, port = sock.getsockname()[:2]
+    url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+    uv_config = uvicorn.Config(
+        create_app(config), log_level=config.log_level, access_log=False, timeout_graceful_shutdown=2
+    )
+    logging.getLogger("uvicorn.error").addFilter(_HideInjectedDisconnects())
+    asyncio.run(_AnnouncingServer(uv_config, url, config.model).serve(sockets=[sock]))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    serve(ServerConfig.from_args(argv))
+
+
+if __name__ == "__main__":
+    main()

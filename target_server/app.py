@@ -1,0 +1,286 @@
+"""The HTTP surface: vLLM's OpenAI-compatible routes over the simulated engine.
+
+Order of work for a generation request, as in vLLM: parse and validate, tokenize, apply
+``truncate_prompt_tokens`` and the ``max_model_len`` check, and only then answer. A streaming
+request gets its ``200`` and headers at that point, BEFORE it queues for a slot or prefills, so
+time-to-first-byte is not time-to-first-token. Every error is vLLM's error body with a 4xx for
+bad input, never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from target_server import metrics, tokenizer
+from target_server.config import ServerConfig
+from target_server.engine import Engine, Generation
+from target_server.faults import Fault, FaultInjector, InjectedDisconnect
+from target_server.keep_alive import with_keep_alive
+from target_server.protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+    validation_message,
+)
+from target_server.streaming import Reply, Route, full_body, sse_frames
+from target_server.trace import FrameTracer
+
+SSE_MEDIA_TYPE = "text/event-stream"  # Starlette appends "; charset=utf-8"
+M = TypeVar("M", bound=BaseModel)
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The JSON object in the body; anything else raises a 400 ``APIError``."""
+    try:
+        data = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise APIError(400, f"request body must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def validate(data: dict[str, Any], model: type[M]) -> M:
+    """``data`` as ``model``; bad or missing fields raise a 400 ``APIError`` naming the field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        message, param = validation_message(exc.errors(include_url=False))
+        raise APIError(400, message, param) from None
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    return validate(await read_json_object(request), model)
+
+
+def fit_prompt(prompt_ids: list[int], max_tokens: int, truncate: int | None, max_model_len: int) -> list[int]:
+    """Apply ``truncate_prompt_tokens`` (keep the LAST k tokens; -1 = the most that fits) and the
+    context check, with vLLM's ``param`` on each rejection."""
+    max_input = max_model_len - max_tokens
+    if truncate is not None:
+        if truncate == 0:
+            raise APIError(
+                400, "truncate_prompt_tokens must be -1 or a positive integer, got 0", "truncate_prompt_tokens"
+            )
+        keep = max_input if truncate == -1 else truncate
+        if keep > max_input or keep < 1:
+            raise APIError(
+                400,
+                f"truncate_prompt_tokens value ({truncate}) is greater than the maximum input length "
+                f"({max_input} = max_model_len {max_model_len} - max_tokens {max_tokens}). "
+                "Please request a smaller truncation size.",
+                "truncate_prompt_tokens",
+            )
+        prompt_ids = prompt_ids[-keep:]
+    if not prompt_ids:
+        raise APIError(400, "The prompt cannot be empty.", "prompt")
+    if len(prompt_ids) + max_tokens > max_model_len:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{max_tokens} output tokens and your prompt contains {len(prompt_ids)} input tokens, for a "
+            f"total of {len(prompt_ids) + max_tokens} tokens; at most {max(max_input, 0)} input tokens "
+            "fit. Please reduce the length of the input prompt or the number of requested output tokens.",
+            "input_tokens",
+        )
+    return prompt_ids
+
+
+class TargetServer:
+    """The state behind the routes: config, engine, fault draws, counters and the trace."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.engine = Engine(config)
+        self.faults = FaultInjector(config)
+        self.stats = metrics.ServerStats()
+        self.tracer = FrameTracer(config.trace_file) if config.trace_file else None
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.config.model:
+            raise APIError(404, f"The model `{model}` does not exist. Served: `{self.config.model}`.", "model")
+
+    async def generate(
+        self,
+        request: Request,
+        route: Route,
+        body: CompletionRequest | ChatCompletionRequest,
+        prompt: list[int],
+        max_tokens: int,
+    ) -> Response:
+        """Check, draw a fault, and answer: a stream, a full body, or an error."""
+        self.check_model(body.model)
+        if body.stream_options is not None and not body.stream:
+            raise APIError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
+        prompt = fit_prompt(prompt, max_tokens, body.truncate_prompt_tokens, self.config.max_model_len)
+        self.stats.requests_by_route[route] += 1
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        headers = {"X-Request-Id": request_id}
+        fault = self.faults.draw()
+        if fault is Fault.SERVER_ERROR:
+            raise APIError(500, "injected fault: internal server error")
+        if fault is Fault.RATE_LIMIT:
+            raise APIError(429, "injected fault: too many requests, retry later")
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        reply = Reply(route, request_id, self.config.model, len(prompt), max_tokens, include_usage)
+        tokens = self.engine.generate(Generation(len(prompt), max_tokens, fault))
+        if body.stream:
+            return StreamingResponse(self._sse(reply, tokens), media_type=SSE_MEDIA_TYPE, headers=headers)
+        return await self._whole(reply, tokens, headers)
+
+    def _sse(self, reply: Reply, tokens: AsyncIterator[str]) -> AsyncIterator[bytes]:
+        frames = sse_frames(reply, tokens, on_error=self._count_inband_error)
+        frames = with_keep_alive(frames, self.config.sse_keep_alive_interval, self.stats.count_keepalive)
+        if self.tracer is not None:
+            frames = self.tracer.traced(reply.request_id, frames)
+        return frames
+
+    def _count_inband_error(self) -> None:
+        self.stats.errors_by_status[500] += 1
+
+    async def _whole(self, reply: Reply, tokens: AsyncIterator[str], headers: dict[str, str]) -> Response:
+        try:
+            content = await full_body(reply, tokens)
+        except InjectedDisconnect:
+            return _truncated_json(headers)
+        except Exception as exc:
+            raise APIError(500, f"{type(exc).__name__}: {exc}") from exc
+        return JSONResponse(content, headers=headers)
+
+
+def _truncated_json(headers: dict[str, str]) -> Response:
+    """A response that promises a body and dies half-way: the non-streaming ``disconnect`` fault."""
+    promised = b'{"error": "this body is cut off by the disconnect fault"}'
+
+    async def half_then_drop() -> AsyncIterator[bytes]:
+        yield promised[: len(promised) // 2]
+        raise InjectedDisconnect("injected fault: connection dropped mid-body")
+
+    headers = {**headers, "Content-Length": str(len(promised))}
+    return StreamingResponse(half_then_drop(), media_type="application/json", headers=headers)
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """The ASGI app for ``config``; ``app.state.server`` holds its ``TargetServer``."""
+    server = TargetServer(config)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if server.tracer is not None:
+            server.tracer.close()
+
+    app = FastAPI(title="sse-soak target server", lifespan=lifespan)
+    app.state.server = server
+    _install_error_handlers(app, server)
+    _install_auth(app, config)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {
+            "id": config.model,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "sse-soak",
+            "root": config.model,
+            "parent": None,
+            "max_model_len": config.max_model_len,
+            "permission": [],
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(server.engine, server.stats), media_type="text/plain; version=0.0.4")
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> dict[str, Any]:
+        data = await read_json_object(request)
+        body = validate(data, TokenizeChatRequest if "messages" in data else TokenizeCompletionRequest)
+        server.check_model(body.model)
+        ids = chat_prompt_ids(body.messages) if isinstance(body, TokenizeChatRequest) else prompt_ids(body.prompt)
+        return {"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids, "token_strs": None}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body = await parse_body(request, CompletionRequest)
+        max_tokens = body.max_tokens if body.max_tokens is not None else 16
+        return await server.generate(request, "completions", body, prompt_ids(body.prompt), max_tokens)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = await parse_body(request, ChatCompletionRequest)
+        ids = chat_prompt_ids(body.messages)
+        requested = body.max_completion_tokens or body.max_tokens
+        room = config.max_model_len - len(ids)
+        max_tokens = requested if requested is not None else max(1, min(config.default_chat_max_tokens, room))
+        return await server.generate(request, "chat", body, ids, max_tokens)
+
+    return app
+
+
+def prompt_ids(prompt: str | list[int]) -> list[int]:
+    return tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+
+
+def chat_prompt_ids(messages: list[Any]) -> list[int]:
+    return tokenizer.encode(tokenizer.apply_chat_template([(m.role, m.text()) for m in messages]))
+
+
+def _install_error_handlers(app: FastAPI, server: TargetServer) -> None:
+    def answer(error: APIError) -> JSONResponse:
+        server.stats.errors_by_status[error.status] += 1
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError) -> JSONResponse:
+        return answer(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = validation_message(list(exc.errors()))
+        return answer(APIError(400, message, param))
+
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, exc: Exception) -> JSONResponse:
+        return answer(APIError(500, f"{type(exc).__name__}: {exc}"))
+
+
+def _install_auth(app: FastAPI, config: ServerConfig) -> None:
+    if config.api_key is not None:
+        app.add_middleware(_RequireAPIKey, expected=f"Bearer {config.api_key}".encode())
+
+
+class _RequireAPIKey:
+    """Pure ASGI (not ``BaseHTTPMiddleware``, which would buffer and delay streams): 401 with vLLM's
+    exact body on /v1 and /tokenize without the right bearer token."""
+
+    def __init__(self, app: ASGIApp, expected: bytes) -> None:
+        self.app = app
+        self.expected = expected
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path.startswith("/v1") or path == "/tokenize"):
+            authorization = dict(scope["headers"]).get(b"authorization")
+            if authorization != self.expected:
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,119 @@
+"""Every knob of the target server, in one dataclass that is also its command line.
+
+Option names follow vLLM (``--max-model-len``, ``--max-num-seqs``, ``--sse-keep-alive-interval``)
+and llm-d-inference-sim (``--time-to-first-token``, ``--inter-token-latency``,
+``--prefill-time-per-token``, ``--failure-injection-rate``, ``--failure-types``), with their
+units: latencies in milliseconds, the keep-alive interval in seconds, the failure rate in percent.
+Invariant: a ``ServerConfig`` that exists has passed ``validate()``; the CLI and ``create_app``
+both go through it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+FAILURE_TYPES = ("server_error", "inband_error", "stall", "disconnect", "rate_limit")
+
+
+def _opt(default: object, help: str, **extra: object) -> object:
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Settings of one target server process. Field ``foo_bar`` is the option ``--foo-bar``."""
+
+    host: str = _opt("127.0.0.1", "address to listen on")
+    port: int = _opt(0, "port to listen on; 0 picks a free one (the ready line prints it)")
+    model: str = _opt("sse-soak/tiny-sim", "model name served and listed by /v1/models")
+    max_model_len: int = _opt(8192, "context length: prompt tokens + max_tokens must fit in it")
+    max_num_seqs: int = _opt(16, "sequences generating at once; further requests wait FIFO")
+    sse_keep_alive_interval: float = _opt(
+        0.0, "seconds of stream silence before a ': keep-alive' comment is sent; 0 disables"
+    )
+    time_to_first_token: float = _opt(0.0, "fixed part of prefill, in milliseconds")
+    prefill_time_per_token: float = _opt(0.0, "prefill time per prompt token, in milliseconds")
+    inter_token_latency: float = _opt(0.0, "time between generated tokens, in milliseconds")
+    default_chat_max_tokens: int = _opt(
+        128, "tokens a chat request generates when it sets neither max_tokens nor max_completion_tokens"
+    )
+    failure_injection_rate: float = _opt(0.0, "percent of requests that get an injected fault (0-100)")
+    failure_types: tuple[str, ...] = _opt(
+        FAILURE_TYPES,
+        "faults to draw from, uniformly: " + ", ".join(FAILURE_TYPES),
+        nargs="+",
+    )
+    stall_seconds: float = _opt(
+        90.0, "length of the mid-stream silence of the 'stall' fault (longer than nginx's 60 s default)"
+    )
+    seed: int = _opt(0, "seed of the fault draws and of the generated text")
+    api_key: str | None = _opt(None, "require 'Authorization: Bearer KEY' on /v1 and /tokenize routes")
+    trace_file: str | None = _opt(
+        None, "append one JSON line per SSE frame written: request id, kind, time.monotonic(), bytes"
+    )
+    log_level: str = _opt("warning", "uvicorn log level")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad setting and what it accepts."""
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"--port must be in 0..65535, got {self.port}")
+        if self.max_model_len < 1:
+            raise ValueError(f"--max-model-len must be at least 1, got {self.max_model_len}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
+        for name in ("time_to_first_token", "prefill_time_per_token", "inter_token_latency", "stall_seconds"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+        if not 0 <= self.failure_injection_rate <= 100:
+            raise ValueError(f"--failure-injection-rate is a percentage in 0..100, got {self.failure_injection_rate}")
+        unknown = [kind for kind in self.failure_types if kind not in FAILURE_TYPES]
+        if unknown or not self.failure_types:
+            raise ValueError(
+                f"--failure-types got {', '.join(unknown) or 'nothing'}; choose from {', '.join(FAILURE_TYPES)}"
+            )
+        if self.default_chat_max_tokens < 1:
+            raise ValueError(f"--default-chat-max-tokens must be at least 1, got {self.default_chat_max_tokens}")
+
+    @property
+    def keep_alive_enabled(self) -> bool:
+        """vLLM's rule: keep-alive runs only for an interval in (0, inf); NaN and inf disable it."""
+        return 0 < self.sse_keep_alive_interval < math.inf
+
+    @classmethod
+    def parser(cls) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(
+            prog="target-server",
+            description="vLLM-faithful OpenAI-compatible streaming server for load and soak tests (no GPU).",
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
+        for spec in dataclasses.fields(cls):
+            flag = "--" + spec.name.replace("_", "-")
+            kwargs: dict[str, object] = {"default": spec.default, "help": spec.metadata["help"]}
+            if "nargs" in spec.metadata:
+                kwargs["nargs"] = spec.metadata["nargs"]
+                kwargs["choices"] = FAILURE_TYPES
+            elif spec.default is not None:
+                kwargs["type"] = type(spec.default)
+            parser.add_argument(flag, **kwargs)
+        return parser
+
+    @classmethod
+    def from_args(cls, argv: Sequence[str] | None = None) -> ServerConfig:
+        """Parse a command line; a bad value exits 2 with a one-line message, as argparse does."""
+        parser = cls.parser()
+        namespace = parser.parse_args(argv)
+        values = vars(namespace)
+        values["failure_types"] = tuple(values["failure_types"])
+        try:
+            return cls(**values)
+        except ValueError as exc:
+            parser.error(str(exc))
+            raise  # unreachable: parser.error exits

@@ -1,0 +1,122 @@
+"""The simulated engine: a FIFO scheduler with ``max_num_seqs`` slots, prefill and decode timing.
+
+A request waits for a slot (first come, first served), holds it through prefill
+(``time_to_first_token + prompt_tokens * prefill_time_per_token``) and decode (one token every
+``inter_token_latency``), and gives it back the moment its generator is closed or cancelled, so a
+client that disconnects frees its slot at once. Token times are scheduled against absolute
+deadlines, so delays do not accumulate drift. Invariant: ``running + free == max_num_seqs`` and
+``waiting`` counts exactly the requests blocked in ``acquire``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from target_server import tokenizer
+from target_server.config import ServerConfig
+from target_server.faults import Fault, InjectedDisconnect, InjectedEngineError, strike_index
+
+
+class SlotScheduler:
+    """``max_num_seqs`` slots handed out strictly in arrival order."""
+
+    def __init__(self, slots: int) -> None:
+        self.capacity = slots
+        self._free = slots
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    @property
+    def running(self) -> int:
+        return self.capacity - self._free
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for waiter in self._waiters if not waiter.done())
+
+    async def acquire(self) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # granted and cancelled in the same tick: pass the slot on
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot moves to the next waiter, never through _free
+                return
+        self._free += 1
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the engine is asked to do for one request."""
+
+    prompt_tokens: int
+    max_tokens: int
+    fault: Fault | None = None
+
+
+class Engine:
+    """Turns a ``Generation`` into timed tokens. One per server; shared by all requests."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.scheduler = SlotScheduler(config.max_num_seqs)
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    def prefill_seconds(self, prompt_tokens: int) -> float:
+        return (self.config.time_to_first_token + prompt_tokens * self.config.prefill_time_per_token) / 1000.0
+
+    async def generate(self, job: Generation) -> AsyncIterator[str]:
+        """Yield the text of each generated token, exactly ``job.max_tokens`` of them unless a
+        fault strikes. Holds a slot from the first token's prefill until the generator ends."""
+        loop = asyncio.get_running_loop()
+        await self.scheduler.acquire()
+        try:
+            self.prompt_tokens_total += job.prompt_tokens
+            deadline = loop.time() + self.prefill_seconds(job.prompt_tokens)
+            await _sleep_until(loop, deadline)
+            strike = strike_index(job.max_tokens) if job.fault and job.fault.strikes_mid_stream else -1
+            step = self.config.inter_token_latency / 1000.0
+            seed = self.config.seed
+            for index in range(job.max_tokens):
+                if index == strike:
+                    await self._strike(job.fault)
+                    deadline = loop.time()
+                if index and step:
+                    deadline += step
+                    await _sleep_until(loop, deadline)
+                self.generation_tokens_total += 1
+                yield tokenizer.output_token(seed, index)
+            if strike == job.max_tokens:
+                await self._strike(job.fault)
+        finally:
+            self.scheduler.release()
+
+    async def _strike(self, fault: Fault | None) -> None:
+        if fault is Fault.STALL:
+            await asyncio.sleep(self.config.stall_seconds)
+        elif fault is Fault.INBAND_ERROR:
+            raise InjectedEngineError("injected fault: the engine failed mid-generation")
+        elif fault is Fault.DISCONNECT:
+            raise InjectedDisconnect("injected fault: connection dropped mid-stream")
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+    delay = deadline - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)

@@ -1,0 +1,124 @@
+"""Request and error shapes of vLLM's OpenAI-compatible API, as pydantic models.
+
+Fields the server does not act on (temperature, top_p, ...) are accepted and ignored, as vLLM
+does. Invariant: every error the server answers with is an ``APIError`` rendered by
+``error_body``: ``{"error": {"message", "type", "param", "code"}}`` with ``code`` equal to the
+HTTP status.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+}
+
+
+class APIError(Exception):
+    """An error answered with vLLM's error body; ``status`` is the HTTP status and the ``code``."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, self.param)
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """vLLM's ``ErrorResponse`` as a plain dict."""
+    return {
+        "error": {
+            "message": message,
+            "type": _ERROR_TYPES.get(status, "BadRequestError" if status < 500 else "InternalServerError"),
+            "param": param,
+            "code": status,
+        }
+    }
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class StreamOptions(_Request):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+TruncatePromptTokens = Annotated[int, Field(ge=-1)]
+
+
+class _GenerationRequest(_Request):
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    truncate_prompt_tokens: TruncatePromptTokens | None = None
+    n: Annotated[int, Field(ge=1, le=1)] = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+
+class CompletionRequest(_GenerationRequest):
+    """``POST /v1/completions``. One prompt per request: text or token ids."""
+
+    prompt: StrictStr | Annotated[list[int], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=1)] | None = 16
+    echo: bool = False
+
+
+class ChatMessage(_Request):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: StrictStr | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        """The message's text; content parts contribute their ``text`` fields."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return " ".join(str(part.get("text", "")) for part in self.content)
+
+
+class ChatCompletionRequest(_GenerationRequest):
+    """``POST /v1/chat/completions``."""
+
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+
+
+class TokenizeCompletionRequest(_Request):
+    model: str | None = None
+    prompt: StrictStr | list[int]
+    add_special_tokens: bool = True
+
+
+class TokenizeChatRequest(_Request):
+    model: str | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    add_generation_prompt: bool = True
+
+
+def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """A one-line message and the offending parameter, from pydantic's error list."""
+    first = errors[0]
+    location = [str(part) for part in first.get("loc", ()) if part not in ("body",)]
+    param = location[0] if location else None
+    where = ".".join(location) or "body"
+    value = first.get("input")
+    shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    message = f"{where}: {first.get('msg', 'invalid value')} (got {shown})"
+    if len(errors) > 1:
+        message += f"; and {len(errors) - 1} more error(s)"
+    return message, param
