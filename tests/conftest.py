@@ -1,0 +1,42 @@
+"""Shared fixtures: real target servers on free loopback ports, always stopped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from loadtests.stack import TargetServerProcess
+
+StartServer = Callable[..., TargetServerProcess]
+
+
+@pytest.fixture
+def start_server() -> Iterator[StartServer]:
+    """``start_server("--max-num-seqs", "1", ...)`` starts a server; all are stopped at teardown."""
+    started: list[TargetServerProcess] = []
+
+    def start(*args: str) -> TargetServerProcess:
+        server = TargetServerProcess.start(args)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+        assert server.process.returncode is not None
+
+
+@pytest.fixture(scope="module")
+def default_server() -> Iterator[TargetServerProcess]:
+    """One server with default settings, shared by a module's read-only tests."""
+    server = TargetServerProcess.start(())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(default_server: TargetServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=default_server.url, timeout=30) as http:
+        yield http
