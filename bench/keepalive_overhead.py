@@ -118,7 +118,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--max-tokens", type=int, default=2000, help="tokens (token frames) per stream")
     parser.add_argument("--concurrency", type=int, default=8, help="streams open at once")
-    parser.add_argument("--streams-per-worker", type=int, default=12, help="streams each worker runs per round")
+    parser.add_argument("--streams-per-worker", type=int, default=16, help="streams each worker runs per round")
     parser.add_argument("--rounds", type=int, default=10, help="measured rounds per mode")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds per mode")
     parser.add_argument("--keep-alive-interval", type=float, default=1.0, help="interval (s) of the 'on' server")

@@ -1,0 +1,68 @@
+"""``python -m target_server``: readiness line, and one-line errors for bad options."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from loadtests.stack import ServerStartError, TargetServerProcess
+from target_server.config import ServerConfig
+from tests.conftest import StartServer
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "target_server", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--max-num-seqs", "0"], "--max-num-seqs must be at least 1"),
+        (["--failure-injection-rate", "150"], "percentage in 0..100"),
+        (["--failure-types", "meteor"], "invalid choice: 'meteor'"),
+        (["--sse-keep-alive-interval", "soon"], "invalid float value: 'soon'"),
+        (["--inter-token-latency", "-5"], "--inter-token-latency must be a finite number >= 0"),
+        (["--port", "70000"], "--port must be in 0..65535"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line_that_names_them(args: list[str], complaint: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert complaint in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_busy_port_is_a_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("--port", str(port))
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_ready_line_names_a_url_that_answers(start_server: StartServer) -> None:
+    server = start_server("--model", "my/model")
+    assert server.url.startswith("http://127.0.0.1:")
+    assert httpx.get(server.url + "/v1/models").json()["data"][0]["id"] == "my/model"
+
+
+def test_a_server_that_cannot_start_is_reported_not_waited_on() -> None:
+    with pytest.raises(ServerStartError, match="exited with 2"):
+        TargetServerProcess.start(["--max-model-len", "0"], timeout=30)
+
+
+def test_every_config_field_is_an_option_with_help() -> None:
+    help_text = ServerConfig.parser().format_help()
+    for name in ServerConfig.__dataclass_fields__:
+        assert "--" + name.replace("_", "-") in help_text
+
+
+def test_keep_alive_is_enabled_only_for_finite_positive_intervals() -> None:
+    assert ServerConfig(sse_keep_alive_interval=0.5).keep_alive_enabled
+    for interval in (0.0, -1.0, float("nan"), float("inf")):
+        assert not ServerConfig(sse_keep_alive_interval=interval).keep_alive_enabled
