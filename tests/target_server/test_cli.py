@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from loadtests.stack import ServerStartError, TargetServerProcess
+from target_server.__main__ import listening_socket
 from target_server.config import ServerConfig
 from tests.conftest import StartServer
 
@@ -66,3 +68,26 @@ def test_keep_alive_is_enabled_only_for_finite_positive_intervals() -> None:
     assert ServerConfig(sse_keep_alive_interval=0.5).keep_alive_enabled
     for interval in (0.0, -1.0, float("nan"), float("inf")):
         assert not ServerConfig(sse_keep_alive_interval=interval).keep_alive_enabled
+
+
+def test_accepted_connections_get_tcp_nodelay() -> None:
+    """Without TCP_NODELAY each small SSE frame after the first waits for the client's delayed ACK."""
+
+    async def scenario() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def on_connect(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_connect, sock=listening_socket("127.0.0.1", 0))
+        host, port = server.sockets[0].getsockname()[:2]
+        _, writer = await asyncio.open_connection(host, port)
+        nodelay = await accepted
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return nodelay
+
+    assert asyncio.run(scenario()) == 1
