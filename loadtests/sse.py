@@ -22,7 +22,8 @@ class Frame:
     t: float
     """Arrival time of the read that completed the frame (caller's clock)."""
     nbytes: int
-    """Bytes of the frame on the wire, its terminating blank line included."""
+    """Bytes of the frame on the wire, its terminating blank line included (a CRLF split across two
+    reads counts its LF toward the next frame, because the frame is complete at the CR)."""
     data: str | None = None
     """``data`` lines joined with LF; ``None`` when the frame had no ``data`` field."""
     event: str | None = None
@@ -49,6 +50,8 @@ class SSEParser:
     def feed(self, chunk: bytes, t: float) -> list[Frame]:
         """Parse ``chunk``, received at time ``t``; return the frames it completed, in order."""
         frames: list[Frame] = []
+        if not chunk:
+            return frames
         if self._pending_cr:
             self._pending_cr = False
             if chunk.startswith(b"\n"):  # the LF of a CRLF split across reads
