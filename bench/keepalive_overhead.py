@@ -1,11 +1,12 @@
 """What does SSE keep-alive cost the target server's streaming throughput?
 
-Why this exists: ``target_server/keep_alive.py`` wraps every stream in a pump task and a watchdog
-so that an idle stream gets a ``: keep-alive`` comment. That wrapper sits on the hot path of every
-chunk, so it must be cheap. This benchmark starts two otherwise identical servers at zero
+Why this exists: ``target_server/keep_alive.py`` wraps every stream so that an idle stream gets a
+``: keep-alive`` comment. That wrapper sits on the hot path of every chunk, so it must be cheap
+(vLLM's task-per-chunk design was measured at about 60% of a Starlette stream's throughput). This benchmark starts two otherwise identical servers at zero
 inter-token latency, one with keep-alive off (``--sse-keep-alive-interval 0``) and one with it on
 (``--sse-keep-alive-interval 1``). At zero latency chunks flow back to back, so no comment is ever
-due: the difference between the two is the wrapper's per-chunk cost and nothing else.
+due: the difference between the two is the wrapper's per-chunk cost (stepping upstream inline and
+stamping the time of each chunk), nothing else.
 
 Each round streams ``--concurrency`` x ``--streams-per-worker`` completions of ``--max-tokens``
 tokens from one server and records the SSE frames received, the wall time, and the server
@@ -17,6 +18,9 @@ end-to-end throughput, but the client shares the machine with the server, so it 
 "frames per server CPU s" divides by the CPU time the server itself burnt, so it is the cleaner
 figure. The headline "keep-alive overhead" is ``(1 - on/off) * 100`` of frames per server CPU
 second (the wall-clock version is printed beside it); the requirement is that it stays under 15%.
+The "cross-check" line is the median of on/off ratios of adjacent rounds; when it disagrees much
+with the headline, the machine was noisy (on a shared 2-core VM, single rounds vary by +-15%), so
+rerun or raise ``--rounds`` before drawing conclusions.
 Finally every keep-alive-on stream is checked to end with ``data: [DONE]`` and to carry exactly
 ``--max-tokens`` token frames; the script exits 1 if any did not, or if a server fails to start.
 """
@@ -109,6 +113,10 @@ class RoundResult:
     @property
     def frames_per_cpu_s(self) -> float:
         return self.frames / self.server_cpu_s if self.server_cpu_s > 0 else float("nan")
+
+    def to_json(self) -> dict[str, object]:
+        fields = ("mode", "warmup", "frames", "wall_s", "server_cpu_s", "frames_per_wall_s", "frames_per_cpu_s")
+        return {name: getattr(self, name) for name in fields}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -247,7 +255,15 @@ def summarize(results: list[RoundResult]) -> dict[str, float]:
     cpu_ratio = figures["on_frames_per_cpu_s"] / figures["off_frames_per_cpu_s"]
     figures["overhead_pct_cpu"] = (1 - cpu_ratio) * 100
     figures["overhead_pct_wall"] = (1 - figures["throughput_ratio_wall"]) * 100
+    figures["overhead_pct_cpu_paired"] = (1 - paired_cpu_ratio(results)) * 100
     return figures
+
+
+def paired_cpu_ratio(results: list[RoundResult]) -> float:
+    """Median of on/off frames per CPU second over adjacent measured rounds: cancels slow drift."""
+    measured = {mode: [r for r in results if r.mode == mode and not r.warmup] for mode in MODES}
+    pairs = zip(measured["off"], measured["on"], strict=True)
+    return statistics.median(on.frames_per_cpu_s / off.frames_per_cpu_s for off, on in pairs)
 
 
 def integrity(results: list[RoundResult], mode: str, max_tokens: int) -> tuple[int, int, int]:
@@ -271,6 +287,7 @@ def print_summary(figures: dict[str, float], limit_pct: float) -> None:
         f"keep-alive overhead: {figures['overhead_pct_cpu']:.1f}% of throughput (frames per server CPU s; "
         f"{verdict} {limit_pct:.0f}%); by wall clock: {figures['overhead_pct_wall']:.1f}%"
     )
+    print(f"cross-check, median of adjacent off/on pairs (CPU): {figures['overhead_pct_cpu_paired']:.1f}% overhead")
 
 
 def report_integrity(results: list[RoundResult], max_tokens: int) -> bool:
@@ -289,14 +306,7 @@ def report_integrity(results: list[RoundResult], max_tokens: int) -> bool:
 
 
 def write_json(path: Path, settings: Settings, results: list[RoundResult], figures: dict[str, float]) -> None:
-    rounds = [
-        {
-            **{k: v for k, v in asdict(r).items() if k != "streams"},
-            "frames_per_wall_s": r.frames_per_wall_s,
-            "frames_per_cpu_s": r.frames_per_cpu_s,
-        }
-        for r in results
-    ]
+    rounds = [result.to_json() for result in results]
     path.write_text(json.dumps({"settings": asdict(settings), "rounds": rounds, "summary": figures}, indent=2) + "\n")
     print(f"figures written to {path}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from target_server.keep_alive import KEEP_ALIVE_COMMENT, READ_AHEAD, with_keep_alive
+from target_server.keep_alive import KEEP_ALIVE_COMMENT, with_keep_alive
 
 INTERVAL = 0.05
 
@@ -145,25 +146,96 @@ def test_data_is_never_dropped_or_reordered_among_comments() -> None:
     assert KEEP_ALIVE_COMMENT in received
 
 
-def test_pump_reads_at_most_read_ahead_chunks_beyond_the_consumer() -> None:
+def test_upstream_is_pulled_only_when_the_consumer_asks() -> None:
     async def scenario() -> int:
         pulled = 0
 
         async def upstream() -> AsyncIterator[int]:
             nonlocal pulled
-            for index in range(10 * READ_AHEAD):
+            for index in range(100):
                 pulled += 1
                 yield index
 
         stream = with_keep_alive(upstream(), 10.0)
         await stream.__anext__()
         for _ in range(5):
-            await asyncio.sleep(0)  # let the pump run as far as it may
+            await asyncio.sleep(0)  # give anything running behind the consumer's back a chance
         pulled_while_consumer_idle = pulled
         await stream.aclose()
         return pulled_while_consumer_idle
 
-    assert run(scenario) <= READ_AHEAD + 1
+    assert run(scenario) == 1
+
+
+def test_upstream_runs_in_the_consumers_task_and_context() -> None:
+    """To upstream, the wrapper is a plain ``await``: no task of its own, the caller's context."""
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker")
+
+    async def scenario() -> tuple[bool, str]:
+        release = asyncio.Event()
+        consumer = asyncio.current_task()
+        seen: list[tuple[bool, str]] = []
+
+        async def upstream() -> AsyncIterator[str]:
+            await release.wait()
+            seen.append((asyncio.current_task() is consumer, marker.get()))
+            yield "token"
+
+        marker.set("consumer's")
+        async for frame in with_keep_alive(upstream(), INTERVAL):
+            release.set()
+            assert frame in (KEEP_ALIVE_COMMENT, "token")
+        return seen[0]
+
+    assert run(scenario) == (True, "consumer's")
+
+
+def test_a_future_resolved_during_a_comment_is_not_lost() -> None:
+    async def scenario() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        handoff: asyncio.Future[str] = loop.create_future()
+
+        async def upstream() -> AsyncIterator[str]:
+            yield await handoff
+            yield "after"
+
+        received: list[Any] = []
+        async for frame in with_keep_alive(upstream(), INTERVAL):
+            received.append(frame)
+            if frame == KEEP_ALIVE_COMMENT and not handoff.done():
+                handoff.set_result("resolved while the comment was out")
+        return received
+
+    assert run(scenario) == [KEEP_ALIVE_COMMENT, "resolved while the comment was out", "after"]
+
+
+def test_upstream_cleanup_that_awaits_completes_on_cancellation() -> None:
+    async def scenario() -> list[str]:
+        events: list[str] = []
+        started = asyncio.Event()
+
+        async def upstream() -> AsyncIterator[int]:
+            try:
+                started.set()
+                await asyncio.Event().wait()
+                yield 1
+            finally:
+                await asyncio.sleep(0.01)  # e.g. telling an engine to abort
+                events.append("cleanup finished")
+
+        async def consume() -> None:
+            async for _ in with_keep_alive(upstream(), INTERVAL):
+                pass
+
+        consumer = asyncio.create_task(consume())
+        await started.wait()
+        await asyncio.sleep(INTERVAL * 1.5)  # let a comment go out first
+        consumer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await consumer
+        return events
+
+    assert run(scenario) == ["cleanup finished"]
 
 
 def test_upstream_exception_propagates_after_the_chunks_before_it() -> None:
@@ -265,3 +337,32 @@ def test_on_keep_alive_is_called_once_per_comment() -> None:
         return calls, comments
 
     assert run(scenario) == (2, 2)
+
+
+def test_a_class_based_async_iterator_works_like_a_generator() -> None:
+    class Countdown:
+        def __init__(self) -> None:
+            self.left = 3
+            self.release = asyncio.Event()
+
+        def __aiter__(self) -> Countdown:
+            return self
+
+        async def __anext__(self) -> int:
+            if self.left == 1:
+                await self.release.wait()
+            if not self.left:
+                raise StopAsyncIteration
+            self.left -= 1
+            return self.left
+
+    async def scenario() -> list[Any]:
+        source = Countdown()
+        received: list[Any] = []
+        async for frame in with_keep_alive(source, INTERVAL):
+            received.append(frame)
+            if frame == KEEP_ALIVE_COMMENT:
+                source.release.set()
+        return received
+
+    assert run(scenario) == [2, 1, KEEP_ALIVE_COMMENT, 0]

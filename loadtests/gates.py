@@ -1,0 +1,121 @@
+"""Pass/fail rules over a run's request table, each reported as one line with its figure.
+
+Three gates are always on: no HTTP 500, no in-band error with code 500, and truncation honoured
+(every truncated ``ok`` request whose server reported usage counted exactly the tokens it asked
+to keep). A scenario adds ``Expect`` gates: rows selected by a pandas query must all satisfy
+another query, and there must be at least ``min_rows`` of them, so a gate never passes on an
+empty selection. Rows of streams the run itself stopped (``outcome == "stopped"``) are no verdict
+on the server and are left out of every gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    passed: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"gate {'PASS' if self.passed else 'FAIL'} {self.name}: {self.detail}"
+
+
+class Gate(Protocol):
+    name: str
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult: ...
+
+
+def _examples(rows: pd.DataFrame, limit: int = 3) -> str:
+    ids = ", ".join(rows["request_id"].head(limit))
+    return f" (e.g. {ids})" if ids else ""
+
+
+@dataclass(frozen=True)
+class NoHttp500:
+    name: str = "no_http_500"
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        bad = requests[requests["status"] == 500]
+        return GateResult(self.name, bad.empty, f"{len(bad)} HTTP 500 of {len(requests)} requests{_examples(bad)}")
+
+
+@dataclass(frozen=True)
+class NoInband500:
+    name: str = "no_inband_500"
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        bad = requests[(requests["outcome"] == "inband_error") & (requests["error_code"] == "500")]
+        detail = f"{len(bad)} in-band errors with code 500 under HTTP 200{_examples(bad)}"
+        return GateResult(self.name, bad.empty, detail)
+
+
+@dataclass(frozen=True)
+class TruncationHonoured:
+    """``usage.prompt_tokens`` equals the tokens kept: ``min(k, prompt tokens)`` for ``k > 0``."""
+
+    name: str = "truncation_honoured"
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        checked = requests[
+            (requests["outcome"] == "ok")
+            & (requests["truncate_prompt_tokens"] > 0)
+            & requests["usage_prompt_tokens"].notna()
+        ]
+        kept = checked["truncate_prompt_tokens"].where(
+            checked["prompt_tokens"].isna(), checked[["truncate_prompt_tokens", "prompt_tokens"]].min(axis=1)
+        )
+        bad = checked[checked["usage_prompt_tokens"] != kept]
+        detail = f"{len(checked) - len(bad)}/{len(checked)} truncated requests reported the kept token count"
+        if not bad.empty:
+            first = bad.iloc[0]
+            detail += (
+                f"; {first['request_id']} asked to keep {first['truncate_prompt_tokens']} and the server counted "
+                f"{first['usage_prompt_tokens']}"
+            )
+        return GateResult(self.name, bad.empty, detail)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """Every row matching ``where`` must match ``require`` (pandas query syntax), and at least
+    ``min_rows`` rows must match ``where``."""
+
+    name: str
+    where: str
+    require: str
+    min_rows: int = 1
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        selected = requests.query(self.where) if len(requests) else requests
+        good = selected.query(self.require) if len(selected) else selected
+        bad = selected.drop(good.index)
+        passed = bad.empty and len(selected) >= self.min_rows
+        detail = f"{len(good)}/{len(selected)} rows where {self.where} have {self.require}"
+        if len(selected) < self.min_rows:
+            detail += f"; needs at least {self.min_rows} such rows"
+        if not bad.empty:
+            counts = bad.groupby(["outcome", "status"], dropna=False).size()
+            seen = ", ".join(f"{n} {outcome}/{status}" for (outcome, status), n in counts.items())
+            detail += f"; instead: {seen}{_examples(bad)}"
+        return GateResult(self.name, passed, detail)
+
+
+ALWAYS_ON: tuple[Gate, ...] = (NoHttp500(), NoInband500(), TruncationHonoured())
+
+
+def evaluate(requests: pd.DataFrame, gates: Iterable[Gate] = ()) -> list[GateResult]:
+    """Results of the always-on gates, then ``gates``, over the rows the run did not stop."""
+    judged = requests[requests["outcome"] != "stopped"]
+    return [gate.evaluate(judged) for gate in (*ALWAYS_ON, *gates)]
+
+
+def all_passed(results: Sequence[GateResult]) -> bool:
+    return all(result.passed for result in results)
