@@ -2,7 +2,8 @@
 
 Why this exists: ``target_server/keep_alive.py`` wraps every stream so that an idle stream gets a
 ``: keep-alive`` comment. That wrapper sits on the hot path of every chunk, so it must be cheap
-(vLLM's task-per-chunk design was measured at about 60% of a Starlette stream's throughput). This benchmark starts two otherwise identical servers at zero
+(vLLM's task-per-chunk design was measured at about 60% of a Starlette stream's throughput).
+This benchmark starts two otherwise identical servers at zero
 inter-token latency, one with keep-alive off (``--sse-keep-alive-interval 0``) and one with it on
 (``--sse-keep-alive-interval 1``). At zero latency chunks flow back to back, so no comment is ever
 due: the difference between the two is the wrapper's per-chunk cost (stepping upstream inline and

@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from loadtests import _gevent_compat  # noqa: F401 - first: lets httpx import under Locust's gevent
+
 _EXPORTS = {
     "OUTCOMES": "loadtests.outcome",
     "RequestRow": "loadtests.outcome",

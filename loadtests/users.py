@@ -42,11 +42,11 @@ class _StreamingUser:
     host: str
 
     @property
-    def run(self) -> RunState:
+    def harness(self) -> RunState:
         return run_state(self.environment)
 
     def next_request(self) -> PreparedRequest:
-        return self.run.prepared_mix(self.mix, self.host).draw()
+        return self.harness.prepared_mix(self.mix, self.host).draw()
 
     def plan(self, request: PreparedRequest, client: str) -> RequestPlan:
         spec = request.spec
@@ -63,7 +63,7 @@ class _StreamingUser:
 
     def report(self, row: RequestRow, frames: list[Any] | None, url: str) -> None:
         """Record the row and report it to Locust: success iff the outcome is the expected one."""
-        self.run.recorder.add(row, frames)
+        self.harness.recorder.add(row, frames)
         if row.outcome == "stopped":
             return  # the run ended it; no verdict for Locust's statistics either
         exception = None
@@ -78,22 +78,22 @@ class _StreamingUser:
 
 
 class SSEUser(_StreamingUser, FastHttpUser):
-    """Streams over raw HTTP; set ``mix`` and call ``stream_next()`` from a task."""
+    """Streams over raw HTTP; set ``mix`` and call ``send_next()`` from a task."""
 
     abstract = True
     max_retries = 0  # a retried POST would be a second stream, counted as one
     connection_timeout = 10.0
     # network_timeout (the client idle timeout) is set per run from --client-idle-timeout.
 
-    def stream_next(self) -> RequestRow:
-        return self.stream(self.next_request())
+    def send_next(self) -> RequestRow:
+        return self.send(self.next_request())
 
-    def stream(self, request: PreparedRequest) -> RequestRow:
+    def send(self, request: PreparedRequest) -> RequestRow:
         plan = self.plan(request, "raw")
-        tracker = StreamTracker(plan, time.time(), self.run.worker)
+        tracker = StreamTracker(plan, time.time(), self.harness.worker)
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
                    "Accept-Encoding": "identity", "X-Request-Id": plan.request_id}  # fmt: skip
-        payload = json.dumps(request.stream_body(self.run.model))
+        payload = json.dumps(request.stream_body(self.harness.model))
         started = time.monotonic()
         failure = None
         try:
@@ -120,7 +120,7 @@ class SSEUser(_StreamingUser, FastHttpUser):
         raw = response._response  # geventhttpclient's response: the only handle on the live socket
         try:
             if status != 200:
-                tracker.error_body(raw.read())
+                tracker.error_body(response.content or b"")
                 return None
             parser = SSEParser()
             readline = raw.readline
@@ -138,24 +138,24 @@ class SSEUser(_StreamingUser, FastHttpUser):
 
 
 class OpenAISDKUser(_StreamingUser, User):
-    """Streams through the official ``openai`` client; set ``mix`` and call ``stream_next()``."""
+    """Streams through the official ``openai`` client; set ``mix`` and call ``send_next()``."""
 
     abstract = True
 
     def on_start(self) -> None:
-        self.sdk = openai.OpenAI(base_url=f"{self.host}/v1", api_key=self.run.api_key or "unused", max_retries=0,
-                                 timeout=openai.Timeout(self.run.client_idle_timeout, connect=10.0))  # fmt: skip
+        self.sdk = openai.OpenAI(base_url=f"{self.host}/v1", api_key=self.harness.api_key or "unused", max_retries=0,
+                                 timeout=openai.Timeout(self.harness.client_idle_timeout, connect=10.0))  # fmt: skip
 
     def on_stop(self) -> None:
         self.sdk.close()
 
-    def stream_next(self) -> RequestRow:
-        return self.stream(self.next_request())
+    def send_next(self) -> RequestRow:
+        return self.send(self.next_request())
 
-    def stream(self, request: PreparedRequest) -> RequestRow:
+    def send(self, request: PreparedRequest) -> RequestRow:
         plan = self.plan(request, "openai")
-        tracker = StreamTracker(plan, time.time(), self.run.worker)
-        body = request.stream_body(self.run.model)
+        tracker = StreamTracker(plan, time.time(), self.harness.worker)
+        body = request.stream_body(self.harness.model)
         create = self.sdk.chat.completions.create if request.spec.route == "chat" else self.sdk.completions.create
         started = time.monotonic()
         failure = None

@@ -43,8 +43,8 @@ class MixedTruncateUser(SSEUser):
     mix = MIX
 
     @task
-    def stream(self) -> None:
-        self.stream_next()
+    def mixed_request(self) -> None:
+        self.send_next()
 
 
 if __name__ == "__main__":
