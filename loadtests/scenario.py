@@ -6,10 +6,15 @@ single process) starts the bundled target server with the scenario's profile on 
 port, prints its URL, and stops it by pid at the end. At ``quitting``, the process that holds
 all results writes the run directory, prints each gate's line and ``report: <path>``, and sets a
 non-zero exit code when a gate failed (never zero: Locust's own failures keep their exit code).
+
+``locust -f scenarios/x.py --help`` cannot list our options: Locust 2.x prints its help before it
+loads the locustfile (locust issue #2917). ``python scenarios/x.py --help`` goes through Locust's
+parser after the scenario is loaded, so it lists Locust's options and ours.
 """
 
 from __future__ import annotations
 
+import atexit
 import shlex
 import sys
 from collections.abc import Sequence
@@ -93,6 +98,7 @@ class Scenario:
         except ServerStartError as exc:
             sys.exit(f"sse-soak: the bundled target server did not start: {exc}")
         environment.host = self._server.url
+        atexit.register(self._stop_server)  # run_single_user never fires quitting
         print(f"target server: {self._server.url} (bundled, pid {self._server.pid}: {shlex.join(args)})", flush=True)
 
     def _on_quitting(self, environment: Any, **_: Any) -> None:
@@ -103,9 +109,12 @@ class Scenario:
                 environment.runner.stop()  # e.g. Ctrl-C: end the streams so their rows are recorded
             self._write_report(environment)
         finally:
-            if self._server is not None:
-                self._server.stop()
-                self._server = None
+            self._stop_server()
+
+    def _stop_server(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
 
     def _write_report(self, environment: Any) -> None:
         state = run_state(environment)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from locust import run_single_user, task
 
-from loadtests import Expect, RequestMix, RequestSpec, Scenario, SSEUser
+from loadtests import Expect, OpenAISDKUser, RequestMix, RequestSpec, Scenario, SSEUser
 
 LONG, KEEP, FITS = 10_000, 1000, 2000
 
@@ -40,6 +40,20 @@ MIX = RequestMix(
 
 
 class MixedTruncateUser(SSEUser):
+    """Raw SSE: every frame, keep-alive comments included, timed as it arrives."""
+
+    weight = 3
+    mix = MIX
+
+    @task
+    def mixed_request(self) -> None:
+        self.send_next()
+
+
+class MixedTruncateSDKUser(OpenAISDKUser):
+    """The same mix through the official openai client: a real client must survive it too."""
+
+    weight = 1
     mix = MIX
 
     @task

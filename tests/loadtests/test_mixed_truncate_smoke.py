@@ -1,0 +1,113 @@
+"""``locust -f scenarios/mixed_truncate.py`` for a few seconds, asserted on exit code and summary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import StartServer
+from tests.loadtests.locust_run import ROOT, run_locust
+
+pytestmark = pytest.mark.smoke
+
+
+def test_mixed_truncate_passes_on_the_bundled_server(tmp_path: Path) -> None:
+    run = run_locust("mixed_truncate", tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    summary = run.summary
+    assert summary["passed"] and all(gate["passed"] for gate in summary["gates"])
+    assert summary["scenario"] == "mixed_truncate"
+    assert summary["requests"] == sum(summary["outcomes"].values()) == len(run.requests)
+    assert summary["outcomes"]["ok"] > 0 and summary["outcomes"]["rejected"] > 0
+    assert summary["http_500"] == summary["inband_500"] == 0
+    requests = run.requests
+    assert set(requests["client"]) == {"raw", "openai"}
+    assert set(requests["route"]) == {"completions", "chat"}
+    truncated_ok = requests[(requests["truncate_prompt_tokens"] == 1000) & (requests["outcome"] == "ok")]
+    assert len(truncated_ok) > 0 and (truncated_ok["usage_prompt_tokens"] == 1000).all()
+    assert "target server: http://127.0.0.1:" in run.output
+    frames = run.frames
+    raw_ok = requests[(requests["client"] == "raw") & (requests["outcome"] == "ok")]
+    per_request = frames.groupby("request_id").size()
+    assert (per_request[raw_ok["request_id"]].to_numpy() == (raw_ok["data_frames"] + raw_ok["keepalive_frames"])).all()
+
+
+@pytest.mark.parametrize(("fault", "counted"), [("server_error", "http_500"), ("inband_error", "inband_500")])
+def test_injected_500s_fail_the_run_and_are_counted(tmp_path: Path, fault: str, counted: str) -> None:
+    run = run_locust("mixed_truncate", tmp_path, f"--server-args=--failure-injection-rate 30 --failure-types {fault}")
+    assert run.returncode != 0
+    summary = run.summary
+    assert not summary["passed"]
+    requests = run.requests
+    if fault == "server_error":
+        expected = int((requests["status"] == 500).sum())
+        assert run.gate("no_http_500")["passed"] is False
+    else:
+        expected = int(((requests["outcome"] == "inband_error") & (requests["error_code"] == "500")).sum())
+        assert run.gate("no_inband_500")["passed"] is False
+        assert (requests.loc[requests["outcome"] == "inband_error", "status"] == 200).all()
+    assert summary[counted] == expected > 0
+    assert f"gate FAIL no_{'http' if fault == 'server_error' else 'inband'}_500: {expected} " in run.output
+
+
+def test_a_stream_cut_by_the_server_is_cut_not_ok(tmp_path: Path) -> None:
+    run = run_locust("mixed_truncate", tmp_path, "--server-args=--failure-injection-rate 40 --failure-types disconnect")
+    assert run.returncode != 0
+    requests = run.requests
+    cut = requests[requests["outcome"] == "cut"]
+    assert len(cut) == run.summary["outcomes"]["cut"] > 0
+    assert (cut["status"] == 200).all() and not cut["done"].any()
+    assert (requests.loc[requests["outcome"] == "ok", "done"]).all()
+
+
+def test_keepalive_comments_in_their_own_packets_are_counted_exactly(tmp_path: Path) -> None:
+    """The server flushes each comment on its own (TCP_NODELAY, one write per frame, 50 ms apart);
+    the harness must count exactly what the server's trace says it sent, request by request."""
+    trace = tmp_path / "trace.jsonl"
+    server_args = f"--trace-file {trace} --time-to-first-token 400 --sse-keep-alive-interval 0.05"
+    run = run_locust("mixed_truncate", tmp_path, f"--server-args={server_args}", seconds=5)
+    assert run.returncode == 0, run.output[-3000:]
+    sent = [json.loads(line) for line in trace.read_text().splitlines()]
+    sent_keepalives: dict[str, int] = {}
+    for line in sent:
+        if line["kind"] == "keepalive":
+            sent_keepalives[line["request_id"]] = sent_keepalives.get(line["request_id"], 0) + 1
+    raw_ok = run.requests.query("client == 'raw' and outcome == 'ok'")
+    assert len(raw_ok) > 0 and raw_ok["keepalive_frames"].sum() > 0
+    for row in raw_ok.itertuples():
+        assert row.keepalive_frames == sent_keepalives.get(row.request_id, 0), row.request_id
+    assert run.summary["keepalive_frames"] == int(run.requests["keepalive_frames"].sum())
+
+
+def test_an_external_server_is_used_with_host_and_its_first_model(tmp_path: Path, start_server: StartServer) -> None:
+    server = start_server("--model", "external/model", "--max-model-len", "8192")
+    run = run_locust("mixed_truncate", tmp_path, "--host", server.url)
+    assert run.returncode == 0, run.output[-3000:]
+    assert "(bundled" not in run.output
+    assert run.summary["passed"] and run.summary["outcomes"]["ok"] > 0
+
+
+def test_help_lists_the_scenario_options_beside_locusts() -> None:
+    """``python scenarios/x.py --help``: Locust's own ``-f x --help`` never loads the file (locust #2917)."""
+    command = [sys.executable, str(ROOT / "scenarios" / "mixed_truncate.py"), "--help"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    for option in ("--report-dir", "--model", "--client-idle-timeout", "--server-args", "--api-key", "--headless"):
+        assert option in result.stdout
+
+
+def test_a_bundled_server_that_cannot_start_is_one_line_and_nonzero(tmp_path: Path) -> None:
+    run = run_locust("mixed_truncate", tmp_path, "--server-args=--max-num-seqs 0")
+    assert run.returncode != 0
+    assert "sse-soak: the bundled target server did not start" in run.output
+    assert "Traceback" not in run.output
+
+
+def test_the_bundled_server_is_stopped_at_the_end(tmp_path: Path) -> None:
+    run = run_locust("mixed_truncate", tmp_path, seconds=2)
+    pid = int(run.output.split("(bundled, pid ")[1].split(":")[0])
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
