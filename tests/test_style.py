@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import loadtests
 import target_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,3 +24,10 @@ def test_target_server_all_lists_exactly_its_public_names() -> None:
     public = {name for name in vars(target_server) if not name.startswith("_")}
     modules = {name for name in public if type(getattr(target_server, name)).__name__ == "module"}
     assert set(target_server.__all__) == public - modules
+
+
+def test_loadtests_all_names_resolve_and_plain_imports_skip_locust() -> None:
+    assert "locust" not in sys.modules  # importing loadtests (as this test module did) must not patch gevent
+    script = "import locust, loadtests; print(sorted(n for n in loadtests.__all__ if getattr(loadtests, n)))"
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == str(sorted(loadtests.__all__)), result.stderr

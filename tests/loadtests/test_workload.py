@@ -1,0 +1,60 @@
+"""Prompt sizing against a real server, and request mixes."""
+
+from __future__ import annotations
+
+import collections
+
+import httpx
+import pytest
+
+from loadtests.workload import RequestMix, RequestSpec, ServerFacts, discover, sized_text
+
+
+@pytest.mark.parametrize("route", ["completions", "chat"])
+@pytest.mark.parametrize("tokens", [1, 7, 1000, 10_000])
+def test_prompts_have_exactly_the_tokens_the_server_counts(client: httpx.Client, route: str, tokens: int) -> None:
+    facts = discover(client)
+    if route == "chat" and tokens < 5:
+        tokens = 5  # the chat template alone is a few tokens
+    text, counted = sized_text(client, facts, route, tokens)  # type: ignore[arg-type]
+    assert counted == tokens
+    source = {"messages": [{"role": "user", "content": text}]} if route == "chat" else {"prompt": text}
+    assert client.post("/tokenize", json=source).json()["count"] == tokens
+
+
+def test_discover_takes_the_first_listed_model_and_its_context(client: httpx.Client) -> None:
+    facts = discover(client)
+    assert (facts.model, facts.max_model_len) == ("sse-soak/tiny-sim", 8192)
+    assert discover(client, "chosen").model == "chosen"
+
+
+def test_without_tokenize_the_size_is_an_estimate_and_says_so(client: httpx.Client) -> None:
+    facts = ServerFacts(model="sse-soak/tiny-sim", can_tokenize=False)
+    text, counted = sized_text(client, facts, "completions", 1000)
+    assert counted is None
+    assert 500 <= len(text.split()) <= 2000
+
+
+def test_a_mix_draws_by_weight_in_a_seeded_order(client: httpx.Client) -> None:
+    mix = RequestMix([RequestSpec("a", "completions", 10, weight=3), RequestSpec("b", "chat", 20, weight=1)], seed=5)
+    facts = discover(client)
+    first, second = mix.prepare(client, facts), mix.prepare(client, facts)
+    labels = [first.draw().spec.label for _ in range(400)]
+    assert labels == [second.draw().spec.label for _ in range(400)]
+    share = collections.Counter(labels)["a"] / 400
+    assert 0.65 <= share <= 0.85
+    prepared = {r.spec.label: r for r in first.requests}
+    assert prepared["b"].prompt_tokens == 20 and "messages" in prepared["b"].body
+    body = prepared["a"].stream_body("m")
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True} and body["model"] == "m"
+
+
+def test_truncation_is_sent_only_when_asked(client: httpx.Client) -> None:
+    mix = RequestMix([RequestSpec("t", "completions", 10, truncate_prompt_tokens=5), RequestSpec("u", "chat", 10)])
+    bodies = {r.spec.label: r.body for r in mix.prepare(client, discover(client)).requests}
+    assert bodies["t"]["truncate_prompt_tokens"] == 5 and "truncate_prompt_tokens" not in bodies["u"]
+
+
+def test_an_empty_mix_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one spec"):
+        RequestMix([])
