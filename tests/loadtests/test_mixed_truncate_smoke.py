@@ -54,14 +54,23 @@ def test_injected_500s_fail_the_run_and_are_counted(tmp_path: Path, fault: str, 
     assert f"gate FAIL no_{'http' if fault == 'server_error' else 'inband'}_500: {expected} " in run.output
 
 
-def test_a_stream_cut_by_the_server_is_cut_not_ok(tmp_path: Path) -> None:
-    run = run_locust("mixed_truncate", tmp_path, "--server-args=--failure-injection-rate 40 --failure-types disconnect")
+def test_a_stream_cut_by_the_server_is_cut_not_ok_also_in_locusts_statistics(tmp_path: Path) -> None:
+    stats_file = tmp_path / "locust-stats.json"
+    server_args = "--server-args=--failure-injection-rate 40 --failure-types disconnect"
+    run = run_locust("mixed_truncate", tmp_path, server_args, "--json-file", str(stats_file.with_suffix("")))
     assert run.returncode != 0
     requests = run.requests
     cut = requests[requests["outcome"] == "cut"]
     assert len(cut) == run.summary["outcomes"]["cut"] > 0
     assert (cut["status"] == 200).all() and not cut["done"].any()
     assert (requests.loc[requests["outcome"] == "ok", "done"]).all()
+    # Locust saw each finished stream once, at its end, and failed exactly the unexpected outcomes.
+    stats = json.loads(stats_file.read_text())
+    finished = requests[requests["outcome"] != "stopped"]
+    assert sum(entry["num_requests"] for entry in stats) == len(finished)
+    assert sum(entry["num_failures"] for entry in stats) == int((finished["outcome"] != finished["expected"]).sum())
+    slowest_ms = max(entry["max_response_time"] for entry in stats)
+    assert slowest_ms == pytest.approx(finished["duration_s"].max() * 1000, rel=1e-6)
 
 
 def test_keepalive_comments_in_their_own_packets_are_counted_exactly(tmp_path: Path) -> None:
