@@ -35,11 +35,35 @@ class UnexpectedOutcome(Exception):
 
 
 class _StreamingUser:
-    """What both users share: the mix they draw from and how a finished stream is reported."""
+    """What both users share: the mix they draw from, the life of one request, and its report.
+    A subclass says how it streams, in ``_stream_into``."""
 
     mix: ClassVar[RequestMix]
+    client_kind: ClassVar[str]
     environment: Any
     host: str
+
+    def send_next(self) -> RequestRow:
+        """Send the next request of the mix and return its row (already recorded and reported)."""
+        return self.send(self.next_request())
+
+    def send(self, request: PreparedRequest) -> RequestRow:
+        plan = self.plan(request, self.client_kind)
+        tracker = StreamTracker(plan, time.time(), self.harness.worker)
+        started = time.monotonic()
+        try:
+            failure = self._stream_into(request, tracker, started)
+        except gevent.GreenletExit:  # the run is stopping this user mid-stream
+            self.report(tracker.finish(time.monotonic() - started, "stopped"), tracker.frames, request.path)
+            raise
+        row = tracker.finish(time.monotonic() - started, failure)
+        self.report(row, tracker.frames, request.path)
+        return row
+
+    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> str | None:
+        """Send ``request`` and feed ``tracker``; return ``"timeout"``/``"connect_error"`` when the
+        client, not the server, ended it (times are ``time.monotonic() - started``)."""
+        raise NotImplementedError
 
     @property
     def harness(self) -> RunState:
@@ -81,32 +105,19 @@ class SSEUser(_StreamingUser, FastHttpUser):
     """Streams over raw HTTP; set ``mix`` and call ``send_next()`` from a task."""
 
     abstract = True
+    client_kind = "raw"
     max_retries = 0  # a retried POST would be a second stream, counted as one
     connection_timeout = 10.0
     # network_timeout (the client idle timeout) is set per run from --client-idle-timeout.
 
-    def send_next(self) -> RequestRow:
-        return self.send(self.next_request())
-
-    def send(self, request: PreparedRequest) -> RequestRow:
-        plan = self.plan(request, "raw")
-        tracker = StreamTracker(plan, time.time(), self.harness.worker)
+    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> str | None:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-                   "Accept-Encoding": "identity", "X-Request-Id": plan.request_id}  # fmt: skip
+                   "Accept-Encoding": "identity", "X-Request-Id": tracker.plan.request_id}  # fmt: skip
         payload = json.dumps(request.stream_body(self.harness.model))
-        started = time.monotonic()
-        failure = None
-        try:
-            # catch_response without a with-block: Locust reports nothing; report() does, at the end.
-            response = self.client.request("POST", request.path, data=payload, headers=headers, stream=True,
-                                           catch_response=True, name=plan.name)  # fmt: skip
-            failure = self._read(response, tracker, started)
-        except gevent.GreenletExit:
-            self.report(tracker.finish(time.monotonic() - started, "stopped"), tracker.frames, request.path)
-            raise
-        row = tracker.finish(time.monotonic() - started, failure)
-        self.report(row, tracker.frames, request.path)
-        return row
+        # catch_response without a with-block: Locust reports nothing; report() does, at the end.
+        response = self.client.request("POST", request.path, data=payload, headers=headers, stream=True,
+                                       catch_response=True, name=tracker.plan.name)  # fmt: skip
+        return self._read(response, tracker, started)
 
     @staticmethod
     def _read(response: Any, tracker: StreamTracker, started: float) -> str | None:
@@ -141,6 +152,7 @@ class OpenAISDKUser(_StreamingUser, User):
     """Streams through the official ``openai`` client; set ``mix`` and call ``send_next()``."""
 
     abstract = True
+    client_kind = "openai"
 
     def on_start(self) -> None:
         self.sdk = openai.OpenAI(base_url=f"{self.host}/v1", api_key=self.harness.api_key or "unused", max_retries=0,
@@ -149,24 +161,10 @@ class OpenAISDKUser(_StreamingUser, User):
     def on_stop(self) -> None:
         self.sdk.close()
 
-    def send_next(self) -> RequestRow:
-        return self.send(self.next_request())
-
-    def send(self, request: PreparedRequest) -> RequestRow:
-        plan = self.plan(request, "openai")
-        tracker = StreamTracker(plan, time.time(), self.harness.worker)
+    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> str | None:
         body = request.stream_body(self.harness.model)
         create = self.sdk.chat.completions.create if request.spec.route == "chat" else self.sdk.completions.create
-        started = time.monotonic()
-        failure = None
-        try:
-            failure = self._read(create, body, plan.request_id, tracker, started)
-        except gevent.GreenletExit:
-            self.report(tracker.finish(time.monotonic() - started, "stopped"), tracker.frames, request.path)
-            raise
-        row = tracker.finish(time.monotonic() - started, failure)
-        self.report(row, tracker.frames, request.path)
-        return row
+        return self._read(create, body, tracker.plan.request_id, tracker, started)
 
     @staticmethod
     def _read(create: Any, body: dict[str, Any], request_id: str, tracker: StreamTracker, started: float) -> str | None:
