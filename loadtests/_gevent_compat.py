@@ -2,14 +2,13 @@
 
 httpcore imports trio when it is installed, and trio's import fails once gevent has removed
 ``select.epoll`` (AttributeError, which httpcore does not catch). Locust patches before any
-locustfile is loaded, so we cannot import httpx earlier; instead we mark trio as absent, which
-httpcore handles. Nothing in a Locust process uses trio. The package ``__init__`` imports this module first.
+locustfile is loaded, and ``loadtests`` may be imported before or after that, so whatever the
+order we mark trio as absent unless something already imported it; httpcore handles an absent
+trio, and nothing in sse-soak uses it. The package ``__init__`` imports this module first.
 """
 
 from __future__ import annotations
 
-import select
 import sys
 
-if "trio" not in sys.modules and not hasattr(select, "epoll") and sys.platform == "linux":
-    sys.modules["trio"] = None  # type: ignore[assignment]  # "import trio" now raises ImportError
+sys.modules.setdefault("trio", None)  # type: ignore[arg-type]  # "import trio" now raises ImportError

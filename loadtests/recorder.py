@@ -33,8 +33,8 @@ class Recorder:
         if frames:
             columns = self.frames
             columns["request_id"].extend([row.request_id] * len(frames))
-            for index, name in enumerate(FRAME_COLUMNS[1:]):
-                columns[name].extend(record[index] for record in frames)
+            for name, values in zip(FRAME_COLUMNS[1:], zip(*frames, strict=True), strict=True):
+                columns[name].extend(values)
 
     def __len__(self) -> int:
         return len(self.rows)

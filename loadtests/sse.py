@@ -10,6 +10,7 @@ frames (all fields but the arrival time) are the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 KEEP_ALIVE_TEXT = "keep-alive"
@@ -87,16 +88,38 @@ class SSEParser:
             self._line(data[start:end], end - start + terminator, t, frames)
             start = end + terminator
 
+    def feed_line(self, line: bytes, t: float) -> Sequence[Frame]:
+        """``feed()`` for exactly one LF-terminated line (what ``readline(b"\\n")`` returns), with
+        a fast path when nothing is buffered and the line has no CR: no joining, no searching."""
+        if self._buffer or self._pending_cr or b"\r" in line or not line.endswith(b"\n"):
+            return self.feed(line, t)
+        self._frame_bytes += len(line)
+        if len(line) == 1:
+            frame = self._take_frame(t)
+            return (frame,) if frame is not None else ()
+        self._field(line[:-1], t)
+        return ()
+
     def _line(self, raw: bytes, nbytes: int, t: float, frames: list[Frame]) -> None:
         self._frame_bytes += nbytes
         if not raw:
-            if self._frame is not None:
-                self._frame.nbytes = self._frame_bytes
-                self._frame.t = t
-                frames.append(self._frame)
-                self._frame = None
-            self._frame_bytes = 0
-            return
+            frame = self._take_frame(t)
+            if frame is not None:
+                frames.append(frame)
+        else:
+            self._field(raw, t)
+
+    def _take_frame(self, t: float) -> Frame | None:
+        """A blank line ended the current frame (if any): stamp and hand it over."""
+        frame = self._frame
+        if frame is not None:
+            frame.nbytes = self._frame_bytes
+            frame.t = t
+            self._frame = None
+        self._frame_bytes = 0
+        return frame
+
+    def _field(self, raw: bytes, t: float) -> None:
         frame = self._frame
         if frame is None:
             frame = self._frame = Frame(t=t, nbytes=0)

@@ -133,12 +133,12 @@ class SSEUser(_StreamingUser, FastHttpUser):
             if status != 200:
                 tracker.error_body(response.content or b"")
                 return None
-            parser = SSEParser()
-            readline = raw.readline
+            feed_line = SSEParser().feed_line
+            readline, now, on_frame = raw.readline, time.monotonic, tracker.frame
             while line := readline(b"\n"):
-                t = time.monotonic() - started
-                for frame in parser.feed(line, t):
-                    tracker.frame(frame, t)
+                t = now() - started
+                for frame in feed_line(line, t):
+                    on_frame(frame, t)
         except TimeoutError:
             return "timeout"
         except (HTTPParseError, OSError):

@@ -115,3 +115,19 @@ def test_any_split_of_a_byte_stream_gives_the_same_frames(case: tuple[bytes, lis
     # A CRLF split between reads counts its LF toward the next frame; after the last frame there is none.
     orphan_lf = stream.endswith(b"\r\n") and len(stream) - 1 in cuts
     assert sum(f.nbytes for f in split) == len(stream) - orphan_lf
+
+
+@settings(max_examples=300, deadline=None)
+@given(streams_and_splits())
+def test_feeding_lines_as_readline_returns_them_gives_the_same_frames(case: tuple[bytes, list[int]]) -> None:
+    stream, _ = case
+    parser = SSEParser()
+    frames = [frame for line in _lf_lines(stream) for frame in parser.feed_line(line, 0.0)]
+    assert fields(frames) == fields(parse(stream))
+    assert sum(f.nbytes for f in frames) == len(stream)
+
+
+def _lf_lines(stream: bytes) -> list[bytes]:
+    """What ``readline(b"\\n")`` hands over: pieces ending in LF (CRs stay inside them)."""
+    pieces = stream.split(b"\n")
+    return [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])

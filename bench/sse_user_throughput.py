@@ -1,0 +1,663 @@
+"""How much CPU does SSEUser spend per frame, and can one Locust process hold 2,000 slow streams?
+
+Why this exists: ``loadtests.users.SSEUser`` parses every SSE frame (``loadtests.sse``), records
+it with its arrival time and gap (``loadtests.outcome.StreamTracker``) and stores it column-wise
+(``loadtests.recorder.Recorder``). That work sits on the load generator's hot path: if it is too
+expensive, the load generator, not the server, becomes the bottleneck, and a soak run needs more
+worker processes than it should. This benchmark puts a number on both sides of that.
+
+A) Parser/recorder cost. Two Locust user classes, run in-process with Locust's library API
+(``Environment`` + ``create_local_runner``) against one bundled server at zero inter-token
+latency and keep-alive off: a bare loop that reads ``response._response.readline(b"\\n")`` and
+counts blank lines, and ``SSEUser`` exactly as a scenario uses it (frames counted from the
+recorder's rows, ``data_frames + keepalive_frames``). Both send the same prepared request with
+the same FastHttpUser client, at the same concurrency. Each round runs ``--users`` users doing
+``--streams-per-user`` streams each; rounds alternate bare/sse after warm-ups, each round in a
+fresh Environment. The figure is frames per CPU second of the load-generator process (a child
+process of this script, measured with ``time.process_time()`` around the round only).
+
+B) Capacity. A second child process runs ``--capacity-users`` SSEUsers at once (one stream each)
+against a server with a long prefill, keep-alive every second, a token every
+``--capacity-itl-ms`` ms and ``--trace-file``; then every request id's recorded ``data_frames``
+and ``keepalive_frames`` are compared with the frames the server's trace says it sent.
+
+How to read the output: in A, one line per round (frames, load-generator CPU s, wall s, the
+load generator's CPU utilisation, frames per CPU s), then the medians and the headline
+"SSE user throughput: X% of the bare loop (target >= 80%)". "frames/stream" must be equal for
+both users. At zero latency the server sends each frame in its own TCP segment and both users
+read about one frame per ``recv``, as in a real run with tokens spaced out: per-frame I/O and
+event-loop cost is in both figures, as it is in a real load generator. The per-round CPU
+utilisation says who was the bottleneck: well below 100%, the server was, and the faster reader
+(the bare loop) then wakes from the event loop more often per frame, which flatters the SSE user
+somewhat; the ratio is a figure for this realistic regime, not the cost of parsing alone.
+The cross-check (median of sse/bare over adjacent rounds) should agree with the headline within a
+few percent; if it does not, the 2-core machine was noisy: rerun or raise ``--rounds``.
+In B: streams started and finished, the peak number open at once (from the harness's own send
+and end times, and from the server trace's first and last frame), frames the server sent vs
+frames recorded, mismatching request ids (must be 0), and the load generator's peak RSS and CPU.
+
+Exit status: 1 if any frame was lost or miscounted (in A or B), a stream did not end ``ok``, a
+server failed to start or the load generator failed; otherwise 0. The 80% figure is reported as
+PASS/FAIL but is a measurement, not an assertion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
+    sys.path.insert(0, str(REPO_ROOT))
+# No ``loadtests`` import up here: the load-generator child must import Locust (which monkey-patches
+# the process for gevent) before any ``loadtests`` module, or ``loadtests._gevent_compat`` does not
+# apply and httpx's import of trio fails. Both sides import what they need inside functions.
+
+KINDS = ("bare", "sse")
+TARGET_RATIO = 0.80
+PROMPT_TOKENS = 8
+LOADGEN_GRACE_S = 60.0
+TRACE_DATA_KINDS = ("data", "error", "done")  # what the harness counts as data_frames
+
+
+class BenchError(RuntimeError):
+    """A server or load-generator child failed: the run has no figures (exit status 1)."""
+
+
+@dataclass(frozen=True)
+class ThroughputSettings:
+    """Part A: the same server and load for both user classes."""
+
+    max_tokens: int
+    users: int
+    streams_per_user: int
+    rounds: int
+    warmup: int
+    round_timeout_s: float
+
+    def server_args(self) -> list[str]:
+        return [
+            "--host",
+            "127.0.0.1",
+            "--inter-token-latency",
+            "0",
+            "--time-to-first-token",
+            "0",
+            "--sse-keep-alive-interval",
+            "0",
+            "--max-num-seqs",
+            str(self.users),
+            "--max-model-len",
+            str(self.max_tokens + PROMPT_TOKENS + 64),
+        ]
+
+    def schedule(self) -> list[tuple[str, bool]]:
+        """Warm-ups first, then measured rounds alternating bare/sse."""
+        warm = [(kind, True) for _ in range(self.warmup) for kind in KINDS]
+        return warm + [(kind, False) for _ in range(self.rounds) for kind in KINDS]
+
+
+@dataclass(frozen=True)
+class CapacitySettings:
+    """Part B: many slow streams open at once in one load-generator process."""
+
+    users: int
+    spawn_rate: float
+    max_tokens: int
+    ttft_ms: float
+    itl_ms: float
+    keep_alive_s: float
+    timeout_s: float
+
+    def server_args(self, trace_file: Path) -> list[str]:
+        return [
+            "--host",
+            "127.0.0.1",
+            "--max-num-seqs",
+            str(self.users),
+            "--time-to-first-token",
+            str(self.ttft_ms),
+            "--inter-token-latency",
+            str(self.itl_ms),
+            "--sse-keep-alive-interval",
+            str(self.keep_alive_s),
+            "--trace-file",
+            str(trace_file),
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# Load generator: runs in a child process (``--loadgen ROLE``), the only one that imports Locust.
+# --------------------------------------------------------------------------------------------
+
+
+def loadgen_main(role: str, target: str, settings: dict[str, Any], result_path: Path) -> int:
+    import logging
+
+    import locust  # noqa: F401 - first: Locust monkey-patches the process for gevent
+
+    logging.getLogger("locust").setLevel(logging.ERROR)  # e.g. the "spawn rate > 100" warning
+    if role == "throughput":
+        throughput = ThroughputSettings(**settings)
+        result: Any = [
+            run_throughput_round(number, kind, warmup, target, throughput)
+            for number, (kind, warmup) in enumerate(throughput.schedule(), start=1)
+        ]
+    else:
+        result = run_capacity(target, CapacitySettings(**settings))
+    result_path.write_text(json.dumps(result))
+    return 0
+
+
+def request_mix(max_tokens: int) -> Any:
+    from loadtests.workload import RequestMix, RequestSpec
+
+    return RequestMix([RequestSpec("bench", "completions", PROMPT_TOKENS, max_tokens=max_tokens)])
+
+
+def bounded_sse_user(mix: Any, streams: int) -> type:
+    """``SSEUser`` as a scenario uses it, stopping after ``streams`` streams."""
+    from locust import task
+    from locust.exception import StopUser
+
+    from loadtests.users import SSEUser
+
+    class BenchSSEUser(SSEUser):
+        def on_start(self) -> None:
+            self.remaining = streams
+
+        @task
+        def stream(self) -> None:
+            if self.remaining <= 0:
+                raise StopUser()
+            self.remaining -= 1
+            self.send_next()
+
+    BenchSSEUser.mix = mix
+    return BenchSSEUser
+
+
+def bounded_bare_user(mix: Any, streams: int, tally: Counter[str]) -> type:
+    """The same request on the same client; the read loop only counts blank lines (frame ends)."""
+    from locust import FastHttpUser, task
+    from locust.exception import StopUser
+
+    from loadtests.run_state import run_state
+
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+
+    class BareLoopUser(FastHttpUser):
+        max_retries = 0
+        connection_timeout = 10.0
+
+        def on_start(self) -> None:
+            self.remaining = streams
+            state = run_state(self.environment)
+            request = state.prepared_mix(mix, self.host).requests[0]
+            self.path, self.body = request.path, json.dumps(request.stream_body(state.model)).encode()
+
+        @task
+        def stream(self) -> None:
+            if self.remaining <= 0:
+                raise StopUser()
+            self.remaining -= 1
+            response = self.client.request(
+                "POST", self.path, data=self.body, headers=headers, stream=True, catch_response=True, name="bare"
+            )
+            tally["streams"] += 1
+            if response.status_code != 200:
+                tally["failed"] += 1
+                return
+            try:
+                frames = count_blank_lines(response._response)  # yields to other users: read the tally after
+            except Exception:
+                tally["failed"] += 1
+                raise
+            tally["frames"] += frames
+
+    return BareLoopUser
+
+
+def count_blank_lines(raw: Any) -> int:
+    frames = 0
+    try:
+        readline = raw.readline
+        while line := readline(b"\n"):
+            if line == b"\n":
+                frames += 1
+    finally:
+        raw.release()
+    return frames
+
+
+def new_environment(user_class: type, target: str) -> Any:
+    """A fresh Environment with the harness's per-run state set up as ``Scenario._on_init`` does."""
+    from locust.env import Environment
+
+    from loadtests.run_state import run_state
+
+    environment = Environment(user_classes=[user_class], host=target)
+    user_class.network_timeout = run_state(environment).client_idle_timeout  # the default, 130 s
+    return environment
+
+
+def drive(environment: Any, users: int, spawn_rate: float, timeout_s: float) -> bool:
+    """Start ``users`` users and wait until every one has stopped itself; False on timeout."""
+    runner = environment.create_local_runner()
+    deadline = time.monotonic() + timeout_s
+    try:
+        runner.start(users, spawn_rate=spawn_rate)
+        runner.spawning_greenlet.join(timeout=timeout_s)
+        return bool(runner.user_greenlets.join(timeout=max(0.0, deadline - time.monotonic())))
+    finally:
+        runner.quit()
+
+
+def run_throughput_round(
+    number: int, kind: str, warmup: bool, target: str, settings: ThroughputSettings
+) -> dict[str, Any]:
+    from loadtests.run_state import run_state
+
+    mix = request_mix(settings.max_tokens)
+    tally: Counter[str] = Counter()
+    if kind == "bare":
+        user_class = bounded_bare_user(mix, settings.streams_per_user, tally)
+    else:
+        user_class = bounded_sse_user(mix, settings.streams_per_user)
+    environment = new_environment(user_class, target)
+    state = run_state(environment)
+    state.prepared_mix(mix, target)  # discovery and /tokenize, outside the measured window
+    gc.collect()
+    cpu_before, wall_before = time.process_time(), time.perf_counter()
+    finished = drive(environment, settings.users, settings.users, settings.round_timeout_s)
+    cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before
+    counts = tally_sse_rows(state.recorder.rows) if kind == "sse" else tally
+    result = {
+        "round": number,
+        "kind": kind,
+        "warmup": warmup,
+        "finished": finished,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "streams": counts["streams"],
+        "failed": counts["failed"],
+        "frames": counts["frames"],
+    }
+    print_round(result)
+    return result
+
+
+def tally_sse_rows(rows: list[dict[str, Any]]) -> Counter[str]:
+    tally: Counter[str] = Counter()
+    for row in rows:
+        tally["streams"] += 1
+        tally["failed"] += row["outcome"] != "ok"
+        tally["frames"] += row["data_frames"] + row["keepalive_frames"]
+    return tally
+
+
+def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
+    import psutil
+
+    from loadtests.run_state import run_state
+
+    user_class = bounded_sse_user(request_mix(settings.max_tokens), 1)
+    environment = new_environment(user_class, target)
+    state = run_state(environment)
+    state.prepared_mix(user_class.mix, target)
+    rss_before = psutil.Process().memory_info().rss
+    cpu_before, wall_before = time.process_time(), time.perf_counter()
+    finished = drive(environment, settings.users, settings.spawn_rate, settings.timeout_s)
+    cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before
+    fields = ("request_id", "start_time", "duration_s", "outcome", "data_frames", "keepalive_frames", "comment_frames")
+    return {
+        "finished": finished,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "rss_before": rss_before,
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "rows": [{name: row[name] for name in fields} for row in state.recorder.rows],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Orchestrator: starts servers and load-generator children by pid, always stops them, reports.
+# --------------------------------------------------------------------------------------------
+
+
+def run_loadgen(role: str, target: str, settings: Any, timeout_s: float) -> Any:
+    """Run this script as a load-generator child; returns its result, or raises ``BenchError``."""
+    with tempfile.TemporaryDirectory(prefix="sse-bench-") as directory:
+        result_path = Path(directory) / "result.json"
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--loadgen",
+            role,
+            "--loadgen-target",
+            target,
+            "--loadgen-settings",
+            json.dumps(asdict(settings)),
+            "--loadgen-result",
+            str(result_path),
+        ]
+        sys.stdout.flush()
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
+        try:
+            code = child.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"load generator ({role}) still running after {timeout_s:.0f} s") from None
+        finally:
+            stop_child(child)
+        if code != 0 or not result_path.exists():
+            raise BenchError(f"load generator ({role}) exited with {code}")
+        return json.loads(result_path.read_text())
+
+
+def stop_child(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def raise_fd_limit(needed: int) -> int:
+    """Raise the soft open-files limit to ``needed`` (children inherit it); returns the new limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return soft
+
+
+def start_server(args: list[str]) -> Any:
+    """A started bundled server (a ``TargetServerProcess``), or ``BenchError``."""
+    from loadtests.stack import ServerStartError, TargetServerProcess
+
+    try:
+        return TargetServerProcess.start(args, env=server_env())
+    except (ServerStartError, OSError) as exc:
+        raise BenchError(f"target server failed to start: {exc}") from exc
+
+
+def server_env() -> dict[str, str]:
+    paths = [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+
+
+def throughput_phase(settings: ThroughputSettings) -> list[dict[str, Any]]:
+    server = start_server(settings.server_args())
+    try:
+        print(f"server: {server.url} pid {server.pid} args {' '.join(server.args)}")
+        print(
+            f"\n{'round':>5} {'user':>4} {'streams':>7} {'frames':>8} {'cpu s':>7} {'wall s':>7} {'cpu %':>6} "
+            f"{'frames/cpu s':>12} {'frames/stream':>13}"
+        )
+        timeout = len(settings.schedule()) * settings.round_timeout_s + LOADGEN_GRACE_S
+        return run_loadgen("throughput", server.url, settings, timeout)
+    finally:
+        server.stop()
+
+
+def print_round(result: dict[str, Any]) -> None:
+    per_cpu = frames_per_cpu_s(result)
+    per_stream = result["frames"] / result["streams"] if result["streams"] else 0.0
+    tag = " (warm-up)" if result["warmup"] else ""
+    tag += "" if result["finished"] else " TIMED OUT"
+    utilisation = 100 * result["cpu_s"] / result["wall_s"]
+    print(
+        f"{result['round']:>5} {result['kind']:>4} {result['streams']:>7} {result['frames']:>8} "
+        f"{result['cpu_s']:>7.2f} {result['wall_s']:>7.2f} {utilisation:>6.0f} {per_cpu:>12.0f} "
+        f"{per_stream:>13.1f}{tag}",
+        flush=True,
+    )
+
+
+def frames_per_cpu_s(result: dict[str, Any]) -> float:
+    return result["frames"] / result["cpu_s"] if result["cpu_s"] > 0 else float("nan")
+
+
+def summarize_throughput(rounds: list[dict[str, Any]], settings: ThroughputSettings) -> dict[str, Any]:
+    measured = {kind: [r for r in rounds if r["kind"] == kind and not r["warmup"]] for kind in KINDS}
+    figures: dict[str, Any] = {}
+    for kind in KINDS:
+        figures[f"{kind}_frames_per_cpu_s"] = statistics.median(frames_per_cpu_s(r) for r in measured[kind])
+        figures[f"{kind}_frames_per_wall_s"] = statistics.median(r["frames"] / r["wall_s"] for r in measured[kind])
+        figures[f"{kind}_cpu_utilisation"] = statistics.median(r["cpu_s"] / r["wall_s"] for r in measured[kind])
+    figures["ratio"] = figures["sse_frames_per_cpu_s"] / figures["bare_frames_per_cpu_s"]
+    pairs = zip(measured["bare"], measured["sse"], strict=True)
+    figures["ratio_paired"] = statistics.median(frames_per_cpu_s(s) / frames_per_cpu_s(b) for b, s in pairs)
+    figures["meets_target"] = figures["ratio"] >= TARGET_RATIO
+    figures["counts_ok"] = throughput_counts_ok(rounds, settings)
+    return figures
+
+
+def throughput_counts_ok(rounds: list[dict[str, Any]], settings: ThroughputSettings) -> bool:
+    """Every round finished, every stream ended well, and both users counted the same frames per stream."""
+    streams = settings.users * settings.streams_per_user
+    per_stream = {r["frames"] / max(r["streams"], 1) for r in rounds}
+    return all(r["finished"] and r["streams"] == streams and not r["failed"] for r in rounds) and len(per_stream) == 1
+
+
+def print_throughput(figures: dict[str, Any]) -> None:
+    print("\nmedians over measured rounds:")
+    for kind in KINDS:
+        print(
+            f"  {kind:>4}: {figures[f'{kind}_frames_per_cpu_s']:>9.0f} frames/load-generator CPU s  "
+            f"{figures[f'{kind}_frames_per_wall_s']:>9.0f} frames/wall s  "
+            f"load generator CPU {100 * figures[f'{kind}_cpu_utilisation']:.0f}%"
+        )
+    verdict = "PASS" if figures["meets_target"] else "FAIL"
+    print(
+        f"SSE user throughput: {100 * figures['ratio']:.1f}% of the bare loop (target >= {100 * TARGET_RATIO:.0f}%)"
+        f" -> {verdict}"
+    )
+    print(f"cross-check, median of adjacent bare/sse pairs: {100 * figures['ratio_paired']:.1f}%")
+    status = "OK" if figures["counts_ok"] else "FAILED (a round timed out, a stream failed, or counts differ)"
+    print(f"frame counts: every stream ok, same frames per stream for both users -> {status}")
+
+
+def capacity_phase(settings: CapacitySettings) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="sse-bench-trace-") as directory:
+        trace_file = Path(directory) / "trace.jsonl"
+        server = start_server(settings.server_args(trace_file))
+        try:
+            print(f"\nserver: {server.url} pid {server.pid} args {' '.join(server.args)}")
+            result = run_loadgen("capacity", server.url, settings, settings.timeout_s + LOADGEN_GRACE_S)
+        finally:
+            server.stop()  # closes the trace file
+        result["trace"] = read_trace(trace_file)
+    return result
+
+
+def read_trace(path: Path) -> dict[str, dict[str, Any]]:
+    """Per request id: frames by kind and the times of the first and last frame."""
+    per_request: dict[str, dict[str, Any]] = defaultdict(lambda: {"kinds": Counter(), "first": None, "last": None})
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            record = json.loads(line)
+            entry = per_request[record["request_id"]]
+            entry["kinds"][record["kind"]] += 1
+            entry["first"] = record["t"] if entry["first"] is None else entry["first"]
+            entry["last"] = record["t"]
+    return dict(per_request)
+
+
+def peak_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of intervals open at one instant (an end before a start at equal times)."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    open_now = peak = 0
+    for _, step in edges:
+        open_now += step
+        peak = max(peak, open_now)
+    return peak
+
+
+def trace_counts(entry: dict[str, Any] | None) -> tuple[int, int]:
+    """(data frames, keep-alive frames) the server sent, as the harness counts them."""
+    if entry is None:
+        return 0, 0
+    kinds = entry["kinds"]
+    return sum(kinds[kind] for kind in TRACE_DATA_KINDS), kinds["keepalive"]
+
+
+def compare_capacity(result: dict[str, Any], settings: CapacitySettings) -> dict[str, Any]:
+    rows = {row["request_id"]: row for row in result["rows"]}
+    trace = result["trace"]
+    mismatches = []
+    for request_id in sorted(rows.keys() | trace.keys()):
+        row = rows.get(request_id)
+        recorded = (row["data_frames"], row["keepalive_frames"]) if row else (0, 0)
+        sent = trace_counts(trace.get(request_id))
+        if row is None or row["outcome"] != "ok" or row["comment_frames"] or recorded != sent:
+            mismatches.append(
+                {"request_id": request_id, "outcome": row and row["outcome"], "recorded": recorded, "sent": sent}
+            )
+    sent_total = sum(sum(trace_counts(entry)) for entry in trace.values())
+    recorded_total = sum(row["data_frames"] + row["keepalive_frames"] for row in rows.values())
+    return {
+        "streams_started": len(rows),
+        "outcomes": dict(Counter(row["outcome"] for row in rows.values())),
+        "peak_open_harness": peak_overlap(
+            [(r["start_time"], r["start_time"] + r["duration_s"]) for r in rows.values()]
+        ),
+        "peak_open_server": peak_overlap([(entry["first"], entry["last"]) for entry in trace.values()]),
+        "frames_sent": sent_total,
+        "frames_recorded": recorded_total,
+        "keepalive_sent": sum(trace_counts(entry)[1] for entry in trace.values()),
+        "mismatches": len(mismatches),
+        "mismatch_examples": mismatches[:5],
+        "finished": result["finished"],
+        "cpu_s": result["cpu_s"],
+        "wall_s": result["wall_s"],
+        "rss_before_mib": result["rss_before"] / 2**20,
+        "peak_rss_mib": result["peak_rss"] / 2**20,
+        "ok": result["finished"] and not mismatches and len(rows) == settings.users,
+    }
+
+
+def print_capacity(figures: dict[str, Any], settings: CapacitySettings) -> None:
+    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in sorted(figures["outcomes"].items()))
+    print(
+        f"streams: {figures['streams_started']} started of {settings.users}, finished: {outcomes or 'none'}"
+        f"{'' if figures['finished'] else ' (TIMED OUT)'}"
+    )
+    print(
+        f"peak open at once: {figures['peak_open_harness']} (harness send..end), "
+        f"{figures['peak_open_server']} (server trace first..last frame)"
+    )
+    print(
+        f"frames: {figures['frames_sent']} sent by the server ({figures['keepalive_sent']} keep-alive), "
+        f"{figures['frames_recorded']} recorded by the harness"
+    )
+    print(f"mismatching requests: {figures['mismatches']} (must be 0)")
+    for example in figures["mismatch_examples"]:
+        print(f"  {json.dumps(example)}")
+    per_stream_kib = (figures["peak_rss_mib"] - figures["rss_before_mib"]) * 1024 / max(settings.users, 1)
+    print(
+        f"load generator: peak RSS {figures['peak_rss_mib']:.0f} MiB ({figures['rss_before_mib']:.0f} MiB before the "
+        f"users, ~{per_stream_kib:.0f} KiB per stream), CPU {figures['cpu_s']:.1f} s over {figures['wall_s']:.1f} s "
+        f"wall ({100 * figures['cpu_s'] / figures['wall_s']:.0f}%)"
+    )
+    print(f"capacity: {'OK, nothing lost or miscounted' if figures['ok'] else 'FAILED'}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Measure SSEUser's frames per load-generator CPU second against a bare read loop, and check "
+        "that one Locust process holds thousands of slow streams without losing a frame.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    a = parser.add_argument_group("A: parser/recorder cost")
+    a.add_argument("--max-tokens", type=int, default=2000, help="token frames per stream")
+    a.add_argument("--users", type=int, default=8, help="concurrent streams (Locust users)")
+    a.add_argument("--streams-per-user", type=int, default=10, help="streams each user runs per round")
+    a.add_argument("--rounds", type=int, default=8, help="measured rounds per user class")
+    a.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds per user class")
+    a.add_argument("--round-timeout", type=float, default=60.0, help="seconds a round may take at most")
+    b = parser.add_argument_group("B: capacity")
+    b.add_argument("--capacity-users", type=int, default=2000, help="slow streams open at once (0 skips B)")
+    b.add_argument("--capacity-spawn-rate", type=float, default=500.0, help="users started per second")
+    b.add_argument("--capacity-max-tokens", type=int, default=8, help="token frames per slow stream")
+    b.add_argument("--capacity-ttft-ms", type=float, default=8000.0, help="server --time-to-first-token")
+    b.add_argument("--capacity-itl-ms", type=float, default=1200.0, help="server --inter-token-latency")
+    b.add_argument("--capacity-keep-alive", type=float, default=1.0, help="server --sse-keep-alive-interval (s)")
+    b.add_argument("--capacity-timeout", type=float, default=90.0, help="seconds the capacity run may take at most")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the figures here")
+    for name in ("--loadgen", "--loadgen-target", "--loadgen-settings", "--loadgen-result"):
+        parser.add_argument(name, default=None, help=argparse.SUPPRESS)  # internal: the child process's role
+    args = parser.parse_args(argv)
+    for name in ("max_tokens", "users", "streams_per_user", "rounds", "capacity_max_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0 or args.capacity_users < 0 or not args.capacity_spawn_rate > 0:
+        parser.error("--warmup and --capacity-users must be >= 0, --capacity-spawn-rate > 0")
+    return args
+
+
+def settings_from(args: argparse.Namespace) -> tuple[ThroughputSettings, CapacitySettings]:
+    throughput = ThroughputSettings(
+        args.max_tokens, args.users, args.streams_per_user, args.rounds, args.warmup, args.round_timeout
+    )
+    capacity = CapacitySettings(
+        args.capacity_users,
+        args.capacity_spawn_rate,
+        args.capacity_max_tokens,
+        args.capacity_ttft_ms,
+        args.capacity_itl_ms,
+        args.capacity_keep_alive,
+        args.capacity_timeout,
+    )
+    return throughput, capacity
+
+
+def run_phases(throughput: ThroughputSettings, capacity: CapacitySettings) -> dict[str, Any]:
+    rounds = throughput_phase(throughput)
+    figures: dict[str, Any] = {
+        "settings": {"throughput": asdict(throughput), "capacity": asdict(capacity)},
+        "rounds": rounds,
+        "throughput": summarize_throughput(rounds, throughput),
+    }
+    print_throughput(figures["throughput"])
+    if capacity.users:
+        figures["capacity"] = compare_capacity(capacity_phase(capacity), capacity)
+        print_capacity(figures["capacity"], capacity)
+    return figures
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.loadgen:
+        return loadgen_main(
+            args.loadgen, args.loadgen_target, json.loads(args.loadgen_settings), Path(args.loadgen_result)
+        )
+    throughput, capacity = settings_from(args)
+    print("SSEUser throughput and capacity benchmark")
+    print(f"open-files limit: {raise_fd_limit(2 * capacity.users + 1024)}")
+    try:
+        figures = run_phases(throughput, capacity)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2, default=str) + "\n")
+        print(f"figures written to {args.json}")
+    ok = figures["throughput"]["counts_ok"] and figures.get("capacity", {}).get("ok", True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
