@@ -85,20 +85,20 @@ class TruncationHonoured:
 
 @dataclass(frozen=True)
 class Expect:
-    """Every row matching ``where`` must match ``require`` (pandas query syntax), and at least
-    ``min_rows`` rows must match ``where``."""
+    """Every row matching ``where`` (all rows when it is None) must match ``require`` (pandas query
+    syntax), and at least ``min_rows`` rows must match ``where``."""
 
     name: str
-    where: str
+    where: str | None
     require: str
     min_rows: int = 1
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
-        selected = requests.query(self.where) if len(requests) else requests
+        selected = requests.query(self.where) if self.where and len(requests) else requests
         good = selected.query(self.require) if len(selected) else selected
         bad = selected.drop(good.index)
         passed = bad.empty and len(selected) >= self.min_rows
-        detail = f"{len(good)}/{len(selected)} rows where {self.where} have {self.require}"
+        detail = f"{len(good)}/{len(selected)} rows{f' where {self.where}' if self.where else ''} have {self.require}"
         if len(selected) < self.min_rows:
             detail += f"; needs at least {self.min_rows} such rows"
         if not bad.empty:
@@ -106,6 +106,31 @@ class Expect:
             seen = ", ".join(f"{n} {outcome}/{status}" for (outcome, status), n in counts.items())
             detail += f"; instead: {seen}{_examples(bad)}"
         return GateResult(self.name, passed, detail)
+
+
+@dataclass(frozen=True)
+class NoProxyTimeouts:
+    """No stream died of a proxy read timeout: no 504 before the headers, no cut after them. The
+    detail names the cause: the longest silence against the read timeout and the keep-alive."""
+
+    read_timeout: float
+    keep_alive_interval: float | None
+    name: str = "no_proxy_timeouts"
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        timed_out = requests[requests["status"] == 504]
+        cut = requests[requests["outcome"] == "cut"]
+        detail = f"{len(timed_out)} proxy 504s before the headers, {len(cut)} streams cut after them"
+        if timed_out.empty and cut.empty:
+            return GateResult(self.name, True, detail)
+        longest = max(cut["max_gap_s"].max() if len(cut) else 0.0, timed_out["ttfb_s"].max() if len(timed_out) else 0.0)
+        interval = self.keep_alive_interval
+        keep_alive = "off" if not interval else f"every {interval:g} s"
+        detail += (f"; longest silence {longest:.2f} s against a proxy read timeout of {self.read_timeout:g} s with "
+                   f"server keep-alive {keep_alive}")  # fmt: skip
+        if not interval or interval >= self.read_timeout:
+            detail += " (a keep-alive interval below the read timeout would keep these streams alive)"
+        return GateResult(self.name, False, detail + _examples(pd.concat([timed_out, cut])))
 
 
 ALWAYS_ON: tuple[Gate, ...] = (NoHttp500(), NoInband500(), TruncationHonoured())

@@ -59,6 +59,8 @@ class RequestRow:
     bytes: int
     max_gap_s: float
     max_data_gap_s: float | None
+    silence_before_first_token_s: float | None
+    """From the headers to the first token (or to the end, when none came): what keep-alive must cover."""
     done: bool
 
     def as_dict(self) -> dict[str, Any]:
@@ -231,7 +233,8 @@ class StreamTracker:
             usage_prompt_tokens=usage.get("prompt_tokens"), usage_completion_tokens=usage.get("completion_tokens"),
             ttfb_s=self.ttfb, ttft_s=self._ttft, duration_s=t, data_frames=self._data,
             keepalive_frames=self._keepalive, comment_frames=self._comment, bytes=self.bytes,
-            max_gap_s=self._max_gap, max_data_gap_s=self._max_data_gap, done=self.done,
+            max_gap_s=self._max_gap, max_data_gap_s=self._max_data_gap,
+            silence_before_first_token_s=None if self.ttfb is None else (self._ttft or t) - self.ttfb, done=self.done,
         )  # fmt: skip
 
     def _outcome(self, failure: str | None) -> str:

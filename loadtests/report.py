@@ -32,15 +32,42 @@ def new_run_dir(report_root: str | os.PathLike[str], scenario: str) -> Path:
     return directory
 
 
-def summarize(scenario: str, requests: pd.DataFrame, gates: Sequence[GateResult]) -> dict[str, Any]:
+SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
+
+
+def causes(requests: pd.DataFrame) -> dict[str, Any]:
+    """Failures by cause: status codes, proxy timeouts before the headers (504) versus streams cut
+    after them, and keep-alive frames per stream against the silence each stream endured."""
+    statuses = requests["status"].dropna().astype(int).value_counts().sort_index()
+    streamed = requests[requests["status"] == 200]
+    bins = pd.cut(streamed["silence_before_first_token_s"], SILENCE_BINS_S, right=False)
+    by_silence = streamed.groupby(bins, observed=True)["keepalive_frames"].agg(["size", "mean", "min", "max"])
+    return {
+        "status": {str(code): int(n) for code, n in statuses.items()},
+        "proxy_timeouts_before_headers": int((requests["status"] == 504).sum()),
+        "cut_after_headers": int((requests["outcome"] == "cut").sum()),
+        "keepalive_vs_silence": [
+            {"silence_s": f"{interval.left:g}-{interval.right:g}", "streams": int(row["size"]),
+             "keepalive_mean": round(float(row["mean"]), 3), "keepalive_min": int(row["min"]),
+             "keepalive_max": int(row["max"])}
+            for interval, row in by_silence.iterrows()
+        ],
+    }  # fmt: skip
+
+
+def summarize(
+    scenario: str, requests: pd.DataFrame, gates: Sequence[GateResult], settings: dict[str, Any] | None = None
+) -> dict[str, Any]:
     counts = requests["outcome"].value_counts()
     return {
         "scenario": scenario,
+        "settings": settings or {},
         "requests": len(requests),
         "outcomes": {outcome: int(counts.get(outcome, 0)) for outcome in OUTCOMES},
         "http_500": int((requests["status"] == 500).sum()),
         "inband_500": int(((requests["outcome"] == "inband_error") & (requests["error_code"] == "500")).sum()),
         "keepalive_frames": int(requests["keepalive_frames"].sum()),
+        "causes": causes(requests),
         "gates": [{"name": g.name, "passed": g.passed, "detail": g.detail} for g in gates],
         "passed": all_passed(gates),
     }
@@ -53,11 +80,16 @@ def _replace_atomically(path: Path, write: Any) -> None:
 
 
 def write_run(
-    directory: Path, scenario: str, requests: pd.DataFrame, frames: pd.DataFrame, gates: Sequence[GateResult]
+    directory: Path,
+    scenario: str,
+    requests: pd.DataFrame,
+    frames: pd.DataFrame,
+    gates: Sequence[GateResult],
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write all three files; returns the summary."""
     _replace_atomically(directory / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
     _replace_atomically(directory / "frames.parquet", lambda p: frames.to_parquet(p, index=False))
-    summary = summarize(scenario, requests, gates)
+    summary = summarize(scenario, requests, gates, settings)
     _replace_atomically(directory / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
     return summary

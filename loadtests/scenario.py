@@ -1,11 +1,12 @@
-"""A scenario's hooks into one Locust run: options, the bundled server, the report and the verdict.
+"""A scenario's hooks into one Locust run: options, the stack under test, the report, the verdict.
 
 A locustfile declares ``Scenario(...)`` and calls ``install()``; from then on Locust's own events
-drive it. ``--help`` lists our options beside Locust's. Without ``--host``, the master (or the
-single process) starts the bundled target server with the scenario's profile on a free loopback
-port, prints its URL, and stops it by pid at the end. At ``quitting``, the process that holds
-all results writes the run directory, prints each gate's line and ``report: <path>``, and sets a
-non-zero exit code when a gate failed (never zero: Locust's own failures keep their exit code).
+drive it. Without ``--host``, the master (or the single process) starts the bundled target server
+with the scenario's profile on a free loopback port; with ``--proxy embedded|nginx`` a proxy
+with ``--proxy-read-timeout`` goes in front of it (or of ``--host``). It prints what it started
+and stops it all by pid at the end. At ``quitting``, the process that holds all results writes
+the run directory, prints each gate's line and ``report: <path>``, and sets a non-zero exit code
+when a gate failed (never zero: Locust's own failures keep their exit code).
 
 ``locust -f scenarios/x.py --help`` cannot list our options: Locust 2.x prints its help before it
 loads the locustfile (locust issue #2917). ``python scenarios/x.py --help`` goes through Locust's
@@ -17,7 +18,7 @@ from __future__ import annotations
 import atexit
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,18 +29,46 @@ from loadtests import gates as gates_module
 from loadtests.gates import Gate
 from loadtests.report import new_run_dir, write_run
 from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
-from loadtests.stack import ServerStartError, TargetServerProcess
+from loadtests.stack import PROXY_KINDS, ServerStartError, Stack
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings a run's gates may depend on, resolved from the command line."""
+
+    proxy: str
+    proxy_read_timeout: float
+    keep_alive_interval: float | None
+    """The bundled server's keep-alive interval (None: the scenario does not set one)."""
+    server_args: tuple[str, ...]
+    host: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"proxy": self.proxy, "proxy_read_timeout": self.proxy_read_timeout,
+                "keep_alive_interval": self.keep_alive_interval, "server_args": list(self.server_args),
+                "host": self.host}  # fmt: skip
+
+
+GateList = Sequence[Gate] | Callable[[RunSettings], Sequence[Gate]]
 
 
 @dataclass
 class Scenario:
-    """What one locustfile runs: the bundled server's profile and the gates of its verdict."""
+    """What one locustfile runs: the stack's profile and the gates of its verdict.
+
+    ``keep_alive_interval``, when set, becomes the option ``--keep-alive-interval`` and the bundled
+    server's ``--sse-keep-alive-interval``; ``gates`` may be a function of the ``RunSettings``.
+    """
 
     name: str
     server_args: Sequence[str] = ()
-    gates: Sequence[Gate] = ()
+    gates: GateList = ()
     client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
-    _server: TargetServerProcess | None = field(default=None, init=False, repr=False)
+    proxy: str = "none"
+    proxy_read_timeout: float = 60.0
+    keep_alive_interval: float | None = None
+    _stack: Stack | None = field(default=None, init=False, repr=False)
+    _settings: RunSettings | None = field(default=None, init=False, repr=False)
     _installed: bool = field(default=False, init=False, repr=False)
 
     def install(self) -> Scenario:
@@ -71,10 +100,37 @@ class Scenario:
             help="seconds of silence after which the client gives up on a stream; keep it above "
             f"any proxy read timeout (default: {self.client_idle_timeout:g})",
         )
-        group.add_argument("--server-args", default="",
-                           help="extra options for the bundled target server, e.g. --server-args='--failure-"
-                                "injection-rate 5' (ignored with --host; the scenario's profile is: "
-                                f"{shlex.join(self.server_args) or 'defaults'})")  # fmt: skip
+        group.add_argument(
+            "--server-args",
+            default="",
+            help="extra options for the bundled target server, e.g. --server-args='--failure-"
+            "injection-rate 5' (ignored with --host; the scenario's profile is: "
+            f"{shlex.join(self.server_args) or 'defaults'})",
+        )
+        group.add_argument(
+            "--proxy",
+            choices=PROXY_KINDS,
+            default=self.proxy,
+            help="reverse proxy in front of the server: none, embedded (asyncio, nginx's "
+            f"read-timeout semantics) or nginx (started by the run) (default: {self.proxy})",
+        )
+        group.add_argument("--proxy-read-timeout", type=float, default=self.proxy_read_timeout,
+                           help="the proxy's read timeout in seconds, as nginx's proxy_read_timeout "
+                                f"(default: {self.proxy_read_timeout:g})")  # fmt: skip
+        if self.keep_alive_interval is not None:
+            group.add_argument("--keep-alive-interval", type=float, default=self.keep_alive_interval,
+                               help="the bundled server's --sse-keep-alive-interval in seconds; 0 turns keep-alive "
+                                    f"off (the negative control) (default: {self.keep_alive_interval:g})")  # fmt: skip
+
+    def settings(self, options: Any) -> RunSettings:
+        interval = getattr(options, "keep_alive_interval", None)
+        server_args = [*self.server_args, *shlex.split(options.server_args)]
+        if interval is not None:
+            server_args += ["--sse-keep-alive-interval", repr(interval)]
+        return RunSettings(options.proxy, options.proxy_read_timeout, interval, tuple(server_args), options.host)
+
+    def gate_list(self, settings: RunSettings) -> Sequence[Gate]:
+        return self.gates(settings) if callable(self.gates) else self.gates
 
     def _on_init(self, environment: Any, **_: Any) -> None:
         options = environment.parsed_options
@@ -88,18 +144,25 @@ class Scenario:
         if isinstance(environment.runner, WorkerRunner):
             state.worker = f"worker-{environment.runner.worker_index}"
             return
-        if not environment.host:
-            self._start_bundled_server(environment, shlex.split(options.server_args))
+        self._settings = self.settings(options)
+        self._start_stack(environment, self._settings)
 
-    def _start_bundled_server(self, environment: Any, extra: list[str]) -> None:
-        args = [*self.server_args, *extra]
+    def _start_stack(self, environment: Any, settings: RunSettings) -> None:
+        if settings.host is not None and settings.proxy == "none":
+            return  # the server is given and nothing stands in front of it
         try:
-            self._server = TargetServerProcess.start(args)
-        except ServerStartError as exc:
-            sys.exit(f"sse-soak: the bundled target server did not start: {exc}")
-        environment.host = self._server.url
-        atexit.register(self._stop_server)  # run_single_user never fires quitting
-        print(f"target server: {self._server.url} (bundled, pid {self._server.pid}: {shlex.join(args)})", flush=True)
+            self._stack = Stack.start(settings.host, settings.server_args, settings.proxy, settings.proxy_read_timeout)
+        except (ServerStartError, ValueError) as exc:
+            sys.exit(f"sse-soak: the stack did not start: {exc}")
+        atexit.register(self._stop_stack)  # run_single_user never fires quitting
+        environment.host = self._stack.url
+        for line in self._stack.describe():
+            print(line, flush=True)
+
+    def _stop_stack(self) -> None:
+        if self._stack is not None:
+            self._stack.stop()
+            self._stack = None
 
     def _on_quitting(self, environment: Any, **_: Any) -> None:
         if isinstance(environment.runner, WorkerRunner):
@@ -109,21 +172,22 @@ class Scenario:
                 environment.runner.stop()  # e.g. Ctrl-C: end the streams so their rows are recorded
             self._write_report(environment)
         finally:
-            self._stop_server()
-
-    def _stop_server(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+            self._stop_stack()
 
     def _write_report(self, environment: Any) -> None:
         state = run_state(environment)
+        settings = self._settings or self.settings(environment.parsed_options)
         requests = state.recorder.requests_table()
-        results = gates_module.evaluate(requests, self.gates)
+        results = gates_module.evaluate(requests, self.gate_list(settings))
         directory = new_run_dir(environment.parsed_options.report_dir, self.name)
-        summary = write_run(directory, self.name, requests, state.recorder.frames_table(), results)
+        summary = write_run(directory, self.name, requests, state.recorder.frames_table(), results,
+                            settings.as_dict())  # fmt: skip
         outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary["outcomes"].items() if n)
         print(f"requests: {summary['requests']} ({outcomes or 'none'})")
+        causes = summary["causes"]
+        print(f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
+              f"{causes['cut_after_headers']} streams cut after headers, "
+              f"statuses {causes['status'] or '{}'}")  # fmt: skip
         for result in results:
             print(result.line())
         print(f"verdict: {'PASS' if summary['passed'] else 'FAIL'}")

@@ -1,10 +1,11 @@
-"""Start and stop the bundled target server as a child process.
+"""The system under test as child processes: the bundled server, the embedded proxy, nginx.
 
-The server runs in its own process (its asyncio loop and uvicorn must not share a process with
-Locust's gevent monkey-patching). Readiness is its ready line on stdout, never a sleep; stopping
-is by its own process id: SIGTERM, then SIGKILL after a grace period. Invariant: a
-``TargetServerProcess`` that ``start()`` returned is listening; after ``stop()`` its process has
-exited and been reaped.
+Each service runs in its own process (their asyncio loops must not share a process with
+Locust's gevent monkey-patching), listens on a free 127.0.0.1 port, and is stopped by its own
+process id: SIGTERM, then SIGKILL after a grace period. Readiness is a ready line on stdout for
+our own services and an accepted TCP connection for nginx, never a sleep. Invariant: a service
+that ``start()`` returned is accepting connections; after ``stop()`` its process has exited,
+been reaped, and its files are gone.
 """
 
 from __future__ import annotations
@@ -12,48 +13,49 @@ from __future__ import annotations
 import os
 import re
 import selectors
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
-READY_PATTERN = re.compile(r"^target_server ready: (?P<url>http://\S+)")
+READY_LINE = re.compile(r"^(?:target_server|proxy) ready: (?P<url>http://\S+)")
+PROXY_KINDS = ("none", "embedded", "nginx")
 
 
 class ServerStartError(RuntimeError):
-    """The server exited or stayed silent before printing its ready line."""
+    """A service exited, or stayed silent, before it was ready."""
 
 
 @dataclass
-class TargetServerProcess:
-    """A running ``python -m target_server``; ``url`` is its base URL."""
+class ChildService:
+    """A started child process and the URL it serves."""
 
     process: subprocess.Popen[str]
     url: str
-    args: list[str] = field(default_factory=list)
+    name: str
     _drainer: threading.Thread | None = None
+    _cleanup: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     @classmethod
-    def start(
-        cls, args: Sequence[str] = (), timeout: float = 30.0, env: dict[str, str] | None = None
-    ) -> TargetServerProcess:
-        """Launch on a free loopback port (unless ``args`` set ``--port``) and wait for readiness."""
-        argv = [sys.executable, "-m", "target_server", *args]
-        if "--port" not in args:
-            argv += ["--port", "0"]
+    def launch(cls, argv: Sequence[str], name: str, timeout: float = 30.0) -> ChildService:
+        """Start ``argv`` and wait for its ready line (``<name> ready: URL``) on stdout."""
         process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env, start_new_session=True
+            list(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True
         )
         try:
-            url = _wait_for_ready_line(process, timeout)
+            url = _wait_for_ready_line(process, name, timeout)
         except BaseException:
             _terminate(process)
             if process.stdout is not None:
@@ -62,19 +64,126 @@ class TargetServerProcess:
         # Keep draining stdout so the child can never block on a full pipe.
         drainer = threading.Thread(target=_drain, args=(process,), daemon=True)
         drainer.start()
-        return cls(process, url, list(args), drainer)
+        return cls(process, url, name, drainer)
 
     def stop(self, grace: float = 5.0) -> int | None:
-        """Stop by pid (SIGTERM, then SIGKILL), reap it and close its pipe; returns the exit code."""
+        """Stop by pid (SIGTERM, then SIGKILL), reap it, close its pipe; returns the exit code."""
         code = _terminate(self.process, grace)
         if self._drainer is not None:
             self._drainer.join(grace)  # the pipe reaches EOF once the process is gone
         if self.process.stdout is not None:
             self.process.stdout.close()
+        if self._cleanup is not None:
+            self._cleanup()
+            self._cleanup = None
         return code
 
 
-def _wait_for_ready_line(process: subprocess.Popen[str], timeout: float) -> str:
+class TargetServerProcess(ChildService):
+    """``python -m target_server`` on a free loopback port (unless ``args`` set ``--port``)."""
+
+    @classmethod
+    def start(cls, args: Sequence[str] = (), timeout: float = 30.0) -> ChildService:
+        argv = [sys.executable, "-m", "target_server", *args]
+        if "--port" not in args:
+            argv += ["--port", "0"]
+        return cls.launch(argv, "target server", timeout)
+
+
+def start_embedded_proxy(upstream: str, read_timeout: float, timeout: float = 30.0) -> ChildService:
+    """``python -m loadtests proxy`` in front of ``upstream``, on a free loopback port."""
+    argv = [sys.executable, "-m", "loadtests", "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream,
+            "--read-timeout", repr(read_timeout)]  # fmt: skip
+    return ChildService.launch(argv, "embedded proxy", timeout)
+
+
+NGINX_CONFIG = """\
+# Written by sse-soak for one run; nginx in the foreground, on loopback, SSE-ready.
+daemon off;
+worker_processes 1;
+pid {directory}/nginx.pid;
+error_log {directory}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    client_body_temp_path {directory}/client_body;
+    proxy_temp_path {directory}/proxy;
+    fastcgi_temp_path {directory}/fastcgi;
+    uwsgi_temp_path {directory}/uwsgi;
+    scgi_temp_path {directory}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        client_max_body_size 64m;
+        location / {{
+            proxy_pass {upstream};
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_cache off;
+            proxy_read_timeout {read_timeout_ms}ms;
+            proxy_send_timeout {read_timeout_ms}ms;
+        }}
+    }}
+}}
+"""
+
+
+def nginx_config(directory: Path, port: int, upstream: str, read_timeout: float) -> str:
+    """The config text: no buffering, HTTP/1.1 upstream, ``proxy_read_timeout`` in milliseconds."""
+    return NGINX_CONFIG.format(
+        directory=directory, port=port, upstream=upstream.rstrip("/"), read_timeout_ms=round(read_timeout * 1000)
+    )
+
+
+def start_nginx(upstream: str, read_timeout: float, timeout: float = 30.0) -> ChildService:
+    """Real nginx as a non-daemon child, its config and temp files in a fresh temporary directory."""
+    binary = shutil.which("nginx")
+    if binary is None:
+        raise ServerStartError("--proxy nginx needs nginx installed (Debian: apt-get install nginx)")
+    directory = Path(tempfile.mkdtemp(prefix="sse-soak-nginx-"))
+    port = _free_port()
+    (directory / "nginx.conf").write_text(nginx_config(directory, port, upstream, read_timeout))
+    argv = [binary, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-e", str(directory / "error.log")]
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)  # fmt: skip
+
+    def cleanup() -> None:
+        if process.stderr is not None:
+            process.stderr.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+    service = ChildService(process, f"http://127.0.0.1:{port}", "nginx", None, cleanup)
+    try:
+        _wait_for_port(process, port, timeout, directory / "error.log")
+    except BaseException:
+        service.stop()
+        raise
+    return service
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_for_port(process: subprocess.Popen[str], port: int, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            reason = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+            stderr = process.stderr.read().strip() if process.stderr else ""
+            raise ServerStartError(f"nginx exited with {process.returncode}: {' '.join(reason) or stderr}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.02)  # polling a port: nginx prints no ready line
+    raise ServerStartError(f"nginx did not accept connections on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+def _wait_for_ready_line(process: subprocess.Popen[str], name: str, timeout: float) -> str:
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
     seen: list[str] = []
@@ -86,12 +195,12 @@ def _wait_for_ready_line(process: subprocess.Popen[str], timeout: float) -> str:
             line = process.stdout.readline()
             if not line:
                 code = process.wait()
-                raise ServerStartError(f"target server exited with {code} before it was ready: {''.join(seen)!r}")
+                raise ServerStartError(f"{name} exited with {code} before it was ready: {''.join(seen)!r}")
             seen.append(line)
-            match = READY_PATTERN.match(line)
+            match = READY_LINE.match(line)
             if match:
                 return match["url"]
-    raise ServerStartError(f"target server printed no ready line within {timeout:.0f} s")
+    raise ServerStartError(f"{name} printed no ready line within {timeout:.0f} s")
 
 
 def _drain(process: subprocess.Popen[str]) -> None:
@@ -111,8 +220,48 @@ def _terminate(process: subprocess.Popen[str], grace: float = 5.0) -> int | None
     return process.returncode
 
 
+@dataclass
+class Stack:
+    """What stands in front of the harness for one run: a bundled server (unless a host is given)
+    and a proxy (unless ``proxy`` is ``none``). ``url`` is where the harness sends requests."""
+
+    url: str
+    services: list[ChildService] = field(default_factory=list)
+
+    @classmethod
+    def start(
+        cls, host: str | None, server_args: Sequence[str], proxy: str = "none", read_timeout: float = 60.0
+    ) -> Stack:
+        if proxy not in PROXY_KINDS:
+            raise ValueError(f"proxy must be one of {', '.join(PROXY_KINDS)}, got {proxy!r}")
+        stack = cls(url=host or "")
+        try:
+            if host is None:
+                stack._add(TargetServerProcess.start(server_args))
+            if proxy == "embedded":
+                stack._add(start_embedded_proxy(stack.url, read_timeout))
+            elif proxy == "nginx":
+                stack._add(start_nginx(stack.url, read_timeout))
+        except BaseException:
+            stack.stop()
+            raise
+        return stack
+
+    def _add(self, service: ChildService) -> None:
+        self.services.append(service)
+        self.url = service.url
+
+    def stop(self) -> None:
+        """Stop everything, the front (proxy) first."""
+        while self.services:
+            self.services.pop().stop()
+
+    def describe(self) -> list[str]:
+        return [f"{service.name}: {service.url} (pid {service.pid})" for service in self.services]
+
+
 @contextmanager
-def target_server(args: Sequence[str] = (), timeout: float = 30.0) -> Iterator[TargetServerProcess]:
+def target_server(args: Sequence[str] = (), timeout: float = 30.0) -> Iterator[ChildService]:
     """A started server for the ``with`` block, always stopped after it."""
     server = TargetServerProcess.start(args, timeout)
     try:
