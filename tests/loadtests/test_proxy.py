@@ -1,0 +1,187 @@
+"""The embedded proxy and nginx, each started for real between a client and a real upstream."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loadtests.stack import ChildService, ServerStartError, nginx_config, start_embedded_proxy, start_nginx
+from tests.conftest import StartServer
+from tests.sse_stream import stream
+
+StartProxy = Callable[[str, float], ChildService]
+PROXIES = {"embedded": start_embedded_proxy, "nginx": start_nginx}
+
+
+@pytest.fixture(params=sorted(PROXIES))
+def start_proxy(request: pytest.FixtureRequest) -> Iterator[StartProxy]:
+    """Starts the parametrized proxy kind; every one started is stopped at teardown."""
+    started: list[ChildService] = []
+
+    def start(upstream: str, read_timeout: float) -> ChildService:
+        service = PROXIES[request.param](upstream, read_timeout)
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        service.stop()
+
+
+class SilentUpstream:
+    """A real TCP server that accepts connections and never answers (an engine stuck before headers)."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.connections: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.connections.append(connection)
+
+    def close(self) -> None:
+        self.socket.close()
+        for connection in self.connections:
+            connection.close()
+
+
+@pytest.fixture
+def silent_upstream() -> Iterator[SilentUpstream]:
+    upstream = SilentUpstream()
+    yield upstream
+    upstream.close()
+
+
+def test_silence_before_the_headers_is_a_504(start_proxy: StartProxy, silent_upstream: SilentUpstream) -> None:
+    proxy = start_proxy(silent_upstream.url, 0.5)
+    started = time.monotonic()
+    response = httpx.post(proxy.url + "/v1/completions", json={"prompt": "hi"}, timeout=30)
+    assert response.status_code == 504
+    assert 0.5 <= time.monotonic() - started < 5
+
+
+def test_silence_after_the_headers_cuts_the_stream(start_proxy: StartProxy, start_server: StartServer) -> None:
+    server = start_server("--time-to-first-token", "3000")
+    proxy = start_proxy(server.url, 0.5)
+    with httpx.Client(base_url=proxy.url, timeout=30) as client:
+        result = stream(client, "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+    assert result.response.status_code == 200 and not result.complete
+    assert result.frames == []
+
+
+def test_keepalive_comments_pass_through_and_keep_the_stream_alive(
+    start_proxy: StartProxy, start_server: StartServer
+) -> None:
+    server = start_server("--time-to-first-token", "1500", "--sse-keep-alive-interval", "0.2")
+    proxy = start_proxy(server.url, 0.5)
+    with httpx.Client(base_url=proxy.url, timeout=30) as client:
+        result = stream(client, "/v1/completions", {"prompt": "hi", "max_tokens": 3}, **{"X-Request-Id": "via-proxy"})
+    assert result.complete and result.kinds().count("keepalive") >= 5
+    assert result.kinds()[-4:] == ["data", "data", "data", "done"]
+    assert result.response.headers["x-request-id"] == "via-proxy"
+    assert result.response.headers["content-type"] == "text/event-stream; charset=utf-8"
+
+
+def test_frames_are_relayed_as_they_come_not_buffered(start_proxy: StartProxy, start_server: StartServer) -> None:
+    server = start_server("--inter-token-latency", "200")
+    proxy = start_proxy(server.url, 5.0)
+    with httpx.Client(base_url=proxy.url, timeout=30) as client:
+        result = stream(client, "/v1/completions", {"prompt": "hi", "max_tokens": 5})
+    token_times = [frame.t for frame in result.frames if frame.data and frame.data != "[DONE]"]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(token_times)]
+    assert len(gaps) == 4 and min(gaps) > 0.1  # buffered frames would arrive together
+
+
+def test_error_statuses_and_bodies_pass_through(start_proxy: StartProxy, start_server: StartServer) -> None:
+    server = start_server()
+    proxy = start_proxy(server.url, 5.0)
+    response = httpx.post(proxy.url + "/v1/completions", json={"prompt": "hi", "model": "nope"}, timeout=30)
+    assert response.status_code == 404 and response.json()["error"]["param"] == "model"
+
+
+def test_a_client_that_leaves_frees_the_server_slot(start_proxy: StartProxy, start_server: StartServer) -> None:
+    server = start_server("--max-num-seqs", "1", "--time-to-first-token", "30000", "--sse-keep-alive-interval", "0.1")
+    proxy = start_proxy(server.url, 5.0)
+    body = {"prompt": "hi", "max_tokens": 1, "stream": True}
+    with httpx.Client(timeout=30) as client, client.stream("POST", proxy.url + "/v1/completions", json=body) as r:
+        next(r.iter_raw())  # a keep-alive: the request holds the only slot
+    deadline = time.monotonic() + 10
+    while "vllm:num_requests_running 0.0" not in httpx.get(server.url + "/metrics").text:
+        assert time.monotonic() < deadline, "the server still runs the abandoned request"
+        time.sleep(0.05)
+
+
+def test_the_embedded_proxy_says_502_for_an_unreachable_upstream() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    proxy = start_embedded_proxy(dead, 1.0)
+    try:
+        assert httpx.get(proxy.url + "/health", timeout=10).status_code == 502
+    finally:
+        proxy.stop()
+
+
+def test_the_proxy_command_counts_what_it_did_when_stopped(silent_upstream: SilentUpstream) -> None:
+    command = [sys.executable, "-m", "loadtests", "proxy", "--upstream", silent_upstream.url, "--read-timeout", "0.3"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        ready = process.stdout.readline()
+        url = re.match(r"proxy ready: (http://127\.0\.0\.1:\d+) -> ", ready)
+        assert url, ready
+        assert httpx.get(url[1] + "/x", timeout=10).status_code == 504
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=10)
+    assert "proxy: 1 requests, 1 read timeouts before headers (504), 0 after headers (cut)" in output
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [(["--upstream", "ftp://x"], "must be an http:// URL"), (["--upstream", "http://x", "--read-timeout", "0"],
+     "positive number of seconds"), (["--listen", "nowhere", "--upstream", "http://x"], "expected HOST:PORT")],
+)  # fmt: skip
+def test_proxy_command_line_errors_are_one_line(args: list[str], complaint: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "loadtests", "proxy", *args], capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert result.returncode != 0 and complaint in result.stderr.strip().splitlines()[-1]
+
+
+def test_nginx_config_is_sse_ready(tmp_path: Path) -> None:
+    config = nginx_config(tmp_path, 8080, "http://127.0.0.1:9000/", 2.5)
+    for line in ("listen 127.0.0.1:8080;", "proxy_pass http://127.0.0.1:9000;", "proxy_http_version 1.1;",
+                 "proxy_buffering off;", "proxy_read_timeout 2500ms;", "daemon off;"):  # fmt: skip
+        assert line in config
+
+
+def test_missing_nginx_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ServerStartError, match="needs nginx installed"):
+        start_nginx("http://127.0.0.1:9", 1.0)
+
+
+def test_nginx_leaves_no_files_behind(start_server: StartServer) -> None:
+    server = start_server()
+    nginx = start_nginx(server.url, 1.0)
+    directory = Path(nginx.process.args[2])
+    assert (directory / "nginx.conf").exists()
+    nginx.stop()
+    assert not directory.exists()
