@@ -1,0 +1,61 @@
+"""slow_prefill and proxy_timeout through both proxies: positive runs and negative controls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.loadtests.locust_run import run_locust
+
+pytestmark = pytest.mark.smoke
+PROXIES = ["embedded", "nginx"]
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+def test_proxy_timeout_streams_survive_a_2s_proxy_through_5s_prefill_with_keepalive(tmp_path: Path, proxy: str) -> None:
+    run = run_locust("proxy_timeout", tmp_path, "--proxy", proxy, users=4, seconds=8)
+    assert run.returncode == 0, run.output[-3000:]
+    summary = run.summary
+    assert summary["settings"]["proxy"] == proxy and summary["settings"]["proxy_read_timeout"] == 2.0
+    assert summary["outcomes"]["ok"] >= 2
+    assert summary["outcomes"]["cut"] == summary["causes"]["proxy_timeouts_before_headers"] == 0
+    finished = run.requests.query("outcome == 'ok'")
+    assert (finished["silence_before_first_token_s"] >= 5.0).all()  # longer than the proxy's 2 s...
+    assert (finished["max_gap_s"] < 2.0).all() and (finished["keepalive_frames"] >= 9).all()  # ...but never silent
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+def test_proxy_timeout_without_keepalive_every_stream_is_cut_and_the_run_fails(tmp_path: Path, proxy: str) -> None:
+    run = run_locust("proxy_timeout", tmp_path, "--proxy", proxy, "--keep-alive-interval", "0", users=4, seconds=6)
+    assert run.returncode != 0
+    requests = run.requests.query("outcome != 'stopped'")
+    assert len(requests) >= 4
+    assert set(requests["outcome"]) == {"cut"} and (requests["status"] == 200).all()
+    assert (requests["max_gap_s"] >= 2.0 * 0.98).all()
+    gate = run.gate("no_proxy_timeouts")
+    assert not gate["passed"] and f"{len(requests)} streams cut after them" in gate["detail"]
+    assert "server keep-alive off" in gate["detail"]
+    assert "gate FAIL no_proxy_timeouts:" in run.output
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+def test_slow_prefill_keepalive_covers_every_silence(tmp_path: Path, proxy: str) -> None:
+    run = run_locust("slow_prefill", tmp_path, "--proxy", proxy, users=6, seconds=8)
+    assert run.returncode == 0, run.output[-3000:]
+    requests = run.requests.query("outcome == 'ok'")
+    waited = requests[requests["silence_before_first_token_s"] > 1.5]  # queued behind another stream
+    assert len(waited) >= 2
+    assert (waited["keepalive_frames"] >= (waited["silence_before_first_token_s"] / 0.5).astype(int) - 1).all()
+    assert (requests["max_gap_s"] <= 0.75).all()
+    by_silence = run.summary["causes"]["keepalive_vs_silence"]
+    assert sum(bucket["streams"] for bucket in by_silence) == int((run.requests["status"] == 200).sum())
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+def test_slow_prefill_without_keepalive_fails_its_keepalive_gates(tmp_path: Path, proxy: str) -> None:
+    run = run_locust("slow_prefill", tmp_path, "--proxy", proxy, "--keep-alive-interval", "0", users=6, seconds=6)
+    assert run.returncode != 0
+    assert not run.gate("keepalive_through_silence")["passed"]
+    assert not run.gate("max_gap_within_interval_plus_0.25s")["passed"]
+    assert run.summary["keepalive_frames"] == 0
