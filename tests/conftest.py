@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -40,3 +42,12 @@ def default_server() -> Iterator[TargetServerProcess]:
 def client(default_server: TargetServerProcess) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=default_server.url, timeout=30) as http:
         yield http
+
+
+def require_nginx() -> None:
+    """Skip without nginx on PATH, unless SSE_SOAK_REQUIRE_NGINX=1 (CI installs it and sets
+    that, so a missing nginx fails there instead of passing quietly)."""
+    if shutil.which("nginx") is None:
+        if os.environ.get("SSE_SOAK_REQUIRE_NGINX") == "1":
+            pytest.fail("nginx is required (SSE_SOAK_REQUIRE_NGINX=1) but not on PATH")
+        pytest.skip("nginx is not installed (Debian: apt-get install nginx)")

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from loadtests.stack import ChildService, ServerStartError, nginx_config, start_embedded_proxy, start_nginx
-from tests.conftest import StartServer
+from tests.conftest import StartServer, require_nginx
 from tests.sse_stream import stream
 
 StartProxy = Callable[[str, float], ChildService]
@@ -27,6 +27,9 @@ PROXIES = {"embedded": start_embedded_proxy, "nginx": start_nginx}
 def start_proxy(request: pytest.FixtureRequest) -> Iterator[StartProxy]:
     """Starts the parametrized proxy kind; every one started is stopped at teardown."""
     started: list[ChildService] = []
+
+    if request.param == "nginx":
+        require_nginx()
 
     def start(upstream: str, read_timeout: float) -> ChildService:
         service = PROXIES[request.param](upstream, read_timeout)
@@ -179,6 +182,7 @@ def test_missing_nginx_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_nginx_leaves_no_files_behind(start_server: StartServer) -> None:
+    require_nginx()
     server = start_server()
     nginx = start_nginx(server.url, 1.0)
     directory = Path(nginx.process.args[2])

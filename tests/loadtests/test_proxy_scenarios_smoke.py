@@ -6,13 +6,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_nginx
 from tests.loadtests.locust_run import run_locust
 
 pytestmark = pytest.mark.smoke
-PROXIES = ["embedded", "nginx"]
 
 
-@pytest.mark.parametrize("proxy", PROXIES)
+@pytest.fixture(params=["embedded", "nginx"])
+def proxy(request: pytest.FixtureRequest) -> str:
+    if request.param == "nginx":
+        require_nginx()
+    return request.param
+
+
 def test_proxy_timeout_streams_survive_a_2s_proxy_through_5s_prefill_with_keepalive(tmp_path: Path, proxy: str) -> None:
     run = run_locust("proxy_timeout", tmp_path, "--proxy", proxy, users=4, seconds=8)
     assert run.returncode == 0, run.output[-3000:]
@@ -25,7 +31,6 @@ def test_proxy_timeout_streams_survive_a_2s_proxy_through_5s_prefill_with_keepal
     assert (finished["max_gap_s"] < 2.0).all() and (finished["keepalive_frames"] >= 9).all()  # ...but never silent
 
 
-@pytest.mark.parametrize("proxy", PROXIES)
 def test_proxy_timeout_without_keepalive_every_stream_is_cut_and_the_run_fails(tmp_path: Path, proxy: str) -> None:
     run = run_locust("proxy_timeout", tmp_path, "--proxy", proxy, "--keep-alive-interval", "0", users=4, seconds=6)
     assert run.returncode != 0
@@ -39,7 +44,6 @@ def test_proxy_timeout_without_keepalive_every_stream_is_cut_and_the_run_fails(t
     assert "gate FAIL no_proxy_timeouts:" in run.output
 
 
-@pytest.mark.parametrize("proxy", PROXIES)
 def test_slow_prefill_keepalive_covers_every_silence(tmp_path: Path, proxy: str) -> None:
     run = run_locust("slow_prefill", tmp_path, "--proxy", proxy, users=6, seconds=8)
     assert run.returncode == 0, run.output[-3000:]
@@ -52,7 +56,6 @@ def test_slow_prefill_keepalive_covers_every_silence(tmp_path: Path, proxy: str)
     assert sum(bucket["streams"] for bucket in by_silence) == int((run.requests["status"] == 200).sum())
 
 
-@pytest.mark.parametrize("proxy", PROXIES)
 def test_slow_prefill_without_keepalive_fails_its_keepalive_gates(tmp_path: Path, proxy: str) -> None:
     run = run_locust("slow_prefill", tmp_path, "--proxy", proxy, "--keep-alive-interval", "0", users=6, seconds=6)
     assert run.returncode != 0
