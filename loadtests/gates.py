@@ -10,9 +10,10 @@ on the server and are left out of every gate.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -144,3 +145,22 @@ def evaluate(requests: pd.DataFrame, gates: Iterable[Gate] = ()) -> list[GateRes
 
 def all_passed(results: Sequence[GateResult]) -> bool:
     return all(result.passed for result in results)
+
+
+GATE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (NoHttp500, NoInband500, TruncationHonoured, Expect,
+                                                            NoProxyTimeouts)}  # fmt: skip
+
+
+def gate_spec(gate: Gate) -> dict[str, Any]:
+    """A gate as plain data, so ``summary.json`` can carry it and a report can re-judge a run."""
+    if type(gate).__name__ not in GATE_TYPES or not dataclasses.is_dataclass(gate):
+        raise TypeError(f"{type(gate).__name__} is not a gate type sse-soak can store")
+    return {"type": type(gate).__name__, **dataclasses.asdict(gate)}
+
+
+def gate_from_spec(spec: dict[str, Any]) -> Gate:
+    fields = dict(spec)
+    kind = fields.pop("type")
+    if kind not in GATE_TYPES:
+        raise ValueError(f"unknown gate type {kind!r}; known: {', '.join(GATE_TYPES)}")
+    return GATE_TYPES[kind](**fields)

@@ -9,14 +9,41 @@ can hold a whole distributed run. Invariant: every row added or ingested is in e
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from loadtests.outcome import RequestRow
 
 FRAME_COLUMNS = ("request_id", "seq", "kind", "t_s", "gap_s", "bytes")
 FrameRecord = tuple[int, str, float, float, int]  # seq, kind, t_s, gap_s, bytes
+
+_ARROW_TYPES: dict[object, pa.DataType] = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+
+
+def _arrow_type(annotation: object) -> pa.DataType:
+    for python_type, arrow_type in _ARROW_TYPES.items():
+        if annotation is python_type or python_type in typing.get_args(annotation):
+            return arrow_type
+    raise TypeError(f"no Arrow type for {annotation!r}")
+
+
+REQUEST_SCHEMA = pa.schema([(name, _arrow_type(t)) for name, t in typing.get_type_hints(RequestRow).items()])
+"""requests.parquet: one column per ``RequestRow`` field, in field order."""
+FRAME_SCHEMA = pa.schema(
+    [("request_id", pa.string()), ("seq", pa.int32()), ("kind", pa.string()), ("t_s", pa.float64()),
+     ("gap_s", pa.float64()), ("bytes", pa.int32())]
+)  # fmt: skip
+assert tuple(FRAME_SCHEMA.names) == FRAME_COLUMNS
+assert tuple(REQUEST_SCHEMA.names) == tuple(f.name for f in dataclasses.fields(RequestRow))
+
+
+def to_pandas(table: pa.Table) -> pd.DataFrame:
+    """An Arrow table as pandas, integer columns as nullable ``Int64`` (status may be missing)."""
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype()}.get)
 
 
 class Recorder:
@@ -55,12 +82,7 @@ class Recorder:
             self.frames[column].extend(batch["frames"][column])
 
     def requests_table(self) -> pd.DataFrame:
-        columns = list(RequestRow.__dataclass_fields__)
-        table = pd.DataFrame(self.rows, columns=columns)
-        for name in ("status", "prompt_tokens", "max_tokens", "truncate_prompt_tokens", "usage_prompt_tokens",
-                     "usage_completion_tokens"):  # fmt: skip
-            table[name] = table[name].astype("Int64")
-        return table
+        return to_pandas(pa.Table.from_pylist(self.rows, schema=REQUEST_SCHEMA))
 
     def frames_table(self) -> pd.DataFrame:
-        return pd.DataFrame(self.frames, columns=list(FRAME_COLUMNS))
+        return to_pandas(pa.Table.from_pydict(self.frames, schema=FRAME_SCHEMA))

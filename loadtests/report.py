@@ -1,9 +1,9 @@
-"""The run directory: ``requests.parquet``, ``frames.parquet`` and ``summary.json``.
+"""The run's verdict files: ``summary.json`` (and the HTML report) from the request table.
 
-``<report-dir>/<scenario>-<UTC timestamp>/``; the layout is described in reports/README.md.
-The summary is computed from the request table alone, so it can be rebuilt from the parquet
-files. Invariant: the directory is complete when ``write_run`` returns; it writes each file to
-a temporary name and renames it, so a reader never sees half a file.
+``<report-dir>/<scenario>-<UTC timestamp>/``; the layout is described in reports/README.md. The
+parquet parts are written as the run goes (``run_writer``); the summary is computed from the
+request table alone, so ``python -m loadtests report`` can rebuild it from the parquet files.
+Files are written under a temporary name and renamed, so a reader never sees half a file.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests.gates import GateResult, all_passed
+from loadtests.gates import Gate, GateResult, all_passed, evaluate, gate_spec
 from loadtests.outcome import OUTCOMES
 
 
@@ -55,19 +55,52 @@ def causes(requests: pd.DataFrame) -> dict[str, Any]:
     }  # fmt: skip
 
 
+LATENCY_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
+PERCENTILES = (50, 90, 95, 99)
+
+
+def latency(requests: pd.DataFrame) -> dict[str, dict[str, float | int | None]]:
+    """p50/p90/p95/p99/max of each timing over the requests that have it."""
+    figures: dict[str, dict[str, float | int | None]] = {}
+    for column in LATENCY_COLUMNS:
+        values = requests[column].dropna()
+        entry: dict[str, float | int | None] = {"count": len(values)}
+        for p in PERCENTILES:
+            entry[f"p{p}"] = round(float(values.quantile(p / 100)), 6) if len(values) else None
+        entry["max"] = round(float(values.max()), 6) if len(values) else None
+        figures[column] = entry
+    return figures
+
+
+def keepalive_per_stream(requests: pd.DataFrame) -> dict[str, float | int | None]:
+    streamed = requests.loc[requests["status"] == 200, "keepalive_frames"]
+    if streamed.empty:
+        return {"streams": 0, "mean": None, "max": None}
+    return {"streams": len(streamed), "mean": round(float(streamed.mean()), 4), "max": int(streamed.max())}
+
+
 def summarize(
-    scenario: str, requests: pd.DataFrame, gates: Sequence[GateResult], settings: dict[str, Any] | None = None
+    scenario: str,
+    requests: pd.DataFrame,
+    gates: Sequence[GateResult],
+    settings: dict[str, Any] | None = None,
+    gate_specs: Sequence[dict[str, Any]] = (),
+    frame_sample_rate: float = 1.0,
 ) -> dict[str, Any]:
     counts = requests["outcome"].value_counts()
     return {
         "scenario": scenario,
         "settings": settings or {},
+        "frame_sample_rate": frame_sample_rate,
         "requests": len(requests),
         "outcomes": {outcome: int(counts.get(outcome, 0)) for outcome in OUTCOMES},
         "http_500": int((requests["status"] == 500).sum()),
         "inband_500": int(((requests["outcome"] == "inband_error") & (requests["error_code"] == "500")).sum()),
         "keepalive_frames": int(requests["keepalive_frames"].sum()),
         "causes": causes(requests),
+        "latency": latency(requests),
+        "keepalive_per_stream": keepalive_per_stream(requests),
+        "gate_specs": list(gate_specs),
         "gates": [{"name": g.name, "passed": g.passed, "detail": g.detail} for g in gates],
         "passed": all_passed(gates),
     }
@@ -79,17 +112,21 @@ def _replace_atomically(path: Path, write: Any) -> None:
     temporary.replace(path)
 
 
-def write_run(
+def write_summary(directory: Path, summary: dict[str, Any]) -> None:
+    _replace_atomically(directory / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
+
+
+def judge_run(
     directory: Path,
     scenario: str,
     requests: pd.DataFrame,
-    frames: pd.DataFrame,
-    gates: Sequence[GateResult],
+    gates: Sequence[Gate],
     settings: dict[str, Any] | None = None,
+    frame_sample_rate: float = 1.0,
 ) -> dict[str, Any]:
-    """Write all three files; returns the summary."""
-    _replace_atomically(directory / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
-    _replace_atomically(directory / "frames.parquet", lambda p: frames.to_parquet(p, index=False))
-    summary = summarize(scenario, requests, gates, settings)
-    _replace_atomically(directory / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n"))
+    """Evaluate the gates over ``requests`` and write ``summary.json``; returns the summary."""
+    results = evaluate(requests, gates)
+    specs = [gate_spec(gate) for gate in gates]
+    summary = summarize(scenario, requests, results, settings, specs, frame_sample_rate)
+    write_summary(directory, summary)
     return summary

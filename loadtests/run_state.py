@@ -29,11 +29,25 @@ class RunState:
     model_option: str | None = None
     api_key: str | None = None
     client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
-    worker: str = "local"
+    frame_sample_rate: float = 1.0
+    """Share of ``ok`` streams whose frame records are kept; other outcomes always keep theirs."""
+    runner: Any = None
     recorder: Recorder = field(default_factory=Recorder)
     facts: ServerFacts | None = None
     _mixes: dict[int, PreparedMix] = field(default_factory=dict)
     _lock: Semaphore = field(default_factory=Semaphore)
+
+    @property
+    def worker(self) -> str:
+        """``worker-N`` on a Locust worker (its index is known only once it joined the master)."""
+        index = getattr(self.runner, "worker_index", None)
+        return f"worker-{index}" if index is not None and index >= 0 else "local"
+
+    def keeps_frames(self, request_id: str, outcome: str) -> bool:
+        """Frame sampling, decided per request (the same request id always decides the same way)."""
+        if outcome != "ok" or self.frame_sample_rate >= 1.0:
+            return True
+        return int(request_id[:8], 16) / 0x1_0000_0000 < self.frame_sample_rate
 
     @property
     def model(self) -> str:

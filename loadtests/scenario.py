@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from locust import FastHttpUser, events
-from locust.runners import WorkerRunner
+from locust.runners import MasterRunner, WorkerRunner
 
-from loadtests import gates as gates_module
-from loadtests.gates import Gate
-from loadtests.report import new_run_dir, write_run
+from loadtests.collect import Collector
+from loadtests.gates import Gate, GateResult
+from loadtests.report import judge_run, new_run_dir
 from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
+from loadtests.run_writer import RunWriter
 from loadtests.stack import PROXY_KINDS, ServerStartError, Stack
 
 
@@ -69,6 +70,8 @@ class Scenario:
     keep_alive_interval: float | None = None
     _stack: Stack | None = field(default=None, init=False, repr=False)
     _settings: RunSettings | None = field(default=None, init=False, repr=False)
+    _writer: RunWriter | None = field(default=None, init=False, repr=False)
+    _collector: Collector | None = field(default=None, init=False, repr=False)
     _installed: bool = field(default=False, init=False, repr=False)
 
     def install(self) -> Scenario:
@@ -117,6 +120,16 @@ class Scenario:
         group.add_argument("--proxy-read-timeout", type=float, default=self.proxy_read_timeout,
                            help="the proxy's read timeout in seconds, as nginx's proxy_read_timeout "
                                 f"(default: {self.proxy_read_timeout:g})")  # fmt: skip
+        group.add_argument(
+            "--frame-sample-rate",
+            type=float,
+            default=1.0,
+            help="share of ok streams whose frame records are kept (0-1); request rows and the "
+            "frames of every other outcome are always kept (default: 1)",
+        )
+        group.add_argument("--flush-interval", type=float, default=2.0,
+                           help="seconds between writes of recorded rows to the run directory (and between "
+                                "worker -> master batches) (default: 2)")  # fmt: skip
         if self.keep_alive_interval is not None:
             group.add_argument("--keep-alive-interval", type=float, default=self.keep_alive_interval,
                                help="the bundled server's --sse-keep-alive-interval in seconds; 0 turns keep-alive "
@@ -134,18 +147,23 @@ class Scenario:
 
     def _on_init(self, environment: Any, **_: Any) -> None:
         options = environment.parsed_options
+        if not 0 <= options.frame_sample_rate <= 1 or options.flush_interval <= 0:
+            sys.exit("sse-soak: --frame-sample-rate must be in 0..1 and --flush-interval above 0")
         state = run_state(environment)
         state.model_option = options.model
         state.api_key = options.api_key
         state.client_idle_timeout = options.client_idle_timeout
+        state.frame_sample_rate = options.frame_sample_rate
+        state.runner = environment.runner
         for user_class in environment.user_classes:
             if issubclass(user_class, FastHttpUser):
                 user_class.network_timeout = options.client_idle_timeout
-        if isinstance(environment.runner, WorkerRunner):
-            state.worker = f"worker-{environment.runner.worker_index}"
-            return
-        self._settings = self.settings(options)
-        self._start_stack(environment, self._settings)
+        if not isinstance(environment.runner, WorkerRunner):
+            self._settings = self.settings(options)
+            self._start_stack(environment, self._settings)
+            self._writer = RunWriter(new_run_dir(options.report_dir, self.name))
+        self._collector = Collector(environment, self._writer, options.flush_interval)
+        self._collector.start()
 
     def _start_stack(self, environment: Any, settings: RunSettings) -> None:
         if settings.host is not None and settings.proxy == "none":
@@ -170,26 +188,28 @@ class Scenario:
         try:
             if environment.runner is not None and environment.runner.state not in ("stopped", "ready"):
                 environment.runner.stop()  # e.g. Ctrl-C: end the streams so their rows are recorded
+            if self._collector is not None:
+                self._collector.stop()
+                if not isinstance(environment.runner, MasterRunner):
+                    self._collector.write_local()
             self._write_report(environment)
         finally:
             self._stop_stack()
 
     def _write_report(self, environment: Any) -> None:
-        state = run_state(environment)
+        assert self._writer is not None
         settings = self._settings or self.settings(environment.parsed_options)
-        requests = state.recorder.requests_table()
-        results = gates_module.evaluate(requests, self.gate_list(settings))
-        directory = new_run_dir(environment.parsed_options.report_dir, self.name)
-        summary = write_run(directory, self.name, requests, state.recorder.frames_table(), results,
-                            settings.as_dict())  # fmt: skip
+        directory = self._writer.directory
+        summary = judge_run(directory, self.name, self._writer.requests_table(), self.gate_list(settings),
+                            settings.as_dict(), environment.parsed_options.frame_sample_rate)  # fmt: skip
         outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary["outcomes"].items() if n)
         print(f"requests: {summary['requests']} ({outcomes or 'none'})")
         causes = summary["causes"]
         print(f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
               f"{causes['cut_after_headers']} streams cut after headers, "
               f"statuses {causes['status'] or '{}'}")  # fmt: skip
-        for result in results:
-            print(result.line())
+        for gate in summary["gates"]:
+            print(GateResult(**gate).line())
         print(f"verdict: {'PASS' if summary['passed'] else 'FAIL'}")
         print(f"report: {directory}", flush=True)
         if not summary["passed"]:

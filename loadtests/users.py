@@ -87,7 +87,8 @@ class _StreamingUser:
 
     def report(self, row: RequestRow, frames: list[Any] | None, url: str) -> None:
         """Record the row and report it to Locust: success iff the outcome is the expected one."""
-        self.harness.recorder.add(row, frames)
+        harness = self.harness
+        harness.recorder.add(row, frames if harness.keeps_frames(row.request_id, row.outcome) else None)
         if row.outcome == "stopped":
             return  # the run ended it; no verdict for Locust's statistics either
         exception = None

@@ -1,0 +1,106 @@
+"""Is the new run worse than the base run? A side-by-side table of figures and a regression verdict.
+
+Works from two ``summary.json`` files (a run directory or the summary itself), so a nightly job
+needs to keep only the last good summary. Regressions, each with a default threshold:
+
+- the share of HTTP 500 + in-band 500 rose at all (``max_500_rate_increase``, default 0);
+- the failure rate (5xx, in-band errors, cuts, timeouts, connect errors over judged requests)
+  rose by more than ``max_failure_rate_increase`` (absolute, default 0.001 = 0.1 point);
+- a timing percentile (TTFT p50/p95, duration p95, max_gap_s p99) grew by more than
+  ``max_latency_increase`` (relative, default 0.25), ignoring figures under 5 ms in the base;
+- mean keep-alive frames per stream fell by more than ``max_keepalive_drop`` (relative, 0.5);
+- the base run passed its gates and the new one did not.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FAILURE_OUTCOMES = ("http_5xx", "inband_error", "cut", "timeout", "connect_error")
+LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
+LATENCY_FLOOR_S = 0.005
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_500_rate_increase: float = 0.0
+    max_failure_rate_increase: float = 0.001
+    max_latency_increase: float = 0.25
+    max_keepalive_drop: float = 0.5
+
+
+@dataclass(frozen=True)
+class Row:
+    metric: str
+    base: float | None
+    new: float | None
+    regressed: bool
+    rule: str = ""
+
+    def cells(self) -> list[str]:
+        change = ""
+        if self.base is not None and self.new is not None:
+            delta = self.new - self.base
+            change = f"{delta:+.4g}" + (f" ({delta / self.base:+.0%})" if self.base else "")
+        return [
+            self.metric,
+            _fmt(self.base),
+            _fmt(self.new),
+            change,
+            ("REGRESSION " + self.rule) if self.regressed else "",
+        ]
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def load_summary(path: str | Path) -> dict[str, Any]:
+    """A run directory's ``summary.json``, or the summary file itself."""
+    path = Path(path)
+    file = path / "summary.json" if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"no summary.json at {path}")
+    return json.loads(file.read_text())
+
+
+def judged(summary: dict[str, Any]) -> int:
+    return summary["requests"] - summary["outcomes"].get("stopped", 0)
+
+
+def _rate(count: int, summary: dict[str, Any]) -> float:
+    return count / judged(summary) if judged(summary) else 0.0
+
+
+def compare(base: dict[str, Any], new: dict[str, Any], limits: Thresholds = Thresholds()) -> list[Row]:
+    """Every figure side by side; ``regressed`` marks those beyond ``limits``."""
+    rows = [Row("requests judged", judged(base), judged(new), False)]
+    rate_500 = [_rate(s["http_500"] + s["inband_500"], s) for s in (base, new)]
+    rows.append(Row("500 rate (HTTP + in-band)", *rate_500, rate_500[1] - rate_500[0] > limits.max_500_rate_increase,
+                    f"> +{limits.max_500_rate_increase:g}"))  # fmt: skip
+    failure = [_rate(sum(s["outcomes"].get(o, 0) for o in FAILURE_OUTCOMES), s) for s in (base, new)]
+    rows.append(Row("failure rate", *failure, failure[1] - failure[0] > limits.max_failure_rate_increase,
+                    f"> +{limits.max_failure_rate_increase:g}"))  # fmt: skip
+    for outcome in ("ok", "rejected", *FAILURE_OUTCOMES):
+        rows.append(Row(f"rate {outcome}", *(_rate(s["outcomes"].get(outcome, 0), s) for s in (base, new)), False))
+    for column, stat in LATENCY_FIGURES:
+        old, now = (s.get("latency", {}).get(column, {}).get(stat) for s in (base, new))
+        grew = old is not None and now is not None and old >= LATENCY_FLOOR_S
+        grew = grew and now > old * (1 + limits.max_latency_increase)
+        rows.append(Row(f"{column} {stat}", old, now, grew, f"> +{limits.max_latency_increase:.0%}"))
+    old_ka, new_ka = (s.get("keepalive_per_stream", {}).get("mean") for s in (base, new))
+    dropped = old_ka is not None and old_ka >= 1 and (new_ka or 0) < old_ka * (1 - limits.max_keepalive_drop)
+    rows.append(Row("keep-alive frames per stream", old_ka, new_ka, dropped, f"< -{limits.max_keepalive_drop:.0%}"))
+    rows.append(Row("gates passed", float(base["passed"]), float(new["passed"]), base["passed"] and not new["passed"],
+                    "pass -> fail"))  # fmt: skip
+    return rows
+
+
+def render(rows: list[Row], base_name: str, new_name: str) -> str:
+    table = [["metric", f"base: {base_name}", f"new: {new_name}", "change", ""], *(row.cells() for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+                     for line in table)  # fmt: skip
