@@ -84,6 +84,8 @@ class Scenario:
         return self
 
     def _add_options(self, parser: Any) -> None:
+        # Loopback unless told otherwise: Locust's master and web UI bind every interface by default.
+        parser.set_defaults(master_bind_host="127.0.0.1", web_host="127.0.0.1")
         group = parser.add_argument_group("sse-soak", f"Options of the sse-soak scenario '{self.name}'.")
         group.add_argument(
             "--report-dir",

@@ -1,0 +1,95 @@
+"""Locust master + workers: every row reaches the master, which alone writes and judges the run."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, run_locust
+
+pytestmark = pytest.mark.smoke
+SCENARIO = str(ROOT / "scenarios" / "mixed_truncate.py")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def locust_requests(stats_file: Path) -> int:
+    return sum(entry["num_requests"] for entry in json.loads(stats_file.read_text()))
+
+
+def assert_nothing_lost(run: LocustRun, stats_file: Path, workers: set[str]) -> None:
+    assert run.returncode == 0, run.output[-3000:]
+    summary, requests = run.summary, run.requests
+    # Every stream Locust counted, plus the ones the stop interrupted, is one row; no row twice.
+    assert summary["requests"] == len(requests) == locust_requests(stats_file) + summary["outcomes"]["stopped"]
+    assert requests["request_id"].is_unique
+    assert set(requests["worker"]) == workers
+    frames = run.frames
+    assert set(frames["request_id"]) <= set(requests["request_id"])
+    per_stream = frames.groupby("request_id").size()
+    raw_done = requests[(requests["client"] == "raw") & requests["done"]]
+    expected = (raw_done["data_frames"] + raw_done["keepalive_frames"]).to_numpy()
+    assert (per_stream[raw_done["request_id"]].to_numpy() == expected).all()
+
+
+def test_processes_2_loses_no_row_and_both_workers_appear(tmp_path: Path) -> None:
+    port = free_port()
+    stats = tmp_path / "stats"
+    run = run_locust("mixed_truncate", tmp_path, "--processes", "2", "--master-bind-port", str(port),
+                     "--master-port", str(port), "--json-file", str(stats), users=6, seconds=6)  # fmt: skip
+    assert_nothing_lost(run, stats.with_suffix(".json"), {"worker-0", "worker-1"})
+
+
+def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
+    port = free_port()
+    stats = tmp_path / "stats"
+    master = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", SCENARIO, "--master", "--headless", "--expect-workers", "2",
+         "-u", "6", "-r", "6", "-t", "6s", "--master-bind-port", str(port), "--report-dir", str(tmp_path),
+         "--only-summary", "--json-file", str(stats)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+    )  # fmt: skip
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", SCENARIO, "--worker", "--master-port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+        )  # fmt: skip
+        for _ in range(2)
+    ]
+    try:
+        output, _ = master.communicate(timeout=120)
+        for worker in workers:
+            assert worker.wait(timeout=60) == 0
+    finally:
+        for process in (master, *workers):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    match = REPORT_LINE.search(output)
+    run = LocustRun(master.returncode, output, Path(match["path"]) if match else None)
+    assert_nothing_lost(run, stats.with_suffix(".json"), {"worker-0", "worker-1"})
+    assert "target server: http://127.0.0.1:" in output  # the master, not the workers, started it
+
+
+def test_frame_sampling_keeps_every_row_and_the_frames_of_a_share(tmp_path: Path) -> None:
+    server_args = "--server-args=--failure-injection-rate 10 --failure-types disconnect"
+    run = run_locust("mixed_truncate", tmp_path, "--frame-sample-rate", "0.2", server_args, seconds=5)
+    requests, frames = run.requests, run.frames
+    sampled = set(frames["request_id"])
+    streamed_ok = requests[(requests["outcome"] == "ok") & (requests["data_frames"] > 0)]
+    share = streamed_ok["request_id"].isin(sampled).mean()
+    assert 0.05 < share < 0.4  # about a fifth, drawn by request id
+    cut = requests[requests["outcome"] == "cut"]
+    assert len(cut) > 0 and cut["request_id"].isin(sampled).all()  # failures always keep their frames
+    assert run.summary["frame_sample_rate"] == 0.2
