@@ -64,7 +64,7 @@ def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             cwd=ROOT,
-        )  # fmt: skip
+        )
         for _ in range(2)
     ]
     try:
