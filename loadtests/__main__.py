@@ -1,8 +1,9 @@
 """``python -m loadtests <command>``: the harness's command line.
 
-Commands: ``proxy`` (the embedded reverse proxy with nginx's read-timeout semantics), ``report``
-(rebuild a run's summary and HTML report from its parquet files), ``compare`` (base run against
-new run; exit 1 on regression). Bad input exits 2 with one line naming it.
+Commands: ``soak`` (the nightly soak job), ``proxy`` (the embedded reverse proxy with nginx's
+read-timeout semantics), ``report`` (rebuild a run's summary and HTML report from its parquet
+files), ``compare`` (base run against new run; exit 1 on regression). Also installed as the
+``sse-soak`` command. Bad input exits 2 with one line naming it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import asyncio
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from loadtests import compare as compare_module
 from loadtests.proxy import ProxySettings, serve
@@ -66,7 +69,92 @@ def parser() -> argparse.ArgumentParser:
     for name in ("max_500_rate_increase", "max_failure_rate_increase", "max_latency_increase", "max_keepalive_drop"):
         compare.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name),
                              help=f"(default {getattr(defaults, name):g})")  # fmt: skip
+    _add_soak_parser(commands)
     return root
+
+
+def _duration(text: str) -> float:
+    from loadtests.soak import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_soak_parser(commands: Any) -> None:
+    from loadtests.drift import DriftLimits
+    from loadtests.soak import DEFAULT_SCENARIO
+
+    soak = commands.add_parser(
+        "soak",
+        help="run the nightly soak job: a long run with progress, checkpoints, drift gates and a baseline verdict",
+        description="Runs a scenario headless for --duration, shows progress, checkpoints summary.json, judges "
+        "drift between windows and, with --baseline, regression against a previous run. The verdict is the last "
+        "line and the exit code. Arguments after -- go to locust unchanged.",
+    )
+    limits = DriftLimits()
+    soak.add_argument("--scenario", type=Path, default=DEFAULT_SCENARIO, help="locustfile (default scenarios/soak.py)")
+    soak.add_argument("--duration", type=_duration, default=300.0, help="e.g. 90s, 20m, 8h, 1h30m (default 5m)")
+    soak.add_argument("--users", type=int, default=12, help="concurrent users (default 12)")
+    soak.add_argument("--spawn-rate", type=float, default=12.0, help="users started per second (default 12)")
+    soak.add_argument("--processes", type=int, default=None, help="Locust worker processes (default: one process)")
+    soak.add_argument("--host", default=None, help="target server (default: the scenario's bundled stack)")
+    soak.add_argument("--report-dir", default="reports", help="where the run directory goes (default reports)")
+    soak.add_argument("--baseline", default=None, help="a previous run directory or summary.json to compare with")
+    soak.add_argument(
+        "--frame-sample-rate",
+        type=float,
+        default=0.1,
+        help="share of ok streams whose frames are kept; failures always keep theirs (default 0.1)",
+    )
+    soak.add_argument(
+        "--progress-interval",
+        type=_positive_seconds,
+        default=None,
+        help="seconds between progress lines (default 1 on a terminal, 10 otherwise)",
+    )
+    soak.add_argument(
+        "--checkpoint-interval",
+        type=_positive_seconds,
+        default=60.0,
+        help="seconds between rewrites of summary.json while running (default 60)",
+    )
+    soak.add_argument("--windows", type=int, default=limits.windows, help=f"drift windows (default {limits.windows})")
+    soak.add_argument(
+        "--max-memory-growth",
+        type=float,
+        default=limits.max_memory_growth,
+        help=f"steady memory growth allowed, second to last window (default {limits.max_memory_growth:g})",
+    )
+    soak.add_argument(
+        "--max-latency-drift",
+        type=float,
+        default=limits.max_latency_drift,
+        help=f"TTFT p50 growth allowed, first to last window (default {limits.max_latency_drift:g})",
+    )
+    soak.add_argument("locust_args", nargs="*", help="after --: extra locust options, e.g. -- --proxy nginx")
+
+
+def _run_soak(options: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from loadtests.drift import DriftLimits
+    from loadtests.soak import Soak, SoakPlan
+
+    if not options.scenario.is_file():
+        sys.exit(f"python -m loadtests soak: no scenario file {options.scenario}")
+    if options.users < 1 or options.windows < 3 or not 0 <= options.frame_sample_rate <= 1:
+        sys.exit("python -m loadtests soak: --users must be >= 1, --windows >= 3, --frame-sample-rate in 0..1")
+    limits = replace(DriftLimits(), windows=options.windows, max_memory_growth=options.max_memory_growth,
+                     max_latency_drift=options.max_latency_drift)  # fmt: skip
+    plan = SoakPlan(
+        scenario=options.scenario, duration_s=options.duration, users=options.users, spawn_rate=options.spawn_rate,
+        processes=options.processes, host=options.host, report_dir=options.report_dir, baseline=options.baseline,
+        progress_interval=options.progress_interval, checkpoint_interval=options.checkpoint_interval, limits=limits,
+        locust_args=["--frame-sample-rate", f"{options.frame_sample_rate:g}", *options.locust_args],
+    )  # fmt: skip
+    return Soak(plan).run()
 
 
 def _run_compare(options: argparse.Namespace) -> int:
@@ -126,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         _run_report(options)
     elif options.command == "compare":
         sys.exit(_run_compare(options))
+    elif options.command == "soak":
+        sys.exit(_run_soak(options))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +123,19 @@ def judge_run(
     gates: Sequence[Gate],
     settings: dict[str, Any] | None = None,
     frame_sample_rate: float = 1.0,
+    decorate: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the gates over ``requests`` and write ``summary.json``; returns the summary."""
+    """Evaluate the gates over ``requests``, let ``decorate`` add to the summary (the soak adds its
+    drift windows and gates), then write ``summary.json``, ``report.html`` and ``requests.csv``."""
+    from loadtests.html_report import write_html_report, write_requests_csv  # matplotlib: only here
+    from loadtests.run_writer import read_table
+
     results = evaluate(requests, gates)
     specs = [gate_spec(gate) for gate in gates]
     summary = summarize(scenario, requests, results, settings, specs, frame_sample_rate)
+    if decorate is not None:
+        decorate(summary)
     write_summary(directory, summary)
+    write_requests_csv(directory, requests)
+    write_html_report(directory, summary, requests, read_table(directory / "frames.parquet"))
     return summary

@@ -164,6 +164,7 @@ class Scenario:
             self._settings = self.settings(options)
             self._start_stack(environment, self._settings)
             self._writer = RunWriter(new_run_dir(options.report_dir, self.name))
+            print(f"run directory: {self._writer.directory}", flush=True)
         self._collector = Collector(environment, self._writer, options.flush_interval)
         self._collector.start()
 

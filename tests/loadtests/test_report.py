@@ -41,7 +41,13 @@ def test_a_run_directory_holds_parts_and_a_true_summary(tmp_path: Path) -> None:
     gates = [Expect("all_ok", where=None, require="outcome == 'ok'")]
     summary = judge_run(directory, "demo", requests, gates, {"proxy": "none"}, frame_sample_rate=0.5)
     assert directory.name.startswith("demo-") and directory.name.endswith("Z")
-    assert sorted(p.name for p in directory.iterdir()) == ["frames.parquet", "requests.parquet", "summary.json"]
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "frames.parquet",
+        "report.html",
+        "requests.csv",
+        "requests.parquet",
+        "summary.json",
+    ]
     assert json.loads((directory / "summary.json").read_text()) == summary
     assert summary["requests"] == 4 and summary["http_500"] == 1 and summary["inband_500"] == 1
     assert summary["outcomes"]["ok"] == 1 and summary["outcomes"]["rejected"] == 1

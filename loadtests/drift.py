@@ -1,0 +1,126 @@
+"""Drift over a long run: the run cut into windows, and gates on memory growth and latency drift.
+
+Each window covers an equal share of the run (by request start time) and reports its error
+counts, TTFT and gap percentiles, keep-alive cadence (keep-alive frames per second of silence
+before the first token, about 1/interval when keep-alive works) and the mean memory of the
+harness and of the bundled server sampled during it. Two gates, with defaults stated here:
+
+- ``memory_growth``: fails when harness or server memory grows steadily: the last window is more
+  than ``max_memory_growth`` (10%) above the second (the first is warm-up) AND memory rose in at
+  least ``steady_share`` (75%) of the steps between consecutive windows;
+- ``latency_drift``: fails when TTFT p50 of the last window exceeds the first window's by more than
+  ``max_latency_drift`` (50%) and by at least ``min_latency_drift_s`` (50 ms).
+
+With fewer than three windows holding data both pass and say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loadtests.gates import GateResult
+
+
+@dataclass(frozen=True)
+class DriftLimits:
+    windows: int = 10
+    max_memory_growth: float = 0.10
+    steady_share: float = 0.75
+    max_latency_drift: float = 0.50
+    min_latency_drift_s: float = 0.050
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def windows_table(requests: pd.DataFrame, resources: pd.DataFrame, count: int) -> pd.DataFrame:
+    """One row per window: time span, error counts, latency, keep-alive cadence, memory."""
+    if requests.empty:
+        return pd.DataFrame()
+    start, end = requests["start_time"].min(), (requests["start_time"] + requests["duration_s"]).max()
+    edges = np.linspace(start, max(end, start + 1e-6), count + 1)
+    index = np.clip(np.searchsorted(edges, requests["start_time"], side="right") - 1, 0, count - 1)
+    rows = []
+    for number in range(count):
+        chunk = requests[index == number]
+        row = {"window": number + 1, "start_s": edges[number] - start, "end_s": edges[number + 1] - start}
+        row.update(_window_figures(chunk))
+        row.update(_window_memory(resources, edges[number], edges[number + 1]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _window_figures(chunk: pd.DataFrame) -> dict[str, Any]:
+    judged = chunk[chunk["outcome"] != "stopped"]
+    silence = judged["silence_before_first_token_s"].fillna(0).clip(lower=0).sum()
+    return {
+        "requests": len(judged),
+        "ok": int((judged["outcome"] == "ok").sum()),
+        "http_500": int((judged["status"] == 500).sum()),
+        "inband_500": int(((judged["outcome"] == "inband_error") & (judged["error_code"] == "500")).sum()),
+        "cut": int((judged["outcome"] == "cut").sum()),
+        "ttft_p50_s": _quantile(judged["ttft_s"], 0.5),
+        "ttft_p95_s": _quantile(judged["ttft_s"], 0.95),
+        "max_gap_p99_s": _quantile(judged["max_gap_s"], 0.99),
+        "keepalive_per_silent_s": float(judged["keepalive_frames"].sum() / silence) if silence > 0 else None,
+    }
+
+
+def _quantile(values: pd.Series, q: float) -> float | None:
+    values = values.dropna()
+    return float(values.quantile(q)) if len(values) else None
+
+
+def _window_memory(resources: pd.DataFrame, start: float, end: float) -> dict[str, float | None]:
+    if resources.empty:
+        return {"harness_rss_mb": None, "server_rss_mb": None}
+    inside = resources[(resources["t"] >= start) & (resources["t"] < end)]
+    return {column: (float(inside[column].mean()) if inside[column].notna().any() else None)
+            for column in ("harness_rss_mb", "server_rss_mb")}  # fmt: skip
+
+
+def memory_growth(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
+    name = "memory_growth"
+    details, failed = [], False
+    for column, label in (("harness_rss_mb", "harness"), ("server_rss_mb", "server")):
+        series = windows[column].dropna() if column in windows else pd.Series(dtype=float)
+        if len(series) < 3:
+            details.append(f"{label}: too few windows with samples ({len(series)})")
+            continue
+        second, last = series.iloc[1], series.iloc[-1]
+        growth = last / second - 1 if second else 0.0
+        rises = float((series.diff().dropna() > 0).mean())
+        steady = growth > limits.max_memory_growth and rises >= limits.steady_share
+        failed |= steady
+        details.append(f"{label} {second:.1f} -> {last:.1f} MiB ({growth:+.1%}, rose in {rises:.0%} of steps)")
+    limit = f"limit +{limits.max_memory_growth:.0%} second->last window and rising in {limits.steady_share:.0%}"
+    return GateResult(name, not failed, "; ".join(details) + f" ({limit})")
+
+
+def latency_drift(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
+    name = "latency_drift"
+    series = windows["ttft_p50_s"].dropna() if "ttft_p50_s" in windows else pd.Series(dtype=float)
+    if len(series) < 3:
+        return GateResult(name, True, f"too few windows with TTFT ({len(series)})")
+    first, last = series.iloc[0], series.iloc[-1]
+    drift = last - first
+    failed = drift > limits.min_latency_drift_s and (first <= 0 or drift / first > limits.max_latency_drift)
+    detail = (f"TTFT p50 first window {first * 1000:.1f} ms, last {last * 1000:.1f} ms ({drift * 1000:+.1f} ms); "
+              f"limit +{limits.max_latency_drift:.0%} and +{limits.min_latency_drift_s * 1000:.0f} ms")  # fmt: skip
+    return GateResult(name, not failed, detail)
+
+
+def judge_drift(
+    requests: pd.DataFrame, resources: pd.DataFrame, limits: DriftLimits
+) -> tuple[pd.DataFrame, list[GateResult]]:
+    windows = windows_table(requests, resources, limits.windows)
+    if windows.empty:
+        return windows, [
+            GateResult("memory_growth", True, "no requests"),
+            GateResult("latency_drift", True, "no requests"),
+        ]
+    return windows, [memory_growth(windows, limits), latency_drift(windows, limits)]

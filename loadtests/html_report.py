@@ -1,0 +1,671 @@
+"""``report.html``: the page a person reads after a run, and ``requests.csv`` for spreadsheets.
+
+The parquet files and ``summary.json`` are for programs; this page answers, in order, what a
+person asks after a soak: did it pass and why (the gates), what happened to the requests (outcome
+and status counts), how fast (percentiles), what the wire looked like (gaps between frames, keep-
+alive against silence, a timeline), and which streams to look at first (the worst ones, frame by
+frame). Frame-level parts may come from a sample of the ``ok`` streams; the page says so.
+
+Invariant: ``report.html`` is one self-contained file. Plots are PNGs embedded as base64 data URIs,
+the CSS is inline, there is no script and no external URL, so it opens from disk, from an archive
+or attached to a ticket. Every piece of text from the run is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import itertools
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from loadtests.outcome import OUTCOMES, RequestRow
+from loadtests.recorder import FRAME_COLUMNS
+
+OUTCOME_COLOURS = {
+    "ok": "#2e7d32",
+    "rejected": "#9e9e9e",
+    "http_5xx": "#d32f2f",
+    "inband_error": "#7b1fa2",
+    "cut": "#ef6c00",
+    "timeout": "#795548",
+    "connect_error": "#000000",
+    "stopped": "#81d4fa",
+}
+OTHER_COLOUR = "#607d8b"
+REQUEST_COLUMNS = tuple(RequestRow.__dataclass_fields__)
+PERCENTILES = (0.5, 0.9, 0.95, 0.99)
+TIMING_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
+DATA_KINDS = ("data", "error", "done")
+GAP_FLOOR_S = 1e-4
+FAILED_OUTCOMES = ("cut", "inband_error", "http_5xx", "timeout")
+WORST_BY_GAP = 5
+WORST_TOTAL = 15
+FRAMES_PER_STREAM = 40
+FIGSIZE = (8.0, 3.5)
+DPI = 100
+MISSING = "—"
+
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #212121;
+       max-width: 1100px; margin: 24px auto; padding: 0 16px; }
+h1 { margin: 0 0 8px; } h2 { margin: 28px 0 4px; border-bottom: 1px solid #ddd; padding-bottom: 2px; }
+p.how { color: #555; margin: 2px 0 10px; font-style: italic; }
+.verdict { display: inline-block; font-size: 26px; font-weight: 700; color: #fff; padding: 4px 18px;
+           border-radius: 6px; margin: 4px 0 10px; }
+.verdict.pass { background: #2e7d32; } .verdict.fail { background: #c62828; }
+.note { background: #fff8e1; border-left: 4px solid #ffb300; padding: 6px 10px; margin: 8px 0; }
+table { border-collapse: collapse; margin: 6px 0 12px; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f5f5f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.total td { font-weight: 600; background: #fafafa; }
+ul.gates { list-style: none; padding: 0; margin: 6px 0; }
+ul.gates li { margin: 3px 0; padding: 3px 8px; border-left: 4px solid; }
+li.gate.pass { border-color: #2e7d32; } li.gate.fail { border-color: #c62828; background: #ffebee; }
+.badge { display: inline-block; min-width: 38px; text-align: center; font-weight: 700; color: #fff;
+         border-radius: 3px; padding: 0 4px; margin-right: 4px; }
+li.pass .badge { background: #2e7d32; } li.fail .badge { background: #c62828; }
+.swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px; }
+.outcome { font-weight: 600; white-space: nowrap; }
+img.plot { max-width: 100%; border: 1px solid #eee; }
+tbody.stream { border-top: 2px solid #9e9e9e; }
+td.frames { background: #fcfcfc; font: 11px/1.6 ui-monospace, Menlo, Consolas, monospace; }
+span.frame { display: inline-block; border: 1px solid #ddd; border-radius: 3px; padding: 0 4px; margin: 1px 2px; }
+span.k-keepalive { background: #e3f2fd; } span.k-comment { background: #f3e5f5; }
+span.k-error { background: #f3e5f5; border-color: #7b1fa2; } span.k-done { background: #e8f5e9; }
+td.settings-value { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
+.empty { color: #777; }
+"""
+
+
+def write_html_report(directory: Path, summary: dict[str, Any], requests: pd.DataFrame, frames: pd.DataFrame) -> Path:
+    """Write ``directory / "report.html"`` and return its path."""
+    requests = _with_columns(requests, REQUEST_COLUMNS)
+    frames = _with_columns(frames, FRAME_COLUMNS)
+    sample_rate = _frame_sample_rate(summary)
+    sections = [
+        _headline_section(summary, requests, sample_rate),
+        _outcome_section(requests),
+        _timing_section(requests),
+        _gap_section(summary, frames, sample_rate),
+        _keepalive_section(summary, requests),
+        _timeline_section(requests),
+        _worst_section(requests, frames, sample_rate),
+    ]
+    if summary.get("soak"):
+        sections.insert(1, _soak_section(summary["soak"]))
+    title = f"sse-soak: {summary.get('scenario', 'run')}"
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_text(title)}</title>'
+        f"<style>{CSS}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n"
+    )
+    path = Path(directory) / "report.html"
+    _write_atomically(path, lambda temporary: temporary.write_text(page, encoding="utf-8"))
+    return path
+
+
+def write_requests_csv(directory: Path, requests: pd.DataFrame) -> Path:
+    """Write ``directory / "requests.csv"`` (the request table, same columns) and return its path."""
+    path = Path(directory) / "requests.csv"
+    _write_atomically(path, lambda temporary: requests.to_csv(temporary, index=False))
+    return path
+
+
+# --- plumbing --------------------------------------------------------------------------------
+
+
+def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    write(temporary)
+    temporary.replace(path)
+
+
+def _with_columns(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    missing = [column for column in columns if column not in table.columns]
+    return table.assign(**{column: pd.Series(np.nan, index=table.index, dtype=object) for column in missing})
+
+
+def _frame_sample_rate(summary: dict[str, Any]) -> float:
+    settings = summary.get("settings") or {}
+    rate = _number(summary.get("frame_sample_rate", settings.get("frame_sample_rate", 1.0)))
+    return 1.0 if rate is None else rate
+
+
+def _keep_alive_interval(settings: dict[str, Any]) -> float | None:
+    """The settings' ``keep_alive_interval``, else the last ``--sse-keep-alive-interval`` in the
+    server arguments (a scenario may set it there); None when keep-alive is off or unknown."""
+    interval = _number(settings.get("keep_alive_interval"))
+    if interval is None:
+        args = [str(arg) for arg in settings.get("server_args") or ()]
+        for flag, value in itertools.pairwise(args):
+            if flag == "--sse-keep-alive-interval":
+                interval = _number(value)
+    return interval if interval is not None and interval > 0 else None
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, (list, tuple, dict, set, np.ndarray)):
+        return False
+    return bool(pd.isna(value))
+
+
+def _text(value: Any) -> str:
+    """Escaped text of a value; a dash for a missing one."""
+    if _missing(value):
+        return MISSING
+    if isinstance(value, (list, tuple)):
+        return html.escape(" ".join(str(item) for item in value))
+    return html.escape(str(value))
+
+
+def _seconds(value: Any) -> str:
+    number = None if _missing(value) else _number(value)
+    return MISSING if number is None else f"{number:.4f}"
+
+
+def _integer(value: Any) -> str:
+    number = None if _missing(value) else _number(value)
+    return MISSING if number is None else str(int(number))
+
+
+def _section(title: str, how: str, body: str, level: int = 2) -> str:
+    heading = f"<h{level}>{html.escape(title)}</h{level}>"
+    return f'<section>{heading}<p class="how">{html.escape(how)}</p>\n{body}</section>'
+
+
+def _colour(outcome: str) -> str:
+    return OUTCOME_COLOURS.get(outcome, OTHER_COLOUR)
+
+
+def _outcome_label(outcome: Any) -> str:
+    name = "" if _missing(outcome) else str(outcome)
+    return f'<span class="outcome" style="color:{_colour(name)}">{_text(outcome)}</span>'
+
+
+def _outcome_order(present: Sequence[Any]) -> list[str]:
+    names = {str(outcome) for outcome in present if not _missing(outcome)}
+    return [outcome for outcome in OUTCOMES if outcome in names] + sorted(names - set(OUTCOMES))
+
+
+def _sample_note(sample_rate: float) -> str:
+    if sample_rate >= 1.0:
+        return ""
+    return (
+        f'<p class="note">Frame-level plots and tables come from a sample: {sample_rate * 100:g}% of the ok '
+        "streams kept their frames; streams whose outcome is not ok are always kept.</p>"
+    )
+
+
+def _png(figure: Figure) -> str:
+    """The figure as an embedded PNG; the figure is cleared afterwards (no pyplot state to close)."""
+    buffer = io.BytesIO()
+    FigureCanvasAgg(figure).print_png(buffer)
+    figure.clear()
+    encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<img class="plot" alt="plot" src="data:image/png;base64,{encoded}">'
+
+
+def _figure() -> tuple[Figure, Axes]:
+    figure = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    return figure, figure.add_subplot()
+
+
+def _empty(message: str) -> str:
+    return f'<p class="empty">{html.escape(message)}</p>'
+
+
+# --- 1. headline -----------------------------------------------------------------------------
+
+
+def _headline_section(summary: dict[str, Any], requests: pd.DataFrame, sample_rate: float) -> str:
+    passed = bool(summary.get("passed"))
+    verdict = f'<div class="verdict {"pass" if passed else "fail"}">{"PASSED" if passed else "FAILED"}</div>'
+    count = summary.get("requests", len(requests))
+    outcomes = summary.get("outcomes") or requests["outcome"].value_counts().to_dict()
+    seen = ", ".join(f"{n} {name}" for name, n in outcomes.items() if n) or "none"
+    body = (
+        f"{verdict}<p><b>{_text(count)}</b> requests ({_text(seen)}){_run_span(requests)}</p>"
+        f"{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.get('gates') or [])}"
+        f"<h3>Settings</h3>{_settings_table(summary.get('settings') or {})}"
+    )
+    how = "The verdict is PASSED only when every gate below passed; each gate line gives its figure."
+    return _section(f"sse-soak run: {summary.get('scenario', 'run')}", how, body, level=1)
+
+
+def _run_span(requests: pd.DataFrame) -> str:
+    starts = pd.to_numeric(requests["start_time"], errors="coerce").dropna()
+    if starts.empty:
+        return ""
+    ends = starts + pd.to_numeric(requests["duration_s"], errors="coerce").reindex(starts.index).fillna(0.0)
+    began = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(starts.min())))
+    return f", started {began}, {float(ends.max() - starts.min()):.1f} s from the first request to the last end"
+
+
+def _gate_list(gates: Sequence[dict[str, Any]]) -> str:
+    if not gates:
+        return _empty("No gates were evaluated.")
+    lines = []
+    for gate in gates:
+        state = "pass" if gate.get("passed") else "fail"
+        lines.append(
+            f'<li class="gate {state}"><span class="badge">{state.upper()}</span> '
+            f"<b>{_text(gate.get('name'))}</b>: {_text(gate.get('detail'))}</li>"
+        )
+    return '<ul class="gates">' + "".join(lines) + "</ul>"
+
+
+def _settings_table(settings: dict[str, Any]) -> str:
+    if not settings:
+        return _empty("No settings recorded.")
+    rows = "".join(
+        f'<tr><th>{_text(key)}</th><td class="settings-value">{_text(value)}</td></tr>'
+        for key, value in settings.items()
+    )
+    return f"<table>{rows}</table>"
+
+
+# --- 2. outcomes and statuses ----------------------------------------------------------------
+
+
+def _outcome_section(requests: pd.DataFrame) -> str:
+    how = (
+        "Each row counts the requests of one route and truncation setting by outcome; "
+        "the status table below counts HTTP statuses with the most frequent error each came with."
+    )
+    if requests.empty:
+        return _section("Outcomes by route and truncation", how, _empty("No requests were recorded."))
+    return _section("Outcomes by route and truncation", how, _outcome_table(requests) + _status_table(requests))
+
+
+def _truncation_labels(values: pd.Series) -> pd.Series:
+    numbers = pd.to_numeric(values, errors="coerce")
+    return numbers.map(lambda v: "none" if pd.isna(v) else str(int(v))).astype(object)
+
+
+def _row_key(key: tuple[str, str]) -> tuple[str, bool, int]:
+    route, truncation = key
+    return (route, truncation == "none", 0 if truncation == "none" else int(truncation))
+
+
+def _outcome_table(requests: pd.DataFrame) -> str:
+    keys = pd.DataFrame(
+        {
+            "route": requests["route"].astype(object).where(requests["route"].notna(), MISSING),
+            "truncation": _truncation_labels(requests["truncate_prompt_tokens"]),
+            "outcome": requests["outcome"].astype(object).where(requests["outcome"].notna(), MISSING),
+        }
+    )
+    counts = keys.groupby(["route", "truncation", "outcome"]).size()
+    outcomes = _outcome_order(list(keys["outcome"].unique()))
+    header = "".join(
+        f'<th><span class="swatch" style="background:{_colour(o)}"></span>{_text(o)}</th>' for o in outcomes
+    )
+    rows = []
+    for route, truncation in sorted({key[:2] for key in counts.index}, key=_row_key):
+        numbers = [int(counts.get((route, truncation, o), 0)) for o in outcomes]
+        cells = "".join(
+            f'<td class="num" data-outcome="{_text(o)}">{n}</td>' for o, n in zip(outcomes, numbers, strict=True)
+        )
+        total = sum(numbers)
+        rows.append(
+            f'<tr data-route="{_text(route)}" data-truncation="{_text(truncation)}"><td>{_text(route)}</td>'
+            f'<td>{_text(truncation)}</td>{cells}<td class="num">{total}</td></tr>'
+        )
+    totals = "".join(
+        f'<td class="num" data-outcome="{_text(o)}">{int((keys["outcome"] == o).sum())}</td>' for o in outcomes
+    )
+    rows.append(
+        f'<tr class="total" data-route="all"><td>all</td><td></td>{totals}<td class="num">{len(keys)}</td></tr>'
+    )
+    return (
+        f'<table class="outcomes"><tr><th>route</th><th>truncate_prompt_tokens</th>{header}<th>total</th></tr>'
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def _error_summary(rows: pd.DataFrame) -> str:
+    parts = rows[["error_code", "error_param", "error_message"]].astype(object)
+    texts = [
+        " / ".join(_clip(str(value)) for value in row if not _missing(value))
+        for row in parts.itertuples(index=False, name=None)
+    ]
+    texts = [text for text in texts if text]
+    if not texts:
+        return MISSING
+    common = pd.Series(texts).value_counts()
+    return f"{_text(common.index[0])} ({int(common.iloc[0])} times)"
+
+
+def _clip(text: str, limit: int = 240) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _status_table(requests: pd.DataFrame) -> str:
+    status = pd.to_numeric(requests["status"], errors="coerce")
+    labels = status.map(lambda v: "no response" if pd.isna(v) else str(int(v))).astype(object)
+    rows = []
+    for label in sorted(labels.unique(), key=lambda s: (s == "no response", s)):
+        group = requests[labels == label]
+        outcomes = ", ".join(f"{n} {o}" for o, n in group["outcome"].value_counts().items())
+        rows.append(
+            f'<tr data-status="{_text(label)}"><td>{_text(label)}</td><td class="num">{len(group)}</td>'
+            f"<td>{_text(outcomes)}</td><td>{_error_summary(group)}</td></tr>"
+        )
+    return (
+        '<table class="statuses"><tr><th>HTTP status</th><th>requests</th><th>outcomes</th>'
+        "<th>most frequent error (code / param / message)</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
+# --- 3. timing percentiles -------------------------------------------------------------------
+
+
+def _timing_section(requests: pd.DataFrame) -> str:
+    header = "".join(f"<th>p{q * 100:g}</th>" for q in PERCENTILES)
+    rows = "".join(_timing_row(column, requests[column]) for column in TIMING_COLUMNS)
+    table = f'<table class="timings"><tr><th>seconds</th>{header}<th>max</th><th>count</th></tr>{rows}</table>'
+    how = (
+        "Seconds since each request was sent, over the requests that have the value (rejected ones have no "
+        "TTFT); max_gap_s counts any bytes (what a proxy sees), max_data_gap_s data frames only (what a user sees)."
+    )
+    return _section("Latency percentiles", how, table)
+
+
+def _timing_row(column: str, values: pd.Series) -> str:
+    present = pd.to_numeric(values, errors="coerce").dropna().astype(float)
+    if present.empty:
+        cells = "".join(f'<td class="num">{MISSING}</td>' for _ in (*PERCENTILES, "max"))
+    else:
+        figures = [*present.quantile(list(PERCENTILES)).tolist(), present.max()]
+        cells = "".join(f'<td class="num">{_seconds(value)}</td>' for value in figures)
+    return f'<tr data-metric="{column}"><th>{column}</th>{cells}<td class="num">{len(present)}</td></tr>'
+
+
+# --- 4. gaps between frames ------------------------------------------------------------------
+
+
+def _gap_samples(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Any-bytes gaps (``gap_s`` of every frame) and data-only gaps (between consecutive data,
+    error and done frames of the same request)."""
+    any_gaps = pd.to_numeric(frames["gap_s"], errors="coerce").dropna().to_numpy(dtype=float)
+    data = frames[frames["kind"].isin(DATA_KINDS)].sort_values(["request_id", "seq"])
+    arrivals = pd.to_numeric(data["t_s"], errors="coerce")
+    data_gaps = arrivals.groupby(data["request_id"]).diff().dropna().to_numpy(dtype=float)
+    return any_gaps, data_gaps
+
+
+def _gap_section(summary: dict[str, Any], frames: pd.DataFrame, sample_rate: float) -> str:
+    any_gaps, data_gaps = _gap_samples(frames)
+    how = (
+        "Counts of gaps by length on log axes: the any-bytes curve is what a proxy's read timeout sees, the "
+        "data-only curve what a user sees (where they coincide the thin line lies on the thick one); keep-alive "
+        f"moves the proxy's tail left. Gaps under {GAP_FLOOR_S:g} s (one read) are counted at that floor."
+    )
+    title = "Gaps between frames"
+    if any_gaps.size == 0 and data_gaps.size == 0:
+        return _section(title, how, _sample_note(sample_rate) + _empty("No frames were recorded."))
+    settings = summary.get("settings") or {}
+    return _section(title, how, _sample_note(sample_rate) + _png(_gap_figure(any_gaps, data_gaps, settings)))
+
+
+def _gap_figure(any_gaps: np.ndarray, data_gaps: np.ndarray, settings: dict[str, Any]) -> Figure:
+    any_gaps, data_gaps = np.maximum(any_gaps, GAP_FLOOR_S), np.maximum(data_gaps, GAP_FLOOR_S)
+    both = np.concatenate([any_gaps, data_gaps])
+    low, high = float(both.min()), float(both.max())
+    high = max(high * 1.05, low * 10)
+    bins = np.logspace(math.log10(low), math.log10(high), 60)
+    figure, axes = _figure()
+    curves = ((any_gaps, "any bytes (frames.gap_s)", "#64b5f6", 3.2),
+              (data_gaps, "data only (data/error/done frames)", "#e65100", 1.2))  # fmt: skip
+    for values, label, colour, width in curves:
+        if values.size:
+            axes.hist(values, bins=bins, histtype="step", linewidth=width, color=colour,
+                      label=f"{label}, n={values.size}")  # fmt: skip
+    _gap_reference_lines(axes, settings)
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("gap between consecutive frames (s, log scale)")
+    axes.set_ylabel("frames (log scale)")
+    axes.grid(True, which="major", alpha=0.3)
+    axes.legend(fontsize=8, loc="upper right")
+    return figure
+
+
+def _gap_reference_lines(axes: Axes, settings: dict[str, Any]) -> None:
+    interval = _keep_alive_interval(settings)
+    if interval is not None:
+        axes.axvline(interval, color="#2e7d32", linestyle="--", linewidth=1,
+                     label=f"keep-alive interval {interval:g} s")  # fmt: skip
+    read_timeout = _number(settings.get("proxy_read_timeout"))
+    if settings.get("proxy") not in (None, "none") and read_timeout is not None and read_timeout > 0:
+        axes.axvline(read_timeout, color="#c62828", linestyle=":", linewidth=1.2,
+                     label=f"proxy read timeout {read_timeout:g} s")  # fmt: skip
+
+
+# --- 5. keep-alive against silence -----------------------------------------------------------
+
+
+def _keepalive_section(summary: dict[str, Any], requests: pd.DataFrame) -> str:
+    interval = _keep_alive_interval(summary.get("settings") or {})
+    expected = f"the dashed line is the expected count at one per {interval:g} s" if interval else "keep-alive is off"
+    how = (
+        "Each dot is a stream: the silence from its headers to its first token (x) against the keep-alive "
+        f"frames it received (y); {expected}, so dots far below the line at long silences mean missing keep-alive."
+    )
+    title = "Keep-alive frames against silence before the first token"
+    points = requests[["silence_before_first_token_s", "keepalive_frames", "outcome"]].copy()
+    points["x"] = pd.to_numeric(points["silence_before_first_token_s"], errors="coerce")
+    points["y"] = pd.to_numeric(points["keepalive_frames"], errors="coerce")
+    points = points.dropna(subset=["x", "y"])
+    if points.empty:
+        return _section(title, how, _empty("No stream got response headers, so there is no silence to plot."))
+    return _section(title, how, _png(_keepalive_figure(points, interval)))
+
+
+def _keepalive_figure(points: pd.DataFrame, interval: float | None) -> Figure:
+    figure, axes = _figure()
+    for outcome in _outcome_order(list(points["outcome"].unique())):
+        group = points[points["outcome"].astype(object) == outcome]
+        axes.scatter(group["x"], group["y"], s=16, alpha=0.6, color=_colour(outcome), edgecolors="none",
+                     label=f"{outcome} ({len(group)})")  # fmt: skip
+    if interval is not None:
+        right = max(float(points["x"].max()), interval)
+        xs = np.linspace(0.0, right, 50)
+        axes.plot(xs, xs / interval, linestyle="--", color="#424242", linewidth=1,
+                  label=f"expected: x / {interval:g} s")  # fmt: skip
+    axes.set_xlabel("silence before the first token (s)")
+    axes.set_ylabel("keep-alive frames in the stream")
+    axes.set_ylim(bottom=-0.5, top=max(float(points["y"].max()), 1.0) + 0.5)
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.grid(True, alpha=0.3)
+    figure.legend(loc="outside right upper", fontsize=8)
+    return figure
+
+
+# --- 6. timeline -----------------------------------------------------------------------------
+
+
+def _timeline_section(requests: pd.DataFrame) -> str:
+    how = (
+        "Each horizontal segment is one request from its start to its end (x, seconds since the run's first "
+        "request), one row per request in start order (earliest at the top), coloured by outcome; very short "
+        "requests are drawn with a minimum visible length and later outcomes in the legend are drawn on top."
+    )
+    spans = pd.DataFrame(
+        {
+            "start": pd.to_numeric(requests["start_time"], errors="coerce"),
+            "duration": pd.to_numeric(requests["duration_s"], errors="coerce").fillna(0.0).clip(lower=0.0),
+            "outcome": requests["outcome"].astype(object),
+        }
+    ).dropna(subset=["start"])
+    if spans.empty:
+        return _section("Timeline of requests by outcome", how, _empty("No requests to draw."))
+    return _section("Timeline of requests by outcome", how, _png(_timeline_figure(spans)))
+
+
+def _timeline_figure(spans: pd.DataFrame) -> Figure:
+    spans = spans.sort_values("start", kind="stable").reset_index(drop=True)
+    begin = spans["start"] - spans["start"].min()
+    end = begin + spans["duration"]
+    extent = max(float(end.max()), 1e-3)
+    end = np.maximum(end, begin + extent * 0.006)
+    figure = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] + 1.0), dpi=DPI, layout="constrained")
+    axes = figure.add_subplot()
+    width = min(4.0, max(1.2, 300.0 / len(spans)))
+    for outcome in _outcome_order(list(spans["outcome"].unique())):
+        mask = spans["outcome"] == outcome
+        axes.hlines(spans.index[mask], begin[mask], end[mask], colors=_colour(outcome), linewidth=width,
+                    label=f"{outcome} ({int(mask.sum())})")  # fmt: skip
+    axes.set_xlim(-extent * 0.01, extent * 1.01)
+    axes.set_ylim(len(spans) - 0.5, -0.5)
+    axes.set_xlabel("seconds since the first request")
+    axes.set_ylabel("request (by start)")
+    axes.grid(True, axis="x", alpha=0.3)
+    legend = figure.legend(loc="outside right upper", fontsize=8)
+    for handle in legend.legend_handles:
+        if handle is not None:
+            handle.set_linewidth(4.0)
+    return figure
+
+
+# --- 7. worst streams ------------------------------------------------------------------------
+
+
+def _worst_selection(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Up to ``WORST_BY_GAP`` streams (2xx responses) with the longest ``max_gap_s``, then the failed streams taken
+    in turn from each failure outcome (longest gap first), ``WORST_TOTAL`` in all; and how many
+    qualifying streams were left out."""
+    ranked = requests.assign(_gap=pd.to_numeric(requests["max_gap_s"], errors="coerce"))
+    ranked = ranked.sort_values("_gap", ascending=False, na_position="last", kind="stable")
+    status = pd.to_numeric(ranked["status"], errors="coerce")
+    streams = ranked["_gap"].notna() & (status >= 200) & (status < 300)
+    chosen = list(ranked.index[streams][:WORST_BY_GAP])
+    queues = [list(ranked.index[ranked["outcome"] == outcome]) for outcome in FAILED_OUTCOMES]
+    failed: list[Any] = []
+    while any(queues):
+        failed += [queue.pop(0) for queue in queues if queue]
+    candidates = chosen + [index for index in failed if index not in chosen]
+    shown = candidates[:WORST_TOTAL]
+    return requests.loc[shown], len(candidates) - len(shown)
+
+
+def _worst_section(requests: pd.DataFrame, frames: pd.DataFrame, sample_rate: float) -> str:
+    how = (
+        f"The {WORST_BY_GAP} streams (2xx) with the longest silence, then the cut, in-band error, 5xx and timed-out "
+        "ones; under each, its frames in order as kind, time since the request was sent (s), +gap since the "
+        "previous arrival (s) and bytes."
+    )
+    title = "Worst streams"
+    selection, left_out = _worst_selection(requests)
+    if selection.empty:
+        return _section(title, how, _sample_note(sample_rate) + _empty("No streams to show."))
+    wanted = frames[frames["request_id"].isin(selection["request_id"])]
+    by_request = {rid: group.sort_values("seq") for rid, group in wanted.groupby("request_id")}
+    rows = "".join(_worst_row(row, by_request.get(row["request_id"])) for _, row in selection.iterrows())
+    header = (
+        "<thead><tr><th>request id</th><th>name</th><th>outcome</th><th>status</th><th>max_gap_s</th>"
+        "<th>keep-alive</th><th>error (code / param / message)</th></tr></thead>"
+    )
+    more = _empty(f"… {left_out} more streams qualify and are not shown.") if left_out else ""
+    return _section(title, how, f'{_sample_note(sample_rate)}<table class="worst">{header}{rows}</table>{more}')
+
+
+def _worst_row(row: pd.Series, frames: pd.DataFrame | None) -> str:
+    error = " / ".join(_text(row[c]) for c in ("error_code", "error_param", "error_message") if not _missing(row[c]))
+    cells = (
+        f"<td>{_text(row['request_id'])}</td><td>{_text(row['name'])}</td><td>{_outcome_label(row['outcome'])}</td>"
+        f'<td class="num">{_integer(row["status"])}</td><td class="num">{_seconds(row["max_gap_s"])}</td>'
+        f'<td class="num">{_integer(row["keepalive_frames"])}</td><td>{error or MISSING}</td>'
+    )
+    return (
+        f'<tbody class="stream" data-request="{_text(row["request_id"])}"><tr>{cells}</tr>'
+        f'<tr><td class="frames" colspan="7">{_frame_sequence(row, frames)}</td></tr></tbody>'
+    )
+
+
+def _frame_sequence(row: pd.Series, frames: pd.DataFrame | None) -> str:
+    if frames is None or frames.empty:
+        counted = sum(_number(row[c]) or 0 for c in ("data_frames", "keepalive_frames", "comment_frames"))
+        return "(no frames: no event stream came back)" if counted == 0 else "(frames not sampled)"
+    shown = frames[["kind", "t_s", "gap_s", "bytes"]].head(FRAMES_PER_STREAM)
+    chips = [
+        f'<span class="frame k-{_text(kind)}">{_text(kind)} {_seconds(t)} +{_seconds(gap)} {_integer(size)}B</span>'
+        for kind, t, gap, size in shown.itertuples(index=False, name=None)
+    ]
+    extra = len(frames) - FRAMES_PER_STREAM
+    if extra > 0:
+        chips.append(f"… {extra} more")
+    return "".join(chips)
+
+
+# --- soak windows ------------------------------------------------------------------------------
+
+_WINDOW_COLUMNS = (("window", "window"), ("start_s", "from s"), ("end_s", "to s"), ("requests", "requests"),
+                   ("ok", "ok"), ("http_500", "HTTP 500"), ("inband_500", "in-band 500"), ("cut", "cut"),
+                   ("ttft_p50_s", "TTFT p50 s"), ("ttft_p95_s", "TTFT p95 s"), ("max_gap_p99_s", "max gap p99 s"),
+                   ("keepalive_per_silent_s", "keep-alives per silent s"), ("harness_rss_mb", "harness MiB"),
+                   ("server_rss_mb", "server MiB"))  # fmt: skip
+
+
+def _soak_section(soak: dict[str, Any]) -> str:
+    windows = pd.DataFrame(soak.get("windows") or [])
+    how = ("The run cut into equal windows by request start time: drift shows as a trend down the table, and the "
+           "memory plot shows whether harness or server memory keeps growing after the first window.")  # fmt: skip
+    if windows.empty:
+        return _section("Soak windows", how, _empty("No windows: the run recorded no requests."))
+    header = "".join(f"<th>{_text(label)}</th>" for _, label in _WINDOW_COLUMNS)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td class='num'>{_window_cell(row.get(column))}</td>" for column, _ in _WINDOW_COLUMNS)
+        + "</tr>"
+        for row in windows.to_dict(orient="records")
+    )
+    partial = " (checkpoint: the run was still going)" if soak.get("partial") else ""
+    duration = float(soak.get("duration_s") or 0)
+    table = f"<p>{_text(f'{len(windows)} windows over {duration:g} s{partial}')}</p>"
+    table += f"<table><tr>{header}</tr>{body}</table>"
+    return _section("Soak windows", how, table + _memory_plot(windows))
+
+
+def _window_cell(value: Any) -> str:
+    if _missing(value):
+        return "—"
+    if isinstance(value, float) and not float(value).is_integer():
+        return f"{value:.4g}"
+    return _text(int(value) if isinstance(value, float) else value)
+
+
+def _memory_plot(windows: pd.DataFrame) -> str:
+    series = {label: windows[column] for column, label in (("harness_rss_mb", "harness"), ("server_rss_mb", "server"))
+              if column in windows and windows[column].notna().any()}  # fmt: skip
+    if not series:
+        return _empty("No memory samples (memory is sampled by python -m loadtests soak).")
+    figure, axes = _figure()
+    for label, values in series.items():
+        axes.plot(windows["window"], values, marker="o", label=label)
+    axes.set_xlabel("window")
+    axes.set_ylabel("mean RSS (MiB)")
+    axes.legend(loc="best")
+    return _png(figure)

@@ -1,0 +1,202 @@
+"""The nightly soak job: one long Locust run, watched, checkpointed, judged for drift and baseline.
+
+``python -m loadtests soak`` runs ``locust -f <scenario> --headless`` as a child (its own process
+group, so Ctrl-C reaches only us, and we end Locust with SIGTERM, which makes it stop its users
+and write its report). While it runs we refresh a progress line from the run directory's parquet
+parts, sample the memory of the harness and of the bundled server into ``resources.csv``, and
+rewrite ``summary.json`` every checkpoint interval, so a run killed after hours still leaves a
+usable report. At the end we add the drift windows and gates, compare with ``--baseline`` when
+given, and print the verdict as the last line; the exit code says the same (0 pass, 1 fail).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtests import compare
+from loadtests.drift import DriftLimits, judge_drift
+from loadtests.gates import GateResult
+from loadtests.progress import ProgressPrinter, RunProgress
+from loadtests.resources import ResourceSampler, read_resources
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+_SERVICE_LINE = re.compile(r"^(target server|embedded proxy|nginx): \S+ \(pid (\d+)\)")
+_REPORT_LINE = re.compile(r"^(?:run directory|report): (.+)$")
+DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "soak.py"
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``20m``, ``8h``, ``1h30m`` or plain seconds."""
+    match = _DURATION.match(text.strip())
+    if not text.strip() or not match or not any(match.groups()):
+        raise ValueError(f"duration must look like 90s, 20m, 8h or 1h30m, got {text!r}")
+    hours, minutes, seconds = (float(part) if part else 0.0 for part in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise ValueError(f"duration must be positive, got {text!r}")
+    return total
+
+
+@dataclass
+class SoakPlan:
+    scenario: Path = DEFAULT_SCENARIO
+    duration_s: float = 300.0
+    users: int = 8
+    spawn_rate: float = 8.0
+    processes: int | None = None
+    host: str | None = None
+    report_dir: str = "reports"
+    baseline: str | None = None
+    progress_interval: float | None = None
+    checkpoint_interval: float = 60.0
+    limits: DriftLimits = field(default_factory=DriftLimits)
+    thresholds: compare.Thresholds = field(default_factory=compare.Thresholds)
+    locust_args: list[str] = field(default_factory=list)
+
+    def command(self) -> list[str]:
+        command = [sys.executable, "-m", "locust", "-f", str(self.scenario), "--headless", "-u", str(self.users),
+                   "-r", f"{self.spawn_rate:g}", "-t", f"{round(self.duration_s)}s", "--report-dir",
+                   self.report_dir, "--only-summary", "--stop-timeout", "5"]  # fmt: skip
+        if self.processes:
+            command += ["--processes", str(self.processes)]
+        if self.host:
+            command += ["--host", self.host]
+        return command + self.locust_args
+
+
+class Soak:
+    def __init__(self, plan: SoakPlan, printer: ProgressPrinter | None = None) -> None:
+        self.plan = plan
+        self.printer = printer or ProgressPrinter()
+        self.run_dir: Path | None = None
+        self.lines: list[str] = []
+        self.interrupted_by: str | None = None
+        self._locust: subprocess.Popen[str] | None = None
+        self._sampler: ResourceSampler | None = None
+
+    def run(self) -> int:
+        started = time.monotonic()
+        self._locust = subprocess.Popen(self.plan.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+        self._sampler = ResourceSampler(self._locust.pid)
+        reader = threading.Thread(target=self._read_output, daemon=True)
+        reader.start()
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._watch(started)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if self._locust.poll() is None:  # we are leaving early (an exception): never leave it behind
+                self._locust.kill()
+                self._locust.wait()
+        reader.join(10)
+        return self._finish(self._locust.returncode)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.interrupted_by = signal.Signals(signum).name
+        if self._locust is not None and self._locust.poll() is None:
+            self._locust.send_signal(signal.SIGTERM)  # Locust stops its users and writes its report
+
+    def _read_output(self) -> None:
+        assert self._locust is not None and self._locust.stdout is not None
+        for raw in self._locust.stdout:
+            line = raw.rstrip("\n")
+            self.lines.append(line)
+            service = _SERVICE_LINE.match(line)
+            if service and self._sampler is not None:
+                self._sampler.service_pids.add(int(service[2]))
+                if service[1] == "target server":
+                    self._sampler.server_pid = int(service[2])
+            directory = _REPORT_LINE.match(line)
+            if directory and self.run_dir is None:
+                self.run_dir = Path(directory[1])
+                if self._sampler is not None:
+                    self._sampler.path = self.run_dir / "resources.csv"
+            if line.startswith(("gate ", "sse-soak:", "Traceback", "target server:", "run directory:")):
+                self.printer.print(line)
+
+    def _watch(self, started: float) -> None:
+        assert self._locust is not None and self._sampler is not None
+        interval = self.plan.progress_interval or (1.0 if self.printer.in_place else 10.0)
+        next_checkpoint = started + self.plan.checkpoint_interval
+        progress: RunProgress | None = None
+        while self._locust.poll() is None:
+            time.sleep(min(interval, 0.5) if progress is None else interval)
+            if self.run_dir is None:
+                continue
+            progress = progress or RunProgress(self.run_dir)
+            progress.refresh()
+            _, harness_mb, server_mb = self._sampler.sample()
+            elapsed = time.monotonic() - started
+            self.printer.show(progress.line(elapsed, self.plan.duration_s - elapsed, harness_mb, server_mb))
+            if time.monotonic() >= next_checkpoint:
+                self._checkpoint()
+                next_checkpoint += self.plan.checkpoint_interval
+
+    def _checkpoint(self) -> None:
+        """Rewrite summary.json from what is on disk now (always-on gates and drift so far)."""
+        from loadtests.rebuild import rebuild_report  # pandas, only when needed
+
+        assert self.run_dir is not None
+        rebuild_report(self.run_dir, decorate=lambda summary: self._add_drift(summary, partial=True))
+
+    def _add_drift(self, summary: dict[str, Any], partial: bool) -> None:
+        from loadtests.run_writer import read_table
+
+        assert self.run_dir is not None
+        requests = read_table(self.run_dir / "requests.parquet")
+        windows, results = judge_drift(requests, read_resources(self.run_dir), self.plan.limits)
+        summary["soak"] = {"partial": partial, "duration_s": self.plan.duration_s, "limits": self.plan.limits.as_dict(),
+                           "windows": windows.to_dict(orient="records")}  # fmt: skip
+        summary["gates"] = [g for g in summary["gates"] if g["name"] not in ("memory_growth", "latency_drift")]
+        summary["gates"] += [{"name": r.name, "passed": r.passed, "detail": r.detail} for r in results]
+        summary["passed"] = all(g["passed"] for g in summary["gates"])
+
+    def _finish(self, locust_code: int) -> int:
+        self.printer.print(f"locust exited with {locust_code}")
+        if self.run_dir is None or not (self.run_dir / "requests.parquet").exists():
+            self.printer.print("verdict: FAIL (the run wrote no results)")
+            return 1
+        summary = self._final_summary()
+        for gate in summary["gates"]:
+            if gate["name"] in ("memory_growth", "latency_drift"):
+                self.printer.print(GateResult(**gate).line())
+        regressions = self._compare_with_baseline(summary)
+        self.printer.print(f"report: {self.run_dir}")
+        reasons = [g["name"] for g in summary["gates"] if not g["passed"]] + regressions
+        if self.interrupted_by:
+            reasons.insert(0, f"interrupted by {self.interrupted_by}")
+        if locust_code not in (0, 1):
+            reasons.append(f"locust exit code {locust_code}")
+        elif locust_code == 1 and summary["passed"]:
+            reasons.append("locust reported unexpected outcomes")
+        self.printer.print(f"verdict: {'FAIL (' + ', '.join(reasons) + ')' if reasons else 'PASS'}")
+        return 1 if reasons else 0
+
+    def _final_summary(self) -> dict[str, Any]:
+        from loadtests.rebuild import rebuild_report
+
+        assert self.run_dir is not None
+        # The scenario's gates re-judged from disk (one code path with `python -m loadtests report`).
+        return rebuild_report(self.run_dir, decorate=lambda summary: self._add_drift(summary, partial=False))
+
+    def _compare_with_baseline(self, summary: dict[str, Any]) -> list[str]:
+        if not self.plan.baseline:
+            return []
+        try:
+            base = compare.load_summary(self.plan.baseline)
+        except (OSError, ValueError) as exc:
+            self.printer.print(f"baseline: cannot read {self.plan.baseline}: {exc}")
+            return ["baseline unreadable"]
+        rows = compare.compare(base, summary, self.plan.thresholds)
+        self.printer.print(compare.render(rows, str(self.plan.baseline), str(self.run_dir)))
+        return [f"regression in {row.metric}" for row in rows if row.regressed]

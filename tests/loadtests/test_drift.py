@@ -1,0 +1,113 @@
+"""Drift windows and gates, and the soak's duration and progress line."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from loadtests.drift import DriftLimits, judge_drift, latency_drift, memory_growth, windows_table
+from loadtests.progress import ProgressPrinter, RunProgress
+from loadtests.soak import parse_duration
+
+LIMITS = DriftLimits(windows=5)
+
+
+def requests_over(seconds: int, ttft: np.ndarray | None = None) -> pd.DataFrame:
+    count = seconds * 2
+    start = 1_700_000_000.0 + np.arange(count) / 2
+    return pd.DataFrame({
+        "start_time": start, "duration_s": 0.2, "outcome": "ok", "status": pd.array([200] * count, dtype="Int64"),
+        "error_code": None, "ttft_s": ttft if ttft is not None else np.full(count, 0.1), "max_gap_s": 0.1,
+        "keepalive_frames": 2, "silence_before_first_token_s": 1.0,
+    })  # fmt: skip
+
+
+def memory(seconds: int, harness: np.ndarray, server: np.ndarray) -> pd.DataFrame:
+    t = 1_700_000_000.0 + np.linspace(0, seconds, len(harness), endpoint=False)
+    return pd.DataFrame({"t": t, "harness_rss_mb": harness, "server_rss_mb": server})
+
+
+def test_windows_split_the_run_and_carry_their_figures() -> None:
+    windows = windows_table(requests_over(100), memory(100, np.full(50, 200.0), np.full(50, 50.0)), 5)
+    assert list(windows["window"]) == [1, 2, 3, 4, 5]
+    assert windows["requests"].sum() == 200
+    assert windows["keepalive_per_silent_s"].tolist() == [2.0] * 5
+    assert windows["harness_rss_mb"].tolist() == [200.0] * 5
+
+
+def test_steady_memory_growth_fails_and_flat_memory_passes() -> None:
+    growing = memory(100, np.linspace(100, 200, 50), np.full(50, 50.0))
+    windows = windows_table(requests_over(100), growing, 5)
+    result = memory_growth(windows, LIMITS)
+    assert not result.passed and "harness" in result.detail and "rose in 100% of steps" in result.detail
+    flat = memory(100, 200 + np.random.default_rng(1).normal(0, 1, 50), np.full(50, 50.0))
+    assert memory_growth(windows_table(requests_over(100), flat, 5), LIMITS).passed
+
+
+def test_a_one_off_jump_that_does_not_keep_rising_is_not_steady_growth() -> None:
+    jump = np.concatenate([np.full(20, 100.0), np.full(30, 130.0)])  # +30%, then flat
+    assert memory_growth(windows_table(requests_over(100), memory(100, jump, np.full(50, 50.0)), 5), LIMITS).passed
+
+
+def test_latency_drift_fails_beyond_both_limits() -> None:
+    rising = np.linspace(0.1, 0.4, 200)
+    assert not latency_drift(windows_table(requests_over(100, rising), memory(100, np.ones(5), np.ones(5)), 5),
+                             LIMITS).passed  # fmt: skip
+    small = np.linspace(0.010, 0.030, 200)  # tripled, but by 20 ms only
+    assert latency_drift(windows_table(requests_over(100, small), memory(100, np.ones(5), np.ones(5)), 5),
+                         LIMITS).passed  # fmt: skip
+
+
+def test_no_requests_means_no_windows_and_passing_gates() -> None:
+    windows, results = judge_drift(requests_over(0), memory(1, np.ones(1), np.ones(1)), LIMITS)
+    assert windows.empty and all(r.passed for r in results)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("20m", 1200), ("8h", 28800), ("1h30m", 5400), ("45", 45)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "0s", "5x", "-3s"])
+def test_bad_durations_say_what_is_expected(text: str) -> None:
+    with pytest.raises(ValueError, match=r"90s, 20m, 8h|positive"):
+        parse_duration(text)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_refreshes_in_place_on_a_terminal_and_prints_lines_otherwise() -> None:
+    terminal, log = Terminal(), io.StringIO()
+    for stream in (terminal, log):
+        printer = ProgressPrinter(stream)
+        printer.show("first")
+        printer.show("second")
+        printer.print("gate PASS x")
+    assert terminal.getvalue() == "\r\x1b[2Kfirst\r\x1b[2Ksecond\ngate PASS x\n"
+    assert log.getvalue() == "first\nsecond\ngate PASS x\n"
+
+
+def test_progress_reads_only_new_parts(tmp_path: Path) -> None:
+    from loadtests.outcome import RequestPlan, StreamTracker
+    from loadtests.recorder import Recorder
+    from loadtests.run_writer import RunWriter
+
+    writer, progress = RunWriter(tmp_path), RunProgress(tmp_path)
+    for status in (200, 500):
+        recorder = Recorder()
+        stream = StreamTracker(RequestPlan(f"r{status}", "n", "chat"), 0.0)
+        stream.headers(status, 0.1)
+        recorder.add(stream.finish(0.2), None)
+        writer.write_batch(recorder.take_batch())
+        progress.refresh()
+    assert (progress.requests, progress.http_500, progress.outcomes["cut"]) == (2, 1, 1)
+    line = progress.line(65, 3600, 120.4, None)
+    assert line.startswith("soak 0:01:05 elapsed, 1:00:00 left | 2 requests: 0 ok")
+    assert "1 HTTP 500" in line and "harness 120 MiB, server -" in line

@@ -1,0 +1,265 @@
+"""report.html: one self-contained page whose tables and plots say what the run's data says.
+
+The data is real: SSE frames fed through ``StreamTracker`` into a ``Recorder``, gates evaluated and
+the summary built by the harness's own functions; the assertions read the page's content.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from loadtests.gates import Expect, evaluate
+from loadtests.html_report import write_html_report, write_requests_csv
+from loadtests.outcome import RequestPlan, StreamTracker
+from loadtests.recorder import FRAME_COLUMNS, Recorder
+from loadtests.report import summarize
+from loadtests.sse import Frame
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+IMAGE = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+RUN_START = 1_800_000_000.0
+ERROR_MESSAGE = "InjectedEngineError: <script>boom</script> mid-generation"
+SETTINGS = {"proxy": "none", "keep_alive_interval": 1.0, "server_args": ["--max-model-len", "8192"]}
+GATES = [Expect("truncated_ok_at_1000", where="truncate_prompt_tokens == 1000", require="outcome == 'ok'")]
+
+
+def data_frame(payload: dict[str, Any]) -> Frame:
+    text = json.dumps(payload)
+    return Frame(t=0.0, nbytes=len(text) + 8, data=text)
+
+
+def token(route: str, text: str = "w") -> Frame:
+    choice = {"index": 0, "text": text} if route == "completions" else {"index": 0, "delta": {"content": text}}
+    return data_frame({"choices": [choice]})
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> Frame:
+    return data_frame(
+        {"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}
+    )
+
+
+def keep_alive() -> Frame:
+    return Frame(t=0.0, nbytes=14, comments=["keep-alive"])
+
+
+def done() -> Frame:
+    return Frame(t=0.0, nbytes=14, data="[DONE]")
+
+
+def inband_error() -> Frame:
+    return data_frame({"error": {"message": ERROR_MESSAGE, "type": "InternalServerError", "param": None, "code": 500}})
+
+
+def record(
+    recorder: Recorder,
+    request_id: str,
+    route: str,
+    truncate: int | None,
+    arrivals: list[tuple[float, Frame]],
+    end: float,
+    *,
+    status: int = 200,
+    ttfb: float = 0.01,
+    body: str | None = None,
+    failure: str | None = None,
+    expected: str = "ok",
+) -> None:
+    """One request, sent ``len(recorder)`` half-seconds after the run started."""
+    plan = RequestPlan(request_id, f"{route}:{'truncated' if truncate else 'plain'}", route, prompt_tokens=10_000,
+                       max_tokens=16, truncate_prompt_tokens=truncate, expected=expected)  # fmt: skip
+    stream = StreamTracker(plan, RUN_START + 0.5 * len(recorder))
+    stream.headers(status, ttfb)
+    if body is not None:
+        stream.error_body(body)
+    for t, frame in arrivals:
+        stream.frame(frame, t)
+    recorder.add(stream.finish(end, failure), stream.frames)
+
+
+def tokens(route: str, start: float, count: int, step: float = 0.02) -> list[tuple[float, Frame]]:
+    return [(start + step * index, token(route)) for index in range(count)]
+
+
+def build_run() -> tuple[pd.DataFrame, pd.DataFrame]:
+    recorder = Recorder()
+    keepalives = [(1.01, keep_alive()), (2.01, keep_alive())]
+    ending = [(2.6, usage(1000, 3)), (2.61, done())]
+    record(recorder, "ok-ka", "completions", 1000, keepalives + tokens("completions", 2.5, 3) + ending, 2.62)
+    for index, (route, truncate) in enumerate([("chat", 1000), ("chat", None), ("completions", None)] * 2):
+        arrivals = [*tokens(route, 0.1 + 0.01 * index, 4), (0.3, usage(truncate or 2000, 4)), (0.31, done())]
+        record(recorder, f"ok-{index}", route, truncate, arrivals, 0.32)
+    rejection = json.dumps({"error": {"message": "prompt too long", "type": "BadRequestError",
+                                      "param": "input_tokens", "code": 400}})  # fmt: skip
+    record(recorder, "rejected-1", "completions", None, [], 1.51, status=400, ttfb=1.5, body=rejection,
+           expected="rejected")  # fmt: skip
+    record(recorder, "cut-1", "chat", 1000, tokens("chat", 0.2, 3), 0.5)
+    errored = [*tokens("completions", 0.1, 2), (0.15, inband_error()), (0.151, done())]
+    record(recorder, "inband-1", "completions", None, errored, 0.16)
+    record(recorder, "stopped-1", "chat", None, tokens("chat", 0.1, 2), 0.2, failure="stopped")
+    return recorder.requests_table(), recorder.frames_table()
+
+
+@pytest.fixture(scope="module")
+def run() -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    requests, frames = build_run()
+    summary = summarize("unit_run", requests, evaluate(requests, GATES), SETTINGS)
+    return requests, frames, summary
+
+
+def render(tmp_path: Path, summary: dict[str, Any], requests: pd.DataFrame, frames: pd.DataFrame) -> str:
+    path = write_html_report(tmp_path, summary, requests, frames)
+    assert path == tmp_path / "report.html"
+    return path.read_text(encoding="utf-8")
+
+
+def section(page: str, title: str) -> str:
+    start = page.index(f">{title}</h")
+    return page[start : page.index("</section>", start)]
+
+
+def cell(row_html: str, attribute: str, value: str) -> str:
+    match = re.search(rf'<td class="num" {attribute}="{re.escape(value)}">([^<]*)</td>', row_html)
+    assert match, (attribute, value, row_html)
+    return match.group(1)
+
+
+def table_row(page: str, attributes: str) -> str:
+    match = re.search(rf"<tr {re.escape(attributes)}>(.*?)</tr>", page)
+    assert match, attributes
+    return match.group(1)
+
+
+def test_the_run_covers_what_the_report_must_show(run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]) -> None:
+    requests, frames, summary = run
+    assert set(requests["outcome"]) == {"ok", "rejected", "cut", "inband_error", "stopped"}
+    assert set(requests["route"]) == {"chat", "completions"}
+    assert set(frames["kind"]) == {"data", "keepalive", "error", "done"}
+    assert summary["passed"] is False and len(summary["gates"]) == 4
+
+
+def test_headline_shows_the_verdict_and_every_gate(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    page = render(tmp_path, summary, requests, frames)
+    headline = page[: page.index("</section>")]
+    assert "unit_run" in headline
+    assert '<div class="verdict fail">FAILED</div>' in headline and "PASSED</div>" not in headline
+    assert f"<b>{len(requests)}</b> requests" in headline
+    for gate in summary["gates"]:
+        verdict = "PASS" if gate["passed"] else "FAIL"
+        line = f'<span class="badge">{verdict}</span> <b>{html.escape(gate["name"])}</b>: {html.escape(gate["detail"])}'
+        assert line in headline
+    assert "keep_alive_interval" in headline and "--max-model-len 8192" in headline
+
+    passing = {**summary, "passed": True, "gates": [{"name": "all_good", "passed": True, "detail": "fine"}]}
+    assert '<div class="verdict pass">PASSED</div>' in render(tmp_path, passing, requests, frames)
+
+
+def test_outcome_table_counts_equal_the_value_counts(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    page = render(tmp_path, summary, requests, frames)
+    truncation = requests["truncate_prompt_tokens"].astype(object).where(requests["truncate_prompt_tokens"].notna())
+    labels = truncation.map(lambda v: "none" if pd.isna(v) else str(int(v)))
+    expected = requests.groupby([requests["route"], labels, requests["outcome"]]).size()
+    for (route, label), group in expected.groupby(level=[0, 1]):
+        row = table_row(page, f'data-route="{route}" data-truncation="{label}"')
+        for outcome in requests["outcome"].unique():
+            assert int(cell(row, "data-outcome", outcome)) == int(group.get((route, label, outcome), 0))
+    totals = table_row(page, 'class="total" data-route="all"')
+    for outcome, count in requests["outcome"].value_counts().items():
+        assert int(cell(totals, "data-outcome", outcome)) == count
+    assert 'data-outcome="timeout"' not in page  # only outcomes that occur get a column
+    statuses = requests["status"].value_counts()
+    for status, count in statuses.items():
+        assert f'<td>{status}</td><td class="num">{count}</td>' in table_row(page, f'data-status="{status}"')
+
+
+def test_percentile_table_matches_pandas(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    page = render(tmp_path, summary, requests, frames)
+    ttft = requests["ttft_s"].dropna()
+    cells = re.findall(r'<td class="num">([^<]*)</td>', table_row(page, 'data-metric="ttft_s"'))
+    assert cells[0] == f"{ttft.quantile(0.5):.4f}"
+    assert cells[4] == f"{ttft.max():.4f}" and cells[5] == str(len(ttft))
+    assert len(ttft) < len(requests)  # the rejected request has no TTFT and is not counted
+
+
+def test_three_embedded_pngs_and_nothing_external(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    page = render(tmp_path, summary, requests, frames)
+    images = IMAGE.findall(page)
+    assert len(images) == 3 == page.count("<img ")
+    for encoded in images:
+        assert base64.b64decode(encoded).startswith(PNG_SIGNATURE)
+    assert not re.search(r'(?:src|href)\s*=\s*["\']?\s*(?:https?:)?//', page, re.IGNORECASE)
+    assert "<script" not in page and html.escape(ERROR_MESSAGE) in page
+
+
+def test_worst_streams_list_the_failures_with_their_frames(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    worst = section(render(tmp_path, summary, requests, frames), "Worst streams")
+    streams = dict(re.findall(r'<tbody class="stream" data-request="([^"]+)">(.*?)</tbody>', worst, re.DOTALL))
+    assert {"cut-1", "inband-1", "ok-ka"} <= set(streams)
+    assert "rejected-1" not in streams  # the longest gap of all, but the top by gap are 2xx streams only
+    assert re.findall(r'class="frame k-(\w+)"', streams["inband-1"]) == ["data", "data", "error", "done"]
+    assert re.findall(r'class="frame k-(\w+)"', streams["cut-1"]) == ["data"] * 3
+    assert re.findall(r'class="frame k-(\w+)"', streams["ok-ka"])[:2] == ["keepalive", "keepalive"]
+    assert "500 / " in streams["inband-1"] and "cut</span>" in streams["cut-1"]
+
+
+def test_sampled_frames_are_announced_and_missing_ones_marked(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    assert "from a sample" not in render(tmp_path, summary, requests, frames)
+    kept = requests.loc[requests["outcome"] != "ok", "request_id"]
+    sampled = frames[frames["request_id"].isin(kept)]
+    page = render(tmp_path, {**summary, "frame_sample_rate": 0.25}, requests, sampled)
+    assert "Frame-level plots and tables come from a sample: 25% of the ok streams" in page
+    assert "streams whose outcome is not ok are always kept" in page
+    worst = section(page, "Worst streams")
+    ok_row = re.search(r'data-request="ok-ka">(.*?)</tbody>', worst, re.DOTALL)
+    assert ok_row and "(frames not sampled)" in ok_row.group(1)
+
+
+def test_empty_and_tiny_runs_still_render(tmp_path: Path) -> None:
+    empty_requests = Recorder().requests_table()
+    empty_frames = pd.DataFrame(columns=list(FRAME_COLUMNS))
+    summary = summarize("empty_run", empty_requests, evaluate(empty_requests), {})
+    page = render(tmp_path, summary, empty_requests, empty_frames)
+    assert "<b>0</b> requests" in page and "No requests were recorded." in page and "<img" not in page
+
+    requests, frames = build_run()
+    single = requests[requests["request_id"] == "rejected-1"].copy()
+    for column in ("ttft_s", "max_data_gap_s", "silence_before_first_token_s", "start_time"):
+        single[column] = float("nan")
+    page = render(tmp_path, summarize("one", single, evaluate(single), {}), single, frames.iloc[0:0])
+    assert page.count("<img") == 0 and "No frames were recorded." in page
+    assert table_row(page, 'data-metric="ttft_s"').endswith('<td class="num">0</td>')
+
+
+def test_requests_csv_round_trips(run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path) -> None:
+    requests, _, _ = run
+    path = write_requests_csv(tmp_path, requests)
+    assert path == tmp_path / "requests.csv"
+    back = pd.read_csv(path)
+    assert len(back) == len(requests) and list(back.columns) == list(requests.columns)
+    assert back["request_id"].tolist() == requests["request_id"].tolist()

@@ -1,0 +1,86 @@
+"""``python -m loadtests soak``, for seconds rather than hours: verdicts, windows, and SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.loadtests.locust_run import ROOT
+
+pytestmark = pytest.mark.smoke
+
+
+def soak_command(report_dir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "loadtests", "soak", "--report-dir", str(report_dir), "--progress-interval", "2",
+            "--checkpoint-interval", "5", "--windows", "3", *args]  # fmt: skip
+
+
+def run_soak(report_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(soak_command(report_dir, *args), capture_output=True, text=True, timeout=240, cwd=ROOT)
+
+
+def run_dir_of(output: str) -> Path:
+    return Path(next(line for line in output.splitlines() if line.startswith("report: ")).split(": ", 1)[1])
+
+
+def test_a_clean_soak_passes_with_windows_progress_and_memory(tmp_path: Path) -> None:
+    result = run_soak(tmp_path, "--duration", "25s")
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert lines[-1] == "verdict: PASS"
+    progress = [line for line in lines if line.startswith("soak ")]
+    assert len(progress) >= 5 and "elapsed" in progress[0] and "harness" in progress[-1]
+    summary = json.loads((run_dir_of(result.stdout) / "summary.json").read_text())
+    windows = summary["soak"]["windows"]
+    assert len(windows) == 3 and summary["soak"]["partial"] is False
+    assert all(w["harness_rss_mb"] and w["server_rss_mb"] for w in windows)
+    assert sum(w["requests"] for w in windows) == summary["requests"] - summary["outcomes"]["stopped"]
+    assert {"memory_growth", "latency_drift"} <= {g["name"] for g in summary["gates"]}
+    html = (run_dir_of(result.stdout) / "report.html").read_text()
+    assert "Soak windows" in html
+
+
+def test_a_soak_with_injected_failures_fails_with_the_counts(tmp_path: Path) -> None:
+    result = run_soak(tmp_path, "--duration", "15s", "--", "--server-args=--failure-injection-rate 20 "
+                      "--failure-types server_error inband_error")  # fmt: skip
+    assert result.returncode == 1
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("verdict: FAIL (") and "no_http_500" in last and "no_inband_500" in last
+    summary = json.loads((run_dir_of(result.stdout) / "summary.json").read_text())
+    requests = pd.read_parquet(run_dir_of(result.stdout) / "requests.parquet")
+    assert summary["http_500"] == int((requests["status"] == 500).sum()) > 0
+    assert f"gate FAIL no_http_500: {summary['http_500']} HTTP 500" in result.stdout
+
+
+def test_sigterm_midway_still_leaves_a_readable_report(tmp_path: Path) -> None:
+    soak = subprocess.Popen(soak_command(tmp_path, "--duration", "10m"), stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert soak.stdout is not None
+        deadline = time.monotonic() + 120
+        for line in soak.stdout:  # wait until some requests are on disk, then stop it
+            if line.startswith("soak ") and " 0 requests" not in line:
+                break
+            assert time.monotonic() < deadline, "no progress"
+        os.kill(soak.pid, signal.SIGTERM)
+        output = line + soak.stdout.read()
+        assert soak.wait(timeout=120) == 1
+    finally:
+        if soak.poll() is None:
+            soak.kill()
+            soak.wait()
+        if soak.stdout is not None:
+            soak.stdout.close()
+    assert output.strip().splitlines()[-1].startswith("verdict: FAIL (interrupted by SIGTERM")
+    run_dir = run_dir_of(output)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["requests"] == len(pd.read_parquet(run_dir / "requests.parquet")) > 0
+    assert summary["soak"]["partial"] is False and (run_dir / "report.html").exists()
+    assert not list(run_dir.glob("**/.*.tmp"))  # no half-written part left behind
