@@ -1,0 +1,34 @@
+"""The README's two commands stay true: CI and the workflows run exactly them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_commands() -> list[str]:
+    block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    assert block, "the README starts with a bash block"
+    return [line for line in block[1].splitlines() if line.strip()]
+
+
+def test_the_readme_starts_with_exactly_the_main_job_and_the_test_command() -> None:
+    main_job, tests = readme_commands()
+    assert main_job.startswith("pip install -e . && locust -f scenarios/mixed_truncate.py --headless")
+    assert tests == "pip install -e '.[test]' && python -m pytest"
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    _, tests = readme_commands()
+    assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
+    assert f"run: {tests}" in (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+
+
+def test_the_nightly_soak_installs_with_the_readme_command_and_keeps_a_baseline() -> None:
+    workflow = (ROOT / ".github" / "workflows" / "nightly-soak.yml").read_text()
+    install = readme_commands()[0].split(" && ")[0]
+    assert f"run: {install}" in workflow
+    assert "python -m loadtests soak --duration" in workflow and "--baseline" in workflow
+    assert "schedule:" in workflow and "upload-artifact" in workflow
