@@ -46,6 +46,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
     sys.path.insert(0, str(REPO_ROOT))
 
+from common import zero_latency_server_args  # noqa: E402
+
 from loadtests.stack import ServerStartError, TargetServerProcess  # noqa: E402
 
 MODES = ("off", "on")
@@ -68,20 +70,7 @@ class Settings:
 
     def server_args(self, mode: str) -> list[str]:
         interval = self.keep_alive_interval if mode == "on" else 0.0
-        return [
-            "--host",
-            "127.0.0.1",
-            "--inter-token-latency",
-            "0",
-            "--time-to-first-token",
-            "0",
-            "--max-num-seqs",
-            str(self.max_num_seqs),
-            "--max-model-len",
-            str(self.max_tokens + 64),
-            "--sse-keep-alive-interval",
-            str(interval),
-        ]
+        return zero_latency_server_args(self.max_num_seqs, self.max_tokens + 64, interval)
 
 
 @dataclass(frozen=True)

@@ -63,9 +63,9 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
     sys.path.insert(0, str(REPO_ROOT))
-# No ``loadtests`` import up here: the load-generator child must import Locust (which monkey-patches
-# the process for gevent) before any ``loadtests`` module, or ``loadtests._gevent_compat`` does not
-# apply and httpx's import of trio fails. Both sides import what they need inside functions.
+# ``loadtests`` modules are imported inside functions, so the load-generator child imports Locust
+# (which monkey-patches the process for gevent) first, as a real Locust run does.
+from common import zero_latency_server_args  # noqa: E402 - bench/ is on sys.path as the script's folder
 
 KINDS = ("bare", "sse")
 TARGET_RATIO = 0.80
@@ -90,20 +90,7 @@ class ThroughputSettings:
     round_timeout_s: float
 
     def server_args(self) -> list[str]:
-        return [
-            "--host",
-            "127.0.0.1",
-            "--inter-token-latency",
-            "0",
-            "--time-to-first-token",
-            "0",
-            "--sse-keep-alive-interval",
-            "0",
-            "--max-num-seqs",
-            str(self.users),
-            "--max-model-len",
-            str(self.max_tokens + PROMPT_TOKENS + 64),
-        ]
+        return zero_latency_server_args(self.users, self.max_tokens + PROMPT_TOKENS + 64)
 
     def schedule(self) -> list[tuple[str, bool]]:
         """Warm-ups first, then measured rounds alternating bare/sse."""

@@ -49,10 +49,12 @@ class ChildService:
         return self.process.pid
 
     @classmethod
-    def launch(cls, argv: Sequence[str], name: str, timeout: float = 30.0) -> ChildService:
+    def launch(
+        cls, argv: Sequence[str], name: str, timeout: float = 30.0, env: dict[str, str] | None = None
+    ) -> ChildService:
         """Start ``argv`` and wait for its ready line (``<name> ready: URL``) on stdout."""
         process = subprocess.Popen(
-            list(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True
+            list(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True, env=env
         )
         try:
             url = _wait_for_ready_line(process, name, timeout)
@@ -83,11 +85,11 @@ class TargetServerProcess(ChildService):
     """``python -m target_server`` on a free loopback port (unless ``args`` set ``--port``)."""
 
     @classmethod
-    def start(cls, args: Sequence[str] = (), timeout: float = 30.0) -> ChildService:
+    def start(cls, args: Sequence[str] = (), timeout: float = 30.0, env: dict[str, str] | None = None) -> ChildService:
         argv = [sys.executable, "-m", "target_server", *args]
         if "--port" not in args:
             argv += ["--port", "0"]
-        return cls.launch(argv, "target server", timeout)
+        return cls.launch(argv, "target server", timeout, env)
 
 
 def start_embedded_proxy(upstream: str, read_timeout: float, timeout: float = 30.0) -> ChildService:
