@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,7 +97,7 @@ def test_an_external_server_is_used_with_host_and_its_first_model(tmp_path: Path
     server = start_server("--model", "external/model", "--max-model-len", "8192")
     run = run_locust("mixed_truncate", tmp_path, "--host", server.url)
     assert run.returncode == 0, run.output[-3000:]
-    assert "(bundled" not in run.output
+    assert "target server:" not in run.output  # nothing bundled was started
     assert run.summary["passed"] and run.summary["outcomes"]["ok"] > 0
 
 
@@ -112,11 +113,13 @@ def test_help_lists_the_scenario_options_beside_locusts() -> None:
 def test_a_bundled_server_that_cannot_start_is_one_line_and_nonzero(tmp_path: Path) -> None:
     run = run_locust("mixed_truncate", tmp_path, "--server-args=--max-num-seqs 0")
     assert run.returncode != 0
-    assert "sse-soak: the bundled target server did not start" in run.output
+    assert "sse-soak: the stack did not start: target server exited with 2" in run.output
     assert "Traceback" not in run.output
 
 
 def test_the_bundled_server_is_stopped_at_the_end(tmp_path: Path) -> None:
     run = run_locust("mixed_truncate", tmp_path, seconds=2)
-    pid = int(run.output.split("(bundled, pid ")[1].split(":")[0])
+    match = re.search(r"^target server: http://127\.0\.0\.1:\d+ \(pid (\d+)\)$", run.output, re.MULTILINE)
+    assert match, run.output[-2000:]
+    pid = int(match[1])
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()

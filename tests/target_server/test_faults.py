@@ -55,7 +55,7 @@ def test_stall_is_a_silence_mid_stream_then_the_stream_completes(start_server: S
     longest_gap, where = max(
         (later - earlier, index) for index, (earlier, later) in enumerate(itertools.pairwise(times))
     )
-    assert longest_gap >= 0.6 and where == 3  # between token 4 and token 5
+    assert longest_gap >= 0.6 * 0.9 and where == 3  # between token 4 and token 5 (10% for client jitter)
 
 
 def test_stall_is_covered_by_keep_alive_when_it_is_on(start_server: StartServer) -> None:
