@@ -27,7 +27,7 @@ def test_proxy_timeout_streams_survive_a_2s_proxy_through_5s_prefill_with_keepal
     assert summary["outcomes"]["ok"] >= 2
     assert summary["outcomes"]["cut"] == summary["causes"]["proxy_timeouts_before_headers"] == 0
     finished = run.requests.query("outcome == 'ok'")
-    assert (finished["silence_before_first_token_s"] >= 5.0).all()  # longer than the proxy's 2 s...
+    assert (finished["silence_before_first_token_s"] >= 4.5).all()  # 5 s prefill: far longer than the proxy's 2 s...
     assert (finished["max_gap_s"] < 2.0).all() and (finished["keepalive_frames"] >= 9).all()  # ...but never silent
 
 
