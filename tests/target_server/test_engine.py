@@ -46,7 +46,7 @@ def test_tokens_are_spaced_by_the_inter_token_latency(start_server: StartServer)
         result = stream(client, "/v1/completions", {"prompt": "hi", "max_tokens": 6})
     token_times = [frame.t for frame in result.frames if frame.data and frame.data != "[DONE]"]
     assert len(token_times) == 6
-    assert token_times[-1] - token_times[0] >= 5 * 0.06 * 0.98
+    assert token_times[-1] - token_times[0] >= 5 * 0.06 * 0.9  # deadlines are the server's; 10% for client jitter
 
 
 async def _stream_until_done(client: httpx.AsyncClient, started: asyncio.Event, name: str) -> tuple[str, float]:
@@ -79,7 +79,7 @@ def test_requests_beyond_max_num_seqs_wait_first_come_first_served(start_server:
     order = [name for name, _ in sorted(finished, key=lambda pair: pair[1])]
     assert order == ["A", "B", "C"]
     times = sorted(t for _, t in finished)
-    assert times[1] - times[0] >= 0.3 * 0.98 and times[2] - times[1] >= 0.3 * 0.98
+    assert times[1] - times[0] >= 0.3 * 0.9 and times[2] - times[1] >= 0.3 * 0.9  # a prefill apart, less jitter
 
 
 def test_a_client_disconnect_frees_its_slot_at_once(start_server: StartServer) -> None:

@@ -15,7 +15,7 @@ from tests.conftest import StartServer
 from tests.sse_stream import stream
 
 INTERVAL = 0.1
-SLACK = 0.1  # scheduling jitter allowed on a loaded 2-core machine
+SLACK = 0.25  # scheduling jitter allowed on a loaded 2-core machine (without keep-alive: 1.2 s)
 
 
 def test_keep_alive_covers_queueing_and_prefill(start_server: StartServer) -> None:
