@@ -30,6 +30,7 @@ from loadtests.resources import ResourceSampler, read_resources
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 _SERVICE_LINE = re.compile(r"^(target server|embedded proxy|nginx): \S+ \(pid (\d+)\)")
 _REPORT_LINE = re.compile(r"^(?:run directory|report): (.+)$")
+SAMPLE_INTERVAL_S = 5.0
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "soak.py"
 
 
@@ -125,19 +126,25 @@ class Soak:
                 self.printer.print(line)
 
     def _watch(self, started: float) -> None:
+        """Sample memory every ``SAMPLE_INTERVAL_S`` (each drift window needs samples), show progress
+        every progress interval, checkpoint every checkpoint interval, until Locust exits."""
         assert self._locust is not None and self._sampler is not None
         interval = self.plan.progress_interval or (1.0 if self.printer.in_place else 10.0)
+        tick = min(interval, SAMPLE_INTERVAL_S, self.plan.duration_s / self.plan.limits.windows / 3)
         next_checkpoint = started + self.plan.checkpoint_interval
+        next_progress = started
         progress: RunProgress | None = None
         while self._locust.poll() is None:
-            time.sleep(min(interval, 0.5) if progress is None else interval)
+            time.sleep(min(tick, 0.5) if progress is None else tick)
             if self.run_dir is None:
                 continue
             progress = progress or RunProgress(self.run_dir)
-            progress.refresh()
             _, harness_mb, server_mb = self._sampler.sample()
-            elapsed = time.monotonic() - started
-            self.printer.show(progress.line(elapsed, self.plan.duration_s - elapsed, harness_mb, server_mb))
+            if time.monotonic() >= next_progress:
+                progress.refresh()
+                elapsed = time.monotonic() - started
+                self.printer.show(progress.line(elapsed, self.plan.duration_s - elapsed, harness_mb, server_mb))
+                next_progress += interval
             if time.monotonic() >= next_checkpoint:
                 self._checkpoint()
                 next_checkpoint += self.plan.checkpoint_interval

@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests.gates import Expect, NoHttp500, NoInband500, TruncationHonoured, evaluate
+from loadtests.gates import Expect, NoHttp500, NoInband500, NoProxyTimeouts, TruncationHonoured, evaluate
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import Recorder
 
@@ -86,3 +86,15 @@ def test_stopped_streams_are_left_out_of_every_gate() -> None:
 def test_evaluate_runs_always_on_gates_first() -> None:
     names = [r.name for r in evaluate(table({"status": 200, "outcome": "ok"}), [Expect("x", "status == 200", "done")])]
     assert names == ["no_http_500", "no_inband_500", "truncation_honoured", "x"]
+
+
+def test_only_cuts_silent_for_the_read_timeout_are_proxy_timeouts() -> None:
+    gate = NoProxyTimeouts(read_timeout=2.0, keep_alive_interval=None)
+    server_drop = {"status": 200, "outcome": "cut", "max_gap_s": 0.3}
+    proxy_cut = {"status": 200, "outcome": "cut", "max_gap_s": 2.01}
+    assert gate.evaluate(table(server_drop)).passed
+    assert "1 other cuts after shorter silences" in gate.evaluate(table(server_drop)).detail
+    result = gate.evaluate(table(server_drop, proxy_cut, {"status": 504, "outcome": "http_5xx", "ttfb_s": 2.0}))
+    assert not result.passed
+    assert result.detail.startswith("1 proxy 504s before the headers, 1 streams cut after them")
+    assert "server keep-alive off (a keep-alive interval below the read timeout" in result.detail
