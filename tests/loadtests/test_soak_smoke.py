@@ -31,8 +31,13 @@ def run_dir_of(output: str) -> Path:
     return Path(next(line for line in output.splitlines() if line.startswith("report: ")).split(": ", 1)[1])
 
 
-def test_a_clean_soak_passes_with_windows_progress_and_memory(tmp_path: Path) -> None:
-    result = run_soak(tmp_path, "--duration", "25s")
+@pytest.fixture(scope="module")
+def clean_soak(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    return run_soak(tmp_path_factory.mktemp("clean"), "--duration", "25s")
+
+
+def test_a_clean_soak_passes_with_windows_progress_and_memory(clean_soak: subprocess.CompletedProcess[str]) -> None:
+    result = clean_soak
     lines = result.stdout.strip().splitlines()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert lines[-1] == "verdict: PASS"
@@ -48,12 +53,17 @@ def test_a_clean_soak_passes_with_windows_progress_and_memory(tmp_path: Path) ->
     assert "Soak windows" in html
 
 
-def test_a_soak_with_injected_failures_fails_with_the_counts(tmp_path: Path) -> None:
-    result = run_soak(tmp_path, "--duration", "15s", "--", "--server-args=--failure-injection-rate 20 "
-                      "--failure-types server_error inband_error")  # fmt: skip
+def test_a_soak_with_injected_failures_fails_with_the_counts_and_against_its_baseline(
+    tmp_path: Path, clean_soak: subprocess.CompletedProcess[str]
+) -> None:
+    baseline = run_dir_of(clean_soak.stdout)
+    faults = "--server-args=--failure-injection-rate 20 --failure-types server_error inband_error"
+    result = run_soak(tmp_path, "--duration", "15s", "--baseline", str(baseline), "--", faults)
     assert result.returncode == 1
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("verdict: FAIL (") and "no_http_500" in last and "no_inband_500" in last
+    assert "regression in 500 rate (HTTP + in-band)" in last
+    assert f"base: {baseline}" in result.stdout  # the side-by-side table
     summary = json.loads((run_dir_of(result.stdout) / "summary.json").read_text())
     requests = pd.read_parquet(run_dir_of(result.stdout) / "requests.parquet")
     assert summary["http_500"] == int((requests["status"] == 500).sum()) > 0
@@ -65,10 +75,13 @@ def test_sigterm_midway_still_leaves_a_readable_report(tmp_path: Path) -> None:
     try:
         assert soak.stdout is not None
         deadline = time.monotonic() + 120
-        for line in soak.stdout:  # wait until some requests are on disk, then stop it
-            if line.startswith("soak ") and " 0 requests" not in line:
+        for line in soak.stdout:  # wait for a checkpoint with requests on disk, then stop it
+            if line.startswith("run directory: "):
+                checkpoint = Path(line.split(": ", 1)[1].strip()) / "summary.json"
+            if line.startswith("soak ") and " 0 requests" not in line and checkpoint.exists():
                 break
             assert time.monotonic() < deadline, "no progress"
+        assert json.loads(checkpoint.read_text())["soak"]["partial"] is True  # readable while running
         os.kill(soak.pid, signal.SIGTERM)
         output = line + soak.stdout.read()
         assert soak.wait(timeout=120) == 1
