@@ -2,9 +2,12 @@
 
 Modules, one concept each: ``sse`` (incremental frame parser), ``outcome`` (one stream's frames
 and its single outcome), ``workload`` (prompt sizes and request mixes), ``users`` (Locust users),
-``recorder`` (rows and frames of a process), ``gates`` (pass/fail), ``report`` (run directory),
-``scenario`` (a locustfile's hooks into a Locust run), ``run_state`` (per-run objects),
-``stack`` (the bundled server as a child process).
+``recorder`` (rows and frames of a process, table schemas), ``run_writer`` (parquet parts as the
+run goes), ``collect`` (worker -> master batches), ``gates`` (pass/fail), ``report`` (summary and
+verdict files), ``html_report``, ``rebuild``, ``compare``, ``scenario`` (a locustfile's hooks into
+a Locust run), ``run_state`` (per-run objects), ``stack`` (services as child processes),
+``proxy`` (the embedded reverse proxy), and the soak job: ``soak``, ``progress``, ``resources``,
+``drift``.
 
 Names are re-exported lazily: importing Locust monkey-patches the process for gevent, so only a
 locustfile that asks for ``SSEUser`` or ``Scenario`` pays for it, never ``loadtests.sse`` alone.
