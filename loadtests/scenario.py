@@ -163,6 +163,9 @@ class Scenario:
         if not isinstance(environment.runner, WorkerRunner):
             self._settings = self.settings(options)
             self._start_stack(environment, self._settings)
+        if environment.runner is None:
+            return  # run_single_user (debugging): Locust prints each request; no run directory
+        if not isinstance(environment.runner, WorkerRunner):
             self._writer = RunWriter(new_run_dir(options.report_dir, self.name))
             print(f"run directory: {self._writer.directory}", flush=True)
         self._collector = Collector(environment, self._writer, options.flush_interval)
@@ -200,7 +203,8 @@ class Scenario:
             self._stop_stack()
 
     def _write_report(self, environment: Any) -> None:
-        assert self._writer is not None
+        if self._writer is None:
+            return
         settings = self._settings or self.settings(environment.parsed_options)
         directory = self._writer.directory
         summary = judge_run(directory, self.name, self._writer.requests_table(), self.gate_list(settings),

@@ -114,6 +114,8 @@ class SSEUser(_StreamingUser, FastHttpUser):
     def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> str | None:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
                    "Accept-Encoding": "identity", "X-Request-Id": tracker.plan.request_id}  # fmt: skip
+        if self.harness.api_key:
+            headers["Authorization"] = f"Bearer {self.harness.api_key}"
         payload = json.dumps(request.stream_body(self.harness.model))
         # catch_response without a with-block: Locust reports nothing; report() does, at the end.
         response = self.client.request("POST", request.path, data=payload, headers=headers, stream=True,

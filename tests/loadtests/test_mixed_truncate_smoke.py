@@ -123,3 +123,10 @@ def test_the_bundled_server_is_stopped_at_the_end(tmp_path: Path) -> None:
     assert match, run.output[-2000:]
     pid = int(match[1])
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_a_server_that_wants_an_api_key_gets_it_from_both_clients(tmp_path: Path) -> None:
+    run = run_locust("mixed_truncate", tmp_path, "--server-args=--api-key sekrit", "--api-key", "sekrit")
+    assert run.returncode == 0, run.output[-3000:]
+    requests = run.requests
+    assert set(requests["client"]) == {"raw", "openai"} and 401 not in set(requests["status"].dropna())
