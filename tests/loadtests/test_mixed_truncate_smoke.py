@@ -86,6 +86,7 @@ def test_keepalive_comments_in_their_own_packets_are_counted_exactly(tmp_path: P
     for line in sent:
         if line["kind"] == "keepalive":
             sent_keepalives[line["request_id"]] = sent_keepalives.get(line["request_id"], 0) + 1
+    assert {line["request_id"] for line in sent} <= set(run.requests["request_id"])  # every stream has a row
     raw_ok = run.requests.query("client == 'raw' and outcome == 'ok'")
     assert len(raw_ok) > 0 and raw_ok["keepalive_frames"].sum() > 0
     for row in raw_ok.itertuples():
