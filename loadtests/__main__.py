@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,8 @@ from typing import Any
 
 from loadtests import compare as compare_module
 from loadtests.proxy import ProxySettings, serve
+
+_THRESHOLDS = [field.name for field in dataclasses.fields(compare_module.Thresholds)]
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -66,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("base", help="the base run: a run directory or its summary.json")
     compare.add_argument("new", help="the new run: a run directory or its summary.json")
     defaults = compare_module.Thresholds()
-    for name in ("max_500_rate_increase", "max_failure_rate_increase", "max_latency_increase", "max_keepalive_drop"):
+    for name in _THRESHOLDS:
         compare.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name),
                              help=f"(default {getattr(defaults, name):g})")  # fmt: skip
     _add_soak_parser(commands)
@@ -162,8 +165,7 @@ def _run_compare(options: argparse.Namespace) -> int:
         base, new = compare_module.load_summary(options.base), compare_module.load_summary(options.new)
     except (OSError, ValueError, KeyError) as exc:
         sys.exit(f"python -m loadtests compare: {exc}")
-    names = ("max_500_rate_increase", "max_failure_rate_increase", "max_latency_increase", "max_keepalive_drop")
-    limits = compare_module.Thresholds(**{name: getattr(options, name) for name in names})
+    limits = compare_module.Thresholds(**{name: getattr(options, name) for name in _THRESHOLDS})
     rows = compare_module.compare(base, new, limits)
     print(compare_module.render(rows, options.base, options.new))
     regressions = [row.metric for row in rows if row.regressed]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -137,20 +136,13 @@ def _with_columns(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
 
 
 def _frame_sample_rate(summary: dict[str, Any]) -> float:
-    settings = summary.get("settings") or {}
-    rate = _number(summary.get("frame_sample_rate", settings.get("frame_sample_rate", 1.0)))
+    rate = _number(summary.get("frame_sample_rate", 1.0))
     return 1.0 if rate is None else rate
 
 
 def _keep_alive_interval(settings: dict[str, Any]) -> float | None:
-    """The settings' ``keep_alive_interval``, else the last ``--sse-keep-alive-interval`` in the
-    server arguments (a scenario may set it there); None when keep-alive is off or unknown."""
+    """The run's keep-alive interval; None when keep-alive is off or unknown."""
     interval = _number(settings.get("keep_alive_interval"))
-    if interval is None:
-        args = [str(arg) for arg in settings.get("server_args") or ()]
-        for flag, value in itertools.pairwise(args):
-            if flag == "--sse-keep-alive-interval":
-                interval = _number(value)
     return interval if interval is not None and interval > 0 else None
 
 

@@ -12,13 +12,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from loadtests.gates import gate_from_spec
 from loadtests.report import judge_run
 from loadtests.run_writer import read_table
 
 
-def rebuild_report(run_dir: str | Path, decorate: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Re-judge a run directory and rewrite its summary, HTML report and CSV; returns the summary."""
+def rebuild_report(
+    run_dir: str | Path, decorate: Callable[[dict[str, Any], pd.DataFrame], None] | None = None, html: bool = True
+) -> dict[str, Any]:
+    """Re-judge a run directory and rewrite its summary (and, with ``html``, its HTML report and CSV);
+    returns the summary."""
     directory = Path(run_dir)
     if not (directory / "requests.parquet").exists():
         raise FileNotFoundError(f"{directory} holds no requests.parquet: not a run directory")
@@ -27,4 +32,4 @@ def rebuild_report(run_dir: str | Path, decorate: Callable[[dict[str, Any]], Non
     gates = [gate_from_spec(spec) for spec in previous.get("gate_specs", [])]
     requests = read_table(directory / "requests.parquet")
     return judge_run(directory, scenario, requests, gates, previous.get("settings"),
-                     previous.get("frame_sample_rate", 1.0), decorate)  # fmt: skip
+                     previous.get("frame_sample_rate", 1.0), decorate, html)  # fmt: skip

@@ -2,9 +2,9 @@
 
 Rows are kept whole; frame records are stored column-wise (six lists) because there are many of
 them. ``take_batch()`` hands over what was added since the last call as a dict of plain lists
-(msgpack-safe, for Locust's worker -> master messages) and ``ingest()`` takes one in, so a master
-can hold a whole distributed run. Invariant: every row added or ingested is in exactly one of
-``rows`` or a batch taken, never both, never neither.
+(msgpack-safe, for Locust's worker -> master messages; ``RunWriter.write_batch`` takes it).
+Invariant: every row added is in exactly one of ``rows`` or a batch taken, never both, never
+neither.
 """
 
 from __future__ import annotations
@@ -52,8 +52,6 @@ class Recorder:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
         self.frames: dict[str, list[Any]] = {column: [] for column in FRAME_COLUMNS}
-        self._shipped_rows = 0
-        self._shipped_frames = 0
 
     def add(self, row: RequestRow, frames: list[FrameRecord] | None) -> None:
         self.rows.append(row.as_dict())
@@ -69,17 +67,9 @@ class Recorder:
     def take_batch(self) -> dict[str, Any]:
         """Everything added since the last batch, as plain lists; removed from this recorder."""
         batch = {"rows": self.rows, "frames": self.frames}
-        self._shipped_rows += len(self.rows)
-        self._shipped_frames += len(self.frames["request_id"])
         self.rows = []
         self.frames = {column: [] for column in FRAME_COLUMNS}
         return batch
-
-    def ingest(self, batch: dict[str, Any]) -> None:
-        """Take in a batch from ``take_batch()`` (of this or another process)."""
-        self.rows.extend(batch["rows"])
-        for column in FRAME_COLUMNS:
-            self.frames[column].extend(batch["frames"][column])
 
     def requests_table(self) -> pd.DataFrame:
         return to_pandas(pa.Table.from_pylist(self.rows, schema=REQUEST_SCHEMA))

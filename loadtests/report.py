@@ -123,10 +123,12 @@ def judge_run(
     gates: Sequence[Gate],
     settings: dict[str, Any] | None = None,
     frame_sample_rate: float = 1.0,
-    decorate: Callable[[dict[str, Any]], None] | None = None,
+    decorate: Callable[[dict[str, Any], pd.DataFrame], None] | None = None,
+    html: bool = True,
 ) -> dict[str, Any]:
-    """Evaluate the gates over ``requests``, let ``decorate`` add to the summary (the soak adds its
-    drift windows and gates), then write ``summary.json``, ``report.html`` and ``requests.csv``."""
+    """Evaluate the gates over ``requests``, let ``decorate(summary, requests)`` add to the summary
+    (the soak adds its drift windows and gates), then write ``summary.json`` and, with ``html``,
+    ``report.html`` and ``requests.csv`` (they read every frame: a checkpoint skips them)."""
     from loadtests.html_report import write_html_report, write_requests_csv  # matplotlib: only here
     from loadtests.run_writer import read_table
 
@@ -134,8 +136,9 @@ def judge_run(
     specs = [gate_spec(gate) for gate in gates]
     summary = summarize(scenario, requests, results, settings, specs, frame_sample_rate)
     if decorate is not None:
-        decorate(summary)
+        decorate(summary, requests)
     write_summary(directory, summary)
-    write_requests_csv(directory, requests)
-    write_html_report(directory, summary, requests, read_table(directory / "frames.parquet"))
+    if html:
+        write_requests_csv(directory, requests)
+        write_html_report(directory, summary, requests, read_table(directory / "frames.parquet"))
     return summary

@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
 
 
-def read_table(path: Path, columns: list[str] | None = None, schema: pa.Schema | None = None) -> pd.DataFrame:
+def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     """A requests or frames table (a parquet file or a directory of parts) with nullable integers
     as pandas ``Int64``; an empty table with the right columns when nothing was written."""
     written = path.is_file() or (path.is_dir() and any(path.glob("*.parquet")))
     if written:
         table = pq.read_table(path, columns=columns)
     else:
-        schema = schema or (FRAME_SCHEMA if path.name.startswith("frames") else REQUEST_SCHEMA)
+        schema = FRAME_SCHEMA if path.name.startswith("frames") else REQUEST_SCHEMA
         table = schema.empty_table()
         if columns is not None:
             table = table.select(columns)

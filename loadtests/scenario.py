@@ -16,6 +16,8 @@ parser after the scenario is loaded, so it lists Locust's options and ours.
 from __future__ import annotations
 
 import atexit
+import dataclasses
+import itertools
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -40,14 +42,22 @@ class RunSettings:
     proxy: str
     proxy_read_timeout: float
     keep_alive_interval: float | None
-    """The bundled server's keep-alive interval (None: the scenario does not set one)."""
+    """The keep-alive interval in force: the bundled server's last ``--sse-keep-alive-interval``
+    (the option, when the scenario declares one, comes last); None when unknown."""
     server_args: tuple[str, ...]
     host: str | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"proxy": self.proxy, "proxy_read_timeout": self.proxy_read_timeout,
-                "keep_alive_interval": self.keep_alive_interval, "server_args": list(self.server_args),
-                "host": self.host}  # fmt: skip
+        return {**dataclasses.asdict(self), "server_args": list(self.server_args)}
+
+
+def _last_keep_alive_interval(server_args: Sequence[str]) -> float:
+    """What ``--sse-keep-alive-interval`` the server will run with: the last one given, else 0 (off)."""
+    given = [value for flag, value in itertools.pairwise(server_args) if flag == "--sse-keep-alive-interval"]
+    try:
+        return float(given[-1]) if given else 0.0
+    except ValueError:
+        return 0.0  # the server will refuse the value itself, with its own message
 
 
 GateList = Sequence[Gate] | Callable[[RunSettings], Sequence[Gate]]
@@ -142,6 +152,8 @@ class Scenario:
         server_args = [*self.server_args, *shlex.split(options.server_args)]
         if interval is not None:
             server_args += ["--sse-keep-alive-interval", repr(interval)]
+        if options.host is None:  # the bundled server runs these arguments: its interval is the last one
+            interval = _last_keep_alive_interval(server_args)
         return RunSettings(options.proxy, options.proxy_read_timeout, interval, tuple(server_args), options.host)
 
     def gate_list(self, settings: RunSettings) -> Sequence[Gate]:

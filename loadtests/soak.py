@@ -150,17 +150,15 @@ class Soak:
                 next_checkpoint += self.plan.checkpoint_interval
 
     def _checkpoint(self) -> None:
-        """Rewrite summary.json from what is on disk now (always-on gates and drift so far)."""
+        """Rewrite summary.json from what is on disk now (the gates and drift so far); the HTML report
+        waits for the end (it reads every frame), or for ``python -m loadtests report``."""
         from loadtests.rebuild import rebuild_report  # pandas, only when needed
 
         assert self.run_dir is not None
-        rebuild_report(self.run_dir, decorate=lambda summary: self._add_drift(summary, partial=True))
+        rebuild_report(self.run_dir, lambda summary, requests: self._add_drift(summary, requests, True), html=False)
 
-    def _add_drift(self, summary: dict[str, Any], partial: bool) -> None:
-        from loadtests.run_writer import read_table
-
+    def _add_drift(self, summary: dict[str, Any], requests: Any, partial: bool) -> None:
         assert self.run_dir is not None
-        requests = read_table(self.run_dir / "requests.parquet")
         windows, results = judge_drift(requests, read_resources(self.run_dir), self.plan.limits)
         summary["soak"] = {"partial": partial, "duration_s": self.plan.duration_s, "limits": self.plan.limits.as_dict(),
                            "windows": windows.to_dict(orient="records")}  # fmt: skip
@@ -194,7 +192,7 @@ class Soak:
 
         assert self.run_dir is not None
         # The scenario's gates re-judged from disk (one code path with `python -m loadtests report`).
-        return rebuild_report(self.run_dir, decorate=lambda summary: self._add_drift(summary, partial=False))
+        return rebuild_report(self.run_dir, lambda summary, requests: self._add_drift(summary, requests, False))
 
     def _compare_with_baseline(self, summary: dict[str, Any]) -> list[str]:
         if not self.plan.baseline:

@@ -48,7 +48,7 @@ class _StreamingUser:
         return self.send(self.next_request())
 
     def send(self, request: PreparedRequest) -> RequestRow:
-        plan = self.plan(request, self.client_kind)
+        plan = self.plan(request)
         tracker = StreamTracker(plan, time.time(), self.harness.worker)
         started = time.monotonic()
         try:
@@ -72,13 +72,13 @@ class _StreamingUser:
     def next_request(self) -> PreparedRequest:
         return self.harness.prepared_mix(self.mix, self.host).draw()
 
-    def plan(self, request: PreparedRequest, client: str) -> RequestPlan:
+    def plan(self, request: PreparedRequest) -> RequestPlan:
         spec = request.spec
         return RequestPlan(
             request_id=uuid.uuid4().hex,
             name=f"{spec.route}:{spec.label}",
             route=spec.route,
-            client=client,
+            client=self.client_kind,
             prompt_tokens=request.prompt_tokens,
             max_tokens=spec.max_tokens,
             truncate_prompt_tokens=spec.truncate_prompt_tokens,

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from loadtests.outcome import frame_kind
 from loadtests.sse import Frame, SSEParser
 
 
@@ -26,15 +27,7 @@ class Streamed:
         return [f.data if f.data == "[DONE]" else json.loads(f.data) for f in self.frames if f.data is not None]
 
     def kinds(self) -> list[str]:
-        return [_kind(f) for f in self.frames]
-
-
-def _kind(frame: Frame) -> str:
-    if frame.data is None:
-        return "keepalive" if frame.comments == ["keep-alive"] else "comment"
-    if frame.data == "[DONE]":
-        return "done"
-    return "error" if frame.data.startswith('{"error"') else "data"
+        return [frame_kind(f) for f in self.frames]
 
 
 def stream(client: httpx.Client, path: str, body: dict[str, Any], **headers: str) -> Streamed:

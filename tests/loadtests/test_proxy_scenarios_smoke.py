@@ -34,6 +34,7 @@ def test_proxy_timeout_streams_survive_a_2s_proxy_through_5s_prefill_with_keepal
 def test_proxy_timeout_without_keepalive_every_stream_is_cut_and_the_run_fails(tmp_path: Path, proxy: str) -> None:
     run = run_locust("proxy_timeout", tmp_path, "--proxy", proxy, "--keep-alive-interval", "0", users=4, seconds=6)
     assert run.returncode != 0
+    assert run.summary["settings"]["keep_alive_interval"] == 0.0
     requests = run.requests.query("outcome != 'stopped'")
     assert len(requests) >= 4
     assert set(requests["outcome"]) == {"cut"} and (requests["status"] == 200).all()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgpack
 
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import FRAME_COLUMNS, Recorder
+from loadtests.run_writer import RunWriter
 from loadtests.sse import Frame
 
 
@@ -17,16 +20,17 @@ def finished(request_id: str, frames: int) -> StreamTracker:
     return stream
 
 
-def test_batches_are_plain_msgpack_types_and_lose_nothing() -> None:
-    worker, master = Recorder(), Recorder()
+def test_batches_are_plain_msgpack_types_and_lose_nothing(tmp_path: Path) -> None:
+    """What a worker ships, through msgpack as Locust sends it, into the master's run directory."""
+    worker, master = Recorder(), RunWriter(tmp_path)
     for index in range(5):
         stream = finished(f"r{index}", index)
         worker.add(stream.finish(1.0), stream.frames)
         if index == 2:
-            master.ingest(msgpack.unpackb(msgpack.packb(worker.take_batch())))
-    master.ingest(msgpack.unpackb(msgpack.packb(worker.take_batch())))
+            master.write_batch(msgpack.unpackb(msgpack.packb(worker.take_batch())))
+    master.write_batch(msgpack.unpackb(msgpack.packb(worker.take_batch())))
     assert len(worker) == 0
-    assert sorted(row["request_id"] for row in master.rows) == [f"r{i}" for i in range(5)]
+    assert sorted(master.requests_table()["request_id"]) == [f"r{i}" for i in range(5)]
     frames = master.frames_table()
     assert list(frames.columns) == list(FRAME_COLUMNS)
     assert frames.groupby("request_id").size().to_dict() == {f"r{i}": i for i in range(1, 5)}

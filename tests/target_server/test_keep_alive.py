@@ -223,13 +223,16 @@ def test_upstream_cleanup_that_awaits_completes_on_cancellation() -> None:
                 await asyncio.sleep(0.01)  # e.g. telling an engine to abort
                 events.append("cleanup finished")
 
+        commented = asyncio.Event()
+
         async def consume() -> None:
-            async for _ in with_keep_alive(upstream(), INTERVAL):
-                pass
+            async for frame in with_keep_alive(upstream(), INTERVAL):
+                if frame == KEEP_ALIVE_COMMENT:
+                    commented.set()
 
         consumer = asyncio.create_task(consume())
         await started.wait()
-        await asyncio.sleep(INTERVAL * 1.5)  # let a comment go out first
+        await commented.wait()  # a comment went out while upstream was suspended mid-step
         consumer.cancel()
         with pytest.raises(asyncio.CancelledError):
             await consumer
