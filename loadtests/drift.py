@@ -24,6 +24,8 @@ import pandas as pd
 
 from loadtests.gates import GateResult
 
+DRIFT_GATES = ("memory_growth", "latency_drift")
+
 
 @dataclass(frozen=True)
 class DriftLimits:
@@ -84,7 +86,7 @@ def _window_memory(resources: pd.DataFrame, start: float, end: float) -> dict[st
 
 
 def memory_growth(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
-    name = "memory_growth"
+    name = DRIFT_GATES[0]
     details, failed = [], False
     for column, label in (("harness_rss_mb", "harness"), ("server_rss_mb", "server")):
         series = windows[column].dropna() if column in windows else pd.Series(dtype=float)
@@ -102,7 +104,7 @@ def memory_growth(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
 
 
 def latency_drift(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
-    name = "latency_drift"
+    name = DRIFT_GATES[1]
     series = windows["ttft_p50_s"].dropna() if "ttft_p50_s" in windows else pd.Series(dtype=float)
     if len(series) < 3:
         return GateResult(name, True, f"too few windows with TTFT ({len(series)})")
@@ -119,8 +121,5 @@ def judge_drift(
 ) -> tuple[pd.DataFrame, list[GateResult]]:
     windows = windows_table(requests, resources, limits.windows)
     if windows.empty:
-        return windows, [
-            GateResult("memory_growth", True, "no requests"),
-            GateResult("latency_drift", True, "no requests"),
-        ]
+        return windows, [GateResult(name, True, "no requests") for name in DRIFT_GATES]
     return windows, [memory_growth(windows, limits), latency_drift(windows, limits)]
