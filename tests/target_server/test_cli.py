@@ -58,10 +58,15 @@ def test_a_server_that_cannot_start_is_reported_not_waited_on() -> None:
         TargetServerProcess.start(["--max-model-len", "0"], timeout=30)
 
 
-def test_every_config_field_is_an_option_with_help() -> None:
-    help_text = ServerConfig.parser().format_help()
-    for name in ServerConfig.__dataclass_fields__:
-        assert "--" + name.replace("_", "-") in help_text
+def test_the_command_line_defaults_are_the_config_defaults_and_options_parse_to_fields() -> None:
+    assert ServerConfig.from_args([]) == ServerConfig()
+    parsed = ServerConfig.from_args(
+        ["--max-model-len", "4096", "--sse-keep-alive-interval", "0.25", "--failure-types", "stall", "disconnect",
+         "--api-key", "k", "--inter-token-latency", "12.5"]
+    )  # fmt: skip
+    assert (parsed.max_model_len, parsed.sse_keep_alive_interval, parsed.failure_types, parsed.api_key) == (
+        4096, 0.25, ("stall", "disconnect"), "k")  # fmt: skip
+    assert parsed.inter_token_latency == 12.5
 
 
 def test_keep_alive_is_enabled_only_for_finite_positive_intervals() -> None:
