@@ -4,7 +4,9 @@ Users need the recorder, the model, the worker's name and the prepared request m
 scenario hooks need the same objects at the end. Keeping them in one ``RunState`` per
 ``Environment`` (not in module globals) lets tests run several environments in one process.
 Mixes are prepared (prompts built and measured against the target) once per process, by the
-first user that needs them, while the others wait on a gevent lock.
+first user that needs them, while the others wait on a gevent lock. Under the same lock the
+target is discovered once: its model and how prompts are sized (``/tokenize`` or estimates);
+when sizing is estimated, the process prints one line saying why.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ import httpx
 from gevent.lock import Semaphore
 
 from loadtests.recorder import Recorder
-from loadtests.workload import PreparedMix, RequestMix, ServerFacts, discover
+from loadtests.workload import (
+    PROBE_TIMEOUT,
+    PreparedMix,
+    RequestMix,
+    ServerFacts,
+    discover,
+    probe_prompt_sizing,
+)
 
 DEFAULT_CLIENT_IDLE_TIMEOUT = 130.0
 """Seconds of silence before the client gives up: above nginx's and AWS ALB's 60 s and
@@ -31,11 +40,14 @@ class RunState:
     client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
     frame_sample_rate: float = 1.0
     """Share of ``ok`` streams whose frame records are kept; other outcomes always keep theirs."""
+    probe_timeout: float = PROBE_TIMEOUT
+    """Seconds the first ``/tokenize`` request may take before prompt sizing turns to estimates."""
     runner: Any = None
     recorder: Recorder = field(default_factory=Recorder)
     facts: ServerFacts | None = None
     _mixes: dict[int, PreparedMix] = field(default_factory=dict)
     _lock: Semaphore = field(default_factory=Semaphore)
+    _announced_estimate: bool = False
 
     @property
     def worker(self) -> str:
@@ -55,6 +67,18 @@ class RunState:
             raise RuntimeError("the target server was not discovered yet")
         return self.facts.model
 
+    @property
+    def prompt_sizing(self) -> str | None:
+        """``"exact"`` or ``"estimated (<reason>)"`` once this process discovered the target, else None."""
+        return None if self.facts is None else self.facts.prompt_sizing
+
+    def prompt_sizing_for(self, host: str) -> str:
+        """How this run sizes prompts: what this process found while preparing its mixes, or, in a
+        process that prepared none (a master), one probe of ``host`` with this run's key and model."""
+        if self.facts is not None:
+            return self.facts.prompt_sizing
+        return probe_prompt_sizing(host, self.api_key, self.model_option, self.probe_timeout)
+
     def http(self, host: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         return httpx.Client(base_url=host, headers=headers, timeout=60.0)
@@ -68,9 +92,17 @@ class RunState:
                 if prepared is None:
                     with self.http(host) as client:
                         if self.facts is None:
-                            self.facts = discover(client, self.model_option)
+                            self.facts = discover(client, self.model_option, self.probe_timeout)
+                            self._announce_estimate()
                         prepared = self._mixes[id(mix)] = mix.prepare(client, self.facts)
+                        self._announce_estimate()
         return prepared
+
+    def _announce_estimate(self) -> None:
+        """One line per process, the first time sizing is (or turns) estimated."""
+        if self.facts is not None and self.facts.estimate_reason is not None and not self._announced_estimate:
+            self._announced_estimate = True
+            print(f"sse-soak: prompt sizing estimated: {self.facts.estimate_reason}", flush=True)
 
 
 _STATES: weakref.WeakKeyDictionary[Any, RunState] = weakref.WeakKeyDictionary()

@@ -1,9 +1,13 @@
 """What to send: prompts of exact token sizes, and request mixes that say what they expect back.
 
-Prompt sizes are measured with the server's own ``/tokenize`` when it has one (vLLM and the
-bundled server do): a prompt is grown from a filler text until the server counts the wanted
-number of tokens. Without ``/tokenize`` the size is estimated from ``CHARS_PER_TOKEN`` and the
-plan records that it is an estimate (``prompt_tokens`` is then ``None``). Each ``RequestSpec``
+Prompt sizes are measured with the server's own ``/tokenize`` when it answers as vLLM's does
+(200 with an integer ``count`` for ``{"model", "prompt"}`` or ``{"model", "messages"}``): a
+prompt is grown from a filler text until the server counts the wanted number of tokens.
+``discover`` probes that once, with a short timeout. Any other answer (404, 405, 400, 5xx,
+another body shape, not JSON, no answer), then or later while sizing, turns sizing to estimates
+from ``CHARS_PER_TOKEN`` for the rest of the run, with the reason in
+``ServerFacts.prompt_sizing``; estimated prompts record ``prompt_tokens`` as ``None``. Sizing
+never raises: a server with a foreign ``/tokenize`` still gets its requests. Each ``RequestSpec``
 carries the outcome the scenario expects, so a correctly rejected request is a success in
 Locust's statistics and a gate checks the rest.
 """
@@ -21,6 +25,11 @@ Route = Literal["completions", "chat"]
 ROUTE_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 FILLER_WORD = "w "
 CHARS_PER_TOKEN = 2.0  # our filler "w " is one token per two characters on common BPE vocabularies
+EXACT = "exact"
+PROBE_TIMEOUT = 10.0
+"""Seconds the first ``/tokenize`` request may take before sizing falls back to estimates."""
+PROBE_WORDS = 8
+BODY_SHAPES: dict[str, str] = {"completions": '{"model", "prompt"}', "chat": '{"model", "messages"}'}
 
 
 @dataclass(frozen=True)
@@ -60,24 +69,75 @@ class PreparedRequest:
 
 @dataclass
 class ServerFacts:
-    """What the harness learned from the target: the model to use and whether it can tokenize."""
+    """What the harness learned from the target: the model to use and how prompts are sized.
+
+    Sizing starts exact and turns estimated for good on the first failure of ``/tokenize``, with
+    the reason (``estimate_reason``); it never turns back, so a run sizes its prompts one way.
+    """
 
     model: str
     max_model_len: int | None = None
-    can_tokenize: bool = True
+    estimate_reason: str | None = None
+
+    @property
+    def prompt_sizing(self) -> str:
+        """``"exact"`` (counted by the server's ``/tokenize``) or ``"estimated (<reason>)"``."""
+        return EXACT if self.estimate_reason is None else f"estimated ({self.estimate_reason})"
+
+    @property
+    def can_tokenize(self) -> bool:
+        return self.estimate_reason is None
 
 
-def discover(client: httpx.Client, model: str | None = None) -> ServerFacts:
-    """Read ``/v1/models``; ``model`` defaults to the first one listed."""
-    response = client.get("/v1/models")
-    response.raise_for_status()
-    cards = response.json().get("data") or []
+class TokenizeError(Exception):
+    """``/tokenize`` did not count tokens the way vLLM does; the message says what it did instead."""
+
+
+def discover(client: httpx.Client, model: str | None = None, probe_timeout: float = PROBE_TIMEOUT) -> ServerFacts:
+    """Read ``/v1/models`` (``model`` defaults to the first one listed; when given, a server
+    without a usable ``/v1/models`` is fine), then probe ``/tokenize`` once."""
+    cards: list[dict[str, Any]] = []
+    try:
+        response = client.get("/v1/models")
+        response.raise_for_status()
+        listed = response.json().get("data")
+        cards = [card for card in listed if isinstance(card, dict)] if isinstance(listed, list) else []
+    except (httpx.HTTPError, ValueError, AttributeError):  # no /v1/models, or not a JSON object
+        if model is None:
+            raise
     if model is None:
         if not cards:
             raise RuntimeError(f"{client.base_url}/v1/models lists no model; pass --model")
-        model = cards[0]["id"]
+        model = str(cards[0]["id"])
     card = next((c for c in cards if c.get("id") == model), {})
-    return ServerFacts(model=model, max_model_len=card.get("max_model_len"))
+    facts = ServerFacts(model=model, max_model_len=card.get("max_model_len"))
+    facts.estimate_reason = tokenize_failure(client, model, probe_timeout)
+    return facts
+
+
+def tokenize_failure(client: httpx.Client, model: str, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """Why prompts cannot be sized with ``/tokenize`` (one request in vLLM's shape, at most
+    ``timeout`` seconds), or None when it answers as vLLM does."""
+    try:
+        count = count_tokens(client, model, "completions", FILLER_WORD * PROBE_WORDS, timeout)
+    except TokenizeError as exc:
+        return str(exc)
+    return None if count > 0 else f"/tokenize counted 0 tokens for {PROBE_WORDS} words of filler"
+
+
+def probe_prompt_sizing(
+    host: str, api_key: str | None = None, model: str | None = None, timeout: float = PROBE_TIMEOUT
+) -> str:
+    """``"exact"`` or ``"estimated (<reason>)"`` for the server at ``host``, from one probe of
+    ``/tokenize`` (after ``/v1/models`` when ``model`` is None). Never raises; prints nothing."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        with httpx.Client(base_url=host, headers=headers, timeout=timeout) as client:
+            if model is None:
+                return discover(client, probe_timeout=timeout).prompt_sizing
+            return ServerFacts(model, estimate_reason=tokenize_failure(client, model, timeout)).prompt_sizing
+    except Exception as exc:  # the caller may be writing a run's summary: say why, never raise
+        return f"estimated (no model to probe /tokenize with: {type(exc).__name__}: {exc})"
 
 
 def _messages(text: str) -> list[dict[str, str]]:
@@ -88,35 +148,63 @@ def _source(route: Route, text: str) -> dict[str, Any]:
     return {"messages": _messages(text)} if route == "chat" else {"prompt": text}
 
 
-def count_tokens(client: httpx.Client, facts: ServerFacts, route: Route, text: str) -> int | None:
-    """Tokens the server counts for ``text`` on ``route``; None when it has no ``/tokenize``."""
-    if not facts.can_tokenize:
-        return None
-    response = client.post("/tokenize", json={"model": facts.model, **_source(route, text)})
-    if response.status_code in (404, 405):
-        facts.can_tokenize = False
-        return None
-    response.raise_for_status()
-    return int(response.json()["count"])
+def count_tokens(client: httpx.Client, model: str, route: Route, text: str, timeout: float | None = None) -> int:
+    """Tokens the server counts for ``text`` on ``route`` (vLLM's ``/tokenize``: 200 with an
+    integer ``count``); anything else raises ``TokenizeError`` saying what came back."""
+    shape = BODY_SHAPES[route]
+    limit = client.timeout.read if timeout is None else timeout
+    try:
+        response = client.post("/tokenize", json={"model": model, **_source(route, text)},
+                               timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout)  # fmt: skip
+    except httpx.TimeoutException:
+        raise TokenizeError(f"/tokenize did not answer vLLM's request body ({shape}) within {limit:g} s") from None
+    except httpx.HTTPError as exc:
+        raise TokenizeError(f"/tokenize failed on vLLM's request body ({shape}): {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise TokenizeError(f"/tokenize answered {response.status_code} to vLLM's request body ({shape})")
+    try:
+        payload = response.json()
+    except ValueError:
+        kind = response.headers.get("content-type", "no content-type")
+        raise TokenizeError(f"/tokenize answered 200 with a body that is not JSON ({kind})") from None
+    count = payload.get("count") if isinstance(payload, dict) else None
+    if type(count) is not int or count < 0:
+        got = f"keys {sorted(payload)}" if isinstance(payload, dict) else f"a JSON {type(payload).__name__}"
+        raise TokenizeError(f'/tokenize answered 200 without vLLM\'s integer "count" (got {got})')
+    return count
+
+
+def estimated_text(tokens: int) -> str:
+    """A prompt of about ``tokens`` tokens, by ``CHARS_PER_TOKEN``."""
+    return FILLER_WORD * max(1, int(tokens * CHARS_PER_TOKEN / len(FILLER_WORD)))
 
 
 def sized_text(client: httpx.Client, facts: ServerFacts, route: Route, tokens: int) -> tuple[str, int | None]:
     """A prompt text of exactly ``tokens`` tokens as the server counts them on ``route`` (chat
-    template included), or an estimate when the server cannot tokenize."""
-    overhead = count_tokens(client, facts, route, "")
-    per_word = count_tokens(client, facts, route, FILLER_WORD * 100)
-    if overhead is None or per_word is None:
-        return FILLER_WORD * max(1, int(tokens * CHARS_PER_TOKEN / len(FILLER_WORD))), None
-    rate = max((per_word - overhead) / 100.0, 1e-6)
+    template included), or an estimate (count None) when the server cannot count; a first failure
+    of ``/tokenize`` turns ``facts`` to estimated sizing for the rest of the run."""
+    if facts.can_tokenize:
+        try:
+            return _exact_text(client, facts.model, route, tokens)
+        except TokenizeError as exc:
+            facts.estimate_reason = str(exc)
+    return estimated_text(tokens), None
+
+
+def _exact_text(client: httpx.Client, model: str, route: Route, tokens: int) -> tuple[str, int]:
+    overhead = count_tokens(client, model, route, "")
+    per_hundred = count_tokens(client, model, route, FILLER_WORD * 100) - overhead
+    if per_hundred < 1:  # a count that does not grow with the text would send the search to infinity
+        raise TokenizeError(f"/tokenize counted {per_hundred} tokens for 100 words of filler")
+    rate = per_hundred / 100.0
     words = max(1, round((tokens - overhead) / rate))
     for _ in range(8):  # converge on the exact count; a word is one token or a few
-        counted = count_tokens(client, facts, route, FILLER_WORD * words)
-        assert counted is not None
+        counted = count_tokens(client, model, route, FILLER_WORD * words)
         if counted == tokens:
             return FILLER_WORD * words, counted
         step = round((tokens - counted) / rate) or (1 if counted < tokens else -1)
         words = max(1, words + step)
-    return FILLER_WORD * words, count_tokens(client, facts, route, FILLER_WORD * words)
+    return FILLER_WORD * words, count_tokens(client, model, route, FILLER_WORD * words)
 
 
 @dataclass(frozen=True)

@@ -210,13 +210,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def prometheus() -> Response:
         return Response(metrics.render(server.engine, server.stats), media_type="text/plain; version=0.0.4")
 
-    @app.post("/tokenize")
-    async def tokenize(request: Request) -> dict[str, Any]:
-        data = await read_json_object(request)
-        body = validate(data, TokenizeChatRequest if "messages" in data else TokenizeCompletionRequest)
-        server.check_model(body.model)
-        ids = chat_prompt_ids(body.messages) if isinstance(body, TokenizeChatRequest) else prompt_ids(body.prompt)
-        return {"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids, "token_strs": None}
+    _install_tokenize(app, server)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -234,6 +228,31 @@ def create_app(config: ServerConfig) -> FastAPI:
         return await server.generate(request, "chat", body, ids, max_tokens)
 
     return app
+
+
+def _install_tokenize(app: FastAPI, server: TargetServer) -> None:
+    """``POST /tokenize`` as ``--tokenize-api`` says: vLLM's (a prompt or chat messages, answered
+    with a ``count``), a foreign one that takes only ``{"text"}`` and answers bare ``tokens`` (as
+    non-vLLM servers do), or none at all (the framework's 404 for an unknown path)."""
+    config = server.config
+    if config.tokenize_api == "vllm":
+
+        @app.post("/tokenize")
+        async def tokenize(request: Request) -> dict[str, Any]:
+            data = await read_json_object(request)
+            body = validate(data, TokenizeChatRequest if "messages" in data else TokenizeCompletionRequest)
+            server.check_model(body.model)
+            ids = chat_prompt_ids(body.messages) if isinstance(body, TokenizeChatRequest) else prompt_ids(body.prompt)
+            return {"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids, "token_strs": None}
+
+    elif config.tokenize_api == "text":
+
+        @app.post("/tokenize")
+        async def tokenize_text(request: Request) -> dict[str, Any]:
+            data = await read_json_object(request)
+            if set(data) != {"text"} or not isinstance(data["text"], str):
+                raise APIError(400, f'this /tokenize takes only {{"text": "..."}}, got keys {sorted(data)}', "text")
+            return {"tokens": tokenizer.encode(data["text"])}
 
 
 def prompt_ids(prompt: str | list[int]) -> list[int]:

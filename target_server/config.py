@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 FAILURE_TYPES = ("server_error", "inband_error", "stall", "disconnect", "rate_limit")
+TOKENIZE_APIS = ("vllm", "text", "none")
 
 
 def _opt(default: object, help: str, **extra: object) -> object:
@@ -46,6 +47,7 @@ class ServerConfig:
         FAILURE_TYPES,
         "faults to draw from, uniformly: " + ", ".join(FAILURE_TYPES),
         nargs="+",
+        choices=FAILURE_TYPES,
     )
     stall_seconds: float = _opt(
         90.0, "length of the mid-stream silence of the 'stall' fault (longer than nginx's 60 s default)"
@@ -54,6 +56,12 @@ class ServerConfig:
     api_key: str | None = _opt(None, "require 'Authorization: Bearer KEY' on /v1 and /tokenize routes")
     trace_file: str | None = _opt(
         None, "append one JSON line per SSE frame written: request id, kind, time.monotonic(), bytes"
+    )
+    tokenize_api: str = _opt(
+        "vllm",
+        "what POST /tokenize takes: vllm ({model, prompt} or {model, messages}, answers with a count), "
+        "text (only {text}, answers {tokens}; vLLM's body gets a 400, like a non-vLLM server) or none (no route)",
+        choices=TOKENIZE_APIS,
     )
     log_level: str = _opt("warning", "uvicorn log level")
 
@@ -79,6 +87,8 @@ class ServerConfig:
             raise ValueError(
                 f"--failure-types got {', '.join(unknown) or 'nothing'}; choose from {', '.join(FAILURE_TYPES)}"
             )
+        if self.tokenize_api not in TOKENIZE_APIS:
+            raise ValueError(f"--tokenize-api got {self.tokenize_api!r}; choose from {', '.join(TOKENIZE_APIS)}")
         if self.default_chat_max_tokens < 1:
             raise ValueError(f"--default-chat-max-tokens must be at least 1, got {self.default_chat_max_tokens}")
 
@@ -97,10 +107,10 @@ class ServerConfig:
         for spec in dataclasses.fields(cls):
             flag = "--" + spec.name.replace("_", "-")
             kwargs: dict[str, object] = {"default": spec.default, "help": spec.metadata["help"]}
-            if "nargs" in spec.metadata:
-                kwargs["nargs"] = spec.metadata["nargs"]
-                kwargs["choices"] = FAILURE_TYPES
-            elif spec.default is not None:
+            for key in ("nargs", "choices"):
+                if key in spec.metadata:
+                    kwargs[key] = spec.metadata[key]
+            if "nargs" not in spec.metadata and spec.default is not None:
                 kwargs["type"] = type(spec.default)
             parser.add_argument(flag, **kwargs)
         return parser

@@ -24,15 +24,16 @@ def test_prompts_have_exactly_the_tokens_the_server_counts(client: httpx.Client,
 
 def test_discover_takes_the_first_listed_model_and_its_context(client: httpx.Client) -> None:
     facts = discover(client)
-    assert (facts.model, facts.max_model_len) == ("sse-soak/tiny-sim", 8192)
+    assert (facts.model, facts.max_model_len, facts.prompt_sizing) == ("sse-soak/tiny-sim", 8192, "exact")
     assert discover(client, "chosen").model == "chosen"
 
 
 def test_without_tokenize_the_size_is_an_estimate_and_says_so(client: httpx.Client) -> None:
-    facts = ServerFacts(model="sse-soak/tiny-sim", can_tokenize=False)
+    facts = ServerFacts(model="sse-soak/tiny-sim", estimate_reason="told so")
     text, counted = sized_text(client, facts, "completions", 1000)
     assert counted is None
     assert 500 <= len(text.split()) <= 2000
+    assert facts.prompt_sizing == "estimated (told so)"
 
 
 def test_a_mix_draws_by_weight_in_a_seeded_order(client: httpx.Client) -> None:
