@@ -4,8 +4,9 @@ Works from two ``summary.json`` files (a run directory or the summary itself), s
 needs to keep only the last good summary. Regressions, each with a default threshold:
 
 - the share of HTTP 500 + in-band 500 rose at all (``max_500_rate_increase``, default 0);
-- the failure rate (5xx, in-band errors, cuts, timeouts, connect errors over judged requests)
-  rose by more than ``max_failure_rate_increase`` (absolute, default 0.001 = 0.1 point);
+- the failure rate (5xx, in-band errors, protocol errors, cuts, timeouts, connect errors and
+  harness errors over judged requests) rose by more than ``max_failure_rate_increase``
+  (absolute, default 0.001 = 0.1 point);
 - a timing percentile (TTFT p50/p95, duration p95, max_gap_s p99) grew by more than
   ``max_latency_increase`` (relative, default 0.25), ignoring figures under 5 ms in the base;
 - mean keep-alive frames per stream fell by more than ``max_keepalive_drop`` (relative, 0.5);
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FAILURE_OUTCOMES = ("http_5xx", "inband_error", "cut", "timeout", "connect_error")
+from loadtests.outcome import FAILURE_OUTCOMES
+
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
 LATENCY_FLOOR_S = 0.005
 

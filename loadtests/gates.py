@@ -1,11 +1,15 @@
 """Pass/fail rules over a run's request table, each reported as one line with its figure.
 
-Three gates are always on: no HTTP 500, no in-band error with code 500, and truncation honoured
-(every truncated ``ok`` request whose server reported usage counted exactly the tokens it asked
-to keep). A scenario adds ``Expect`` gates: rows selected by a pandas query must all satisfy
-another query, and there must be at least ``min_rows`` of them, so a gate never passes on an
-empty selection. Rows of streams the run itself stopped (``outcome == "stopped"``) are no verdict
-on the server and are left out of every gate.
+Always on: at least one request finished (``requests_completed``); every finished request ended
+as its spec expects (``outcomes_as_expected``: the rule Locust's statistics use too, so the verdict
+and the exit code come from one judgement); no HTTP 500; no in-band error with code 500; no
+protocol error; no harness error (sse-soak failing, not the server); truncation honoured (every
+truncated ``ok`` request whose server reported usage counted exactly the tokens it asked to
+keep). With no finished request the others say ``no requests to judge`` and count as not passed
+(``SKIP``), never as a vacuous PASS. A scenario adds ``Expect`` gates: rows selected by a pandas
+query must all satisfy another query, and there must be at least ``min_rows`` of them, so a gate
+never passes on an empty selection. Rows of streams the run itself stopped (``outcome ==
+"stopped"``) are no verdict on the server and are left out of every gate.
 """
 
 from __future__ import annotations
@@ -23,9 +27,15 @@ class GateResult:
     name: str
     passed: bool
     detail: str
+    skipped: bool = False
+    """Nothing to judge: not passed, and said so instead of a figure."""
 
     def line(self) -> str:
-        return f"gate {'PASS' if self.passed else 'FAIL'} {self.name}: {self.detail}"
+        verdict = "SKIP" if self.skipped else "PASS" if self.passed else "FAIL"
+        return f"gate {verdict} {self.name}: {self.detail}"
+
+
+NOTHING_TO_JUDGE = "no requests to judge"
 
 
 class Gate(Protocol):
@@ -37,6 +47,70 @@ class Gate(Protocol):
 def _examples(rows: pd.DataFrame, limit: int = 3) -> str:
     ids = ", ".join(rows["request_id"].head(limit))
     return f" (e.g. {ids})" if ids else ""
+
+
+def _by_message(rows: pd.DataFrame, limit: int = 3) -> str:
+    """``2x <message>; 1x <message>`` for the most frequent messages of ``rows``."""
+    counts = rows["error_message"].fillna("(no message)").value_counts()
+    shown = "; ".join(f"{n}x {message}" for message, n in counts.head(limit).items())
+    return shown + (f"; and {len(counts) - limit} other messages" if len(counts) > limit else "")
+
+
+@dataclass(frozen=True)
+class RequestsCompleted:
+    """At least one request finished (stopped streams do not count): an empty run is no pass."""
+
+    name: str = "requests_completed"
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        if requests.empty:
+            return GateResult(self.name, False, "no request finished: nothing was judged")
+        return GateResult(self.name, True, f"{len(requests)} requests finished")
+
+
+@dataclass(frozen=True)
+class OutcomesAsExpected:
+    """Every finished request ended with the outcome its spec expects (``ok`` unless it says)."""
+
+    name: str = "outcomes_as_expected"
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        expected = requests["expected"].fillna("ok")
+        bad = requests[requests["outcome"] != expected]
+        detail = f"{len(requests) - len(bad)}/{len(requests)} requests ended as their spec expects"
+        if not bad.empty:
+            counts = bad.assign(_expected=expected[bad.index]).groupby(["outcome", "_expected"]).size()
+            seen = ", ".join(f"{n} {outcome} (expected {wanted})" for (outcome, wanted), n in counts.items())
+            detail += f"; instead: {seen}{_examples(bad)}"
+        return GateResult(self.name, bad.empty, detail)
+
+
+@dataclass(frozen=True)
+class NoProtocolErrors:
+    """No 2xx stream broke the event-stream protocol (content type, JSON frames, UTF-8, line length)."""
+
+    name: str = "no_protocol_errors"
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        bad = requests[requests["outcome"] == "protocol_error"]
+        detail = f"{len(bad)} protocol errors of {len(requests)} requests"
+        if not bad.empty:
+            detail += f": {_by_message(bad)}{_examples(bad)}"
+        return GateResult(self.name, bad.empty, detail)
+
+
+@dataclass(frozen=True)
+class NoHarnessErrors:
+    """sse-soak did not fail while handling any request (a failure of ours, not the server's)."""
+
+    name: str = "no_harness_errors"
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        bad = requests[requests["outcome"] == "harness_error"]
+        detail = f"{len(bad)} requests failed inside sse-soak itself"
+        if not bad.empty:
+            detail += f": {_by_message(bad)}{_examples(bad)}"
+        return GateResult(self.name, bad.empty, detail)
 
 
 @dataclass(frozen=True)
@@ -123,10 +197,14 @@ class NoProxyTimeouts:
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         timed_out = requests[requests["status"] == 504]
         cuts = requests[requests["outcome"] == "cut"]
+        unseen = cuts["max_gap_s"].isna()  # clients that cannot see comments cannot tell the silence
         by_proxy = cuts[cuts["max_gap_s"] >= self.read_timeout * 0.95]  # timers fire a hair early or late
         detail = f"{len(timed_out)} proxy 504s before the headers, {len(by_proxy)} streams cut after them"
-        if len(cuts) > len(by_proxy):
-            detail += f" ({len(cuts) - len(by_proxy)} other cuts after shorter silences, not read timeouts)"
+        shorter = len(cuts) - len(by_proxy) - int(unseen.sum())
+        if shorter:
+            detail += f" ({shorter} other cuts after shorter silences, not read timeouts)"
+        if unseen.any():
+            detail += f" ({int(unseen.sum())} cuts of SDK streams, whose silences are unknown: raw streams judged)"
         if timed_out.empty and by_proxy.empty:
             return GateResult(self.name, True, detail)
         longest = pd.concat([by_proxy["max_gap_s"], timed_out["ttfb_s"]]).max()
@@ -139,21 +217,34 @@ class NoProxyTimeouts:
         return GateResult(self.name, False, detail + _examples(pd.concat([timed_out, by_proxy])))
 
 
-ALWAYS_ON: tuple[Gate, ...] = (NoHttp500(), NoInband500(), TruncationHonoured())
+ALWAYS_ON: tuple[Gate, ...] = (
+    RequestsCompleted(), OutcomesAsExpected(), NoHttp500(), NoInband500(), NoProtocolErrors(), NoHarnessErrors(),
+    TruncationHonoured(),
+)  # fmt: skip
 
 
 def evaluate(requests: pd.DataFrame, gates: Iterable[Gate] = ()) -> list[GateResult]:
-    """Results of the always-on gates, then ``gates``, over the rows the run did not stop."""
+    """Results of the always-on gates, then ``gates``, over the rows the run did not stop. With
+    no such row, every always-on gate but ``requests_completed`` is skipped."""
     judged = requests[requests["outcome"] != "stopped"]
-    return [gate.evaluate(judged) for gate in (*ALWAYS_ON, *gates)]
+    results = []
+    for gate in ALWAYS_ON:
+        if judged.empty and not isinstance(gate, RequestsCompleted):
+            results.append(GateResult(gate.name, False, NOTHING_TO_JUDGE, skipped=True))
+        else:
+            results.append(gate.evaluate(judged))
+    return results + [gate.evaluate(judged) for gate in gates]
 
 
 def all_passed(results: Sequence[GateResult]) -> bool:
     return all(result.passed for result in results)
 
 
-GATE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (NoHttp500, NoInband500, TruncationHonoured, Expect,
-                                                            NoProxyTimeouts)}  # fmt: skip
+GATE_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (RequestsCompleted, OutcomesAsExpected, NoHttp500, NoInband500, NoProtocolErrors, NoHarnessErrors,
+                TruncationHonoured, Expect, NoProxyTimeouts)
+}  # fmt: skip
 
 
 def gate_spec(gate: Gate) -> dict[str, Any]:

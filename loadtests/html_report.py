@@ -29,7 +29,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from loadtests.outcome import OUTCOMES, RequestRow
+from loadtests.outcome import FAILURE_OUTCOMES, OUTCOMES, RequestRow
 from loadtests.recorder import FRAME_COLUMNS
 
 OUTCOME_COLOURS = {
@@ -40,6 +40,8 @@ OUTCOME_COLOURS = {
     "cut": "#ef6c00",
     "timeout": "#795548",
     "connect_error": "#000000",
+    "protocol_error": "#ad1457",
+    "harness_error": "#4a148c",
     "stopped": "#81d4fa",
 }
 OTHER_COLOUR = "#607d8b"
@@ -48,7 +50,6 @@ PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 TIMING_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
 DATA_KINDS = ("data", "error", "done")
 GAP_FLOOR_S = 1e-4
-FAILED_OUTCOMES = ("cut", "inband_error", "http_5xx", "timeout")
 WORST_BY_GAP = 5
 WORST_TOTAL = 15
 FRAMES_PER_STREAM = 40
@@ -464,7 +465,8 @@ def _keepalive_section(summary: dict[str, Any], requests: pd.DataFrame) -> str:
     expected = f"the dashed line is the expected count at one per {interval:g} s" if interval else "keep-alive is off"
     how = (
         "Each dot is a stream: the silence from its headers to its first token (x) against the keep-alive "
-        f"frames it received (y); {expected}, so dots far below the line at long silences mean missing keep-alive."
+        f"frames it received (y); {expected}, so dots far below the line at long silences mean missing keep-alive. "
+        "Raw streams only: the openai SDK cannot see comments, so its streams have no keep-alive count."
     )
     title = "Keep-alive frames against silence before the first token"
     points = requests[["silence_before_first_token_s", "keepalive_frames", "outcome"]].copy()
@@ -554,7 +556,7 @@ def _worst_selection(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     status = pd.to_numeric(ranked["status"], errors="coerce")
     streams = ranked["_gap"].notna() & (status >= 200) & (status < 300)
     chosen = list(ranked.index[streams][:WORST_BY_GAP])
-    queues = [list(ranked.index[ranked["outcome"] == outcome]) for outcome in FAILED_OUTCOMES]
+    queues = [list(ranked.index[ranked["outcome"] == outcome]) for outcome in FAILURE_OUTCOMES]
     failed: list[Any] = []
     while any(queues):
         failed += [queue.pop(0) for queue in queues if queue]
@@ -565,8 +567,9 @@ def _worst_selection(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 
 def _worst_section(requests: pd.DataFrame, frames: pd.DataFrame, sample_rate: float) -> str:
     how = (
-        f"The {WORST_BY_GAP} streams (2xx) with the longest silence, then the cut, in-band error, 5xx and timed-out "
-        "ones; under each, its frames in order as kind, time since the request was sent (s), +gap since the "
+        f"The {WORST_BY_GAP} streams (2xx) with the longest silence, then the failed ones taken in turn from each "
+        "failure outcome (cut, in-band error, protocol error, 5xx, timeout, ...); under each, its frames in "
+        "order as kind, time since the request was sent (s), +gap since the "
         "previous arrival (s) and bytes."
     )
     title = "Worst streams"

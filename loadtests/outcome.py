@@ -7,14 +7,27 @@ A ``StreamTracker`` is fed the response headers and each SSE frame with its arri
 - ``rejected``: a 4xx (or any other non-2xx, non-5xx status);
 - ``http_5xx``: a 5xx status, proxies' 502/504 included;
 - ``inband_error``: HTTP 200 but a ``data: {"error": ...}`` frame (peer tools count this as a success);
+- ``protocol_error``: HTTP 200 but not a valid event stream: another content type, a data frame
+  that is not a JSON object, bytes that are not UTF-8, a line longer than the reader's limit;
 - ``cut``: HTTP 200 but the stream ended without ``[DONE]`` (a proxy or server dropped it);
 - ``timeout``: the client's idle timeout fired (before or after the headers);
 - ``connect_error``: no HTTP response at all (refused, reset before the headers);
+- ``harness_error``: sse-soak itself raised while handling the request (a bug of ours, never the
+  server's verdict, and always a failure);
 - ``stopped``: the run ended while the stream was still going (not a verdict on the server).
+
+The rules are the same whichever client read the stream: the raw user feeds every frame, the
+SDK user feeds the payloads the SDK handed over and what the wire showed below it (whether
+``[DONE]`` came). The first terminal event decides: after ``[DONE]`` nothing more is judged, after
+an error frame only ``[DONE]`` is noted, and a protocol error ends the reading. Values the server
+sent that do not fit their column (a token count that is not a 64-bit integer) become null, with
+the raw text kept in ``raw_usage``.
 
 Times are seconds since the request was sent. Gaps count every arrival the client saw (the
 request going out, the headers, each frame, the end of the stream), which is what a proxy's read
 timeout measures; ``max_data_gap_s`` counts only ``data:`` frames, which is what a user sees.
+Columns a client cannot know are null on its rows: the SDK sees no comments, so its
+``keepalive_frames``, ``comment_frames`` and ``max_gap_s`` are null.
 """
 
 from __future__ import annotations
@@ -25,8 +38,14 @@ from typing import Any
 
 from loadtests.sse import KEEP_ALIVE_TEXT, Frame
 
-OUTCOMES = ("ok", "rejected", "http_5xx", "inband_error", "cut", "timeout", "connect_error", "stopped")
-FRAME_KINDS = ("data", "keepalive", "comment", "error", "done")
+OUTCOMES = ("ok", "rejected", "http_5xx", "inband_error", "protocol_error", "cut", "timeout", "connect_error",
+            "harness_error", "stopped")  # fmt: skip
+FAILURE_OUTCOMES = ("http_5xx", "inband_error", "protocol_error", "cut", "timeout", "connect_error", "harness_error")
+"""Outcomes that are failures whatever a spec expects (``rejected`` can be what a spec asks for)."""
+MAX_TEXT = 500
+"""Longest server-sent text kept in a row (error messages, raw usage): enough to read, never a whole body."""
+INVALID_UTF8 = "bytes that are not UTF-8 in the event stream"
+_INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(slots=True)
@@ -50,14 +69,16 @@ class RequestRow:
     error_message: str | None
     usage_prompt_tokens: int | None
     usage_completion_tokens: int | None
+    raw_usage: str | None
+    """The usage object as sent, kept only when one of its counts did not fit its column (then null)."""
     ttfb_s: float | None
     ttft_s: float | None
     duration_s: float
     data_frames: int
-    keepalive_frames: int
-    comment_frames: int
+    keepalive_frames: int | None
+    comment_frames: int | None
     bytes: int
-    max_gap_s: float
+    max_gap_s: float | None
     max_data_gap_s: float | None
     silence_before_first_token_s: float | None
     """From the headers to the first token (or to the end, when none came): what keep-alive must cover."""
@@ -82,27 +103,32 @@ class RequestPlan:
 
 
 def frame_kind(frame: Frame) -> str:
+    """``data``, ``keepalive``, ``comment``, ``error`` or ``done`` (a data frame that is not a JSON
+    object counts as ``data``; the tracker judges it)."""
     data = frame.data
     if data is None:
         return "keepalive" if frame.comments == [KEEP_ALIVE_TEXT] else "comment"
     if data == "[DONE]":
         return "done"
-    if '"error"' in data and _error_of(data) is not None:
-        return "error"
-    return "data"
+    payload = _json_or_none(data)
+    return "error" if isinstance(payload, dict) and _error_of(payload) is not None else "data"
 
 
-def _error_of(data: str) -> dict[str, Any] | None:
-    """The error object of an error payload: ``{"error": {...}}`` or vLLM's older flat shape."""
+def _json_or_none(data: str) -> Any:
     try:
-        payload = json.loads(data)
+        return json.loads(data)
     except ValueError:
         return None
-    if not isinstance(payload, dict):
-        return None
+
+
+def _error_of(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The error of an error payload: ``{"error": {...}}``, any other non-empty ``error`` (the openai
+    SDK raises on those too), or vLLM's older flat ``{"object": "error", ...}``."""
     error = payload.get("error")
     if isinstance(error, dict):
         return error
+    if error:
+        return {"message": str(error)}
     if payload.get("object") == "error":
         return payload
     return None
@@ -110,7 +136,10 @@ def _error_of(data: str) -> dict[str, Any] | None:
 
 def _carries_token(payload: dict[str, Any]) -> bool:
     """True for a chunk with generated text (a chat role chunk with empty content carries none)."""
-    for choice in payload.get("choices") or ():
+    choices = payload.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        if not isinstance(choice, dict):
+            continue
         delta = choice.get("delta")
         if isinstance(delta, dict):
             if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
@@ -120,19 +149,34 @@ def _carries_token(payload: dict[str, Any]) -> bool:
     return False
 
 
+def _token_count(value: Any) -> int | None:
+    """A usage count as the column stores it: a 64-bit non-negative integer, else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT64_MAX:
+        return value
+    return None
+
+
+def _clip(value: Any) -> str | None:
+    return None if value is None else str(value)[:MAX_TEXT]
+
+
 class StreamTracker:
-    """Accumulates one request's arrivals; cheap per frame (JSON is parsed only until the first
-    token, for errors, and for usage)."""
+    """Accumulates one request's arrivals; every data frame is parsed once (to judge it, and for
+    the first token, errors and usage). ``sees_comments=False`` for clients that cannot see
+    comments: their comment counts and any-byte gaps are null, not zero."""
 
     __slots__ = (
         "_comment",
         "_data",
         "_error",
+        "_harness_error",
         "_keepalive",
         "_last_data_t",
         "_last_t",
         "_max_data_gap",
         "_max_gap",
+        "_protocol_error",
+        "_sees_comments",
         "_ttft",
         "_usage",
         "bytes",
@@ -145,7 +189,7 @@ class StreamTracker:
         "worker",
     )
 
-    def __init__(self, plan: RequestPlan, start_time: float, worker: str = "local", keep_frames: bool = True) -> None:
+    def __init__(self, plan: RequestPlan, start_time: float, worker: str = "local", sees_comments: bool = True) -> None:
         """``start_time`` is the wall clock (epoch seconds) when the request was sent."""
         self.plan = plan
         self.start_time = start_time
@@ -154,7 +198,8 @@ class StreamTracker:
         self.ttfb: float | None = None
         self.done = False
         self.bytes = 0
-        self.frames: list[tuple[int, str, float, float, int]] | None = [] if keep_frames else None
+        self.frames: list[tuple[int, str, float, float, int]] = []
+        self._sees_comments = sees_comments
         self._last_t = 0.0
         self._max_gap = 0.0
         self._last_data_t: float | None = None
@@ -162,7 +207,19 @@ class StreamTracker:
         self._ttft: float | None = None
         self._data = self._keepalive = self._comment = 0
         self._error: dict[str, Any] | None = None
-        self._usage: dict[str, Any] | None = None
+        self._usage: Any = None
+        self._protocol_error: str | None = None
+        self._harness_error: str | None = None
+
+    @property
+    def broken(self) -> bool:
+        """True once the stream broke the protocol: the reader must stop reading it."""
+        return self._protocol_error is not None
+
+    @property
+    def finished_by_server(self) -> bool:
+        """True once a terminal event came (``[DONE]`` or an error frame): nothing after it is judged."""
+        return self.done or self._error is not None
 
     def _arrival(self, t: float) -> float:
         gap = t - self._last_t
@@ -171,73 +228,150 @@ class StreamTracker:
         self._last_t = t
         return gap
 
-    def headers(self, status: int, t: float) -> None:
-        """The response status line and headers arrived ``t`` seconds after the request was sent."""
+    def headers(self, status: int, t: float, content_type: str | None = None) -> None:
+        """The status line and headers arrived ``t`` seconds after the request was sent. A 2xx
+        whose content type is not ``text/event-stream`` is a protocol error (a login page, say)."""
         self.status = status
         self.ttfb = t
         self._arrival(t)
+        if 200 <= status < 300:
+            media_type = (content_type or "").partition(";")[0].strip().lower()
+            if media_type != "text/event-stream":
+                self.protocol_error(f"content-type {_clip(content_type) or 'missing'}, not text/event-stream")
 
     def error_body(self, body: bytes | str) -> None:
-        """The body of a non-200 response: keep its error code, param and message."""
+        """The body of a non-2xx response: keep its error code, param and message."""
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-        self._error = _error_of(text) or {"message": text[:500]}
+        payload = _json_or_none(text)
+        error = _error_of(payload) if isinstance(payload, dict) else None
+        self._error = error or {"message": text[:MAX_TEXT]}
+
+    def protocol_error(self, reason: str) -> None:
+        """The stream broke the protocol (the first reason is kept; none after a terminal event)."""
+        if self._protocol_error is None and not self.finished_by_server:
+            self._protocol_error = reason
+
+    def harness_error(self, message: str) -> None:
+        """sse-soak itself failed while handling this request."""
+        if self._harness_error is None:
+            self._harness_error = message[:MAX_TEXT]
 
     def frame(self, frame: Frame, t: float) -> str:
-        """Record one frame that completed ``t`` seconds after the request was sent; returns its kind."""
+        """Record one wire frame that completed ``t`` seconds after the request was sent; returns its kind."""
         gap = self._arrival(t)
-        kind = frame_kind(frame)
         self.bytes += frame.nbytes
-        if kind == "keepalive":
-            self._keepalive += 1
-        elif kind == "comment":
-            self._comment += 1
+        if frame.invalid_utf8:
+            self.protocol_error(INVALID_UTF8)
+        data = frame.data
+        if data is None:
+            kind = "keepalive" if frame.comments == [KEEP_ALIVE_TEXT] else "comment"
+            if kind == "keepalive":
+                self._keepalive += 1
+            else:
+                self._comment += 1
+        elif data == "[DONE]":
+            kind = "done"
+            self._data_arrival(t)
+            if self._protocol_error is None:
+                self.done = True
         else:
-            self._data_frame(kind, frame.data or "", t)
-        if self.frames is not None:
-            self.frames.append((len(self.frames), kind, t, gap, frame.nbytes))
+            self._data_arrival(t)
+            kind = self._judge_payload(data, t) if not self.finished_by_server else "data"
+        self.frames.append((len(self.frames), kind, t, gap, frame.nbytes))
         return kind
 
-    def _data_frame(self, kind: str, data: str, t: float) -> None:
+    def _judge_payload(self, data: str, t: float) -> str:
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            self.protocol_error(self._not_json(data))
+            return "data"
+        return self._judge(payload, t)
+
+    def _not_json(self, excerpt: str) -> str:
+        return f"data frame {self._data} is not JSON: {excerpt[:60]!r}"
+
+    def payload(self, payload: Any, t: float) -> str:
+        """A data frame as decoded by a client that hides the wire (the openai SDK): judged like a
+        wire frame, timed without the any-byte gap (the client cannot see comments in between)."""
+        gap = t - self._last_t
+        self._last_t = t
+        self._data_arrival(t)
+        kind = self._judge(payload, t)
+        self.frames.append((len(self.frames), kind, t, gap, 0))
+        return kind
+
+    def undecodable_payload(self, t: float, excerpt: str = "") -> None:
+        """A client that hides the wire failed to decode the next data frame as JSON."""
+        self._last_t = t
+        self._data_arrival(t)
+        self.protocol_error(self._not_json(excerpt))
+
+    def _judge(self, payload: Any, t: float) -> str:
+        if not isinstance(payload, dict):
+            excerpt = json.dumps(payload, default=str)[:60]
+            self.protocol_error(f"data frame {self._data} is not a JSON object: {excerpt}")
+            return "data"
+        error = _error_of(payload)
+        if error is not None:
+            if self._error is None and self._protocol_error is None:
+                self._error = error
+            return "error"
+        if self._ttft is None and _carries_token(payload):
+            self._ttft = t
+        if payload.get("usage") is not None:
+            self._usage = payload["usage"]
+        return "data"
+
+    def _data_arrival(self, t: float) -> None:
         self._data += 1
         if self._last_data_t is not None:
             gap = t - self._last_data_t
             if self._max_data_gap is None or gap > self._max_data_gap:
                 self._max_data_gap = gap
         self._last_data_t = t
-        if kind == "done":
+
+    def wire_ended(self, done: bool, nbytes: int) -> None:
+        """What the wire showed below a client that hides it: whether ``[DONE]`` came, and its bytes."""
+        self.bytes = nbytes
+        if done and self._protocol_error is None:
             self.done = True
-        elif kind == "error":
-            if self._error is None:
-                self._error = _error_of(data)
-        elif self._ttft is None or '"usage"' in data:
-            payload = json.loads(data)
-            if self._ttft is None and _carries_token(payload):
-                self._ttft = t
-            if isinstance(payload.get("usage"), dict):
-                self._usage = payload["usage"]
 
     def finish(self, t: float, failure: str | None = None) -> RequestRow:
         """The stream ended ``t`` seconds after it was sent. ``failure`` is ``"timeout"``,
         ``"connect_error"`` or ``"stopped"`` when the client, not the server, ended it."""
         self._arrival(t)
         error = self._error or {}
-        usage = self._usage or {}
+        usage = self._usage if isinstance(self._usage, dict) else {}
+        prompt_tokens = _token_count(usage.get("prompt_tokens"))
+        completion_tokens = _token_count(usage.get("completion_tokens"))
+        fits = self._usage is None or (
+            isinstance(self._usage, dict)
+            and (prompt_tokens is not None or usage.get("prompt_tokens") is None)
+            and (completion_tokens is not None or usage.get("completion_tokens") is None)
+        )
+        outcome = self._outcome(failure)
+        message = {"protocol_error": self._protocol_error, "harness_error": self._harness_error}.get(outcome)
         code = error.get("code")
         plan = self.plan
+        comments = self._sees_comments
         return RequestRow(
             request_id=plan.request_id, name=plan.name, route=plan.route, client=plan.client, worker=self.worker,
             start_time=self.start_time, prompt_tokens=plan.prompt_tokens, max_tokens=plan.max_tokens,
             truncate_prompt_tokens=plan.truncate_prompt_tokens, expected=plan.expected, status=self.status,
-            outcome=self._outcome(failure), error_code=None if code is None else str(code),
-            error_param=_str_or_none(error.get("param")), error_message=_str_or_none(error.get("message")),
-            usage_prompt_tokens=usage.get("prompt_tokens"), usage_completion_tokens=usage.get("completion_tokens"),
+            outcome=outcome, error_code=_clip(code), error_param=_clip(error.get("param")),
+            error_message=message or _clip(error.get("message")),
+            usage_prompt_tokens=prompt_tokens, usage_completion_tokens=completion_tokens,
+            raw_usage=None if fits else _clip(json.dumps(self._usage, default=str)),
             ttfb_s=self.ttfb, ttft_s=self._ttft, duration_s=t, data_frames=self._data,
-            keepalive_frames=self._keepalive, comment_frames=self._comment, bytes=self.bytes,
-            max_gap_s=self._max_gap, max_data_gap_s=self._max_data_gap,
+            keepalive_frames=self._keepalive if comments else None, comment_frames=self._comment if comments else None,
+            bytes=self.bytes, max_gap_s=self._max_gap if comments else None, max_data_gap_s=self._max_data_gap,
             silence_before_first_token_s=None if self.ttfb is None else (self._ttft or t) - self.ttfb, done=self.done,
         )  # fmt: skip
 
     def _outcome(self, failure: str | None) -> str:
+        if self._harness_error is not None:
+            return "harness_error"
         status = self.status
         if status is None:
             return failure or "connect_error"
@@ -247,12 +381,10 @@ class StreamTracker:
             return "rejected"
         if self._error is not None:
             return "inband_error"
+        if self._protocol_error is not None:
+            return "protocol_error"
         if self.done:
             return "ok"
         if failure in ("timeout", "stopped"):
             return failure
         return "cut"
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)

@@ -32,20 +32,25 @@ def new_run_dir(report_root: str | os.PathLike[str], scenario: str) -> Path:
     return directory
 
 
+KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
 
 
 def causes(requests: pd.DataFrame) -> dict[str, Any]:
     """Failures by cause: status codes, proxy timeouts before the headers (504) versus streams cut
-    after them, and keep-alive frames per stream against the silence each stream endured."""
+    after them, protocol and harness errors by message, and keep-alive frames per stream against
+    the silence each stream endured (raw streams only: the SDK cannot see comments)."""
     statuses = requests["status"].dropna().astype(int).value_counts().sort_index()
-    streamed = requests[requests["status"] == 200]
+    streamed = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]  # raw streams only
     bins = pd.cut(streamed["silence_before_first_token_s"], SILENCE_BINS_S, right=False)
     by_silence = streamed.groupby(bins, observed=True)["keepalive_frames"].agg(["size", "mean", "min", "max"])
     return {
         "status": {str(code): int(n) for code, n in statuses.items()},
         "proxy_timeouts_before_headers": int((requests["status"] == 504).sum()),
         "cut_after_headers": int((requests["outcome"] == "cut").sum()),
+        "protocol_errors": _messages(requests[requests["outcome"] == "protocol_error"]),
+        "harness_errors": _messages(requests[requests["outcome"] == "harness_error"]),
+        "malformed_usage": int(requests["raw_usage"].notna().sum()),
         "keepalive_vs_silence": [
             {"silence_s": f"{interval.left:g}-{interval.right:g}", "streams": int(row["size"]),
              "keepalive_mean": round(float(row["mean"]), 3), "keepalive_min": int(row["min"]),
@@ -53,6 +58,11 @@ def causes(requests: pd.DataFrame) -> dict[str, Any]:
             for interval, row in by_silence.iterrows()
         ],
     }  # fmt: skip
+
+
+def _messages(rows: pd.DataFrame) -> dict[str, int]:
+    """Count of rows per ``error_message``, most frequent first."""
+    return {str(message): int(n) for message, n in rows["error_message"].fillna("").value_counts().items()}
 
 
 LATENCY_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
@@ -72,11 +82,13 @@ def latency(requests: pd.DataFrame) -> dict[str, dict[str, float | int | None]]:
     return figures
 
 
-def keepalive_per_stream(requests: pd.DataFrame) -> dict[str, float | int | None]:
-    streamed = requests.loc[requests["status"] == 200, "keepalive_frames"]
+def keepalive_per_stream(requests: pd.DataFrame) -> dict[str, Any]:
+    """Keep-alive frames per 200 stream, over the streams whose client sees comments (raw)."""
+    streamed = requests.loc[requests["status"] == 200, "keepalive_frames"].dropna()
     if streamed.empty:
-        return {"streams": 0, "mean": None, "max": None}
-    return {"streams": len(streamed), "mean": round(float(streamed.mean()), 4), "max": int(streamed.max())}
+        return {"streams": 0, "mean": None, "max": None, "counted_on": KEEPALIVE_COUNTED_ON}
+    return {"streams": len(streamed), "mean": round(float(streamed.mean()), 4), "max": int(streamed.max()),
+            "counted_on": KEEPALIVE_COUNTED_ON}  # fmt: skip
 
 
 def summarize(
@@ -101,7 +113,7 @@ def summarize(
         "latency": latency(requests),
         "keepalive_per_stream": keepalive_per_stream(requests),
         "gate_specs": list(gate_specs),
-        "gates": [{"name": g.name, "passed": g.passed, "detail": g.detail} for g in gates],
+        "gates": [{"name": g.name, "passed": g.passed, "detail": g.detail, "skipped": g.skipped} for g in gates],
         "passed": all_passed(gates),
     }
 

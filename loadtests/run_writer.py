@@ -6,10 +6,18 @@ reaches the process holding the results is written at once as one part, under a 
 then renamed, so the directory is readable at any moment and a killed run keeps everything up to
 its last batch; memory holds one batch, never the run. Both tables have fixed Arrow schemas, so
 parts written hours apart always read back as one table.
+
+A writer error never discards a batch. Rows that do not fit the schema (a value of the wrong type
+or out of range: the tracker nulls server-sent values, so this is a bug of ours) are written one by
+one: those that fit go in the part, the others to ``unwritable-rows.jsonl`` as text, counted in
+``rows_unwritable`` and logged once. A batch that cannot be written at all (disk full, say) stays
+in memory and is retried with the next one and at the end.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +27,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
+
+UNWRITABLE_ROWS = "unwritable-rows.jsonl"
+logger = logging.getLogger(__name__)
+_CONVERSION_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError)
 
 
 def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -45,22 +57,74 @@ class RunWriter:
         self.requests_dir.mkdir(parents=True, exist_ok=True)
         self.frames_dir.mkdir(parents=True, exist_ok=True)
         self.rows_written = 0
-        self.frames_written = 0
+        self.rows_unwritable = 0
         self._parts = 0
+        self._pending: list[dict[str, Any]] = []
+        """Batches whose write failed (OSError): retried first, in order, with the next batch."""
 
     def write_batch(self, batch: dict[str, Any]) -> None:
-        """Write a ``Recorder.take_batch()`` (from this process or a worker) as one part per table."""
+        """Write a ``Recorder.take_batch()`` (from this process or a worker) as one part per table;
+        batches that could not be written before are written first. Never raises for a row."""
+        self._pending.append(batch)
+        while self._pending:
+            try:
+                self._write_batch(self._pending[0])
+            except OSError as exc:
+                logger.error("sse-soak: could not write to %s (%s); %d batch(es) kept in memory, retried with "
+                             "the next write", self.directory, exc, len(self._pending))  # fmt: skip
+                return
+            self._pending.pop(0)
+
+    @property
+    def rows_pending(self) -> int:
+        """Rows held in memory because their batch could not be written yet."""
+        return sum(len(batch["rows"]) for batch in self._pending)
+
+    def _write_batch(self, batch: dict[str, Any]) -> None:
         rows, frames = batch["rows"], batch["frames"]
         if not rows and not frames["request_id"]:
             return
         self._parts += 1
         name = f"part-{os.getpid()}-{self._parts:06d}.parquet"
         if rows:
-            self._write(pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA), self.requests_dir / name)
-            self.rows_written += len(rows)
+            table = self._requests_table(rows)
+            if table.num_rows:
+                self._write(table, self.requests_dir / name)
+                self.rows_written += table.num_rows
         if frames["request_id"]:
-            self._write(pa.Table.from_pydict(frames, schema=FRAME_SCHEMA), self.frames_dir / name)
-            self.frames_written += len(frames["request_id"])
+            try:
+                table = pa.Table.from_pydict(frames, schema=FRAME_SCHEMA)
+            except _CONVERSION_ERRORS as exc:
+                self._keep_unwritable([{"frame_records": frames}], exc)
+            else:
+                self._write(table, self.frames_dir / name)
+
+    def _requests_table(self, rows: list[dict[str, Any]]) -> pa.Table:
+        """The rows as one table; when some do not fit, those that do (the rest are kept aside)."""
+        try:
+            return pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
+        except _CONVERSION_ERRORS:
+            pass
+        fitting, unfit, first_error = [], [], None
+        for row in rows:
+            try:
+                pa.Table.from_pylist([row], schema=REQUEST_SCHEMA)
+            except _CONVERSION_ERRORS as exc:
+                unfit.append(row)
+                first_error = first_error or exc
+            else:
+                fitting.append(row)
+        self._keep_unwritable(unfit, first_error)
+        self.rows_unwritable += len(unfit)
+        return pa.Table.from_pylist(fitting, schema=REQUEST_SCHEMA)
+
+    def _keep_unwritable(self, records: list[dict[str, Any]], error: BaseException | None) -> None:
+        path = self.directory / UNWRITABLE_ROWS
+        with path.open("a") as file:
+            for record in records:
+                file.write(json.dumps(record, default=repr) + "\n")
+        logger.error("sse-soak: %d record(s) did not fit the parquet schema (%s); kept as text in %s",
+                     len(records), error, path)  # fmt: skip
 
     @staticmethod
     def _write(table: pa.Table, path: Path) -> None:

@@ -6,14 +6,27 @@ after the colon; several ``data`` lines join with LF; a line starting with ``:``
 a blank line ends a frame. Unlike a browser, we keep comment-only frames (``: keep-alive``),
 because counting them is the point. Invariant: however a byte stream is split into reads, the
 frames (all fields but the arrival time) are the same.
+
+Two guards for streams nobody here wrote: a line longer than ``max_line_bytes`` raises
+``LineTooLong`` (the caller stops reading, so a hostile server cannot grow the harness's memory),
+and bytes that are not UTF-8 are decoded with replacement characters while ``invalid_utf8`` records
+that they came (a browser would replace them silently; for us they are a protocol error).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 KEEP_ALIVE_TEXT = "keep-alive"
+DEFAULT_MAX_LINE_BYTES = 1 << 20
+
+
+class LineTooLong(ValueError):
+    """A line of the event stream exceeded the parser's limit; the stream must not be read further."""
+
+    def __init__(self, limit: int) -> None:
+        size = f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit} bytes"
+        super().__init__(f"line longer than {size}")
 
 
 @dataclass(slots=True)
@@ -31,6 +44,8 @@ class Frame:
     id: str | None = None
     retry: str | None = None
     comments: list[str] = field(default_factory=list)
+    invalid_utf8: bool = False
+    """A line of this frame held bytes that are not UTF-8 (its text has replacement characters)."""
 
     @property
     def is_comment_only(self) -> bool:
@@ -40,16 +55,20 @@ class Frame:
 class SSEParser:
     """Feed it reads; it returns the frames each read completed."""
 
-    __slots__ = ("_buffer", "_frame", "_frame_bytes", "_pending_cr")
+    __slots__ = ("_buffer", "_frame", "_frame_bytes", "_pending_cr", "invalid_utf8", "max_line_bytes")
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        self.max_line_bytes = max_line_bytes
+        self.invalid_utf8 = False
+        """True once any line held bytes that are not UTF-8 (set as the line arrives, whole frame or not)."""
         self._buffer = b""
         self._frame: Frame | None = None
         self._frame_bytes = 0
         self._pending_cr = False
 
     def feed(self, chunk: bytes, t: float) -> list[Frame]:
-        """Parse ``chunk``, received at time ``t``; return the frames it completed, in order."""
+        """Parse ``chunk``, received at time ``t``; return the frames it completed, in order.
+        Raises ``LineTooLong`` when a line, finished or not, exceeds ``max_line_bytes``."""
         frames: list[Frame] = []
         if not chunk:
             return frames
@@ -67,6 +86,8 @@ class SSEParser:
         else:
             start = self._feed_with_cr(data, t, frames)
         self._buffer = data[start:]
+        if len(self._buffer) > self.max_line_bytes:
+            raise LineTooLong(self.max_line_bytes)
         return frames
 
     def _feed_with_cr(self, data: bytes, t: float, frames: list[Frame]) -> int:
@@ -88,19 +109,9 @@ class SSEParser:
             self._line(data[start:end], end - start + terminator, t, frames)
             start = end + terminator
 
-    def feed_line(self, line: bytes, t: float) -> Sequence[Frame]:
-        """``feed()`` for exactly one LF-terminated line (what ``readline(b"\\n")`` returns), with
-        a fast path when nothing is buffered and the line has no CR: no joining, no searching."""
-        if self._buffer or self._pending_cr or b"\r" in line or not line.endswith(b"\n"):
-            return self.feed(line, t)
-        self._frame_bytes += len(line)
-        if len(line) == 1:
-            frame = self._take_frame(t)
-            return (frame,) if frame is not None else ()
-        self._field(line[:-1], t)
-        return ()
-
     def _line(self, raw: bytes, nbytes: int, t: float, frames: list[Frame]) -> None:
+        if nbytes > self.max_line_bytes:
+            raise LineTooLong(self.max_line_bytes)
         self._frame_bytes += nbytes
         if not raw:
             frame = self._take_frame(t)
@@ -123,7 +134,11 @@ class SSEParser:
         frame = self._frame
         if frame is None:
             frame = self._frame = Frame(t=t, nbytes=0)
-        line = raw.decode("utf-8", errors="replace")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            line = raw.decode("utf-8", errors="replace")
+            self.invalid_utf8 = frame.invalid_utf8 = True
         name, colon, value = line.partition(":")
         if colon and value.startswith(" "):
             value = value[1:]
@@ -138,15 +153,6 @@ class SSEParser:
                 frame.id = value
         elif name == "retry":
             frame.retry = value
-
-    def close(self) -> list[Frame]:
-        """End of stream: a frame without its blank line is incomplete and, per the spec, dropped.
-        Returns nothing; kept for symmetry so callers can say where the stream ended."""
-        self._buffer = b""
-        self._frame = None
-        self._frame_bytes = 0
-        self._pending_cr = False
-        return []
 
     @property
     def has_partial_frame(self) -> bool:

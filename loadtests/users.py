@@ -1,37 +1,54 @@
 """Locust users that stream and tell the truth about each stream.
 
-``SSEUser`` (on Locust's ``FastHttpUser``) reads the raw event stream line by line, timestamps
-each frame when its last line arrives, and reports the request to Locust when the stream ENDS,
-with its real duration and outcome (Locust itself would report a stream at header time and count
-a cut stream as a success). ``OpenAISDKUser`` sends the same requests through the official
-``openai`` client, to show that a real client survives the same streams (keep-alive comments are
-invisible to it, so it counts none). A request counts as a success in Locust's statistics when
-its outcome is the one its spec expects; the run's gates judge the rest.
+``SSEUser`` (on Locust's ``FastHttpUser``) reads the raw event stream as its bytes arrive,
+timestamps each frame when its last byte arrives, and reports the request to Locust when the
+stream ENDS, with its real duration and outcome (Locust itself would report a stream at header
+time and count a cut stream as a success). ``OpenAISDKUser`` sends the same requests through the
+official ``openai`` client, to show that a real client survives the same streams; it records what
+the SDK handed over (keep-alive comments are invisible to it: its comment counts are null) and,
+through a ``WireTap`` below the SDK, whether the stream really ended with ``[DONE]``. For the same
+bytes both users give the same outcome. A request counts as a success in Locust's statistics
+when its outcome is the one its spec expects; the run's gates judge the rest.
+
+No request is lost to the harness: an exception of ours in a request's path becomes a row with
+outcome ``harness_error`` (logged once per distinct message), never a traceback per task.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from typing import Any, ClassVar
 
 import gevent
-import httpx
 import openai
 from geventhttpclient.response import HTTPParseError
 from locust import FastHttpUser, User
+from pydantic import BaseModel
 
-from loadtests.outcome import RequestPlan, RequestRow, StreamTracker
+from loadtests.outcome import INVALID_UTF8, RequestPlan, RequestRow, StreamTracker
 from loadtests.run_state import RunState, run_state
-from loadtests.sse import Frame, SSEParser
+from loadtests.sse import LineTooLong, SSEParser
+from loadtests.wire_tap import WireTap
 from loadtests.workload import PreparedRequest, RequestMix
 
 REQUEST_TYPE = "SSE"
+HARNESS_ERROR_PAUSE_S = 1.0
+"""A user whose request failed inside sse-soak waits this long before its next one: a harness bug
+must not turn into a tight loop of failing rows."""
+logger = logging.getLogger(__name__)
+_harness_errors_logged: set[str] = set()
+"""Messages already logged with their traceback in this process: each is logged once, counted in rows."""
 
 
 class UnexpectedOutcome(Exception):
     """The failure Locust's statistics show for a request whose outcome was not the expected one."""
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _StreamingUser:
@@ -40,24 +57,48 @@ class _StreamingUser:
 
     mix: ClassVar[RequestMix]
     client_kind: ClassVar[str]
+    sees_comments: ClassVar[bool] = True
     environment: Any
     host: str
 
     def send_next(self) -> RequestRow:
         """Send the next request of the mix and return its row (already recorded and reported)."""
-        return self.send(self.next_request())
+        try:
+            request = self.next_request()
+        except Exception as exc:  # ours: the request could not even be built
+            return self._harness_failure(self._unprepared_plan(), exc)
+        return self.send(request)
 
     def send(self, request: PreparedRequest) -> RequestRow:
         plan = self.plan(request)
-        tracker = StreamTracker(plan, time.time(), self.harness.worker)
+        tracker = StreamTracker(plan, time.time(), self.harness.worker, self.sees_comments)
         started = time.monotonic()
         try:
             failure = self._stream_into(request, tracker, started)
         except gevent.GreenletExit:  # the run is stopping this user mid-stream
             self.report(tracker.finish(time.monotonic() - started, "stopped"), tracker.frames, request.path)
             raise
+        except Exception as exc:
+            return self._harness_failure(plan, exc, tracker, started)
         row = tracker.finish(time.monotonic() - started, failure)
         self.report(row, tracker.frames, request.path)
+        return row
+
+    def _harness_failure(
+        self, plan: RequestPlan, exc: Exception, tracker: StreamTracker | None = None, started: float | None = None
+    ) -> RequestRow:
+        """Record a request that failed inside sse-soak, log the first of each kind, and pause."""
+        message = _describe(exc)
+        if message not in _harness_errors_logged:
+            _harness_errors_logged.add(message)
+            logger.error("sse-soak: harness error (logged once, counted as harness_error rows): %s", message,
+                         exc_info=exc)  # fmt: skip
+        if tracker is None:
+            tracker = StreamTracker(plan, time.time(), self.harness.worker, self.sees_comments)
+        tracker.harness_error(message)
+        row = tracker.finish(0.0 if started is None else time.monotonic() - started)
+        self.report(row, tracker.frames, plan.route)
+        gevent.sleep(HARNESS_ERROR_PAUSE_S)
         return row
 
     def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> str | None:
@@ -85,6 +126,13 @@ class _StreamingUser:
             expected=spec.expected,
         )
 
+    def _unprepared_plan(self) -> RequestPlan:
+        """The plan of a request that could not be built: named after the mix's first spec."""
+        spec = self.mix.specs[0]
+        return RequestPlan(uuid.uuid4().hex, f"{spec.route}:{spec.label}", spec.route, self.client_kind,
+                           max_tokens=spec.max_tokens, truncate_prompt_tokens=spec.truncate_prompt_tokens,
+                           expected=spec.expected)  # fmt: skip
+
     def report(self, row: RequestRow, frames: list[Any] | None, url: str) -> None:
         """Record the row and report it to Locust: success iff the outcome is the expected one."""
         harness = self.harness
@@ -94,7 +142,8 @@ class _StreamingUser:
         exception = None
         if row.outcome != (row.expected or "ok"):
             what = f" {row.error_code}/{row.error_param}" if row.error_code else ""
-            exception = UnexpectedOutcome(f"{row.outcome} (HTTP {row.status}{what}), expected {row.expected}")
+            why = f": {row.error_message}" if row.outcome in ("protocol_error", "harness_error") else ""
+            exception = UnexpectedOutcome(f"{row.outcome} (HTTP {row.status}{what}), expected {row.expected}{why}")
         self.environment.events.request.fire(
             request_type=REQUEST_TYPE, name=row.name, response_time=row.duration_s * 1000.0,
             response_length=row.bytes, response=None, exception=exception, url=url, start_time=row.start_time,
@@ -120,35 +169,64 @@ class SSEUser(_StreamingUser, FastHttpUser):
         # catch_response without a with-block: Locust reports nothing; report() does, at the end.
         response = self.client.request("POST", request.path, data=payload, headers=headers, stream=True,
                                        catch_response=True, name=tracker.plan.name)  # fmt: skip
-        return self._read(response, tracker, started)
+        return self._read(response, tracker, started, self.harness.max_line_bytes)
 
     @staticmethod
-    def _read(response: Any, tracker: StreamTracker, started: float) -> str | None:
+    def _read(response: Any, tracker: StreamTracker, started: float, max_line_bytes: int) -> str | None:
         """Read the response into ``tracker``; returns ``"timeout"``/``"connect_error"`` when the
-        client, not the server, ended it."""
+        client, not the server, ended it. Stops at a protocol error and closes the connection."""
         status = getattr(response, "status_code", 0) or 0
         if not status:
             error = getattr(response, "error", None)
             return "timeout" if isinstance(error, TimeoutError) else "connect_error"
-        tracker.headers(status, time.monotonic() - started)
+        tracker.headers(status, time.monotonic() - started, response.headers.get("content-type"))
         raw = response._response  # geventhttpclient's response: the only handle on the live socket
         try:
-            if status != 200:
-                tracker.error_body(response.content or b"")
+            if not 200 <= status < 300:
+                tracker.error_body(response.content or b"")  # Locust has read it (raise_for_status)
                 return None
-            feed_line = SSEParser().feed_line
-            readline, now, on_frame = raw.readline, time.monotonic, tracker.frame
-            while line := readline(b"\n"):
+            if tracker.broken:
+                return None  # not an event stream: nothing in it to read
+            parser = SSEParser(max_line_bytes)
+            feed, now, on_frame = parser.feed, time.monotonic, tracker.frame
+            while chunk := _next_chunk(raw):
                 t = now() - started
-                for frame in feed_line(line, t):
+                for frame in feed(chunk, t):
                     on_frame(frame, t)
+                if tracker.broken:
+                    return None
+            if parser.invalid_utf8:  # in a frame the body ended before completing
+                tracker.protocol_error(INVALID_UTF8)
+        except LineTooLong as exc:
+            tracker.protocol_error(str(exc))
         except TimeoutError:
             return "timeout"
         except (HTTPParseError, OSError):
             return None  # the connection ended mid-body: the tracker sees no [DONE] and says "cut"
         finally:
-            raw.release()
+            raw.release()  # back to the pool only when the body was read to its end; closed otherwise
         return None
+
+
+def _next_chunk(raw: Any) -> bytes:
+    """The body bytes that have arrived, waiting for at least one; ``b""`` at the body's end.
+    (geventhttpclient's ``readline()`` would wait for a whole line however long it grows, and its
+    ``read(n)`` for ``n`` bytes; this returns what each receive brought, so frames are timed as
+    they arrive and the parser bounds the line length.)"""
+    buffer = raw._body_buffer
+    while not buffer:
+        if raw.message_complete:
+            return b""
+        sock = raw._sock
+        if sock is None:
+            raise ConnectionResetError("connection released mid-body")
+        data = sock.recv(raw.block_size)
+        raw.feed(data)
+        if not data and not raw.message_complete:
+            raise ConnectionResetError("connection closed mid-body")
+    chunk = bytes(buffer)
+    del buffer[:]
+    return chunk
 
 
 class OpenAISDKUser(_StreamingUser, User):
@@ -156,10 +234,14 @@ class OpenAISDKUser(_StreamingUser, User):
 
     abstract = True
     client_kind = "openai"
+    sees_comments = False
 
     def on_start(self) -> None:
+        self.wire = WireTap(self.harness.max_line_bytes)
+        http_client = openai.DefaultHttpxClient(event_hooks={"response": [self.wire]})
         self.sdk = openai.OpenAI(base_url=f"{self.host}/v1", api_key=self.harness.api_key or "unused", max_retries=0,
-                                 timeout=openai.Timeout(self.harness.client_idle_timeout, connect=10.0))  # fmt: skip
+                                 timeout=openai.Timeout(self.harness.client_idle_timeout, connect=10.0),
+                                 http_client=http_client)  # fmt: skip
 
     def on_stop(self) -> None:
         self.sdk.close()
@@ -167,31 +249,49 @@ class OpenAISDKUser(_StreamingUser, User):
     def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> str | None:
         body = request.stream_body(self.harness.model)
         create = self.sdk.chat.completions.create if request.spec.route == "chat" else self.sdk.completions.create
-        return self._read(create, body, tracker.plan.request_id, tracker, started)
+        self.wire.last = None
+        try:
+            return self._read(create, body, tracker, started)
+        finally:
+            wire = self.wire.last
+            if wire is not None and tracker.status is not None and 200 <= tracker.status < 300:
+                tracker.wire_ended(wire.done, wire.bytes)
 
     @staticmethod
-    def _read(create: Any, body: dict[str, Any], request_id: str, tracker: StreamTracker, started: float) -> str | None:
+    def _read(create: Any, body: dict[str, Any], tracker: StreamTracker, started: float) -> str | None:
         extra = {key: body.pop(key) for key in ("truncate_prompt_tokens",) if key in body}
         try:
-            with create(**body, extra_body=extra or None, extra_headers={"X-Request-Id": request_id}) as stream:
-                tracker.headers(stream.response.status_code, time.monotonic() - started)
+            with create(**body, extra_body=extra or None,
+                        extra_headers={"X-Request-Id": tracker.plan.request_id}) as stream:  # fmt: skip
+                response = stream.response
+                tracker.headers(response.status_code, time.monotonic() - started, response.headers.get("content-type"))
+                if tracker.broken:
+                    return None  # not an event stream: the SDK would find no events in it
                 for chunk in stream:
-                    t = time.monotonic() - started
-                    tracker.frame(_sdk_frame(chunk.model_dump_json(exclude_unset=True)), t)
-            tracker.frame(_sdk_frame("[DONE]"), time.monotonic() - started)
+                    tracker.payload(_handed_over(chunk), time.monotonic() - started)
+                    if tracker.broken:
+                        return None
         except openai.APIStatusError as exc:
             tracker.headers(exc.status_code, time.monotonic() - started)
             tracker.error_body(exc.response.content)
-        except (openai.APITimeoutError, httpx.TimeoutException):
+        except openai.APITimeoutError:
             return "timeout"
-        except (openai.APIConnectionError, httpx.TransportError):
+        except openai.APIConnectionError:
             return None if tracker.status else "connect_error"  # after the headers: a cut stream
         except openai.APIError as exc:  # an in-band error frame
-            tracker.frame(_sdk_frame(json.dumps({"error": exc.body or {"message": exc.message}})),
-                          time.monotonic() - started)  # fmt: skip
+            error = exc.body if isinstance(exc.body, dict) else {"message": str(exc.body or exc.message)}
+            tracker.payload({"error": error}, time.monotonic() - started)
+        except json.JSONDecodeError as exc:  # the SDK could not decode a data frame
+            tracker.undecodable_payload(time.monotonic() - started, exc.doc)
+        except UnicodeDecodeError:
+            tracker.protocol_error(INVALID_UTF8)
+        except LineTooLong as exc:  # raised by the wire tap below the SDK
+            tracker.protocol_error(str(exc))
         return None
 
 
-def _sdk_frame(data: str) -> Frame:
-    """A frame rebuilt from what the SDK hands over (it hides the wire, comments included)."""
-    return Frame(t=0.0, nbytes=len(data) + 8, data=data)
+def _handed_over(chunk: Any) -> Any:
+    """What the SDK handed over, as plain data: its model's fields as sent (the SDK builds models
+    without validation, so a count sent as ``"abc"`` stays a string), or the value itself when the
+    frame was not an object (the SDK hands over lists and strings unchanged)."""
+    return chunk.model_dump(exclude_unset=True, warnings=False) if isinstance(chunk, BaseModel) else chunk

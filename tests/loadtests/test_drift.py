@@ -103,7 +103,7 @@ def test_progress_reads_only_new_parts(tmp_path: Path) -> None:
     for status in (200, 500):
         recorder = Recorder()
         stream = StreamTracker(RequestPlan(f"r{status}", "n", "chat"), 0.0)
-        stream.headers(status, 0.1)
+        stream.headers(status, 0.1, "text/event-stream")
         recorder.add(stream.finish(0.2), None)
         writer.write_batch(recorder.take_batch())
         progress.refresh()

@@ -6,7 +6,17 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests.gates import Expect, NoHttp500, NoInband500, NoProxyTimeouts, TruncationHonoured, evaluate
+from loadtests.gates import (
+    Expect,
+    NoHarnessErrors,
+    NoHttp500,
+    NoInband500,
+    NoProtocolErrors,
+    NoProxyTimeouts,
+    OutcomesAsExpected,
+    TruncationHonoured,
+    evaluate,
+)
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import Recorder
 
@@ -78,14 +88,55 @@ def test_expect_never_passes_on_too_few_rows() -> None:
 
 
 def test_stopped_streams_are_left_out_of_every_gate() -> None:
-    rows = table({"status": 200, "outcome": "stopped", "truncate": 1000, "usage_prompt_tokens": 5})
+    rows = table({"status": 200, "outcome": "stopped", "truncate": 1000, "usage_prompt_tokens": 5},
+                 {"status": 200, "outcome": "ok"})  # fmt: skip
     results = evaluate(rows, [Expect("all_ok", where="status == 200", require="outcome == 'ok'", min_rows=0)])
-    assert all(result.passed for result in results)
+    assert all(result.passed for result in results), [r.line() for r in results]
+    assert results[0].line() == "gate PASS requests_completed: 1 requests finished"
 
 
 def test_evaluate_runs_always_on_gates_first() -> None:
     names = [r.name for r in evaluate(table({"status": 200, "outcome": "ok"}), [Expect("x", "status == 200", "done")])]
-    assert names == ["no_http_500", "no_inband_500", "truncation_honoured", "x"]
+    assert names == ["requests_completed", "outcomes_as_expected", "no_http_500", "no_inband_500",
+                     "no_protocol_errors", "no_harness_errors", "truncation_honoured", "x"]  # fmt: skip
+
+
+def test_an_empty_run_fails_and_nothing_else_passes_vacuously() -> None:
+    only_stopped = table({"status": 200, "outcome": "stopped"})
+    results = evaluate(only_stopped, [Expect("x", None, "outcome == 'ok'")])
+    lines = [result.line() for result in results]
+    assert lines[0] == "gate FAIL requests_completed: no request finished: nothing was judged"
+    assert all(line.startswith("gate SKIP ") and line.endswith(": no requests to judge") for line in lines[1:-1])
+    assert lines[-1].startswith("gate FAIL x: 0/0 rows") and not any(result.passed for result in results)
+
+
+def test_outcomes_as_expected_names_what_came_instead() -> None:
+    rows = table({"status": 200, "outcome": "ok"}, {"status": 400, "outcome": "rejected", "expected": "rejected"},
+                 {"status": 200, "outcome": "cut"}, {"status": 200, "outcome": "cut"},
+                 {"status": 200, "outcome": "ok", "expected": "rejected"})  # fmt: skip
+    result = OutcomesAsExpected().evaluate(rows)
+    assert not result.passed
+    assert result.detail == "2/5 requests ended as their spec expects; instead: 2 cut (expected ok), " \
+                            "1 ok (expected rejected) (e.g. r2, r3, r4)"  # fmt: skip
+    assert OutcomesAsExpected().evaluate(rows.iloc[:2]).passed
+
+
+def test_protocol_and_harness_errors_fail_with_their_messages_counted() -> None:
+    rows = table({"status": 200, "outcome": "protocol_error", "error_message": "data frame 3 is not JSON: 'x'"},
+                 {"status": 200, "outcome": "protocol_error", "error_message": "data frame 3 is not JSON: 'x'"},
+                 {"status": 200, "outcome": "protocol_error", "error_message": "line longer than 1 MiB"},
+                 {"status": None, "outcome": "harness_error", "error_message": "KeyError: 'model'"},
+                 {"status": 200, "outcome": "ok"})  # fmt: skip
+    protocol = NoProtocolErrors().evaluate(rows)
+    assert not protocol.passed
+    assert protocol.detail.startswith("3 protocol errors of 5 requests: 2x data frame 3 is not JSON: 'x'; "
+                                      "1x line longer than 1 MiB (e.g. r0, r1, r2)")  # fmt: skip
+    harness = NoHarnessErrors().evaluate(rows)
+    assert (
+        not harness.passed
+        and harness.detail == "1 requests failed inside sse-soak itself: 1x KeyError: 'model' (e.g. r3)"
+    )
+    assert NoProtocolErrors().evaluate(rows.iloc[4:]).passed and NoHarnessErrors().evaluate(rows.iloc[4:]).passed
 
 
 def test_only_cuts_silent_for_the_read_timeout_are_proxy_timeouts() -> None:

@@ -31,7 +31,7 @@ def tracker() -> StreamTracker:
 
 def test_a_complete_stream_is_ok_with_its_timings_and_counts() -> None:
     stream = tracker()
-    stream.headers(200, 0.010)
+    stream.headers(200, 0.010, "text/event-stream")
     stream.frame(KEEPALIVE, 0.5)
     stream.frame(token(), 0.8)
     stream.frame(token(), 0.9)
@@ -49,14 +49,14 @@ def test_a_complete_stream_is_ok_with_its_timings_and_counts() -> None:
 
 def test_the_gap_before_the_headers_counts_as_a_proxy_sees_it() -> None:
     stream = tracker()
-    stream.headers(200, 3.0)
+    stream.headers(200, 3.0, "text/event-stream")
     stream.frame(DONE, 3.1)
     assert stream.finish(3.2).max_gap_s == 3.0
 
 
 def test_the_silence_before_a_cut_counts() -> None:
     stream = tracker()
-    stream.headers(200, 0.1)
+    stream.headers(200, 0.1, "text/event-stream")
     stream.frame(token(), 0.2)
     row = stream.finish(5.2)
     assert row.outcome == "cut" and not row.done and row.max_gap_s == pytest.approx(5.0)
@@ -64,7 +64,7 @@ def test_the_silence_before_a_cut_counts() -> None:
 
 def test_a_chat_role_chunk_is_not_the_first_token() -> None:
     stream = tracker()
-    stream.headers(200, 0.01)
+    stream.headers(200, 0.01, "text/event-stream")
     stream.frame(data({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}), 0.5)
     stream.frame(data({"choices": [{"index": 0, "delta": {"content": "Hi"}}]}), 0.6)
     assert stream.finish(0.7).ttft_s == 0.6
@@ -72,7 +72,7 @@ def test_a_chat_role_chunk_is_not_the_first_token() -> None:
 
 def test_an_error_frame_under_200_is_inband_error_even_with_done() -> None:
     stream = tracker()
-    stream.headers(200, 0.01)
+    stream.headers(200, 0.01, "text/event-stream")
     stream.frame(token(), 0.1)
     error = data({"error": {"message": "boom", "type": "InternalServerError", "param": None, "code": 500}})
     assert frame_kind(error) == "error"
@@ -95,7 +95,7 @@ def test_a_token_that_mentions_error_is_still_data() -> None:
                                                  (500, "http_5xx"), (504, "http_5xx")])  # fmt: skip
 def test_error_statuses_and_their_bodies(status: int, outcome: str) -> None:
     stream = tracker()
-    stream.headers(status, 0.01)
+    stream.headers(status, 0.01, "text/event-stream")
     stream.error_body(json.dumps({"error": {"message": "m", "param": "input_tokens", "code": status}}).encode())
     row = stream.finish(0.02)
     assert (row.outcome, row.status, row.error_code, row.error_param) == (outcome, status, str(status), "input_tokens")
@@ -117,13 +117,13 @@ def test_a_non_json_error_body_keeps_its_text() -> None:
 def test_streams_the_client_ended(status: int | None, failure: str | None, outcome: str) -> None:
     stream = tracker()
     if status is not None:
-        stream.headers(status, 0.01)
+        stream.headers(status, 0.01, "text/event-stream")
     assert stream.finish(1.0, failure).outcome == outcome
 
 
 def test_other_comments_are_counted_apart_from_keepalives() -> None:
     stream = tracker()
-    stream.headers(200, 0.01)
+    stream.headers(200, 0.01, "text/event-stream")
     assert stream.frame(Frame(t=0.0, nbytes=8, comments=["ping"]), 0.1) == "comment"
     stream.frame(DONE, 0.2)
     row = stream.finish(0.2)
@@ -132,7 +132,7 @@ def test_other_comments_are_counted_apart_from_keepalives() -> None:
 
 def test_frame_records_hold_sequence_kind_time_gap_and_bytes() -> None:
     stream = tracker()
-    stream.headers(200, 0.1)
+    stream.headers(200, 0.1, "text/event-stream")
     stream.frame(KEEPALIVE, 1.1)
     stream.frame(DONE, 1.5)
     assert stream.frames == [(0, "keepalive", 1.1, pytest.approx(1.0), 14), (1, "done", 1.5, pytest.approx(0.4), 14)]

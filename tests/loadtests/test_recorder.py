@@ -14,7 +14,7 @@ from loadtests.sse import Frame
 
 def finished(request_id: str, frames: int) -> StreamTracker:
     stream = StreamTracker(RequestPlan(request_id, "n", "chat"), 0.0)
-    stream.headers(200, 0.01)
+    stream.headers(200, 0.01, "text/event-stream")
     for index in range(frames):
         stream.frame(Frame(t=0.0, nbytes=14, comments=["keep-alive"]), 0.1 * (index + 1))
     return stream

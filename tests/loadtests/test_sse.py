@@ -1,13 +1,15 @@
-"""The SSE parser: WHATWG line rules, frames kept whole, and the same frames for any split."""
+"""The SSE parser: WHATWG line rules, frames kept whole, the same frames for any split, and its
+guards against hostile streams (line length, UTF-8)."""
 
 from __future__ import annotations
 
 from dataclasses import astuple
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtests.sse import Frame, SSEParser
+from loadtests.sse import Frame, LineTooLong, SSEParser
 
 
 def parse(*reads: bytes) -> list[Frame]:
@@ -117,17 +119,28 @@ def test_any_split_of_a_byte_stream_gives_the_same_frames(case: tuple[bytes, lis
     assert sum(f.nbytes for f in split) == len(stream) - orphan_lf
 
 
-@settings(max_examples=300, deadline=None)
-@given(streams_and_splits())
-def test_feeding_lines_as_readline_returns_them_gives_the_same_frames(case: tuple[bytes, list[int]]) -> None:
-    stream, _ = case
+def test_a_line_longer_than_the_limit_raises_whole_or_in_pieces() -> None:
+    whole = SSEParser(max_line_bytes=64)
+    with pytest.raises(LineTooLong, match="line longer than 64 bytes"):
+        whole.feed(b"data: " + b"x" * 100 + b"\n\n", 0.0)
+    pieces = SSEParser(max_line_bytes=64)
+    pieces.feed(b"data: " + b"x" * 50, 0.0)  # 56 bytes buffered: still under the limit
+    with pytest.raises(LineTooLong):
+        pieces.feed(b"x" * 20, 1.0)  # no newline yet, but already longer than the limit
+
+
+def test_lines_up_to_the_limit_pass_and_the_default_is_one_mib() -> None:
+    parser = SSEParser(max_line_bytes=16)
+    assert [f.data for f in parser.feed(b"data: 123456789\n\n", 0.0)] == ["123456789"]  # 16 bytes with its LF
+    assert SSEParser().max_line_bytes == 1 << 20
+    assert str(LineTooLong(1 << 20)) == "line longer than 1 MiB"
+
+
+def test_bytes_that_are_not_utf8_are_flagged_on_the_frame_and_the_parser() -> None:
     parser = SSEParser()
-    frames = [frame for line in _lf_lines(stream) for frame in parser.feed_line(line, 0.0)]
-    assert fields(frames) == fields(parse(stream))
-    assert sum(f.nbytes for f in frames) == len(stream)
-
-
-def _lf_lines(stream: bytes) -> list[bytes]:
-    """What ``readline(b"\\n")`` hands over: pieces ending in LF (CRs stay inside them)."""
-    pieces = stream.split(b"\n")
-    return [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+    (good, bad) = parser.feed(b"data: caf\xc3\xa9\n\ndata: \xff\xfe\n\n", 0.0)
+    assert (good.invalid_utf8, good.data) == (False, "café")
+    assert bad.invalid_utf8 and bad.data == "\ufffd\ufffd"
+    assert parser.invalid_utf8
+    unfinished = SSEParser()
+    assert unfinished.feed(b": \xff\n", 0.0) == [] and unfinished.invalid_utf8  # flagged before the frame ends
