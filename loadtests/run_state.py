@@ -19,6 +19,7 @@ import httpx
 from gevent.lock import Semaphore
 
 from loadtests.recorder import Recorder
+from loadtests.sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.workload import (
     PROBE_TIMEOUT,
     PreparedMix,
@@ -40,6 +41,8 @@ class RunState:
     client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
     frame_sample_rate: float = 1.0
     """Share of ``ok`` streams whose frame records are kept; other outcomes always keep theirs."""
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    """Longest SSE line a user reads; a longer one is a protocol error and ends that stream."""
     probe_timeout: float = PROBE_TIMEOUT
     """Seconds the first ``/tokenize`` request may take before prompt sizing turns to estimates."""
     runner: Any = None
