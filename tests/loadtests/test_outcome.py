@@ -136,3 +136,123 @@ def test_frame_records_hold_sequence_kind_time_gap_and_bytes() -> None:
     stream.frame(KEEPALIVE, 1.1)
     stream.frame(DONE, 1.5)
     assert stream.frames == [(0, "keepalive", 1.1, pytest.approx(1.0), 14), (1, "done", 1.5, pytest.approx(0.4), 14)]
+
+
+SSE = "text/event-stream; charset=utf-8"
+
+
+def streamed(*frames: Frame, content_type: str | None = SSE, sees_comments: bool = True) -> StreamTracker:
+    stream = StreamTracker(PLAN, 0.0, sees_comments=sees_comments)
+    stream.headers(200, 0.01, content_type)
+    for index, frame in enumerate(frames):
+        stream.frame(frame, 0.1 * (index + 1))
+    return stream
+
+
+@pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "application/json", None])
+def test_a_2xx_that_is_not_an_event_stream_is_a_protocol_error(content_type: str | None) -> None:
+    stream = streamed(content_type=content_type)
+    assert stream.broken
+    row = stream.finish(0.2)
+    shown = content_type or "missing"
+    assert (row.outcome, row.error_message) == ("protocol_error", f"content-type {shown}, not text/event-stream")
+
+
+def test_the_event_stream_media_type_is_matched_without_case_or_parameters() -> None:
+    assert not streamed(token(), DONE, content_type="Text/Event-Stream ;charset=UTF-8").broken
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [(data("hello world"), "data frame 2 is not JSON: 'hello world'"),
+     (data("[1, 2]"), "data frame 2 is not a JSON object: [1, 2]"),
+     (data('"text"'), 'data frame 2 is not a JSON object: "text"'),
+     (Frame(t=0.0, nbytes=9, data="\ufffd\ufffd", invalid_utf8=True), "bytes that are not UTF-8 in the event stream")],
+)  # fmt: skip
+def test_a_frame_that_is_not_a_json_object_breaks_the_stream_even_before_done(bad: Frame, reason: str) -> None:
+    stream = streamed(token(), bad, DONE)
+    row = stream.finish(1.0)
+    assert (row.outcome, row.error_message, row.done) == ("protocol_error", reason, False)
+
+
+def test_nothing_after_done_is_judged() -> None:
+    row = streamed(token(), DONE, data("garbage"), data({"error": {"code": 500}})).finish(1.0)
+    assert (row.outcome, row.error_code) == ("ok", None)
+
+
+def test_the_first_terminal_event_decides() -> None:
+    error = data({"error": {"message": "boom", "code": 500}})
+    after_error = streamed(token(), error, data("not json"), DONE).finish(1.0)
+    assert (after_error.outcome, after_error.error_code, after_error.error_message) == ("inband_error", "500", "boom")
+    protocol_first = streamed(data("not json"), error, DONE).finish(1.0)
+    assert protocol_first.outcome == "protocol_error" and protocol_first.error_code is None
+
+
+def test_an_error_that_is_not_an_object_is_an_error_frame_too() -> None:
+    """The openai SDK raises on any non-empty ``error``; the raw reading must agree."""
+    row = streamed(data({"error": "overloaded"}), DONE).finish(1.0)
+    assert (row.outcome, row.error_message) == ("inband_error", "overloaded")
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [{"prompt_tokens": "abc", "completion_tokens": 2}, {"prompt_tokens": 2**64, "completion_tokens": 2},
+     {"prompt_tokens": -1, "completion_tokens": 2}, {"prompt_tokens": True, "completion_tokens": 2}, "lots"],
+)  # fmt: skip
+def test_usage_values_that_do_not_fit_are_null_with_the_raw_text_kept(usage: object) -> None:
+    row = streamed(token(), data({"choices": [], "usage": usage}), DONE).finish(1.0)
+    assert row.outcome == "ok" and row.usage_prompt_tokens is None
+    assert row.raw_usage == json.dumps(usage)
+    assert row.usage_completion_tokens == (2 if isinstance(usage, dict) else None)
+
+
+def test_fitting_usage_keeps_no_raw_text() -> None:
+    row = streamed(token(), data({"choices": [], "usage": {"prompt_tokens": 2**63 - 1, "completion_tokens": 0}}),
+                   DONE).finish(1.0)  # fmt: skip
+    assert (row.usage_prompt_tokens, row.usage_completion_tokens, row.raw_usage) == (2**63 - 1, 0, None)
+
+
+def test_server_text_in_a_row_is_clipped() -> None:
+    row = streamed(data({"error": {"message": "x" * 10_000, "code": 500}})).finish(1.0)
+    assert row.outcome == "inband_error" and len(row.error_message or "") == 500
+
+
+def test_a_client_that_hides_comments_has_null_comment_columns_and_no_invented_frames() -> None:
+    stream = StreamTracker(PLAN, 0.0, sees_comments=False)
+    stream.headers(200, 0.01, SSE)
+    stream.payload({"choices": [{"index": 0, "text": "hi"}]}, 0.5)
+    stream.payload({"choices": [], "usage": {"prompt_tokens": 1000, "completion_tokens": 1}}, 0.6)
+    stream.wire_ended(done=True, nbytes=321)
+    row = stream.finish(0.7)
+    assert (row.outcome, row.done, row.bytes, row.data_frames) == ("ok", True, 321, 2)
+    assert (row.keepalive_frames, row.comment_frames, row.max_gap_s) == (None, None, None)
+    assert row.ttft_s == 0.5 and row.max_data_gap_s == pytest.approx(0.1) and row.usage_prompt_tokens == 1000
+    assert [kind for _, kind, *_ in stream.frames] == ["data", "data"]  # no [DONE] frame was handed over
+
+
+def test_a_client_that_hides_the_wire_gives_the_raw_verdicts() -> None:
+    def sdk(*payloads: object, done: bool) -> str:
+        stream = StreamTracker(PLAN, 0.0, sees_comments=False)
+        stream.headers(200, 0.01, SSE)
+        for payload in payloads:
+            stream.payload(payload, 0.1)
+        stream.wire_ended(done, 100)
+        return stream.finish(0.2).outcome
+
+    chunk = {"choices": [{"index": 0, "text": "hi"}]}
+    assert sdk(chunk, done=False) == streamed(token()).finish(0.2).outcome == "cut"
+    assert sdk(chunk, [1, 2], done=True) == streamed(token(), data([1, 2]), DONE).finish(0.2).outcome
+    assert sdk(chunk, {"error": {"code": 500}}, done=False) == "inband_error"
+    undecodable = StreamTracker(PLAN, 0.0, sees_comments=False)
+    undecodable.headers(200, 0.01, SSE)
+    undecodable.undecodable_payload(0.1, "hello world")
+    undecodable.wire_ended(True, 50)
+    row = undecodable.finish(0.2)
+    assert (row.outcome, row.error_message) == ("protocol_error", "data frame 1 is not JSON: 'hello world'")
+
+
+def test_a_harness_error_wins_and_keeps_its_message() -> None:
+    stream = streamed(token(), DONE)
+    stream.harness_error("KeyError: 'x'")
+    row = stream.finish(1.0)
+    assert (row.outcome, row.error_message, row.status) == ("harness_error", "KeyError: 'x'", 200)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import msgpack
 
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import FRAME_COLUMNS, Recorder
-from loadtests.run_writer import RunWriter
+from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.sse import Frame
 
 
@@ -42,3 +43,35 @@ def test_tables_have_nullable_integer_columns() -> None:
     table = recorder.requests_table()
     assert str(table["status"].dtype) == "Int64" and table["status"].isna().all()
     assert table.loc[0, "outcome"] == "connect_error"
+
+
+def test_a_row_that_does_not_fit_the_schema_is_kept_as_text_and_the_rest_written(tmp_path: Path) -> None:
+    recorder, writer = Recorder(), RunWriter(tmp_path / "run")
+    for index in range(3):
+        stream = finished(f"r{index}", 1)
+        recorder.add(stream.finish(1.0), stream.frames)
+    batch = recorder.take_batch()
+    batch["rows"][1]["usage_prompt_tokens"] = 2**64  # what the tracker never lets through: a bug of ours
+    writer.write_batch(batch)
+    assert sorted(writer.requests_table()["request_id"]) == ["r0", "r2"]
+    assert (writer.rows_written, writer.rows_unwritable) == (2, 1)
+    (kept,) = [json.loads(line) for line in (writer.directory / UNWRITABLE_ROWS).read_text().splitlines()]
+    assert kept["request_id"] == "r1" and kept["usage_prompt_tokens"] == 2**64
+    assert len(writer.frames_table()) == 3  # frames are not lost with their row
+
+
+def test_a_batch_that_cannot_be_written_stays_in_memory_and_is_written_later(tmp_path: Path) -> None:
+    directory = tmp_path / "run"
+    writer = RunWriter(directory)
+    recorder = Recorder()
+    recorder.add(finished("early", 0).finish(1.0), None)
+    writer.requests_dir.rmdir()
+    writer.requests_dir.write_text("in the way")  # writing a part now fails with an OSError
+    writer.write_batch(recorder.take_batch())
+    assert writer.rows_pending == 1 and writer.rows_written == 0
+    writer.requests_dir.unlink()
+    writer.requests_dir.mkdir()
+    recorder.add(finished("late", 0).finish(1.0), None)
+    writer.write_batch(recorder.take_batch())
+    assert writer.rows_pending == 0
+    assert sorted(writer.requests_table()["request_id"]) == ["early", "late"]
