@@ -9,7 +9,8 @@ needs to keep only the last good summary. Regressions, each with a default thres
   (absolute, default 0.001 = 0.1 point);
 - a timing percentile (TTFT p50/p95, duration p95, max_gap_s p99) grew by more than
   ``max_latency_increase`` (relative, default 0.25), ignoring figures under 5 ms in the base;
-- mean keep-alive frames per stream fell by more than ``max_keepalive_drop`` (relative, 0.5);
+- mean keep-alive frames per raw stream (the SDK cannot see comments) fell by more than
+  ``max_keepalive_drop`` (relative, 0.5);
 - the base run passed its gates and the new one did not.
 """
 
@@ -95,7 +96,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], limits: Thresholds = Thre
         rows.append(Row(f"{column} {stat}", old, now, grew, f"> +{limits.max_latency_increase:.0%}"))
     old_ka, new_ka = (s.get("keepalive_per_stream", {}).get("mean") for s in (base, new))
     dropped = old_ka is not None and old_ka >= 1 and (new_ka or 0) < old_ka * (1 - limits.max_keepalive_drop)
-    rows.append(Row("keep-alive frames per stream", old_ka, new_ka, dropped, f"< -{limits.max_keepalive_drop:.0%}"))
+    rows.append(Row("keep-alive frames per raw stream", old_ka, new_ka, dropped, f"< -{limits.max_keepalive_drop:.0%}"))
     rows.append(Row("gates passed", float(base["passed"]), float(new["passed"]), base["passed"] and not new["passed"],
                     "pass -> fail"))  # fmt: skip
     return rows

@@ -58,7 +58,8 @@ def windows_table(requests: pd.DataFrame, resources: pd.DataFrame, count: int) -
 
 def _window_figures(chunk: pd.DataFrame) -> dict[str, Any]:
     judged = chunk[chunk["outcome"] != "stopped"]
-    silence = judged["silence_before_first_token_s"].fillna(0).clip(lower=0).sum()
+    seen = judged[judged["keepalive_frames"].notna()]  # raw streams: the SDK cannot see comments
+    silence = seen["silence_before_first_token_s"].fillna(0).clip(lower=0).sum()
     return {
         "requests": len(judged),
         "ok": int((judged["outcome"] == "ok").sum()),
@@ -68,7 +69,7 @@ def _window_figures(chunk: pd.DataFrame) -> dict[str, Any]:
         "ttft_p50_s": _quantile(judged["ttft_s"], 0.5),
         "ttft_p95_s": _quantile(judged["ttft_s"], 0.95),
         "max_gap_p99_s": _quantile(judged["max_gap_s"], 0.99),
-        "keepalive_per_silent_s": float(judged["keepalive_frames"].sum() / silence) if silence > 0 else None,
+        "keepalive_per_silent_s": float(seen["keepalive_frames"].sum() / silence) if silence > 0 else None,
     }
 
 

@@ -25,9 +25,9 @@ def gates(settings: RunSettings) -> list[Expect]:
     interval = settings.keep_alive_interval or 0.0
     return [
         Expect("every_stream_ok", where=None, require="outcome == 'ok'"),
-        Expect("keepalive_through_silence", where=f"silence_before_first_token_s > {interval}",
+        Expect("keepalive_through_silence", where=f"client == 'raw' and silence_before_first_token_s > {interval}",
                require="keepalive_frames >= 1"),
-        Expect(f"max_gap_within_interval_plus_{SLACK_S:g}s", where="status == 200",
+        Expect(f"max_gap_within_interval_plus_{SLACK_S:g}s", where="client == 'raw' and status == 200",
                require=f"max_gap_s <= {interval + SLACK_S}"),
     ]  # fmt: skip
 

@@ -61,7 +61,7 @@ def test_latency_growth_beyond_the_threshold_regresses() -> None:
 
 
 def test_a_keepalive_drop_and_a_lost_verdict_regress() -> None:
-    assert regressions(summary(keepalive_per_stream__mean=1.0)) == ["keep-alive frames per stream"]
+    assert regressions(summary(keepalive_per_stream__mean=1.0)) == ["keep-alive frames per raw stream"]
     assert regressions(summary(passed=False)) == ["gates passed"]
 
 
