@@ -1,0 +1,164 @@
+"""Every misbehaviour of ``tests/misbehaving_server.py`` ends in its one right outcome, for both clients.
+
+One Locust run (6 users, 12 s) against a server that answers each generation request with the
+next mode of its list; its log says which request got which mode, and the run's rows are joined
+to it by request id. Each (mode, client) pair is its own test, so a failure names the mode.
+"""
+
+from __future__ import annotations
+
+import json
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.loadtests.locust_run import REPORT_LINE, ROOT
+from tests.misbehaving_server import MODES
+
+pytestmark = pytest.mark.smoke
+
+EXPECTED = {
+    "ok": "ok", "crlf_ok": "ok", "close_delimited_ok": "ok", "keepalive_ok": "ok",
+    "no_done": "cut", "content_length_short": "cut", "reset_mid_frame": "cut",
+    "html_200": "protocol_error", "non_json_frame": "protocol_error", "non_object_frame": "protocol_error",
+    "invalid_utf8": "protocol_error", "long_line": "protocol_error",
+    "headers_then_silence": "timeout",
+    "error_frame_no_done": "inband_error", "inband_500": "inband_error",
+    "http_500": "http_5xx",
+    "malformed_usage": "ok", "huge_usage": "ok",
+}  # fmt: skip
+PROTOCOL_REASONS = {"html_200": "content-type", "non_json_frame": "not json", "non_object_frame": "not a json object",
+                    "invalid_utf8": "utf-8", "long_line": "longer than"}  # fmt: skip
+CLIENTS = ("raw", "openai")
+READY_PREFIX = "listening on "
+
+
+def test_every_mode_has_an_expected_outcome() -> None:
+    assert set(EXPECTED) == set(MODES)
+
+
+@dataclass
+class MisbehavingServer:
+    process: subprocess.Popen[str]
+    url: str
+    log: Path
+
+    def logged(self) -> pd.DataFrame:
+        lines = self.log.read_text().splitlines()
+        return pd.DataFrame([json.loads(line) for line in lines], columns=["request_id", "mode"])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+def start_misbehaving_server(log: Path, lifetime: float = 180.0, timeout: float = 30.0) -> MisbehavingServer:
+    """Start it on a free loopback port and wait for its ready line (it exits by itself after ``lifetime``)."""
+    argv = [sys.executable, "-m", "tests.misbehaving_server", "--modes", ",".join(MODES), "--log", str(log),
+            "--lifetime", str(lifetime)]  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=ROOT)
+    server = MisbehavingServer(process, "", log)
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            while not server.url:
+                if not selector.select(max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError(f"the misbehaving server printed no ready line within {timeout:g} s")
+                line = process.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"the misbehaving server exited with {process.wait()} before it was ready")
+                if line.startswith(READY_PREFIX):
+                    server.url = line[len(READY_PREFIX) :].strip()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@dataclass
+class Run:
+    output: str
+    rows: pd.DataFrame
+    """requests.parquet joined to the server's log: one ``mode`` per row (null if the server never saw it)."""
+    logged: pd.DataFrame
+
+
+@pytest.fixture(scope="module")
+def misbehaving_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MisbehavingServer]:
+    server = start_misbehaving_server(tmp_path_factory.mktemp("misbehaving") / "modes.jsonl")
+    yield server
+    server.stop()
+    assert server.process.returncode is not None
+
+
+@pytest.fixture(scope="module")
+def run(misbehaving_server: MisbehavingServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    report_dir = tmp_path_factory.mktemp("reports")
+    command = [
+        sys.executable, "-m", "locust", "-f", str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
+        "--headless", "-u", "6", "-r", "6", "-t", "12s", "--host", misbehaving_server.url,
+        "--client-idle-timeout", "2", "--stop-timeout", "5", "--report-dir", str(report_dir),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL)
+    output = result.stdout + result.stderr
+    match = REPORT_LINE.search(result.stdout)
+    assert match, output[-3000:]
+    requests = pd.read_parquet(Path(match["path"]) / "requests.parquet")
+    logged = misbehaving_server.logged()
+    rows = requests.merge(logged, on="request_id", how="left", validate="many_to_one")
+    return Run(output, rows, logged)
+
+
+def test_no_python_traceback_in_locusts_output(run: Run) -> None:
+    assert "Traceback" not in run.output, run.output[-5000:]
+
+
+def test_every_request_the_server_saw_has_exactly_one_row(run: Run) -> None:
+    assert len(run.logged) > 0 and run.logged["request_id"].notna().all()
+    assert run.logged["request_id"].is_unique
+    rows_per_request = run.rows["request_id"].value_counts()
+    missing = set(run.logged["request_id"]) - set(rows_per_request.index)
+    assert not missing, f"{len(missing)} requests the server answered have no row: {sorted(missing)[:5]}"
+    assert (rows_per_request[run.logged["request_id"]] == 1).all()
+
+
+def _describe(rows: pd.DataFrame) -> str:
+    columns = ["outcome", "status", "error_message", "usage_prompt_tokens", "keepalive_frames", "data_frames", "done"]
+    return rows[[c for c in columns if c in rows.columns]].to_string(max_colwidth=120)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("mode", MODES)
+def test_each_misbehaviour_ends_in_its_outcome(run: Run, mode: str, client: str) -> None:
+    rows = run.rows[(run.rows["mode"] == mode) & (run.rows["client"] == client)]
+    finished = rows[rows["outcome"] != "stopped"]
+    assert len(finished) >= 1, f"no finished {client} request met {mode} ({len(rows)} stopped)"
+    expected = EXPECTED[mode]
+    assert (finished["outcome"] == expected).all(), f"{mode} via {client}: expected {expected}\n{_describe(finished)}"
+    if mode in PROTOCOL_REASONS:
+        messages = finished["error_message"].fillna("").str.lower()
+        assert messages.str.contains(PROTOCOL_REASONS[mode], regex=False).all(), _describe(finished)
+    if mode in ("malformed_usage", "huge_usage"):
+        assert "raw_usage" in finished.columns, "requests.parquet has no raw_usage column"
+        assert finished["usage_prompt_tokens"].isna().all(), _describe(finished)
+        assert finished["raw_usage"].notna().all(), _describe(finished)
+    if client == "openai":
+        assert finished["keepalive_frames"].isna().all(), "the SDK hides comments: its count must be null"
+    elif mode == "keepalive_ok":
+        assert (finished["keepalive_frames"] >= 1).all(), _describe(finished)
