@@ -2,8 +2,8 @@
 
 Commands: ``soak`` (the nightly soak job), ``proxy`` (the embedded reverse proxy with nginx's
 read-timeout semantics), ``report`` (rebuild a run's summary and HTML report from its parquet
-files), ``compare`` (base run against new run; exit 1 on regression). Also installed as the
-``sse-soak`` command. Bad input exits 2 with one line naming it.
+files; exit 1 unless the verdict is PASS), ``compare`` (base run against new run; exit 1 on
+regression). Also installed as the ``sse-soak`` command. Bad input exits 2 with one line naming it.
 """
 
 from __future__ import annotations
@@ -173,15 +173,20 @@ def _run_compare(options: argparse.Namespace) -> int:
     return 1 if regressions else 0
 
 
-def _run_report(options: argparse.Namespace) -> None:
-    from loadtests.rebuild import rebuild_report  # pandas and matplotlib only for this command
+def _run_report(options: argparse.Namespace) -> int:
+    """Re-judge a run directory: exit 0 only on a PASS; a run that never wrote its summary (killed,
+    or still going) is judged as interrupted, so FAIL; not a run directory (or unreadable): 2."""
+    from loadtests.rebuild import previous_summary, rebuild_report, unfinished  # pandas, matplotlib: only here
+    from loadtests.report import verdict_line
 
     try:
-        summary = rebuild_report(options.run_dir)
-    except (OSError, ValueError, KeyError) as exc:
-        sys.exit(f"python -m loadtests report: {exc}")
-    print(f"verdict: {'PASS' if summary['passed'] else 'FAIL'}")
+        summary = rebuild_report(options.run_dir, interrupted=unfinished(previous_summary(options.run_dir)))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"python -m loadtests report: {exc}", file=sys.stderr)
+        return 2
+    print(verdict_line(summary))
     print(f"report: {options.run_dir}")
+    return 0 if summary["passed"] else 1
 
 
 def _run_proxy(options: argparse.Namespace) -> None:
@@ -213,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if options.command == "proxy":
         _run_proxy(options)
     elif options.command == "report":
-        _run_report(options)
+        sys.exit(_run_report(options))
     elif options.command == "compare":
         sys.exit(_run_compare(options))
     elif options.command == "soak":

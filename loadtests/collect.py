@@ -1,13 +1,16 @@
-"""Getting every request row and frame record to the one process that writes the run.
+"""Getting every request row and frame record of a test to the one process that writes it.
 
-Standalone, a greenlet writes the users' recorder to the run directory every ``flush_interval``
-seconds. Distributed (``--processes N`` or ``--master`` plus ``--worker``s), each worker ships
-its recorder as a ``sse_soak_batch`` message on the same cadence (plain lists: msgpack-safe) and
-the master writes each batch as it arrives. At the end of a test the master asks every worker
-for a final batch (``sse_soak_flush``): the worker stops its users, so streams still running are
-recorded as ``stopped``, and answers with what is left, marked final. The master waits for every
-worker's final batch (bounded) before Locust tells the workers to quit, so the last batches are
-not lost to Locust's half-second quit grace. Invariant: a row reaches the run directory once.
+Standalone, a greenlet writes the users' recorder to the current test's run directory every
+``flush_interval`` seconds. Distributed (``--processes N`` or ``--master`` plus ``--worker``s),
+each worker ships its recorder as a ``sse_soak_batch`` message on the same cadence (plain lists:
+msgpack-safe) and the master writes each batch as it arrives. A worker ships a final batch
+whenever its own test stops (Locust's ``stop`` or ``quit`` from the master, or the worker itself
+quitting on Ctrl-C/SIGTERM): its users are stopped first, so streams still running are recorded
+as ``stopped``, and the batch goes out before the worker tells the master it stopped or quit.
+Before the master judges a test (``finish()``) it asks every worker for a final batch
+(``sse_soak_flush``, for stops the workers did not see) and waits, bounded, until every worker
+that took part has sent one or is gone. Invariant: a row reaches the run directory once, in the
+test it was recorded in.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from typing import Any
 
 import gevent
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import STATE_CLEANUP, STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 from loadtests.run_state import run_state
 from loadtests.run_writer import RunWriter
@@ -29,12 +32,14 @@ logger = logging.getLogger(__name__)
 
 
 class Collector:
-    """One per process; ``start()`` picks the role from the environment's runner."""
+    """One per process; ``start()`` picks the role from the environment's runner. The master or
+    standalone process writes into ``writer``, the current test's, set by ``begin()``."""
 
-    def __init__(self, environment: Any, writer: RunWriter | None, flush_interval: float) -> None:
+    def __init__(self, environment: Any, flush_interval: float) -> None:
         self.environment = environment
-        self.writer = writer
         self.flush_interval = flush_interval
+        self.writer: RunWriter | None = None
+        self.participants: set[str] = set()
         self.final_from: set[str] = set()
         self._greenlet: gevent.Greenlet | None = None
 
@@ -45,10 +50,10 @@ class Collector:
     def start(self) -> None:
         if isinstance(self.runner, WorkerRunner):
             self.runner.register_message(FLUSH_MESSAGE, self._on_flush_request)
+            self.environment.events.test_stop.add_listener(self._ship_final)
             self._greenlet = gevent.spawn(self._every_interval, self._ship)
         elif isinstance(self.runner, MasterRunner):
             self.runner.register_message(BATCH_MESSAGE, self._on_batch)
-            self.environment.events.test_stop.add_listener(self._collect_final_batches)
         elif self.runner is not None:
             self._greenlet = gevent.spawn(self._every_interval, self.write_local)
 
@@ -57,11 +62,37 @@ class Collector:
             gevent.sleep(self.flush_interval)
             action()
 
+    def begin(self, writer: RunWriter) -> None:
+        """A test starts (master or standalone): its rows go to ``writer``."""
+        self.writer = writer
+        self.final_from.clear()
+        self.participants = {client.id for client in self.runner.clients.all} if self._is_master else set()
+
+    def finish(self) -> None:
+        """The test stopped: get its last rows to disk (from every worker, when distributed)."""
+        if self._is_master:
+            self._collect_final_batches()
+        elif self.writer is not None:
+            self.write_local()
+
+    def end(self) -> None:
+        """The test is judged; rows that still arrive belong to no test."""
+        self.writer = None
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    @property
+    def _is_master(self) -> bool:
+        return isinstance(self.runner, MasterRunner)
+
     # -- standalone ---------------------------------------------------------------------------
     def write_local(self) -> None:
-        """Write what this process's users recorded since the last write."""
-        assert self.writer is not None
-        self.writer.write_batch(run_state(self.environment).recorder.take_batch())
+        """Write what this process's users recorded since the last write (kept until a test has a writer)."""
+        if self.writer is not None:
+            self.writer.write_batch(run_state(self.environment).recorder.take_batch())
 
     # -- worker -------------------------------------------------------------------------------
     def _ship(self, final: bool = False) -> None:
@@ -69,31 +100,47 @@ class Collector:
         if final or batch["rows"] or batch["frames"]["request_id"]:
             self.runner.send_message(BATCH_MESSAGE, {**batch, "final": final})
 
+    def _ship_final(self, **_: Any) -> None:
+        self._ship(final=True)
+
     def _on_flush_request(self, environment: Any, msg: Any, **_: Any) -> None:
-        if self.runner.user_count:
-            self.runner.stop()  # streams still running are recorded as "stopped" as their users die
+        self.stop_and_ship()
+
+    def stop_and_ship(self) -> None:
+        """Stop this worker's users and ship their rows as a final batch: on the master's flush
+        request, and when the worker quits (before Locust's own listener tells the master)."""
+        if self.runner.state in (STATE_SPAWNING, STATE_RUNNING):
+            self.runner.stop()  # running streams are recorded as "stopped"; test_stop ships them
+            return
+        deadline = time.monotonic() + FINAL_BATCH_TIMEOUT_S
+        while self.runner.state == STATE_CLEANUP and time.monotonic() < deadline:
+            gevent.sleep(0.05)  # a stop under way elsewhere: its test_stop ships the rows first
         self._ship(final=True)
 
     # -- master -------------------------------------------------------------------------------
     def _on_batch(self, environment: Any, msg: Any, **_: Any) -> None:
-        assert self.writer is not None
-        self.writer.write_batch(msg.data)
+        self.participants.add(msg.node_id)
         if msg.data.get("final"):
             self.final_from.add(msg.node_id)
+        if self.writer is not None:
+            self.writer.write_batch(msg.data)
+        elif msg.data["rows"]:
+            logger.error("sse-soak: %d rows from %s arrived with no test running: not written",
+                         len(msg.data["rows"]), msg.node_id)  # fmt: skip
 
-    def _collect_final_batches(self, environment: Any, **_: Any) -> None:
-        workers = {client.id for client in self.runner.clients.all}
-        self.final_from.clear()
+    def _waiting_for(self) -> set[str]:
+        """Workers of this test still connected and without a final batch (a worker that quit or
+        stopped sent its final batch before saying so; one that vanished never will)."""
+        connected = {client.id for client in self.runner.clients.all}
+        return (self.participants - self.final_from) & connected
+
+    def _collect_final_batches(self) -> None:
+        self.participants |= {client.id for client in self.runner.clients.all}
         self.runner.send_message(FLUSH_MESSAGE, None)
-        deadline = time.monotonic() + FINAL_BATCH_TIMEOUT_S + (environment.stop_timeout or 0)
-        while not workers <= self.final_from and time.monotonic() < deadline:
+        deadline = time.monotonic() + FINAL_BATCH_TIMEOUT_S + (self.environment.stop_timeout or 0)
+        while self._waiting_for() and time.monotonic() < deadline:
             gevent.sleep(0.05)
-        missing = workers - self.final_from
+        missing = self.participants - self.final_from
         if missing:
             logger.error("sse-soak: no final batch from %d worker(s) %s: their last streams are missing",
                          len(missing), sorted(missing))  # fmt: skip
-
-    def stop(self) -> None:
-        if self._greenlet is not None:
-            self._greenlet.kill(block=False)
-            self._greenlet = None

@@ -238,12 +238,20 @@ def _headline_section(summary: dict[str, Any], requests: pd.DataFrame, sample_ra
     outcomes = summary.get("outcomes") or requests["outcome"].value_counts().to_dict()
     seen = ", ".join(f"{n} {name}" for name, n in outcomes.items() if n) or "none"
     body = (
-        f"{verdict}<p><b>{_text(count)}</b> requests ({_text(seen)}){_run_span(requests)}</p>"
+        f"{verdict}{_ending(summary)}<p><b>{_text(count)}</b> requests ({_text(seen)}){_run_span(requests)}</p>"
         f"{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.get('gates') or [])}"
         f"<h3>Settings</h3>{_settings_table(summary.get('settings') or {})}"
     )
-    how = "The verdict is PASSED only when every gate below passed; each gate line gives its figure."
+    how = ("The verdict is PASSED only when every gate below passed, on at least one request, and the run was not "
+           "interrupted (a signal ended it before its planned duration); each gate line gives its figure.")  # fmt: skip
     return _section(f"sse-soak run: {summary.get('scenario', 'run')}", how, body, level=1)
+
+
+def _ending(summary: dict[str, Any]) -> str:
+    """How the run ended: interrupted (a failed verdict whatever the gates say), or just how."""
+    if summary.get("interrupted"):
+        return f"<p><b>Interrupted: {_text(summary['interrupted'])}</b></p>"
+    return f"<p>Ended: {_text(summary['ended'])}</p>" if summary.get("ended") else ""
 
 
 def _run_span(requests: pd.DataFrame) -> str:

@@ -137,20 +137,65 @@ def judge_run(
     frame_sample_rate: float = 1.0,
     decorate: Callable[[dict[str, Any], pd.DataFrame], None] | None = None,
     html: bool = True,
+    ended: str | None = None,
+    interrupted: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate the gates over ``requests``, let ``decorate(summary, requests)`` add to the summary
-    (the soak adds its drift windows and gates), then write ``summary.json`` and, with ``html``,
-    ``report.html`` and ``requests.csv`` (they read every frame: a checkpoint skips them)."""
-    from loadtests.html_report import write_html_report, write_requests_csv  # matplotlib: only here
-    from loadtests.run_writer import read_table
-
+    (the soak adds its drift windows and gates), settle the verdict, then write ``summary.json``
+    and, with ``html``, ``report.html`` and ``requests.csv`` (they read every frame: a checkpoint
+    skips them). ``ended`` says how the test ended; ``interrupted``, set when it ended before its
+    planned duration, fails the verdict whatever the gates say."""
     results = evaluate(requests, gates)
     specs = [gate_spec(gate) for gate in gates]
     summary = summarize(scenario, requests, results, settings, specs, frame_sample_rate)
     if decorate is not None:
         decorate(summary, requests)
+    settle_verdict(summary, ended, interrupted)
     write_summary(directory, summary)
     if html:
-        write_requests_csv(directory, requests)
-        write_html_report(directory, summary, requests, read_table(directory / "frames.parquet"))
+        write_html_files(directory, summary, requests)
     return summary
+
+
+def write_html_files(directory: Path, summary: dict[str, Any], requests: pd.DataFrame) -> None:
+    """``requests.csv`` and ``report.html`` (which reads every frame) beside the summary."""
+    from loadtests.html_report import write_html_report, write_requests_csv  # matplotlib: only here
+    from loadtests.run_writer import read_table
+
+    write_requests_csv(directory, requests)
+    write_html_report(directory, summary, requests, read_table(directory / "frames.parquet"))
+
+
+def requests_judged(summary: dict[str, Any]) -> int:
+    """Requests the gates judged: every row but the streams the run itself stopped."""
+    return int(summary["requests"]) - int(summary["outcomes"].get("stopped", 0))
+
+
+def settle_verdict(summary: dict[str, Any], ended: str | None, interrupted: str | None) -> None:
+    """``gates_passed``: every gate passed (the soak's included); ``passed``, the verdict: the gates
+    passed, on at least one judged request, and the run was not interrupted."""
+    gates_passed = all(gate["passed"] for gate in summary["gates"])
+    summary["ended"] = ended
+    summary["interrupted"] = interrupted
+    summary["gates_passed"] = gates_passed
+    summary["passed"] = gates_passed and interrupted is None and requests_judged(summary) > 0
+
+
+def verdict_line(summary: dict[str, Any]) -> str:
+    """``verdict: PASS``, or ``verdict: FAIL (...)`` with why, in one line: the interruption, the
+    gates passed on how many requests, the failed gates."""
+    if summary["passed"]:
+        return "verdict: PASS"
+    gates = summary["gates"]
+    passed = sum(1 for gate in gates if gate["passed"])
+    failed = [gate["name"] for gate in gates if not gate["passed"] and not gate.get("skipped")]
+    skipped = len(gates) - passed - len(failed)
+    reasons = [f"interrupted: {summary['interrupted']}"] if summary.get("interrupted") else []
+    judged = requests_judged(summary)
+    if not judged and not failed:
+        reasons.append("no request finished")
+    reasons.append(f"{passed}/{len(gates)} gates passed on {judged} requests judged"
+                   + (f", {skipped} skipped" if skipped else ""))  # fmt: skip
+    if failed:
+        reasons.append("failed: " + ", ".join(failed))
+    return f"verdict: FAIL ({'; '.join(reasons)})"

@@ -4,9 +4,17 @@ A locustfile declares ``Scenario(...)`` and calls ``install()``; from then on Lo
 drive it. Without ``--host``, the master (or the single process) starts the bundled target server
 with the scenario's profile on a free loopback port; with ``--proxy embedded|nginx`` a proxy
 with ``--proxy-read-timeout`` goes in front of it (or of ``--host``). It prints what it started
-and stops it all by pid at the end. At ``quitting``, the process that holds all results writes
-the run directory, prints each gate's line and ``report: <path>``, and sets a non-zero exit code
-when a gate failed (never zero: Locust's own failures keep their exit code).
+and stops it all by pid at the end.
+
+Each Locust test (headless: the whole run; web UI: each Start..Stop) is one run directory: made
+and printed (``run directory: <path>``) at ``test_start``, judged at ``test_stop`` by the process
+that holds all results: its last rows collected, ``summary.json`` written, each gate's line and
+the verdict printed, then ``report.html`` and ``report: <path>``; a failed or interrupted test
+sets a non-zero exit code (never zero: Locust's own failures keep theirs). Quitting while a test
+runs stops and judges it; the judging runs once per test whoever asks (Locust's SIGTERM handler
+and its main greenlet can both enter ``shutdown()``). Ctrl-C and SIGTERM go through a
+``SignalGuard``: they end the run the way Ctrl-C does, wait while the summary is written, and
+may only cut report.html.
 
 ``locust -f scenarios/x.py --help`` cannot list our options: Locust 2.x prints its help before it
 loads the locustfile (locust issue #2917). ``python scenarios/x.py --help`` goes through Locust's
@@ -20,16 +28,20 @@ import dataclasses
 import itertools
 import shlex
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import gevent
+from gevent.event import Event
 from locust import FastHttpUser, events
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
 
+from loadtests._signals import SignalGuard
 from loadtests.collect import Collector
 from loadtests.gates import Gate, GateResult
-from loadtests.report import judge_run, new_run_dir
+from loadtests.report import judge_run, new_run_dir, verdict_line, write_html_files
 from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
 from loadtests.run_writer import RunWriter
 from loadtests.stack import PROXY_KINDS, ServerStartError, Stack
@@ -62,6 +74,41 @@ def _last_keep_alive_interval(server_args: Sequence[str]) -> float:
 
 GateList = Sequence[Gate] | Callable[[RunSettings], Sequence[Gate]]
 
+EARLY_S = 1.0
+"""A test stopped this long before its planned duration, by no signal, says so in ``ended`` (say,
+every worker gone); it is no interruption: only a signal is known to be one."""
+STOP_WAIT_S = 120.0
+"""How long quitting waits for a stop already under way elsewhere to judge the test itself."""
+
+
+@dataclass
+class _Test:
+    """One Locust test (headless: the run; web UI: one Start..Stop) and its run directory."""
+
+    writer: RunWriter
+    started: float
+    """``time.monotonic()`` at test_start."""
+    planned_s: float | None
+    """The planned duration (``-t``, or the web UI's run time), if any."""
+    stopping_at: float | None = None
+    judging: bool = False
+    judged: Event = field(default_factory=Event)
+
+    def how_it_ended(self, signals: Sequence[tuple[str, float]]) -> tuple[str, str | None]:
+        """``(ended, interrupted)``: how the test ended (the first signal received while it ran, else
+        the stop), and, when a signal ended a test that had a planned duration, the same words."""
+        end = self.stopping_at or time.monotonic()
+        of = f" of {self.planned_s:g} s" if self.planned_s else ""
+        during = [(name, at) for name, at in signals if self.started <= at <= end]
+        if during:
+            name, at = during[0]
+            ended = f"{name} at {at - self.started:.1f} s{of}"
+            return ended, ended if self.planned_s else None
+        elapsed = end - self.started
+        if self.planned_s and elapsed >= self.planned_s - EARLY_S:
+            return f"run time of {self.planned_s:g} s reached", None
+        return f"stopped at {elapsed:.1f} s{of}", None  # the web UI's Stop, or every worker gone
+
 
 @dataclass
 class Scenario:
@@ -80,16 +127,20 @@ class Scenario:
     keep_alive_interval: float | None = None
     _stack: Stack | None = field(default=None, init=False, repr=False)
     _settings: RunSettings | None = field(default=None, init=False, repr=False)
-    _writer: RunWriter | None = field(default=None, init=False, repr=False)
     _collector: Collector | None = field(default=None, init=False, repr=False)
+    _test: _Test | None = field(default=None, init=False, repr=False)
+    _guard: SignalGuard = field(default_factory=SignalGuard, init=False, repr=False)
+    _quitting: bool = field(default=False, init=False, repr=False)
+    _quit_done: Event = field(default_factory=Event, init=False, repr=False)
     _installed: bool = field(default=False, init=False, repr=False)
 
     def install(self) -> Scenario:
-        """Register this scenario's listeners on Locust's events (once)."""
+        """Register this scenario's listeners on Locust's events (once); the lifecycle ones are
+        added at init, after the runner's own, so that ours run first at quitting (Locust fires
+        quitting in reverse order, and the master's listener tells the workers to quit)."""
         if not self._installed:
             events.init_command_line_parser.add_listener(self._add_options)
             events.init.add_listener(self._on_init)
-            events.quitting.add_listener(self._on_quitting)
             self._installed = True
         return self
 
@@ -177,11 +228,17 @@ class Scenario:
             self._start_stack(environment, self._settings)
         if environment.runner is None:
             return  # run_single_user (debugging): Locust prints each request; no run directory
-        if not isinstance(environment.runner, WorkerRunner):
-            self._writer = RunWriter(new_run_dir(options.report_dir, self.name))
-            print(f"run directory: {self._writer.directory}", flush=True)
-        self._collector = Collector(environment, self._writer, options.flush_interval)
+        self._collector = Collector(environment, options.flush_interval)
         self._collector.start()
+        lifecycle = environment.events
+        lifecycle.test_start.add_listener(self._on_test_start)
+        lifecycle.test_stopping.add_listener(self._on_test_stopping)
+        lifecycle.test_stop.add_listener(self._on_test_stop)
+        lifecycle.quitting.add_listener(self._on_quitting)
+        lifecycle.quit.add_listener(lambda **_: self._guard.restore())
+        # libev times a timer from its cached clock, stale by however long startup blocked (imports,
+        # discovery): without this, Locust's -t timer, armed next, fires that much early.
+        gevent.get_hub().loop.update_now()
 
     def _start_stack(self, environment: Any, settings: RunSettings) -> None:
         if settings.host is not None and settings.proxy == "none":
@@ -200,36 +257,97 @@ class Scenario:
             self._stack.stop()
             self._stack = None
 
-    def _on_quitting(self, environment: Any, **_: Any) -> None:
+    # -- one test: run directory at test_start, judged at test_stop ------------------------------
+    def _on_test_start(self, environment: Any, **_: Any) -> None:
+        self._guard.install()  # here, not at init: Locust installs its SIGTERM handler after init
         if isinstance(environment.runner, WorkerRunner):
             return
+        assert self._collector is not None
+        options = environment.parsed_options
+        writer = RunWriter(new_run_dir(options.report_dir, self.name))
+        self._test = _Test(writer, time.monotonic(), getattr(options, "run_time", None) or None)
+        self._collector.begin(writer)
+        print(f"run directory: {writer.directory}", flush=True)
+
+    def _on_test_stopping(self, environment: Any, **_: Any) -> None:
+        if self._test is not None and self._test.stopping_at is None:
+            self._test.stopping_at = time.monotonic()
+
+    def _on_test_stop(self, environment: Any, **_: Any) -> None:
+        if not isinstance(environment.runner, WorkerRunner):
+            self._judge_test(environment)
+
+    def _judge_test(self, environment: Any) -> None:
+        """Collect the test's last rows and judge it, once; a second caller waits for the first."""
+        test = self._test
+        if test is None:
+            return
+        if test.judging:
+            test.judged.wait()
+            return
+        test.judging = True
+        assert self._collector is not None
         try:
-            if environment.runner is not None and environment.runner.state not in ("stopped", "ready"):
-                environment.runner.stop()  # e.g. Ctrl-C: end the streams so their rows are recorded
+            self._collector.finish()
+            self._write_report(environment, test)
+        finally:
+            self._collector.end()
+            test.judged.set()
+            self._guard.release()
+
+    def _on_quitting(self, environment: Any, **_: Any) -> None:
+        """Locust is quitting: end the test under way (its rows, its verdict) and the stack, once."""
+        if self._quitting:
+            self._quit_done.wait()
+            return
+        self._quitting = self._guard.quitting = True
+        try:
+            if isinstance(environment.runner, WorkerRunner):
+                assert self._collector is not None
+                self._collector.stop_and_ship()
+            else:
+                self._end_test(environment)
             if self._collector is not None:
                 self._collector.stop()
-                if not isinstance(environment.runner, MasterRunner):
-                    self._collector.write_local()
-            self._write_report(environment)
         finally:
             self._stop_stack()
+            self._quit_done.set()
 
-    def _write_report(self, environment: Any) -> None:
-        if self._writer is None:
-            return
+    def _end_test(self, environment: Any) -> None:
+        test = self._test
+        if test is None or test.judged.is_set():
+            return  # no test ever started (web UI), or it is judged already
+        if environment.runner.state in (STATE_SPAWNING, STATE_RUNNING):
+            environment.runner.stop()  # fires test_stop, which judges the test
+        elif not test.judging:
+            test.judged.wait(STOP_WAIT_S)  # a stop under way elsewhere fires test_stop when done
+        self._judge_test(environment)  # waits for the judging under way, or judges if none came
+
+    def _write_report(self, environment: Any, test: _Test) -> None:
         settings = self._settings or self.settings(environment.parsed_options)
-        directory = self._writer.directory
-        summary = judge_run(directory, self.name, self._writer.requests_table(), self.gate_list(settings),
-                            settings.as_dict(), environment.parsed_options.frame_sample_rate)  # fmt: skip
-        outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary["outcomes"].items() if n)
-        print(f"requests: {summary['requests']} ({outcomes or 'none'})")
-        causes = summary["causes"]
-        print(f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
-              f"{causes['cut_after_headers']} streams cut after headers, "
-              f"statuses {causes['status'] or '{}'}")  # fmt: skip
-        for gate in summary["gates"]:
-            print(GateResult(**gate).line())
-        print(f"verdict: {'PASS' if summary['passed'] else 'FAIL'}")
+        directory = test.writer.directory
+        ended, interrupted = test.how_it_ended(self._guard.received)
+        requests = test.writer.requests_table()
+        with self._guard.deferred():  # the summary and the verdict line are never cut
+            summary = judge_run(directory, self.name, requests, self.gate_list(settings), settings.as_dict(),
+                                environment.parsed_options.frame_sample_rate, html=False, ended=ended,
+                                interrupted=interrupted)  # fmt: skip
+            outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary["outcomes"].items() if n)
+            print(f"requests: {summary['requests']} ({outcomes or 'none'})")
+            causes = summary["causes"]
+            print(f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
+                  f"{causes['cut_after_headers']} streams cut after headers, "
+                  f"statuses {causes['status'] or '{}'}")  # fmt: skip
+            for gate in summary["gates"]:
+                print(GateResult(**gate).line())
+            print(f"ended: {ended}")
+            print(verdict_line(summary), flush=True)
+            if not summary["passed"]:
+                environment.process_exit_code = 1
+        try:
+            with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
+                write_html_files(directory, summary, requests)
+        except KeyboardInterrupt:
+            print(f"sse-soak: report.html was not written (interrupted); python -m loadtests report {directory} "
+                  "writes it")  # fmt: skip
         print(f"report: {directory}", flush=True)
-        if not summary["passed"]:
-            environment.process_exit_code = 1

@@ -1,11 +1,17 @@
-"""Run a scenario the way a user does (``locust -f ... --headless``) and read what it wrote."""
+"""Run a scenario the way a user does (``locust -f ... --headless``, or in the background to talk to
+its web UI and send it signals) and read what it wrote."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,3 +58,85 @@ def run_locust(scenario: str, report_dir: Path, *args: str, users: int = 4, seco
     output = result.stdout + result.stderr
     match = REPORT_LINE.search(result.stdout)
     return LocustRun(result.returncode, output, Path(match["path"]) if match else None)
+
+
+SERVICE_PID = re.compile(r"^(?:target server|embedded proxy|nginx): \S+ \(pid (\d+)\)$")
+
+
+class LiveLocust:
+    """``locust -f scenarios/<scenario>.py ...`` running in the background: its output line by line
+    as it comes, signals, its exit. In its own session, so ``close()`` can end it, its forked
+    workers and the services it started, by their ids, whatever state a failed test left."""
+
+    def __init__(self, scenario: str, report_dir: Path, *args: str) -> None:
+        command = [sys.executable, "-m", "locust", "-f", str(ROOT / "scenarios" / f"{scenario}.py"),
+                   "--report-dir", str(report_dir), "--only-summary", *args]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        self.lines: list[str] = []
+        self._ended = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self._changed:
+            return "\n".join(self.lines)
+
+    def matching(self, pattern: str) -> list[re.Match[str]]:
+        regex = re.compile(pattern)
+        with self._changed:
+            return [match for line in self.lines if (match := regex.search(line))]
+
+    def wait_for(self, pattern: str, count: int = 1, timeout: float = 60.0) -> re.Match[str]:
+        """The ``count``-th output line matching ``pattern``, once it is printed."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                matches = [match for line in self.lines if (match := regex.search(line))]
+                if len(matches) >= count:
+                    return matches[count - 1]
+                left = deadline - time.monotonic()
+                if self._ended or left <= 0:
+                    tail = "\n".join(self.lines[-40:])
+                    raise AssertionError(f"no line {count} matching {pattern!r}; output ends:\n{tail}")
+                self._changed.wait(left)
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = 60.0) -> int:
+        code = self.process.wait(timeout)
+        self._reader.join(timeout)
+        return code
+
+    def close(self) -> None:
+        """End whatever a failed test left: the process group (Locust and its forked workers), then
+        the services it started (a Locust that exited by itself stopped them)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+            for match in self.matching(SERVICE_PID.pattern):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(match[1]), signal.SIGKILL)
+        self._reader.join(10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def __enter__(self) -> LiveLocust:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -1,0 +1,102 @@
+"""SIGINT and SIGTERM during a Locust run: end the run once, never half-way through its verdict.
+
+Locust turns Ctrl-C into a ``KeyboardInterrupt`` raised in whatever greenlet runs at that instant
+(a user's, losing its row, or the one computing the summary, losing the summary), and SIGTERM
+into a call of its ``shutdown()`` from a new greenlet while the main greenlet may enter it too
+(everything at quitting ran twice). From ``install()`` on, both signals come here instead: the
+first one asks Locust's main greenlet to shut down, the way Ctrl-C does when Locust is idle, so
+``shutdown()`` runs once, in one greenlet; while the summary is computed and written
+(``deferred()``) a signal is only noted and acted on after (``release()``); while report.html is
+written (``interruptible()``) a signal cuts it, and the caller says so. ``restore()`` puts the
+previous Python handlers back. Locust's own SIGTERM handler is a libev watcher that Python cannot
+see, so after ``restore()`` SIGTERM has its default action: by then the run is written.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import gevent
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class SignalGuard:
+    """One per process; installed at the first test start, restored when Locust quits."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, float]] = []
+        """Every signal received, as (name, ``time.monotonic()``)."""
+        self.quitting = False
+        """Set by the caller once Locust is shutting down: a signal then has nothing left to ask."""
+        self._previous: dict[int, Any] = {}
+        self._mode = "quit"  # "quit": ask Locust to shut down; "defer": note it; "cut": interrupt the writer
+        self._writer: Any = None
+        self._pending: str | None = None
+        self._quit_requested = False
+
+    def install(self) -> None:
+        if not self._previous:
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in SIGNALS}
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self._previous = {}
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Signals are noted, not acted on, until ``release()``."""
+        previous, self._mode = self._mode, "defer"
+        try:
+            yield
+        finally:
+            self._mode = previous
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A signal raises ``KeyboardInterrupt`` in this greenlet (and still counts for ``release()``)."""
+        previous, self._mode, self._writer = self._mode, "cut", gevent.getcurrent()
+        try:
+            yield
+        finally:
+            self._mode, self._writer = previous, None
+
+    def release(self) -> None:
+        """Act on a signal that arrived while deferred or cut: ask Locust to shut down (unless it is)."""
+        name, self._pending = self._pending, None
+        if name is not None and not self.quitting:
+            self._request_quit(name)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        # A Python signal handler: it runs between two bytecodes of whatever greenlet is current, so
+        # it only notes and schedules (printing here could re-enter a print in progress).
+        name = signal.Signals(signum).name
+        self.received.append((name, time.monotonic()))
+        if self._mode == "quit":
+            self._request_quit(name)
+            return
+        self._pending = name
+        if self._mode == "cut" and gevent.getcurrent() is self._writer:
+            raise KeyboardInterrupt
+
+    def _request_quit(self, name: str) -> None:
+        loop = gevent.get_hub().loop
+        if self._quit_requested or self.quitting:
+            loop.run_callback(_say, f"sse-soak: {name}: already ending, the run's report comes first")
+            return
+        self._quit_requested = True
+        loop.run_callback(_say, f"sse-soak: {name}: ending the run")
+        loop.run_callback(self._interrupt_main)
+
+    def _interrupt_main(self) -> None:
+        if not self.quitting:  # Locust's main greenlet is waiting for the run: Ctrl-C's own path
+            gevent.get_hub().parent.throw(KeyboardInterrupt)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)

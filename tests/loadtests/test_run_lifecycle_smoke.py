@@ -1,0 +1,335 @@
+"""How a run ends: its verdict is always written, says how the run ended, and is judged once.
+
+Locust runs in the background and is ended the ways a person or a job ends it: its run time,
+SIGTERM, Ctrl-C (SIGINT) at several moments, once or twice, headless, with ``--processes 2`` and
+through the web UI's own endpoints (POST /swarm, POST /stop). Tests wait on output lines and
+files, never on fixed sleeps, and end every process they start. ``python -m loadtests report``
+never passes a run that judged nothing or never wrote its summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+import pytest
+
+from loadtests.gates import Expect
+from loadtests.outcome import RequestPlan, StreamTracker
+from loadtests.recorder import Recorder
+from loadtests.report import judge_run, verdict_line
+from loadtests.run_writer import RunWriter
+from loadtests.sse import Frame
+from tests.conftest import StartServer
+from tests.loadtests.locust_run import ROOT, LiveLocust, run_locust
+
+RUN_DIR = r"^run directory: (.+)$"
+REPORT = r"^report: (.+)$"
+VERDICT = r"^verdict: .*$"
+FIRST_SIGNAL = r"^sse-soak: SIG(INT|TERM): ending the run$"
+HTML_CUT = r"^sse-soak: report\.html was not written"
+HEADLESS = ("--headless", "-u", "3", "-r", "3", "--flush-interval", "1")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_parts(run_dir: Path, parts: int = 1, timeout: float = 60.0) -> None:
+    """Until ``parts`` batches of rows are on disk (one per flush interval while requests finish)."""
+    deadline = time.monotonic() + timeout
+    while len(list((run_dir / "requests.parquet").glob("part-*.parquet"))) < parts:
+        assert time.monotonic() < deadline, f"no {parts} parts of rows in {run_dir}"
+        time.sleep(0.1)
+
+
+def complete(run_dir: Path, html: bool = True) -> dict[str, Any]:
+    """The run's summary, after checking it agrees with its rows (each once) and report.html is there."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert summary["requests"] == len(requests) > 0 and requests["request_id"].is_unique
+    assert (run_dir / "report.html").exists() == html
+    assert not list(run_dir.glob("**/*.tmp"))
+    return summary
+
+
+def assert_one_verdict_per_run(locust: LiveLocust, summaries: list[dict[str, Any]]) -> None:
+    assert [match[0] for match in locust.matching(VERDICT)] == [verdict_line(s) for s in summaries]
+
+
+# -- python -m loadtests report ----------------------------------------------------------------
+
+
+def ok_rows(count: int) -> Recorder:
+    recorder = Recorder()
+    for index in range(count):
+        stream = StreamTracker(RequestPlan(f"ok{index}", "n", "completions"), 0.0)
+        stream.headers(200, 0.01, "text/event-stream")
+        stream.frame(Frame(t=0, nbytes=40, data=json.dumps({"choices": [{"index": 0, "text": "hi"}]})), 0.2)
+        stream.frame(Frame(t=0, nbytes=14, data="[DONE]"), 0.3)
+        recorder.add(stream.finish(0.3), stream.frames)
+    return recorder
+
+
+def report_command(run_dir: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "loadtests", "report", str(run_dir)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_report_passes_a_run_whose_gates_passed(tmp_path: Path) -> None:
+    directory = tmp_path / "demo-20260101T000000Z"
+    writer = RunWriter(directory)
+    writer.write_batch(ok_rows(3).take_batch())
+    judge_run(directory, "demo", writer.requests_table(), [Expect("all_ok", None, "outcome == 'ok'")],
+              ended="run time of 5 s reached")  # fmt: skip
+    result = report_command(directory)
+    assert (result.returncode, result.stdout) == (0, f"verdict: PASS\nreport: {directory}\n")
+
+
+def test_report_fails_a_run_that_never_wrote_its_summary_as_interrupted(tmp_path: Path) -> None:
+    directory = tmp_path / "demo-20260101T000000Z"
+    RunWriter(directory).write_batch(ok_rows(3).take_batch())
+    result = report_command(directory)
+    assert result.returncode == 1
+    line = result.stdout.splitlines()[0]
+    assert re.fullmatch(r"verdict: FAIL \(interrupted: the run ended before writing its summary; "
+                        r"(\d+)/\1 gates passed on 3 requests judged\)", line), line  # fmt: skip
+    summary = json.loads((directory / "summary.json").read_text())
+    assert summary["interrupted"] == "the run ended before writing its summary"
+    assert summary["gates_passed"] is True and summary["passed"] is False
+    assert report_command(directory).returncode == 1  # re-judged again: still interrupted
+
+
+def test_report_keeps_an_interrupted_run_failed(tmp_path: Path) -> None:
+    directory = tmp_path / "demo-20260101T000000Z"
+    writer = RunWriter(directory)
+    writer.write_batch(ok_rows(2).take_batch())
+    interrupted = "SIGTERM at 5.0 s of 15 s"
+    judge_run(directory, "demo", writer.requests_table(), [], ended=interrupted, interrupted=interrupted)
+    result = report_command(directory)
+    assert result.returncode == 1
+    assert result.stdout.startswith(f"verdict: FAIL (interrupted: {interrupted}; ")
+    assert f"Interrupted: {interrupted}" in (directory / "report.html").read_text()
+
+
+@pytest.mark.parametrize("with_summary", [True, False])
+def test_report_never_passes_a_run_without_requests(tmp_path: Path, with_summary: bool) -> None:
+    directory = tmp_path / "demo-20260101T000000Z"
+    writer = RunWriter(directory)
+    if with_summary:
+        judge_run(directory, "demo", writer.requests_table(), [], ended="stopped at 0.5 s")
+    result = report_command(directory)
+    assert result.returncode == 1
+    assert result.stdout.startswith("verdict: FAIL (") and "on 0 requests judged" in result.stdout
+    assert "verdict: PASS" not in result.stdout
+
+
+@pytest.mark.parametrize("what", ["missing", "empty", "file"])
+def test_report_on_something_not_a_run_directory_is_one_line_and_exit_2(tmp_path: Path, what: str) -> None:
+    target = tmp_path / "nothing"
+    if what == "empty":
+        target.mkdir()
+    elif what == "file":
+        target.write_text("x")
+    result = report_command(target)
+    assert result.returncode == 2 and result.stdout == ""
+    message = f"python -m loadtests report: {target} is not a run directory (it holds no requests.parquet)"
+    assert result.stderr == message + "\n"
+
+
+# -- headless ----------------------------------------------------------------------------------
+
+
+@pytest.mark.smoke
+def test_the_run_time_ends_the_run_on_time_and_is_no_interruption(tmp_path: Path, start_server: StartServer) -> None:
+    """With ``--host`` startup blocks the event loop for a second or more (imports, discovery) and
+    libev's cached clock goes stale: Locust's -t timer would fire that much early."""
+    server = start_server("--max-model-len", "8192")
+    run = run_locust("mixed_truncate", tmp_path, "--host", server.url, users=3, seconds=4)
+    summary = complete(run.run_dir)
+    assert summary["ended"] == "run time of 4 s reached" and summary["interrupted"] is None
+    assert [line for line in run.output.splitlines() if line.startswith("verdict: ")] == [verdict_line(summary)]
+    assert run.returncode == (0 if summary["passed"] else 1)
+    starts = pd.read_parquet(run.run_dir / "requests.parquet")["start_time"]
+    assert starts.max() - starts.min() > 3.0  # requests went on for (nearly) the whole 4 s
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_before_the_run_time_fails_the_run_as_interrupted(tmp_path: Path, signum: int) -> None:
+    with LiveLocust("mixed_truncate", tmp_path, *HEADLESS, "-t", "15s") as locust:
+        run_dir = Path(locust.wait_for(RUN_DIR)[1])
+        wait_for_parts(run_dir, 4)  # about 4 s into the run
+        locust.signal(signum)
+        assert locust.wait(60) == 1, locust.output[-3000:]
+    summary = complete(run_dir)
+    name = signal.Signals(signum).name
+    match = re.fullmatch(rf"{name} at (\d+\.\d) s of 15 s", summary["interrupted"] or "")
+    assert match and 3 < float(match[1]) < 12, summary["interrupted"]
+    assert summary["ended"] == summary["interrupted"] and summary["passed"] is False
+    assert_one_verdict_per_run(locust, [summary])
+    judged = summary["requests"] - summary["outcomes"]["stopped"]
+    gates = len(summary["gates"])
+    if summary["gates_passed"]:
+        expected = f"verdict: FAIL (interrupted: {summary['interrupted']}; {gates}/{gates} gates passed on {judged} requests judged)"  # noqa: E501
+        assert verdict_line(summary) == expected
+    assert f"Interrupted: {summary['interrupted']}" in (run_dir / "report.html").read_text()
+
+
+@pytest.mark.smoke
+def test_ctrl_c_ends_a_run_without_run_time_without_failing_it(tmp_path: Path) -> None:
+    with LiveLocust("mixed_truncate", tmp_path, *HEADLESS) as locust:
+        run_dir = Path(locust.wait_for(RUN_DIR)[1])
+        wait_for_parts(run_dir, 2)
+        locust.signal(signal.SIGINT)
+        code = locust.wait(60)
+    summary = complete(run_dir)
+    assert summary["interrupted"] is None and re.fullmatch(r"SIGINT at \d+\.\d s", summary["ended"])
+    assert summary["passed"] == summary["gates_passed"] and code == (0 if summary["passed"] else 1)
+    assert_one_verdict_per_run(locust, [summary])
+    assert len(locust.matching(RUN_DIR)) == 1  # printed once, at the test's start (the soak job reads it)
+
+
+@pytest.mark.smoke
+def test_sigterm_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path) -> None:
+    port, trace = free_port(), tmp_path / "trace.jsonl"
+    with LiveLocust("mixed_truncate", tmp_path / "reports", *HEADLESS, "-u", "4", "-r", "4", "-t", "15s",
+                    "--processes", "2", "--master-bind-port", str(port), "--master-port", str(port),
+                    f"--server-args=--trace-file {trace}") as locust:  # fmt: skip
+        run_dir = Path(locust.wait_for(RUN_DIR)[1])
+        wait_for_parts(run_dir, 4)
+        locust.signal(signal.SIGTERM)  # the master only, as a job scheduler would
+        assert locust.wait(60) == 1, locust.output[-3000:]
+    summary = complete(run_dir)
+    assert summary["interrupted"].startswith("SIGTERM at ") and summary["passed"] is False
+    for prefix in ("run directory: ", "requests: ", "ended: ", "verdict: ", "report: "):
+        assert len(locust.matching("^" + prefix)) == 1, prefix
+    assert len(locust.matching(r"^gate (PASS|FAIL|SKIP) ")) == len(summary["gates"])
+    assert_one_verdict_per_run(locust, [summary])
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert set(requests["worker"]) == {"worker-0", "worker-1"}
+    streamed = {json.loads(line)["request_id"] for line in trace.read_text().splitlines()}
+    assert streamed <= set(requests["request_id"])  # every stream the server sent has its row
+
+
+# -- web UI ------------------------------------------------------------------------------------
+
+
+class WebUI:
+    """Locust's web UI endpoints, as its page calls them."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(self.url + "/", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the web UI never answered"
+            time.sleep(0.1)
+
+    def start(self, users: int = 2) -> None:
+        answer = httpx.post(self.url + "/swarm", data={"user_count": users, "spawn_rate": users}, timeout=30)
+        assert answer.json()["success"], answer.text
+
+    def stop(self) -> None:
+        """POST /stop: it answers once the test is stopped and judged."""
+        assert httpx.post(self.url + "/stop", timeout=120).json()["success"]
+
+
+def web_locust(tmp_path: Path) -> tuple[LiveLocust, WebUI]:
+    port = free_port()
+    locust = LiveLocust("mixed_truncate", tmp_path, "--web-host", "127.0.0.1", "--web-port", str(port),
+                        "--flush-interval", "1")  # fmt: skip
+    try:
+        return locust, WebUI(port)
+    except BaseException:
+        locust.close()
+        raise
+
+
+@pytest.mark.smoke
+def test_web_ui_each_start_stop_is_a_run_directory_and_ctrl_c_quits(tmp_path: Path) -> None:
+    locust, ui = web_locust(tmp_path)
+    with locust:
+        run_dirs = []
+        for test in (1, 2):
+            ui.start()
+            run_dir = Path(locust.wait_for(RUN_DIR, count=test)[1])
+            wait_for_parts(run_dir)
+            ui.stop()
+            assert locust.wait_for(REPORT, count=test)[1] == str(run_dir)
+            run_dirs.append(run_dir)
+        locust.signal(signal.SIGINT)
+        code = locust.wait(60)
+    summaries = [complete(run_dir) for run_dir in run_dirs]
+    for summary in summaries:
+        assert re.fullmatch(r"stopped at \d+\.\d s", summary["ended"]) and summary["interrupted"] is None
+    assert_one_verdict_per_run(locust, summaries)
+    assert code == (0 if all(s["passed"] for s in summaries) else 1)
+    assert sorted(tmp_path.iterdir()) == sorted(run_dirs)  # quitting between tests judged nothing more
+
+
+@pytest.mark.smoke
+def test_web_ui_quit_before_any_test_writes_and_says_nothing(tmp_path: Path) -> None:
+    locust, _ = web_locust(tmp_path)
+    with locust:
+        locust.signal(signal.SIGINT)
+        assert locust.wait(60) == 0
+    assert list(tmp_path.iterdir()) == []
+    assert not locust.matching(r"^(run directory|verdict|report|sse-soak):")
+
+
+def _stop_in_background(ui: WebUI) -> threading.Thread:
+    def stop() -> None:
+        with contextlib.suppress(httpx.HTTPError, ValueError):  # Ctrl-C may close the web UI before it answers
+            ui.stop()
+
+    thread = threading.Thread(target=stop, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("moment", ["during_the_run", "just_after_stop", "twice_while_judging", "again_during_html"])
+def test_web_ui_ctrl_c_at_any_moment_leaves_a_complete_run(tmp_path: Path, moment: str) -> None:
+    locust, ui = web_locust(tmp_path)
+    with locust:
+        ui.start()
+        run_dir = Path(locust.wait_for(RUN_DIR)[1])
+        wait_for_parts(run_dir, 2)
+        stopping = _stop_in_background(ui) if moment == "just_after_stop" else None
+        locust.signal(signal.SIGINT)
+        if moment == "twice_while_judging":
+            locust.wait_for(FIRST_SIGNAL)  # the first one is being acted on: the test stops and is judged
+            locust.signal(signal.SIGINT)
+        elif moment == "again_during_html":
+            locust.wait_for(VERDICT)  # summary written and verdict printed: report.html is next
+            locust.signal(signal.SIGINT)
+        code = locust.wait(60)
+        if stopping is not None:
+            stopping.join(30)
+    html_cut = bool(locust.matching(HTML_CUT))
+    summary = complete(run_dir, html=not html_cut)
+    assert summary["interrupted"] is None and re.fullmatch(r"(SIGINT|stopped) at \d+\.\d s", summary["ended"])
+    assert_one_verdict_per_run(locust, [summary])
+    assert locust.wait_for(REPORT)[1] == str(run_dir)
+    assert code == (0 if summary["passed"] else 1)
+    assert list(tmp_path.iterdir()) == [run_dir]
+    if moment in ("twice_while_judging", "again_during_html"):
+        assert html_cut or locust.matching(r"^sse-soak: SIGINT: already ending")
