@@ -339,7 +339,8 @@ class StreamTracker:
 
     def finish(self, t: float, failure: str | None = None) -> RequestRow:
         """The stream ended ``t`` seconds after it was sent. ``failure`` is ``"timeout"``,
-        ``"connect_error"`` or ``"stopped"`` when the client, not the server, ended it."""
+        ``"connect_error"``, ``"stopped"`` when the client, not the server, ended it, or
+        ``"protocol_error"`` when what came back before any status was not an HTTP response."""
         self._arrival(t)
         error = self._error or {}
         usage = self._usage if isinstance(self._usage, dict) else {}

@@ -178,6 +178,9 @@ class SSEUser(_StreamingUser, FastHttpUser):
         status = getattr(response, "status_code", 0) or 0
         if not status:
             error = getattr(response, "error", None)
+            if isinstance(error, HTTPParseError):  # bytes came back, but not an HTTP response
+                tracker.protocol_error(f"malformed HTTP response: {error}")
+                return "protocol_error"
             return "timeout" if isinstance(error, TimeoutError) else "connect_error"
         tracker.headers(status, time.monotonic() - started, response.headers.get("content-type"))
         raw = response._response  # geventhttpclient's response: the only handle on the live socket
@@ -276,8 +279,13 @@ class OpenAISDKUser(_StreamingUser, User):
             tracker.error_body(exc.response.content)
         except openai.APITimeoutError:
             return "timeout"
-        except openai.APIConnectionError:
-            return None if tracker.status else "connect_error"  # after the headers: a cut stream
+        except openai.APIConnectionError as exc:
+            if tracker.status:
+                return None  # after the headers: a cut stream
+            if type(exc.__cause__).__name__ == "RemoteProtocolError":  # httpx's or httpx2's
+                tracker.protocol_error(f"malformed HTTP response: {exc.__cause__}")
+                return "protocol_error"
+            return "connect_error"
         except openai.APIError as exc:  # an in-band error frame
             error = exc.body if isinstance(exc.body, dict) else {"message": str(exc.body or exc.message)}
             tracker.payload({"error": error}, time.monotonic() - started)

@@ -28,14 +28,16 @@ EXPECTED = {
     "ok": "ok", "crlf_ok": "ok", "close_delimited_ok": "ok", "keepalive_ok": "ok",
     "no_done": "cut", "content_length_short": "cut", "reset_mid_frame": "cut",
     "html_200": "protocol_error", "non_json_frame": "protocol_error", "non_object_frame": "protocol_error",
-    "invalid_utf8": "protocol_error", "long_line": "protocol_error",
+    "invalid_utf8": "protocol_error", "long_line": "protocol_error", "not_http": "protocol_error",
     "headers_then_silence": "timeout",
     "error_frame_no_done": "inband_error", "inband_500": "inband_error",
     "http_500": "http_5xx",
     "malformed_usage": "ok", "huge_usage": "ok",
 }  # fmt: skip
-PROTOCOL_REASONS = {"html_200": "content-type", "non_json_frame": "not json", "non_object_frame": "not a json object",
-                    "invalid_utf8": "utf-8", "long_line": "longer than"}  # fmt: skip
+PROTOCOL_REASONS = {
+    "html_200": "content-type", "non_json_frame": "not json", "non_object_frame": "not a json object",
+    "invalid_utf8": "utf-8", "long_line": "longer than", "not_http": "malformed http response",
+}  # fmt: skip
 CLIENTS = ("raw", "openai")
 READY_PREFIX = "listening on "
 
