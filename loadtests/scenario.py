@@ -43,8 +43,10 @@ from loadtests.collect import Collector
 from loadtests.gates import Gate, GateResult
 from loadtests.report import judge_run, new_run_dir, verdict_line, write_html_files
 from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
-from loadtests.run_writer import RunWriter
+from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
+from loadtests.sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.stack import PROXY_KINDS, ServerStartError, Stack
+from loadtests.workload import PROBE_TIMEOUT, probe_prompt_sizing
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ class Scenario:
     _settings: RunSettings | None = field(default=None, init=False, repr=False)
     _collector: Collector | None = field(default=None, init=False, repr=False)
     _test: _Test | None = field(default=None, init=False, repr=False)
+    _sizing_probe: gevent.Greenlet | None = field(default=None, init=False, repr=False)
     _guard: SignalGuard = field(default_factory=SignalGuard, init=False, repr=False)
     _quitting: bool = field(default=False, init=False, repr=False)
     _quit_done: Event = field(default_factory=Event, init=False, repr=False)
@@ -193,6 +196,10 @@ class Scenario:
         group.add_argument("--flush-interval", type=float, default=2.0,
                            help="seconds between writes of recorded rows to the run directory (and between "
                                 "worker -> master batches) (default: 2)")  # fmt: skip
+        group.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES,
+                           help="longest SSE line the harness reads; a longer one is a protocol_error and the "
+                                f"stream is closed, so a hostile server cannot grow its memory "
+                                f"(default: {DEFAULT_MAX_LINE_BYTES}, 1 MiB)")  # fmt: skip
         if self.keep_alive_interval is not None:
             group.add_argument("--keep-alive-interval", type=float, default=self.keep_alive_interval,
                                help="the bundled server's --sse-keep-alive-interval in seconds; 0 turns keep-alive "
@@ -214,11 +221,14 @@ class Scenario:
         options = environment.parsed_options
         if not 0 <= options.frame_sample_rate <= 1 or options.flush_interval <= 0:
             sys.exit("sse-soak: --frame-sample-rate must be in 0..1 and --flush-interval above 0")
+        if options.max_line_bytes < 1:
+            sys.exit(f"sse-soak: --max-line-bytes must be at least 1, got {options.max_line_bytes}")
         state = run_state(environment)
         state.model_option = options.model
         state.api_key = options.api_key
         state.client_idle_timeout = options.client_idle_timeout
         state.frame_sample_rate = options.frame_sample_rate
+        state.max_line_bytes = options.max_line_bytes
         state.runner = environment.runner
         for user_class in environment.user_classes:
             if issubclass(user_class, FastHttpUser):
@@ -268,6 +278,23 @@ class Scenario:
         self._test = _Test(writer, time.monotonic(), getattr(options, "run_time", None) or None)
         self._collector.begin(writer)
         print(f"run directory: {writer.directory}", flush=True)
+        if environment.host:  # how prompts are sized, for the summary (users find out on their own)
+            state = run_state(environment)
+            self._sizing_probe = gevent.spawn(probe_prompt_sizing, environment.host, state.api_key,
+                                              state.model_option, state.probe_timeout)  # fmt: skip
+
+    def _prompt_sizing(self, environment: Any) -> str | None:
+        """What this process's users found about prompt sizing, else what the probe at test start
+        found (a master prepares no mix), else None."""
+        facts = run_state(environment).facts
+        if facts is not None:
+            return facts.prompt_sizing
+        probe, self._sizing_probe = self._sizing_probe, None
+        if probe is None:
+            return None
+        probe.join(timeout=PROBE_TIMEOUT + 5)
+        probe.kill(block=False)
+        return probe.value if probe.successful() else None
 
     def _on_test_stopping(self, environment: Any, **_: Any) -> None:
         if self._test is not None and self._test.stopping_at is None:
@@ -328,8 +355,10 @@ class Scenario:
         directory = test.writer.directory
         ended, interrupted = test.how_it_ended(self._guard.received)
         requests = test.writer.requests_table()
+        recorded = {**settings.as_dict(), "prompt_sizing": self._prompt_sizing(environment),
+                    "max_line_bytes": environment.parsed_options.max_line_bytes}  # fmt: skip
         with self._guard.deferred():  # the summary and the verdict line are never cut
-            summary = judge_run(directory, self.name, requests, self.gate_list(settings), settings.as_dict(),
+            summary = judge_run(directory, self.name, requests, self.gate_list(settings), recorded,
                                 environment.parsed_options.frame_sample_rate, html=False, ended=ended,
                                 interrupted=interrupted)  # fmt: skip
             outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary["outcomes"].items() if n)
@@ -340,6 +369,9 @@ class Scenario:
                   f"statuses {causes['status'] or '{}'}")  # fmt: skip
             for gate in summary["gates"]:
                 print(GateResult(**gate).line())
+            if test.writer.rows_unwritable or test.writer.rows_pending:
+                print(f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "
+                      f"{test.writer.rows_pending} rows not written (the disk refused them): not judged")  # fmt: skip
             print(f"ended: {ended}")
             print(verdict_line(summary), flush=True)
             if not summary["passed"]:

@@ -164,3 +164,33 @@ def test_each_misbehaviour_ends_in_its_outcome(run: Run, mode: str, client: str)
         assert finished["keepalive_frames"].isna().all(), "the SDK hides comments: its count must be null"
     elif mode == "keepalive_ok":
         assert (finished["keepalive_frames"] >= 1).all(), _describe(finished)
+
+
+def test_the_line_limit_is_an_option_and_both_clients_stop_at_it(
+    misbehaving_server: MisbehavingServer, tmp_path: Path
+) -> None:
+    command = [
+        sys.executable, "-m", "locust", "-f", str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
+        "--headless", "-u", "2", "-r", "2", "-t", "4s", "--host", misbehaving_server.url, "--max-line-bytes", "64",
+        "--client-idle-timeout", "2", "--stop-timeout", "5", "--report-dir", str(tmp_path), "--only-summary",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL)
+    output = result.stdout + result.stderr
+    match = REPORT_LINE.search(result.stdout)
+    assert match, output[-3000:]
+    rows = pd.read_parquet(Path(match["path"]) / "requests.parquet").merge(misbehaving_server.logged(), on="request_id")
+    well_formed = rows[rows["mode"].isin(["ok", "keepalive_ok"])]
+    assert set(well_formed["client"]) == set(CLIENTS), _describe(rows)
+    assert (well_formed["outcome"] == "protocol_error").all(), _describe(well_formed)
+    assert (well_formed["error_message"] == "line longer than 64 bytes").all(), _describe(well_formed)
+    assert result.returncode == 1 and "gate FAIL no_protocol_errors: " in output and "verdict: FAIL" in output
+
+
+def test_a_too_small_line_limit_is_refused_in_one_line(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "locust", "-f", str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
+               "--headless", "-t", "1s", "--host", "http://127.0.0.1:9", "--max-line-bytes", "0",
+               "--report-dir", str(tmp_path)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert result.returncode != 0
+    assert "sse-soak: --max-line-bytes must be at least 1, got 0" in result.stderr
+    assert "Traceback" not in result.stderr and not any(tmp_path.iterdir())

@@ -23,6 +23,7 @@ def test_mixed_truncate_passes_on_the_bundled_server(tmp_path: Path) -> None:
     assert summary["passed"] and all(gate["passed"] for gate in summary["gates"])
     assert summary["scenario"] == "mixed_truncate"
     assert summary["settings"]["keep_alive_interval"] == 1.0  # from the profile's --sse-keep-alive-interval 1
+    assert summary["settings"]["prompt_sizing"] == "exact" and summary["settings"]["max_line_bytes"] == 1 << 20
     assert summary["requests"] == sum(summary["outcomes"].values()) == len(run.requests)
     assert summary["outcomes"]["ok"] > 0 and summary["outcomes"]["rejected"] > 0
     assert summary["http_500"] == summary["inband_500"] == 0

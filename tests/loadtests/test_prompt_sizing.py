@@ -249,3 +249,5 @@ def test_mixed_truncate_against_a_text_only_tokenize_sends_and_judges_its_reques
     finished = requests[requests["outcome"] != "stopped"]
     assert len(finished) > 0 and finished["status"].notna().all()
     assert "verdict: " in run.output
+    sizing = run.summary["settings"]["prompt_sizing"]
+    assert sizing == """estimated (/tokenize answered 400 to vLLM's request body ({"model", "prompt"}))""", sizing
