@@ -97,8 +97,10 @@ def compare(base: dict[str, Any], new: dict[str, Any], limits: Thresholds = Thre
     old_ka, new_ka = (s.get("keepalive_per_stream", {}).get("mean") for s in (base, new))
     dropped = old_ka is not None and old_ka >= 1 and (new_ka or 0) < old_ka * (1 - limits.max_keepalive_drop)
     rows.append(Row("keep-alive frames per raw stream", old_ka, new_ka, dropped, f"< -{limits.max_keepalive_drop:.0%}"))
-    rows.append(Row("gates passed", float(base["passed"]), float(new["passed"]), base["passed"] and not new["passed"],
-                    "pass -> fail"))  # fmt: skip
+    gates = [bool(s.get("gates_passed", s["passed"])) for s in (base, new)]  # older summaries: passed
+    rows.append(Row("gates passed", float(gates[0]), float(gates[1]), gates[0] and not gates[1], "pass -> fail"))
+    rows.append(Row("verdict passed (an interrupted run fails)", float(base["passed"]), float(new["passed"]),
+                    base["passed"] and not new["passed"], "pass -> fail"))  # fmt: skip
     return rows
 
 

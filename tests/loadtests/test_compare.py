@@ -62,7 +62,10 @@ def test_latency_growth_beyond_the_threshold_regresses() -> None:
 
 def test_a_keepalive_drop_and_a_lost_verdict_regress() -> None:
     assert regressions(summary(keepalive_per_stream__mean=1.0)) == ["keep-alive frames per raw stream"]
-    assert regressions(summary(passed=False)) == ["gates passed"]
+    verdict = "verdict passed (an interrupted run fails)"
+    assert regressions(summary(passed=False)) == ["gates passed", verdict]  # an older summary: no gates_passed
+    interrupted = summary(passed=False, gates_passed=True, interrupted="SIGTERM at 5.0 s of 15 s")
+    assert regressions(interrupted) == [verdict]
 
 
 def test_stopped_streams_are_not_judged() -> None:
