@@ -84,7 +84,7 @@ class RunState:
 
     def http(self, host: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.Client(base_url=host, headers=headers, timeout=60.0)
+        return httpx.Client(base_url=host, headers=headers, timeout=self.client_idle_timeout)
 
     def prepared_mix(self, mix: RequestMix, host: str) -> PreparedMix:
         """``mix`` built against this run's target; the first caller builds it, others wait."""

@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import gevent
 from gevent.event import Event
@@ -41,7 +41,9 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
 from loadtests._signals import SignalGuard
 from loadtests.collect import Collector
 from loadtests.gates import Gate, GateResult
+from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT, PreflightError, preflight
 from loadtests.report import judge_run, new_run_dir, verdict_line, write_html_files
+from loadtests.run_options import UsageError, check_options, keep_alive_interval
 from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
 from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.sse import DEFAULT_MAX_LINE_BYTES
@@ -66,12 +68,19 @@ class RunSettings:
 
 
 def _last_keep_alive_interval(server_args: Sequence[str]) -> float:
-    """What ``--sse-keep-alive-interval`` the server will run with: the last one given, else 0 (off)."""
+    """What ``--sse-keep-alive-interval`` the server will run with: the last one given, else 0 (off);
+    0 also for any value not in (0, inf), which the server reads as off."""
     given = [value for flag, value in itertools.pairwise(server_args) if flag == "--sse-keep-alive-interval"]
     try:
-        return float(given[-1]) if given else 0.0
+        return keep_alive_interval(float(given[-1])) if given else 0.0
     except ValueError:
         return 0.0  # the server will refuse the value itself, with its own message
+
+
+def _refuse(message: str) -> NoReturn:
+    """A usage error: one line on stderr, exit 2 (1 is a failed verdict)."""
+    print(f"sse-soak: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 GateList = Sequence[Gate] | Callable[[RunSettings], Sequence[Gate]]
@@ -196,6 +205,10 @@ class Scenario:
         group.add_argument("--flush-interval", type=float, default=2.0,
                            help="seconds between writes of recorded rows to the run directory (and between "
                                 "worker -> master batches) (default: 2)")  # fmt: skip
+        group.add_argument("--preflight-timeout", type=float, default=DEFAULT_PREFLIGHT_TIMEOUT,
+                           help="seconds the target may take to answer GET /v1/models before the run starts; a "
+                                "target that does not is refused in one line "
+                                f"(default: {DEFAULT_PREFLIGHT_TIMEOUT:g})")  # fmt: skip
         group.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES,
                            help="longest SSE line the harness reads; a longer one is a protocol_error and the "
                                 f"stream is closed, so a hostile server cannot grow its memory "
@@ -209,6 +222,7 @@ class Scenario:
         interval = getattr(options, "keep_alive_interval", None)
         server_args = [*self.server_args, *shlex.split(options.server_args)]
         if interval is not None:
+            interval = keep_alive_interval(interval)
             server_args += ["--sse-keep-alive-interval", repr(interval)]
         if options.host is None:  # the bundled server runs these arguments: its interval is the last one
             interval = _last_keep_alive_interval(server_args)
@@ -219,10 +233,10 @@ class Scenario:
 
     def _on_init(self, environment: Any, **_: Any) -> None:
         options = environment.parsed_options
-        if not 0 <= options.frame_sample_rate <= 1 or options.flush_interval <= 0:
-            sys.exit("sse-soak: --frame-sample-rate must be in 0..1 and --flush-interval above 0")
-        if options.max_line_bytes < 1:
-            sys.exit(f"sse-soak: --max-line-bytes must be at least 1, got {options.max_line_bytes}")
+        try:
+            check_options(options)
+        except UsageError as exc:
+            _refuse(str(exc))
         state = run_state(environment)
         state.model_option = options.model
         state.api_key = options.api_key
@@ -236,6 +250,7 @@ class Scenario:
         if not isinstance(environment.runner, WorkerRunner):
             self._settings = self.settings(options)
             self._start_stack(environment, self._settings)
+            self._preflight(environment, state)
         if environment.runner is None:
             return  # run_single_user (debugging): Locust prints each request; no run directory
         self._collector = Collector(environment, options.flush_interval)
@@ -261,6 +276,21 @@ class Scenario:
         environment.host = self._stack.url
         for line in self._stack.describe():
             print(line, flush=True)
+
+    def _preflight(self, environment: Any, state: Any) -> None:
+        """Refuse, in one line and before any user starts, a target the run cannot use."""
+        host = environment.host
+        if host is None:
+            _refuse("no target: pass --host http://HOST:PORT (or leave it out to start the bundled server)")
+        try:
+            target = preflight(host, state.api_key, state.model_option, environment.parsed_options.preflight_timeout)
+        except PreflightError as exc:
+            self._stop_stack()
+            _refuse(str(exc))
+        for notice in target.notices:
+            print(notice, flush=True)
+        environment.host = target.base_url
+        state.model_option = target.model
 
     def _stop_stack(self) -> None:
         if self._stack is not None:

@@ -1,0 +1,74 @@
+"""The scenario options' values, checked where they are parsed, with one line per mistake.
+
+``check_options()`` raises ``UsageError`` (one line naming the option, the value and the fix; the
+caller prints it and exits 2, the usage-error code, distinct from 1 = a failed verdict) before
+anything starts or is written. Special values, decided once here:
+
+- ``--keep-alive-interval``: 0, NaN and inf turn keep-alive off, as vLLM does for any value not in
+  (0, inf); the run records 0. A negative value is refused as a likely typo (0 turns it off).
+- timeouts and intervals (``--client-idle-timeout``, ``--proxy-read-timeout``, ``--flush-interval``,
+  ``--preflight-timeout``) must be positive and finite; ``--flush-interval`` at most an hour.
+- ``--frame-sample-rate`` is a share in [0, 1]; ``--max-line-bytes`` at least 1.
+- ``--report-dir`` must be a directory, or creatable as one, that this process can write into.
+- ``--server-args`` must split as a shell would (balanced quotes).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+MAX_FLUSH_INTERVAL_S = 3600.0
+
+
+class UsageError(Exception):
+    """A bad option value; the message is the one line to print."""
+
+
+def keep_alive_interval(value: float) -> float:
+    """The interval in force: ``value`` when in (0, inf), else 0 (off), as vLLM reads it."""
+    return value if 0 < value < math.inf else 0.0
+
+
+def _positive_seconds(name: str, value: float, most: float = math.inf) -> None:
+    if not 0 < value < math.inf:
+        raise UsageError(f"{name} must be a positive number of seconds, got {value:g}")
+    if value > most:
+        raise UsageError(f"{name} must be at most {most:g} s, got {value:g}")
+
+
+def _writable_directory(name: str, path: str) -> None:
+    directory = Path(path)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{name} {path}: not a directory (a file is in the way)")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as exc:
+        raise UsageError(f"{name} {path}: cannot write there ({exc.strerror or exc})") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"{name} {path}: cannot write there (permission denied)")
+
+
+def check_options(options: Any) -> None:
+    """Check the scenario options of a parsed Locust command line; raise ``UsageError`` on the first bad one."""
+    _positive_seconds("--client-idle-timeout", options.client_idle_timeout)
+    _positive_seconds("--proxy-read-timeout", options.proxy_read_timeout)
+    _positive_seconds("--flush-interval", options.flush_interval, MAX_FLUSH_INTERVAL_S)
+    _positive_seconds("--preflight-timeout", options.preflight_timeout)
+    if not 0 <= options.frame_sample_rate <= 1:
+        raise UsageError(f"--frame-sample-rate must be a share from 0 to 1, got {options.frame_sample_rate:g}")
+    if options.max_line_bytes < 1:
+        raise UsageError(f"--max-line-bytes must be at least 1, got {options.max_line_bytes}")
+    interval = getattr(options, "keep_alive_interval", None)
+    if interval is not None and interval < 0:
+        raise UsageError(f"--keep-alive-interval must not be negative, got {interval:g} (0 turns keep-alive off)")
+    try:
+        shlex.split(options.server_args)
+    except ValueError as exc:
+        raise UsageError(f"--server-args {options.server_args!r}: {exc} (quote as a shell would)") from None
+    _writable_directory("--report-dir", options.report_dir)
