@@ -21,15 +21,49 @@ from loadtests.gates import Gate, GateResult, all_passed, evaluate, gate_spec
 from loadtests.outcome import OUTCOMES
 
 
+class RunDirError(ValueError):
+    """The report root cannot hold a run directory; the message is one line naming it and why,
+    e.g. ``--report-dir reports: not a directory (a file is in the way)``."""
+
+
+def report_root_problem(report_root: str | os.PathLike[str]) -> str | None:
+    """Why ``report_root`` cannot hold run directories, without writing anything; None when it can.
+    It must be a writable directory, or be creatable under the nearest existing ancestor."""
+    root = Path(report_root)
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        if existing == root:
+            return "not a directory (a file is in the way)"
+        return f"cannot be created (a file is in the way: {existing})"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return "not writable" if existing == root else f"cannot be created ({existing} is not writable)"
+    return None
+
+
 def new_run_dir(report_root: str | os.PathLike[str], scenario: str) -> Path:
+    """``<report_root>/<scenario>-<UTC stamp>[-N]``, made atomically: runs started in the same
+    second (or racing from several processes) each get their own directory, because ``mkdir`` fails
+    rather than reuse one and the next suffix is tried. Raises ``RunDirError`` when the root cannot
+    hold it (a file in the way, not writable)."""
+    root = Path(report_root)
+    problem = report_root_problem(root)
+    if problem is not None:
+        raise RunDirError(f"--report-dir {root}: {problem}")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    directory = Path(report_root) / f"{scenario}-{stamp}"
     suffix = 1
-    while directory.exists():  # two runs in the same second
-        suffix += 1
-        directory = Path(report_root) / f"{scenario}-{stamp}-{suffix}"
-    directory.mkdir(parents=True)
-    return directory
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        while True:
+            directory = root / (f"{scenario}-{stamp}" if suffix == 1 else f"{scenario}-{stamp}-{suffix}")
+            try:
+                directory.mkdir()
+                return directory
+            except FileExistsError:  # another run took this name first: try the next one
+                suffix += 1
+    except OSError as exc:  # the root changed under us, or the checks above could not tell
+        raise RunDirError(f"--report-dir {root}: cannot create a run directory ({exc.strerror or exc})") from None
 
 
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
