@@ -47,8 +47,10 @@ from loadtests.run_options import UsageError, check_options, keep_alive_interval
 from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
 from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.sse import DEFAULT_MAX_LINE_BYTES
-from loadtests.stack import PROXY_KINDS, ServerStartError, Stack
+from loadtests.stack import PROXY_KINDS, ServerStartError, Stack, split_api_key
 from loadtests.workload import PROBE_TIMEOUT, probe_prompt_sizing
+
+REDACTED = "<redacted>"
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,10 @@ class RunSettings:
     host: str | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "server_args": list(self.server_args)}
+        """The settings as recorded in summary.json and shown in report.html: a key in the server
+        arguments is redacted."""
+        args, key = split_api_key(self.server_args)
+        return {**dataclasses.asdict(self), "server_args": [*args, "--api-key", REDACTED] if key else args}
 
 
 def _last_keep_alive_interval(server_args: Sequence[str]) -> float:
@@ -169,7 +174,11 @@ class Scenario:
             "--model", default=None, help="model to request (default: the first one the server lists in /v1/models)"
         )
         group.add_argument(
-            "--api-key", default=None, env_var="SSE_SOAK_API_KEY", help="bearer token sent to the target server"
+            "--api-key",
+            default=None,
+            env_var="SSE_SOAK_API_KEY",
+            help="bearer token sent to the target server (default: the --api-key in --server-args, when the run "
+            "starts the bundled server); never written to the run directory",
         )
         group.add_argument(
             "--client-idle-timeout",
@@ -240,6 +249,8 @@ class Scenario:
         state = run_state(environment)
         state.model_option = options.model
         state.api_key = options.api_key
+        if state.api_key is None and options.host is None:  # the bundled server's own key, if it was given one
+            state.api_key = split_api_key(self.settings(options).server_args)[1]
         state.client_idle_timeout = options.client_idle_timeout
         state.frame_sample_rate = options.frame_sample_rate
         state.max_line_bytes = options.max_line_bytes

@@ -168,3 +168,16 @@ def test_a_server_dying_mid_run_leaves_connect_error_rows(tmp_path: Path) -> Non
     outcomes = run.requests["outcome"].value_counts()
     assert outcomes.get("ok", 0) > 0 and outcomes.get("connect_error", 0) > 0, outcomes
     assert outcomes.get("harness_error", 0) == 0
+
+
+def test_a_key_in_the_server_args_is_used_and_never_written(tmp_path: Path) -> None:
+    secret = "s3cret-7f1d-do-not-leak"
+    run = run_locust("mixed_truncate", tmp_path, f"--server-args=--api-key {secret}", seconds=3)
+    assert run.returncode == 0, run.output[-3000:]  # the harness sent the bundled server's own key
+    assert run.summary["requests"] > 0
+    assert run.summary["settings"]["server_args"][-2:] == ["--api-key", "<redacted>"]
+    assert secret not in run.output
+    assert run.run_dir is not None
+    for written in run.run_dir.rglob("*"):
+        if written.is_file():
+            assert secret.encode() not in written.read_bytes(), written
