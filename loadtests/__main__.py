@@ -11,37 +11,128 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import math
+import os
+import re
 import signal
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 from loadtests import compare as compare_module
 from loadtests.proxy import ProxySettings, serve
 
 _THRESHOLDS = [field.name for field in dataclasses.fields(compare_module.Thresholds)]
+USAGE_ERROR = 2  # 1 is a failed verdict or a regression
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (``PROG: --option: what is wrong``), exit 2, no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: {message.removeprefix('argument ')}\n")
+
+
+def _refuse(command: str, message: str) -> NoReturn:
+    """Bad input found after parsing (files, directories): the same one line and exit 2."""
+    print(f"python -m loadtests {command}: {message}", file=sys.stderr, flush=True)
+    sys.exit(USAGE_ERROR)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
 def _host_port(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    if not sep or not host or not port:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, e.g. 127.0.0.1:8080, got {text!r}")
+    if not re.fullmatch(r"\d{1,5}", port, re.ASCII) or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"the port of {text!r} must be a number from 0 to 65535 (0 picks a free one)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host or "[" in host or "]" in host:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT with an IPv6 host in brackets, e.g. [::1]:8080, got {text!r}"
+        )
+    return host, int(port)
+
+
+def _http_url(text: str, schemes: tuple[str, ...] = ("http",)) -> str:
+    example = "http://127.0.0.1:8000"
+    parts = urlsplit(text)
+    if parts.scheme not in schemes or not parts.hostname:
+        expected = " or ".join(scheme + "://" for scheme in schemes)
+        raise argparse.ArgumentTypeError(f"expected an {expected} URL with a host, e.g. {example}, got {text!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise argparse.ArgumentTypeError(f"the port of {text!r} must be a number from 1 to 65535")
+    return text
+
+
+def _target_url(text: str) -> str:
+    return _http_url(text, ("http", "https"))
 
 
 def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    value = _number(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text!r}")
     return value
 
 
+def _positive(text: str) -> float:
+    value = _number(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number, got {text!r}")
+    return value
+
+
+def _share(text: str) -> float:
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
+    return value
+
+
+def _limit(text: str) -> float:
+    value = _number(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def whole(text: str) -> int:
+        if not re.fullmatch(r"\s*\+?\d+\s*", text, re.ASCII) or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
+        return int(text)
+
+    return whole
+
+
+def _threshold(name: str) -> Callable[[str], float]:
+    def threshold(text: str) -> float:
+        value = _number(text)
+        problem = compare_module.threshold_problem(name, value)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    return threshold
+
+
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="python -m loadtests", description="sse-soak harness commands.")
+    root = _Parser(prog="python -m loadtests", description="sse-soak harness commands.")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     proxy = commands.add_parser(
         "proxy",
@@ -51,7 +142,9 @@ def parser() -> argparse.ArgumentParser:
     )
     proxy.add_argument("--listen", type=_host_port, default=("127.0.0.1", 0),
                        help="HOST:PORT to listen on; port 0 picks a free one (default 127.0.0.1:0)")  # fmt: skip
-    proxy.add_argument("--upstream", required=True, help="base URL of the server to proxy, e.g. http://127.0.0.1:8000")
+    proxy.add_argument(
+        "--upstream", required=True, type=_http_url, help="base URL of the server to proxy, e.g. http://127.0.0.1:8000"
+    )
     proxy.add_argument(
         "--read-timeout",
         type=_positive_seconds,
@@ -62,7 +155,7 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", help="a run directory (it holds requests.parquet and summary.json)")
     compare = commands.add_parser(
         "compare",
-        help="compare two runs side by side; exit 1 when the new one regressed",
+        help="compare two runs side by side; exit 1 when the new one regressed, 2 on bad input",
         description=compare_module.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -70,13 +163,13 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("new", help="the new run: a run directory or its summary.json")
     defaults = compare_module.Thresholds()
     for name in _THRESHOLDS:
-        compare.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name),
-                             help=f"(default {getattr(defaults, name):g})")  # fmt: skip
+        compare.add_argument("--" + name.replace("_", "-"), type=_threshold(name), default=getattr(defaults, name),
+                             help=f"a number >= 0, inf never flags (default {getattr(defaults, name):g})")  # fmt: skip
     _add_soak_parser(commands)
     return root
 
 
-def _duration(text: str) -> float:
+def _duration(text: str) -> int:
     from loadtests.soak import parse_duration
 
     try:
@@ -94,49 +187,62 @@ def _add_soak_parser(commands: Any) -> None:
         help="run the nightly soak job: a long run with progress, checkpoints, drift gates and a baseline verdict",
         description="Runs a scenario headless for --duration, shows progress, checkpoints summary.json, judges "
         "drift between windows and, with --baseline, regression against a previous run. The verdict is the last "
-        "line and the exit code. Arguments after -- go to locust unchanged.",
+        "line and the exit code (0 pass, 1 fail); a bad option is one line and exit 2, before anything runs. "
+        "Arguments after -- go to locust unchanged.",
     )
     limits = DriftLimits()
     soak.add_argument("--scenario", type=Path, default=DEFAULT_SCENARIO, help="locustfile (default scenarios/soak.py)")
-    soak.add_argument("--duration", type=_duration, default=300.0, help="e.g. 90s, 20m, 8h, 1h30m (default 5m)")
-    soak.add_argument("--users", type=int, default=12, help="concurrent users (default 12)")
-    soak.add_argument("--spawn-rate", type=float, default=12.0, help="users started per second (default 12)")
-    soak.add_argument("--processes", type=int, default=None, help="Locust worker processes (default: one process)")
-    soak.add_argument("--host", default=None, help="target server (default: the scenario's bundled stack)")
-    soak.add_argument("--report-dir", default="reports", help="where the run directory goes (default reports)")
-    soak.add_argument("--baseline", default=None, help="a previous run directory or summary.json to compare with")
-    soak.add_argument(
-        "--frame-sample-rate",
-        type=float,
-        default=0.1,
-        help="share of ok streams whose frames are kept; failures always keep theirs (default 0.1)",
-    )
-    soak.add_argument(
-        "--progress-interval",
-        type=_positive_seconds,
-        default=None,
-        help="seconds between progress lines (default 1 on a terminal, 10 otherwise)",
-    )
-    soak.add_argument(
-        "--checkpoint-interval",
-        type=_positive_seconds,
-        default=60.0,
-        help="seconds between rewrites of summary.json while running (default 60)",
-    )
-    soak.add_argument("--windows", type=int, default=limits.windows, help=f"drift windows (default {limits.windows})")
-    soak.add_argument(
-        "--max-memory-growth",
-        type=float,
-        default=limits.max_memory_growth,
-        help=f"steady memory growth allowed, second to last window (default {limits.max_memory_growth:g})",
-    )
-    soak.add_argument(
-        "--max-latency-drift",
-        type=float,
-        default=limits.max_latency_drift,
-        help=f"TTFT p50 growth allowed, first to last window (default {limits.max_latency_drift:g})",
-    )
+    soak.add_argument("--duration", type=_duration, default=300,
+                      help="e.g. 90s, 20m, 8h, 1h30m, 1.5h or plain seconds (default 5m). Whole seconds, at least "
+                      "1 s (Locust's -t resolution; it reads 0s as no limit): 0.4s or 1.5s is refused, never "
+                      "rounded, and so is an ambiguous string such as 1h2, 1h1h or 30m1h")  # fmt: skip
+    soak.add_argument("--users", type=_at_least(1), default=12, help="concurrent users, >= 1 (default 12)")
+    soak.add_argument("--spawn-rate", type=_positive, default=12.0,
+                      help="users started per second, > 0 (default 12)")  # fmt: skip
+    soak.add_argument("--processes", type=_at_least(1), default=None,
+                      help="Locust worker processes, >= 1 (default: one process)")  # fmt: skip
+    soak.add_argument("--host", type=_target_url, default=None,
+                      help="target server, an http(s) URL (default: the scenario's bundled stack)")  # fmt: skip
+    soak.add_argument("--report-dir", default="reports",
+                      help="where the run directory goes: a writable directory, or one that can be created "
+                      "(default reports)")  # fmt: skip
+    soak.add_argument("--baseline", default=None,
+                      help="a previous run directory or summary.json to compare with (checked before the run "
+                      "starts)")  # fmt: skip
+    soak.add_argument("--frame-sample-rate", type=_share, default=0.1,
+                      help="share of ok streams whose frames are kept, 0 to 1; failures always keep theirs "
+                      "(default 0.1)")  # fmt: skip
+    soak.add_argument("--progress-interval", type=_positive_seconds, default=None,
+                      help="seconds between progress lines (default 1 on a terminal, 10 otherwise)")  # fmt: skip
+    soak.add_argument("--checkpoint-interval", type=_positive_seconds, default=60.0,
+                      help="seconds between rewrites of summary.json while running (default 60)")  # fmt: skip
+    soak.add_argument("--windows", type=_at_least(3), default=limits.windows,
+                      help=f"drift windows, >= 3 (default {limits.windows})")  # fmt: skip
+    soak.add_argument("--max-memory-growth", type=_limit, default=limits.max_memory_growth,
+                      help="steady memory growth allowed, second to last window, a finite number >= 0 "
+                      f"(default {limits.max_memory_growth:g})")  # fmt: skip
+    soak.add_argument("--max-latency-drift", type=_limit, default=limits.max_latency_drift,
+                      help="TTFT p50 growth allowed, first to last window, a finite number >= 0 "
+                      f"(default {limits.max_latency_drift:g})")  # fmt: skip
     soak.add_argument("locust_args", nargs="*", help="after --: extra locust options, e.g. -- --proxy nginx")
+
+
+def _check_soak_files(options: argparse.Namespace) -> None:
+    """What the parser cannot see: the scenario file, the report directory, the baseline. Checked
+    before anything starts, and without writing anything."""
+    from loadtests.report import report_root_problem
+
+    if not options.scenario.is_file():
+        problem = "no such file" if not options.scenario.exists() else "not a file"
+        _refuse("soak", f"--scenario {options.scenario}: {problem} (a locustfile, e.g. scenarios/soak.py)")
+    problem = report_root_problem(options.report_dir)
+    if problem is not None:
+        _refuse("soak", f"--report-dir {options.report_dir}: {problem}")
+    if options.baseline is not None:
+        try:
+            compare_module.load_summary(options.baseline)
+        except compare_module.SummaryError as exc:
+            _refuse("soak", f"--baseline {exc}")
 
 
 def _run_soak(options: argparse.Namespace) -> int:
@@ -145,10 +251,7 @@ def _run_soak(options: argparse.Namespace) -> int:
     from loadtests.drift import DriftLimits
     from loadtests.soak import Soak, SoakPlan
 
-    if not options.scenario.is_file():
-        sys.exit(f"python -m loadtests soak: no scenario file {options.scenario}")
-    if options.users < 1 or options.windows < 3 or not 0 <= options.frame_sample_rate <= 1:
-        sys.exit("python -m loadtests soak: --users must be >= 1, --windows >= 3, --frame-sample-rate in 0..1")
+    _check_soak_files(options)
     limits = replace(DriftLimits(), windows=options.windows, max_memory_growth=options.max_memory_growth,
                      max_latency_drift=options.max_latency_drift)  # fmt: skip
     plan = SoakPlan(
@@ -163,8 +266,8 @@ def _run_soak(options: argparse.Namespace) -> int:
 def _run_compare(options: argparse.Namespace) -> int:
     try:
         base, new = compare_module.load_summary(options.base), compare_module.load_summary(options.new)
-    except (OSError, ValueError, KeyError) as exc:
-        sys.exit(f"python -m loadtests compare: {exc}")
+    except compare_module.SummaryError as exc:
+        _refuse("compare", str(exc))
     limits = compare_module.Thresholds(**{name: getattr(options, name) for name in _THRESHOLDS})
     rows = compare_module.compare(base, new, limits)
     print(compare_module.render(rows, options.base, options.new))
@@ -189,13 +292,17 @@ def _run_report(options: argparse.Namespace) -> int:
     return 0 if summary["passed"] else 1
 
 
+def _os_reason(exc: OSError) -> str:
+    """``Address already in use``, not asyncio's sentence around it; a resolver's own words."""
+    if isinstance(exc, socket.gaierror) or not exc.errno:
+        return str(exc.strerror or exc)
+    return os.strerror(exc.errno)
+
+
 def _run_proxy(options: argparse.Namespace) -> None:
     host, port = options.listen
     settings = ProxySettings(host, port, options.upstream, options.read_timeout)
-    try:
-        settings.upstream_address  # noqa: B018 - validates the URL before we listen
-    except ValueError as exc:
-        sys.exit(f"python -m loadtests proxy: {exc}")
+    refused: list[str] = []
 
     async def main() -> None:
         task = asyncio.current_task()
@@ -207,10 +314,12 @@ def _run_proxy(options: argparse.Namespace) -> None:
             await serve(settings)
         except asyncio.CancelledError:
             pass
-        except OSError as exc:
-            sys.exit(f"python -m loadtests proxy: cannot listen on {host}:{port}: {exc.strerror}")
+        except OSError as exc:  # address in use, not ours, a privileged port, a host that does not resolve
+            refused.append(f"--listen {host}:{port}: cannot listen there ({_os_reason(exc)})")
 
     asyncio.run(main())
+    if refused:
+        _refuse("proxy", refused[0])
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -12,12 +12,18 @@ needs to keep only the last good summary. Regressions, each with a default thres
 - mean keep-alive frames per raw stream (the SDK cannot see comments) fell by more than
   ``max_keepalive_drop`` (relative, 0.5);
 - the base run passed its gates and the new one did not.
+
+Thresholds are numbers >= 0; ``inf`` turns a check off (never flag). NaN and negative values are
+refused (``Thresholds`` raises ``ValueError``), and so is a keep-alive drop above 1 other than
+``inf``: a share cannot fall by more than all of it. A file that is not a run summary raises
+``SummaryError`` naming the file and what is wrong.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +33,28 @@ LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), 
 LATENCY_FLOOR_S = 0.005
 
 
+def threshold_problem(name: str, value: float) -> str | None:
+    """Why ``value`` is no threshold for ``name``, or None: NaN and negative never are; ``inf``
+    (never flag) always is; a keep-alive drop is a share, at most 1."""
+    if name == "max_keepalive_drop" and not (0 <= value <= 1 or value == math.inf):
+        return f"expected a share from 0 to 1 (0.5 = half) or inf (never flag), got {value:g}"
+    if not value >= 0:  # NaN too
+        return f"expected a number >= 0, or inf (never flag), got {value:g}"
+    return None
+
+
 @dataclass(frozen=True)
 class Thresholds:
     max_500_rate_increase: float = 0.0
     max_failure_rate_increase: float = 0.001
     max_latency_increase: float = 0.25
     max_keepalive_drop: float = 0.5
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            problem = threshold_problem(field.name, getattr(self, field.name))
+            if problem is not None:
+                raise ValueError(f"{field.name}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -61,13 +83,79 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+class SummaryError(ValueError):
+    """Not a run summary; the message is one line naming the file and what is wrong."""
+
+
+_COUNTS = ("requests", "http_500", "inband_500")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+
+
+def _figures(value: Any) -> bool:
+    return isinstance(value, dict) and all(map(_number_or_none, value.values()))
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def summary_problem(summary: dict[str, Any]) -> str | None:
+    """Why ``summary`` is not a run summary ``compare`` can read, or None."""
+    missing = [key for key in (*_COUNTS, "outcomes", "passed") if key not in summary]
+    if missing:
+        return f"not a run summary (no {', '.join(repr(key) for key in missing)})"
+    wrong = [key for key in _COUNTS if not _count(summary[key])]
+    outcomes = summary["outcomes"]
+    if not isinstance(outcomes, dict) or not all(_count(n) for n in outcomes.values()):
+        wrong.append("outcomes")
+    wrong += [key for key in ("passed", "gates_passed") if key in summary and not isinstance(summary[key], bool)]
+    latency = summary.get("latency", {})
+    if not isinstance(latency, dict) or not all(map(_figures, latency.values())):
+        wrong.append("latency")
+    keepalive = summary.get("keepalive_per_stream", {})
+    if not isinstance(keepalive, dict) or not _number_or_none(keepalive.get("mean")):
+        wrong.append("keepalive_per_stream")
+    if wrong:
+        return f"not a run summary ({', '.join(repr(key) for key in wrong)} of the wrong type)"
+    return None
+
+
 def load_summary(path: str | Path) -> dict[str, Any]:
-    """A run directory's ``summary.json``, or the summary file itself."""
+    """A run directory's ``summary.json``, or the summary file itself; raises ``SummaryError``."""
     path = Path(path)
+    if not path.exists():
+        raise SummaryError(f"{path}: no such file or directory")
     file = path / "summary.json" if path.is_dir() else path
-    if not file.is_file():
-        raise FileNotFoundError(f"no summary.json at {path}")
-    return json.loads(file.read_text())
+    if path.is_dir() and not file.exists():
+        raise SummaryError(f"{path}: no summary.json in this directory (not a run directory, or one still running)")
+    summary = read_json_object(file)
+    problem = summary_problem(summary)
+    if problem is not None:
+        raise SummaryError(f"{file}: {problem}")
+    return summary
+
+
+def read_json_object(file: Path) -> dict[str, Any]:
+    """The JSON object in ``file``; raises ``SummaryError`` naming it when it cannot be read, is not
+    JSON, or holds anything but an object."""
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SummaryError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise SummaryError(f"{file}: not a run summary (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise SummaryError(f"{file}: not a run summary (not JSON: {exc.msg} at line {exc.lineno})") from None
+    if not isinstance(value, dict):
+        kind = _JSON_TYPES.get(type(value), "null")
+        raise SummaryError(f"{file}: not a run summary (a JSON {kind}, expected an object)")
+    return value
 
 
 def judged(summary: dict[str, Any]) -> int:

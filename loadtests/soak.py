@@ -6,11 +6,14 @@ and write its report). While it runs we refresh a progress line from the run dir
 parts, sample the memory of the harness and of the bundled server into ``resources.csv``, and
 rewrite ``summary.json`` every checkpoint interval, so a run killed after hours still leaves a
 usable report. At the end we add the drift windows and gates, compare with ``--baseline`` when
-given, and print the verdict as the last line; the exit code says the same (0 pass, 1 fail).
+given, and print the verdict as the last line; the exit code says the same (0 pass, 1 fail). When
+Locust or the scenario refuses an option before any run starts (exit 2), we say so in one line on
+stderr and exit 2 too: a usage error, not a failed run.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 import subprocess
@@ -18,6 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +31,65 @@ from loadtests.gates import GateResult
 from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.resources import ResourceSampler, read_resources
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([a-zA-Z]*)", re.ASCII)
+_UNITS = "hms"
+_UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
+_EXPECTED = "expected e.g. 90s, 20m, 8h, 1h30m or plain seconds"
 _SERVICE_LINE = re.compile(r"^(target server|embedded proxy|nginx): \S+ \(pid (\d+)\)")
 _REPORT_LINE = re.compile(r"^(?:run directory|report): (.+)$")
 SAMPLE_INTERVAL_S = 5.0
+USAGE_ERROR = 2  # Locust's (argparse's) code for a bad option, and ours
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "soak.py"
 
 
-def parse_duration(text: str) -> float:
-    """``90s``, ``20m``, ``8h``, ``1h30m`` or plain seconds."""
-    match = _DURATION.match(text.strip())
-    if not text.strip() or not match or not any(match.groups()):
-        raise ValueError(f"duration must look like 90s, 20m, 8h or 1h30m, got {text!r}")
-    hours, minutes, seconds = (float(part) if part else 0.0 for part in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ValueError(f"duration must be positive, got {text!r}")
-    return total
+def parse_duration(text: str) -> int:
+    """Whole seconds from ``90s``, ``20m``, ``8h``, ``1h30m``, ``1.5h`` or plain seconds (``45``).
+
+    Locust's ``-t`` counts whole seconds and reads ``0s`` as no limit at all, so a duration under
+    1 s or with a fraction of a second is refused rather than rounded; so is anything ambiguous:
+    a number without a unit after a unit (``1h2``), a unit twice, units out of order (h, m, s),
+    an unknown unit, NaN, inf, zero, negative or empty. Raises ``ValueError`` saying which."""
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError(f"empty; {_EXPECTED}")
+    if stripped.startswith("-"):
+        raise ValueError(f"{text!r}: a duration must be positive")
+    parts, position = [], 0
+    while position < len(stripped):
+        match = _DURATION_PART.match(stripped, position)
+        if match is None:
+            raise ValueError(f"{text!r} is not a duration; {_EXPECTED}")
+        parts.append((match[1], match[2]))
+        position = match.end()
+    total, units, before = Fraction(0), "", ""
+    for number, unit in parts:
+        if not unit and len(parts) > 1:
+            later = [f"{before}{number}{u}" for u in _UNITS[_UNITS.index(units[-1]) + 1 :]]
+            fix = f"write {' or '.join(later)}" if later else "each number needs a unit: h, m or s"
+            raise ValueError(f"{text!r}: {number} after {before} has no unit ({fix})")
+        unit = unit or "s"
+        if unit not in _UNIT_SECONDS:
+            raise ValueError(f"{text!r}: unknown unit {unit!r}; {_EXPECTED}")
+        if unit in units:
+            raise ValueError(f"{text!r}: the unit {unit} comes twice")
+        if units and _UNITS.index(unit) < _UNITS.index(units[-1]):
+            raise ValueError(f"{text!r}: units out of order (hours, then minutes, then seconds, e.g. 1h30m)")
+        units, before = units + unit, f"{before}{number}{unit}"
+        total += Fraction(number) * _UNIT_SECONDS[unit]
+    return _whole_seconds(text, total)
+
+
+def _whole_seconds(text: str, total: Fraction) -> int:
+    if total == 0:
+        raise ValueError(f"{text!r}: a duration must be positive")
+    if total < 1:
+        raise ValueError(f"{text!r} is under 1 s, the resolution of Locust's -t (which reads 0s as no limit); "
+                         "use at least 1s")  # fmt: skip
+    if total.denominator != 1:
+        low = math.floor(total)
+        raise ValueError(f"{text!r} is {float(total):g} s, not a whole number of seconds (the resolution of "
+                         f"Locust's -t); use {low}s or {low + 1}s")  # fmt: skip
+    return int(total)
 
 
 @dataclass
@@ -63,8 +109,10 @@ class SoakPlan:
     locust_args: list[str] = field(default_factory=list)
 
     def command(self) -> list[str]:
+        if not (self.duration_s >= 1 and float(self.duration_s).is_integer()):  # Locust reads -t 0s as no limit
+            raise ValueError(f"the duration must be a whole number of seconds, at least 1, got {self.duration_s}")
         command = [sys.executable, "-m", "locust", "-f", str(self.scenario), "--headless", "-u", str(self.users),
-                   "-r", f"{self.spawn_rate:g}", "-t", f"{round(self.duration_s)}s", "--report-dir",
+                   "-r", f"{self.spawn_rate:g}", "-t", f"{int(self.duration_s)}s", "--report-dir",
                    self.report_dir, "--only-summary", "--stop-timeout", "5"]  # fmt: skip
         if self.processes:
             command += ["--processes", str(self.processes)]
@@ -81,6 +129,7 @@ class Soak:
         self.interrupted_by: str | None = None
         self._locust: subprocess.Popen[str] | None = None
         self._sampler: ResourceSampler | None = None
+        self._last_error: str | None = None
 
     def run(self) -> int:
         started = time.monotonic()
@@ -110,6 +159,8 @@ class Soak:
         assert self._locust is not None and self._locust.stdout is not None
         for raw in self._locust.stdout:
             line = raw.rstrip("\n")
+            if line.startswith("sse-soak: ") or "error: " in line:
+                self._last_error = line
             service = _SERVICE_LINE.match(line)
             if service and self._sampler is not None:
                 self._sampler.service_pids.add(int(service[2]))
@@ -165,6 +216,10 @@ class Soak:
 
     def _finish(self, locust_code: int) -> int:
         self.printer.print(f"locust exited with {locust_code}")
+        if self.run_dir is None and locust_code == USAGE_ERROR:  # Locust or the scenario refused an option
+            print(f"python -m loadtests soak: locust refused to start: {self._last_error or 'see its output above'}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return USAGE_ERROR
         if self.run_dir is None or not (self.run_dir / "requests.parquet").exists():
             self.printer.print("verdict: FAIL (the run wrote no results)")
             return 1

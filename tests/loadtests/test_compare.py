@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loadtests.compare import Thresholds, compare, load_summary
+from loadtests.compare import SummaryError, Thresholds, compare, load_summary
 from tests.loadtests.locust_run import ROOT, run_locust
 
 
@@ -76,7 +76,7 @@ def test_stopped_streams_are_not_judged() -> None:
 def test_load_summary_takes_a_run_dir_or_the_file(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text(json.dumps(summary()))
     assert load_summary(tmp_path) == load_summary(tmp_path / "summary.json") == summary()
-    with pytest.raises(FileNotFoundError, match=r"no summary\.json"):
+    with pytest.raises(SummaryError, match=r"nowhere: no such file or directory"):
         load_summary(tmp_path / "nowhere")
 
 
@@ -99,9 +99,136 @@ def test_compare_flags_a_faulty_run_against_a_clean_one(tmp_path: Path) -> None:
     assert same.returncode == 0 and same.stdout.strip().endswith("compare: OK, no regression")
 
 
-def test_compare_command_line_errors_are_one_line(tmp_path: Path) -> None:
-    result = run_compare(str(tmp_path), str(tmp_path))
-    assert (
-        result.returncode == 1
-        and result.stderr.strip() == f"python -m loadtests compare: no summary.json at {tmp_path}"
+COMPARE = "python -m loadtests compare: "
+
+
+def bad_input(result: subprocess.CompletedProcess[str]) -> str:
+    """The one line a refused compare prints, after checking exit 2 (not 1, a regression) and no table."""
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(COMPARE), result.stderr
+    return result.stderr.removeprefix(COMPARE).rstrip("\n")
+
+
+def test_compare_on_an_empty_directory_is_bad_input(tmp_path: Path) -> None:
+    message = f"{tmp_path}: no summary.json in this directory (not a run directory, or one still running)"
+    assert bad_input(run_compare(str(tmp_path), str(tmp_path))) == message
+
+
+def test_compare_on_a_missing_path_is_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps(summary()))
+    missing = tmp_path / "reports" / "nope"
+    assert bad_input(run_compare(str(tmp_path), str(missing))) == f"{missing}: no such file or directory"
+
+
+def test_compare_on_a_file_that_is_not_json_is_bad_input(tmp_path: Path) -> None:
+    file = tmp_path / "requests.csv"
+    file.write_text("request_id,status\nr1,200\n")
+    assert bad_input(run_compare(str(file), str(file))) == (
+        f"{file}: not a run summary (not JSON: Expecting value at line 1)"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        pytest.param(
+            "{}", "not a run summary (no 'requests', 'http_500', 'inband_500', 'outcomes', 'passed')", id="empty_object"
+        ),
+        pytest.param("[]", "not a run summary (a JSON array, expected an object)", id="empty_list"),
+        pytest.param("3", "not a run summary (a JSON number, expected an object)", id="a_number"),
+        pytest.param("", "not a run summary (not JSON: Expecting value at line 1)", id="empty_file"),
+        pytest.param(
+            json.dumps(summary(outcomes=[1, 2])),
+            "not a run summary ('outcomes' of the wrong type)",
+            id="outcomes_not_an_object",
+        ),
+        pytest.param(
+            json.dumps(summary(requests="1000", passed="yes")),
+            "not a run summary ('requests', 'passed' of the wrong type)",
+            id="strings_for_numbers",
+        ),
+        pytest.param(
+            json.dumps(summary(latency__ttft_s__p95="slow")),
+            "not a run summary ('latency' of the wrong type)",
+            id="latency_not_a_number",
+        ),
+    ],
+)
+def test_compare_on_a_summary_that_is_not_one_is_bad_input(tmp_path: Path, text: str, problem: str) -> None:
+    good, bad = tmp_path / "good.json", tmp_path / "run" / "summary.json"
+    good.write_text(json.dumps(summary()))
+    bad.parent.mkdir()
+    bad.write_text(text)
+    assert bad_input(run_compare(str(good), str(bad.parent))) == f"{bad}: {problem}"
+    assert bad_input(run_compare(str(bad), str(good))) == f"{bad}: {problem}"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        pytest.param(
+            "--max-latency-increase",
+            "nan",
+            "expected a number >= 0, or inf (never flag), got nan",
+            id="nan_would_turn_latency_checks_off",
+        ),
+        pytest.param(
+            "--max-500-rate-increase", "-0.1", "expected a number >= 0, or inf (never flag), got -0.1", id="negative"
+        ),
+        pytest.param("--max-failure-rate-increase", "lots", "expected a number, got 'lots'", id="not_a_number"),
+        pytest.param(
+            "--max-keepalive-drop",
+            "1.5",
+            "expected a share from 0 to 1 (0.5 = half) or inf (never flag), got 1.5",
+            id="drop_above_one",
+        ),
+        pytest.param(
+            "--max-keepalive-drop",
+            "-inf",
+            "expected a share from 0 to 1 (0.5 = half) or inf (never flag), got -inf",
+            id="minus_inf",
+        ),
+    ],
+)
+def test_compare_refuses_a_threshold_that_is_no_number_of_its_kind(
+    tmp_path: Path, option: str, value: str, problem: str
+) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps(summary()))
+    assert bad_input(run_compare(str(tmp_path), str(tmp_path), f"{option}={value}")) == f"{option}: {problem}"
+
+
+def test_thresholds_refuse_nan_and_negative_when_built_in_code() -> None:
+    with pytest.raises(
+        ValueError, match=r"^max_latency_increase: expected a number >= 0, or inf \(never flag\), got nan$"
+    ):
+        Thresholds(max_latency_increase=float("nan"))
+    with pytest.raises(ValueError, match=r"^max_keepalive_drop: expected a share from 0 to 1"):
+        Thresholds(max_keepalive_drop=-1)
+
+
+def test_an_inf_threshold_never_flags() -> None:
+    never = Thresholds(*(float("inf"),) * 4)
+    worse = summary(
+        http_500=500, outcomes__ok=400, outcomes__cut=500, latency__ttft_s__p95=40.0, keepalive_per_stream__mean=0.0
+    )
+    assert set(regressions(worse)) >= {
+        "500 rate (HTTP + in-band)",
+        "failure rate",
+        "ttft_s p95",
+        "keep-alive frames per raw stream",
+    }
+    assert regressions(worse, never) == []
+
+
+def test_compare_exit_codes_are_0_for_no_regression_and_1_for_a_regression(tmp_path: Path) -> None:
+    base, same, worse = tmp_path / "base.json", tmp_path / "same.json", tmp_path / "worse.json"
+    base.write_text(json.dumps(summary()))
+    same.write_text(json.dumps(summary()))
+    worse.write_text(json.dumps(summary(http_500=1, outcomes__ok=899, outcomes__http_5xx=1)))
+    ok = run_compare(str(base), str(same))
+    assert (ok.returncode, ok.stderr) == (0, "") and ok.stdout.endswith("compare: OK, no regression\n")
+    flagged = run_compare(str(base), str(worse))
+    assert (flagged.returncode, flagged.stderr) == (1, "")
+    assert flagged.stdout.endswith("compare: REGRESSION: 500 rate (HTTP + in-band)\n")
+    off = run_compare(str(base), str(worse), "--max-500-rate-increase=inf", "--max-failure-rate-increase", "inf")
+    assert off.returncode == 0, off.stdout
