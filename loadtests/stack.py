@@ -6,6 +6,12 @@ process id: SIGTERM, then SIGKILL after a grace period. Readiness is a ready lin
 our own services and an accepted TCP connection for nginx, never a sleep. Invariant: a service
 that ``start()`` returned is accepting connections; after ``stop()`` its process has exited,
 been reaped, and its files are gone.
+
+Nothing outlives the process that started it, even one killed by SIGKILL: every service's stdin
+is a pipe whose write end only this process holds, and the kernel closes it when this process
+dies. Our services see EOF and stop themselves; nginx, which cannot watch a pipe, runs under a
+watchdog that does it for it (``loadtests._parent_watch``). The bundled server's API key travels
+in its environment (``VLLM_API_KEY``), never on its command line, where ``ps`` would show it.
 """
 
 from __future__ import annotations
@@ -26,8 +32,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadtests._parent_watch import ENV_VAR as _EXIT_ON_STDIN_EOF
+
 READY_LINE = re.compile(r"^(?:target_server|proxy) ready: (?P<url>http://\S+)")
 PROXY_KINDS = ("none", "embedded", "nginx")
+API_KEY_ENV = "VLLM_API_KEY"  # vLLM's name; the bundled server reads it too
 
 
 class ServerStartError(RuntimeError):
@@ -52,16 +61,16 @@ class ChildService:
     def launch(
         cls, argv: Sequence[str], name: str, timeout: float = 30.0, env: dict[str, str] | None = None
     ) -> ChildService:
-        """Start ``argv`` and wait for its ready line (``<name> ready: URL``) on stdout."""
-        process = subprocess.Popen(
-            list(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True, env=env
-        )
+        """Start ``argv`` and wait for its ready line (``<name> ready: URL``) on stdout. The child
+        stops itself if this process dies (its stdin pipe closes)."""
+        child_env = {**(os.environ if env is None else env), _EXIT_ON_STDIN_EOF: "1"}
+        process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+                                   start_new_session=True, env=child_env)  # fmt: skip
         try:
             url = _wait_for_ready_line(process, name, timeout)
         except BaseException:
             _terminate(process)
-            if process.stdout is not None:
-                process.stdout.close()
+            _close_pipes(process)
             raise
         # Keep draining stdout so the child can never block on a full pipe.
         drainer = threading.Thread(target=_drain, args=(process,), daemon=True)
@@ -73,22 +82,47 @@ class ChildService:
         code = _terminate(self.process, grace)
         if self._drainer is not None:
             self._drainer.join(grace)  # the pipe reaches EOF once the process is gone
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        _close_pipes(self.process)
         if self._cleanup is not None:
             self._cleanup()
             self._cleanup = None
         return code
 
 
+def split_api_key(server_args: Sequence[str]) -> tuple[list[str], str | None]:
+    """``server_args`` without ``--api-key KEY`` / ``--api-key=KEY``, and the key (the last one
+    given, as argparse takes it; None if none). Abbreviations argparse would accept (``--api``)
+    count too. A trailing ``--api-key`` without a value is left for the server to reject."""
+    args: list[str] = []
+    key: str | None = None
+    tokens = iter(server_args)
+    for token in tokens:
+        name, equals, value = token.partition("=")
+        if len(name) < 3 or not "--api-key".startswith(name):
+            args.append(token)
+        elif equals:
+            key = value
+        else:
+            following = next(tokens, None)
+            if following is None:
+                args.append(token)
+            else:
+                key = following
+    return args, key
+
+
 class TargetServerProcess(ChildService):
-    """``python -m target_server`` on a free loopback port (unless ``args`` set ``--port``)."""
+    """``python -m target_server`` on a free loopback port (unless ``args`` set ``--port``). An
+    ``--api-key`` in ``args`` is passed as ``VLLM_API_KEY`` in the server's environment instead."""
 
     @classmethod
     def start(cls, args: Sequence[str] = (), timeout: float = 30.0, env: dict[str, str] | None = None) -> ChildService:
+        args, key = split_api_key(args)
         argv = [sys.executable, "-m", "target_server", *args]
         if "--port" not in args:
             argv += ["--port", "0"]
+        if key is not None:
+            env = {**(os.environ if env is None else env), API_KEY_ENV: key}
         return cls.launch(argv, "target server", timeout, env)
 
 
@@ -139,20 +173,21 @@ def nginx_config(directory: Path, port: int, upstream: str, read_timeout: float)
 
 
 def start_nginx(upstream: str, read_timeout: float, timeout: float = 30.0) -> ChildService:
-    """Real nginx as a non-daemon child, its config and temp files in a fresh temporary directory."""
+    """Real nginx in the foreground, its config and temp files in a fresh temporary directory, under
+    our watchdog: the service's process is the watchdog, which stops nginx when this process dies,
+    passes a stop on to it, and exits as nginx did."""
     binary = shutil.which("nginx")
     if binary is None:
         raise ServerStartError("--proxy nginx needs nginx installed (Debian: apt-get install nginx)")
     directory = Path(tempfile.mkdtemp(prefix="sse-soak-nginx-"))
     port = _free_port()
     (directory / "nginx.conf").write_text(nginx_config(directory, port, upstream, read_timeout))
-    argv = [binary, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-e", str(directory / "error.log")]
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    nginx = [binary, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-e", str(directory / "error.log")]
+    argv = [sys.executable, "-m", "loadtests._parent_watch", "--remove", str(directory), "--", *nginx]
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)  # fmt: skip
 
     def cleanup() -> None:
-        if process.stderr is not None:
-            process.stderr.close()
         shutil.rmtree(directory, ignore_errors=True)
 
     service = ChildService(process, f"http://127.0.0.1:{port}", "nginx", None, cleanup)
@@ -209,6 +244,13 @@ def _drain(process: subprocess.Popen[str]) -> None:
     assert process.stdout is not None
     for _ in process.stdout:
         pass
+
+
+def _close_pipes(process: subprocess.Popen[str]) -> None:
+    """Close our ends of the child's pipes (closing stdin is the child's cue, were it still running)."""
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def _terminate(process: subprocess.Popen[str], grace: float = 5.0) -> int | None:

@@ -2,7 +2,8 @@
 
 The ready line, ``target_server ready: http://HOST:PORT (model MODEL)``, is printed only once the
 socket accepts connections, so a parent process can wait on it instead of sleeping. ``--port 0``
-binds a free port first and the line tells which.
+binds a free port first and the line tells which. Started by the harness, the server also stops
+when the harness dies (``_parent_watch``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from target_server._parent_watch import exit_when_stdin_closes
 from target_server.app import create_app
 from target_server.config import ServerConfig
 from target_server.faults import InjectedDisconnect
@@ -59,7 +61,8 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def serve(config: ServerConfig) -> None:
-    """Run until SIGINT/SIGTERM."""
+    """Run until SIGINT/SIGTERM (or EOF on stdin, when the harness asked for that)."""
+    exit_when_stdin_closes()
     try:
         sock = listening_socket(config.host, config.port)
     except OSError as exc:

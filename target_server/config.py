@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+API_KEY_ENV = "VLLM_API_KEY"
 FAILURE_TYPES = ("server_error", "inband_error", "stall", "disconnect", "rate_limit")
 TOKENIZE_APIS = ("vllm", "text", "none")
 
@@ -53,7 +55,11 @@ class ServerConfig:
         90.0, "length of the mid-stream silence of the 'stall' fault (longer than nginx's 60 s default)"
     )
     seed: int = _opt(0, "seed of the fault draws and of the generated text")
-    api_key: str | None = _opt(None, "require 'Authorization: Bearer KEY' on /v1 and /tokenize routes")
+    api_key: str | None = _opt(
+        None,
+        f"require 'Authorization: Bearer KEY' on /v1 and /tokenize routes; also read from ${API_KEY_ENV} (as vLLM "
+        "does), which keeps the key out of the process list; this option wins if both are given",
+    )
     trace_file: str | None = _opt(
         None, "append one JSON line per SSE frame written: request id, kind, time.monotonic(), bytes"
     )
@@ -117,11 +123,14 @@ class ServerConfig:
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> ServerConfig:
-        """Parse a command line; a bad value exits 2 with a one-line message, as argparse does."""
+        """Parse a command line; a bad value exits 2 with a one-line message, as argparse does.
+        Without ``--api-key``, a non-empty ``$VLLM_API_KEY`` is the key."""
         parser = cls.parser()
         namespace = parser.parse_args(argv)
         values = vars(namespace)
         values["failure_types"] = tuple(values["failure_types"])
+        if values["api_key"] is None:
+            values["api_key"] = os.environ.get(API_KEY_ENV) or None
         try:
             return cls(**values)
         except ValueError as exc:

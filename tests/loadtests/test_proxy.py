@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from loadtests.stack import ChildService, ServerStartError, nginx_config, start_embedded_proxy, start_nginx
@@ -185,7 +186,40 @@ def test_nginx_leaves_no_files_behind(start_server: StartServer) -> None:
     require_nginx()
     server = start_server()
     nginx = start_nginx(server.url, 1.0)
-    directory = Path(nginx.process.args[2])
+    directory = Path(nginx.process.args[nginx.process.args.index("-p") + 1])
     assert (directory / "nginx.conf").exists()
     nginx.stop()
     assert not directory.exists()
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an exited orphan waits for a reaper that may never come in a container)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_proxy_exits_when_the_pipe_from_its_starter_closes(
+    start_proxy: StartProxy, start_server: StartServer
+) -> None:
+    """The kernel closes the pipe when the process that started the proxy dies, even by SIGKILL;
+    nginx's watchdog then stops nginx (and removes its files, which no one else is left to do)."""
+    server = start_server("--sse-keep-alive-interval", "0.1", "--time-to-first-token", "30000")
+    proxy = start_proxy(server.url, 5.0)
+    tree = [proxy.pid, *(child.pid for child in psutil.Process(proxy.pid).children(recursive=True))]
+    body = {"prompt": "hi", "max_tokens": 1, "stream": True}
+    with httpx.Client(timeout=30) as client, client.stream("POST", proxy.url + "/v1/completions", json=body) as r:
+        next(r.iter_raw())  # a stream is open through the proxy
+        assert proxy.process.stdin is not None
+        proxy.process.stdin.close()
+        assert proxy.process.wait(10) is not None
+    deadline = time.monotonic() + 10
+    while any(running(pid) for pid in tree):
+        assert time.monotonic() < deadline, "a process of the proxy outlived its starter"
+        time.sleep(0.05)
+    port = int(proxy.url.rsplit(":", 1)[1])
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    if proxy.name == "nginx":
+        assert not Path(proxy.process.args[proxy.process.args.index("-p") + 1]).exists()

@@ -6,6 +6,7 @@ import asyncio
 import socket
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -96,3 +97,40 @@ def test_accepted_connections_get_tcp_nodelay() -> None:
         return nodelay
 
     assert asyncio.run(scenario()) == 1
+
+
+def wait_until_gone(process: subprocess.Popen[str], url: str, timeout: float = 10.0) -> float:
+    """Seconds until ``process`` exited and nothing accepts connections at ``url`` any more."""
+    started = time.monotonic()
+    process.wait(timeout)
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=2).close()
+    return time.monotonic() - started
+
+
+def test_a_server_started_by_the_harness_exits_when_the_harness_pipe_closes() -> None:
+    server = TargetServerProcess.start(["--sse-keep-alive-interval", "0.1", "--time-to-first-token", "30000"])
+    try:
+        body = {"prompt": "hi", "max_tokens": 1, "stream": True}
+        with httpx.Client(timeout=30) as client, client.stream("POST", server.url + "/v1/completions", json=body) as r:
+            next(r.iter_raw())  # a stream is open: shutting down must not wait for it to finish
+            assert server.process.stdin is not None
+            server.process.stdin.close()  # what the kernel does when the harness dies, even by SIGKILL
+            assert wait_until_gone(server.process, server.url) < 5
+    finally:
+        server.stop()
+
+
+def test_a_server_started_by_hand_ignores_the_end_of_its_stdin() -> None:
+    command = [sys.executable, "-m", "target_server", "--port", "0"]
+    with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            ready = process.stdout.readline()  # stdin is at EOF from the start: a watch would have fired
+            assert ready.startswith("target_server ready: "), ready
+            assert httpx.get(ready.split()[2] + "/health", timeout=10).status_code == 200
+            assert process.poll() is None
+        finally:
+            process.terminate()
+            process.wait(10)

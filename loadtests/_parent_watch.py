@@ -1,0 +1,122 @@
+"""Services that end when the run that started them dies, even by SIGKILL.
+
+Each service the harness starts gets a stdin pipe whose write end only the harness holds (see
+``stack``). The kernel closes that end when the harness dies, however it dies, so EOF on stdin
+means nobody is left to stop the service. Two ways to act on it:
+
+- ``exit_when_stdin_closes()``: our own services (the embedded proxy here, the bundled server in
+  ``target_server._parent_watch``, which imports nothing from the harness) run a daemon thread
+  that reads stdin and, at EOF, SIGTERMs its own process: the same graceful path as a normal stop,
+  with a SIGKILL of itself if that hangs. Opt-in through ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``, so a
+  proxy started by hand is not stopped by its terminal.
+- ``python -m loadtests._parent_watch [--remove DIR] -- COMMAND...``: a watchdog for programs that
+  cannot watch a pipe (nginx). It runs COMMAND in the foreground, forwards SIGTERM/SIGINT to it as
+  SIGTERM, stops it by pid at EOF on its own stdin (and then removes DIR, which no one else is left
+  to remove), and exits as COMMAND exited, whether COMMAND was stopped or ended by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+ENV_VAR = "SSE_SOAK_EXIT_ON_STDIN_EOF"
+GRACE_S = 5.0
+
+
+def exit_when_stdin_closes() -> threading.Thread | None:
+    """With ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``, start the daemon thread that ends this process once
+    stdin reaches EOF; otherwise do nothing. The variable is removed so no grandchild inherits it."""
+    if os.environ.pop(ENV_VAR, None) != "1":
+        return None
+    thread = threading.Thread(target=_terminate_at_eof, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait_for_eof() -> None:
+    # os.read, not sys.stdin: a daemon thread blocked inside a buffered reader can hold its lock
+    # while the interpreter shuts down, which is a fatal error.
+    try:
+        while os.read(0, 4096):
+            pass  # the parent never writes; anything it does is ignored
+    except OSError:
+        pass
+
+
+def _terminate_at_eof() -> None:
+    _wait_for_eof()
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(GRACE_S)  # a daemon thread: this line is only reached if the graceful stop hung
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def watchdog(command: Sequence[str], remove: Sequence[str] = ()) -> int:
+    """Run ``command`` until it exits; its exit status (negative: the signal that ended it).
+
+    Only this (main) thread reaps the child, and signal handlers run in this thread too, so a pid
+    that is signalled has never been reaped and cannot have been reused.
+    """
+    child: subprocess.Popen[bytes] | None = None
+    kill_at: list[float] = []
+    parent_gone = threading.Event()
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        kill_at.append(time.monotonic() + GRACE_S)
+        if child is not None:
+            child.send_signal(signal.SIGTERM)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)  # before the child exists: a stop that comes first is not lost
+    child = subprocess.Popen(list(command), stdin=subprocess.DEVNULL)
+    if kill_at:
+        child.send_signal(signal.SIGTERM)
+
+    def at_eof() -> None:
+        _wait_for_eof()
+        parent_gone.set()
+        os.kill(os.getpid(), signal.SIGTERM)  # handled by ``stop`` in the main thread
+
+    threading.Thread(target=at_eof, name="parent-watch", daemon=True).start()
+    while True:
+        try:
+            code = child.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            if kill_at and time.monotonic() > kill_at[0]:
+                child.kill()
+    if parent_gone.is_set():
+        for directory in remove:
+            shutil.rmtree(directory, ignore_errors=True)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests._parent_watch",
+        description="Run COMMAND; stop it when this process's stdin closes (its parent died); exit as it did.",
+    )
+    parser.add_argument("--remove", action="append", default=[], metavar="DIR",
+                        help="directory to remove after COMMAND was stopped because stdin closed")  # fmt: skip
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="after --: the program and its arguments")
+    options = parser.parse_args(argv)
+    command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    if not command:
+        parser.error("give the command to run after --")
+    code = watchdog(command, options.remove)
+    if code < 0:  # ended by a signal: end the same way, so our parent sees what happened
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Exit when the process that started the server dies, even by SIGKILL.
+
+A harness that starts the server as its child gives it a stdin pipe whose write end only the
+harness holds, and sets ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``. The kernel closes that end when the
+harness dies, however it dies, so a read of stdin that returns EOF means nobody is left to stop
+the server: it stops itself with SIGTERM, the same graceful path as a normal stop, and SIGKILLs
+itself if that has not ended it within ``GRACE_S``. Opt-in, because a server started by hand (stdin
+a terminal, or /dev/null) must not exit on its stdin. The harness has its own copy of this watch
+(``loadtests._parent_watch``): the server imports nothing from the harness.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+ENV_VAR = "SSE_SOAK_EXIT_ON_STDIN_EOF"
+GRACE_S = 5.0
+
+
+def exit_when_stdin_closes() -> threading.Thread | None:
+    """With ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``, start the daemon thread that ends this process once
+    stdin reaches EOF; otherwise do nothing. The variable is removed so no grandchild inherits it."""
+    if os.environ.pop(ENV_VAR, None) != "1":
+        return None
+    thread = threading.Thread(target=_terminate_at_eof, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _terminate_at_eof() -> None:
+    # os.read, not sys.stdin: a daemon thread blocked inside a buffered reader can hold its lock
+    # while the interpreter shuts down, which is a fatal error.
+    try:
+        while os.read(0, 4096):
+            pass  # the parent never writes; anything it does is ignored
+    except OSError:
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(GRACE_S)  # a daemon thread: this line is only reached if the graceful stop hung
+    os.kill(os.getpid(), signal.SIGKILL)
