@@ -97,3 +97,21 @@ def test_sigterm_midway_still_leaves_a_readable_report(tmp_path: Path) -> None:
     assert summary["requests"] == len(pd.read_parquet(run_dir / "requests.parquet")) > 0
     assert summary["soak"]["partial"] is False and (run_dir / "report.html").exists()
     assert not list(run_dir.glob("**/.*.tmp"))  # no half-written part left behind
+
+
+@pytest.mark.parametrize(
+    ("locust_args", "refusal"),
+    [
+        pytest.param(["--no-such-option"], "error: unrecognized arguments: --no-such-option", id="unknown_to_locust"),
+        pytest.param(["--flush-interval", "0"], "sse-soak: --flush-interval ", id="refused_by_the_scenario"),
+    ],
+)
+def test_locust_refusing_its_options_is_a_usage_error_not_a_failed_soak(
+    tmp_path: Path, locust_args: list[str], refusal: str
+) -> None:
+    result = run_soak(tmp_path / "reports", "--duration", "5s", "--", *locust_args)
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "verdict:" not in result.stdout
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("python -m loadtests soak: locust refused to start: ") and refusal in line, line
+    assert list(tmp_path.glob("reports/*")) == []  # no run directory
