@@ -26,6 +26,7 @@ from loadtests import compare as compare_module
 from loadtests.proxy import ProxySettings, serve
 
 _THRESHOLDS = [field.name for field in dataclasses.fields(compare_module.Thresholds)]
+_THRESHOLD_KIND = {"max_keepalive_drop": "a share from 0 to 1 (0.5 = half)"}
 USAGE_ERROR = 2  # 1 is a failed verdict or a regression
 
 
@@ -164,7 +165,8 @@ def parser() -> argparse.ArgumentParser:
     defaults = compare_module.Thresholds()
     for name in _THRESHOLDS:
         compare.add_argument("--" + name.replace("_", "-"), type=_threshold(name), default=getattr(defaults, name),
-                             help=f"a number >= 0, inf never flags (default {getattr(defaults, name):g})")  # fmt: skip
+                             help=f"{_THRESHOLD_KIND.get(name, 'a number >= 0')}, inf never flags "
+                                  f"(default {getattr(defaults, name):g})")  # fmt: skip
     _add_soak_parser(commands)
     return root
 

@@ -16,7 +16,8 @@ needs to keep only the last good summary. Regressions, each with a default thres
 Thresholds are numbers >= 0; ``inf`` turns a check off (never flag). NaN and negative values are
 refused (``Thresholds`` raises ``ValueError``), and so is a keep-alive drop above 1 other than
 ``inf``: a share cannot fall by more than all of it. A file that is not a run summary raises
-``SummaryError`` naming the file and what is wrong.
+``SummaryError`` naming the file and what is wrong. ``python -m loadtests compare`` exits 0 on no
+regression, 1 on a regression, 2 on bad input (one line naming the file or option).
 """
 
 from __future__ import annotations
