@@ -31,7 +31,12 @@ USAGE_ERROR = 2  # 1 is a failed verdict or a regression
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr (``PROG: --option: what is wrong``), exit 2, no usage block."""
+    """Usage errors as one line on stderr (``PROG: --option: what is wrong``), exit 2, no usage block.
+    Options are never abbreviated: ``--max-latency`` must not silently mean ``--max-latency-increase``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"{self.prog}: {message.removeprefix('argument ')}\n")

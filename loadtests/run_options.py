@@ -9,18 +9,18 @@ anything starts or is written. Special values, decided once here:
 - timeouts and intervals (``--client-idle-timeout``, ``--proxy-read-timeout``, ``--flush-interval``,
   ``--preflight-timeout``) must be positive and finite; ``--flush-interval`` at most an hour.
 - ``--frame-sample-rate`` is a share in [0, 1]; ``--max-line-bytes`` at least 1.
-- ``--report-dir`` must be a directory, or creatable as one, that this process can write into.
+- ``--report-dir`` must be a directory, or creatable as one, that this process can write into
+  (checked without writing anything).
 - ``--server-args`` must split as a shell would (balanced quotes).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import shlex
-import tempfile
-from pathlib import Path
 from typing import Any
+
+from loadtests.report import report_root_problem
 
 MAX_FLUSH_INTERVAL_S = 3600.0
 
@@ -41,19 +41,6 @@ def _positive_seconds(name: str, value: float, most: float = math.inf) -> None:
         raise UsageError(f"{name} must be at most {most:g} s, got {value:g}")
 
 
-def _writable_directory(name: str, path: str) -> None:
-    directory = Path(path)
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"{name} {path}: not a directory (a file is in the way)")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=directory).close()
-    except OSError as exc:
-        raise UsageError(f"{name} {path}: cannot write there ({exc.strerror or exc})") from None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise UsageError(f"{name} {path}: cannot write there (permission denied)")
-
-
 def check_options(options: Any) -> None:
     """Check the scenario options of a parsed Locust command line; raise ``UsageError`` on the first bad one."""
     _positive_seconds("--client-idle-timeout", options.client_idle_timeout)
@@ -71,4 +58,6 @@ def check_options(options: Any) -> None:
         shlex.split(options.server_args)
     except ValueError as exc:
         raise UsageError(f"--server-args {options.server_args!r}: {exc} (quote as a shell would)") from None
-    _writable_directory("--report-dir", options.report_dir)
+    problem = report_root_problem(options.report_dir)
+    if problem is not None:
+        raise UsageError(f"--report-dir {options.report_dir}: {problem}")

@@ -42,7 +42,7 @@ from loadtests._signals import SignalGuard
 from loadtests.collect import Collector
 from loadtests.gates import Gate, GateResult
 from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT, PreflightError, preflight
-from loadtests.report import judge_run, new_run_dir, verdict_line, write_html_files
+from loadtests.report import RunDirError, judge_run, new_run_dir, verdict_line, write_html_files
 from loadtests.run_options import UsageError, check_options, keep_alive_interval
 from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
 from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
@@ -315,7 +315,13 @@ class Scenario:
             return
         assert self._collector is not None
         options = environment.parsed_options
-        writer = RunWriter(new_run_dir(options.report_dir, self.name))
+        try:
+            writer = RunWriter(new_run_dir(options.report_dir, self.name))
+        except RunDirError as exc:  # checked at start; something changed the directory since
+            print(f"sse-soak: {exc}: the test is not run", file=sys.stderr, flush=True)
+            environment.process_exit_code = 2
+            gevent.spawn(environment.runner.quit)
+            return
         self._test = _Test(writer, time.monotonic(), getattr(options, "run_time", None) or None)
         self._collector.begin(writer)
         print(f"run directory: {writer.directory}", flush=True)

@@ -482,3 +482,8 @@ def test_the_baseline_summary_is_read_with_the_compare_rules(
     assert (
         line == f"{SOAK}--baseline summary.json: not a run summary (no 'http_500', 'inband_500', 'outcomes', 'passed')"
     )
+
+
+def test_an_abbreviated_option_is_refused_not_guessed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    line = usage_error(capsys, "compare", str(tmp_path), str(tmp_path), "--max-latency", "0.1")
+    assert line == "python -m loadtests: unrecognized arguments: --max-latency 0.1", line

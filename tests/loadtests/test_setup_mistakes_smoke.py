@@ -149,7 +149,9 @@ def test_a_report_dir_that_is_a_file_or_unwritable_is_refused(tmp_path: Path) ->
     below_a_file = in_the_way / "sub"
     run = run_locust("mixed_truncate", below_a_file, users=1, seconds=2)
     assert run.returncode == 2, run.output[-3000:]
-    assert f"sse-soak: --report-dir {below_a_file}: cannot write there (Not a directory)" in run.output
+    assert f"sse-soak: --report-dir {below_a_file}: cannot be created (a file is in the way: {in_the_way})" in (
+        run.output
+    )
     assert "Traceback" not in run.output and in_the_way.read_text() == "a file"
 
 
