@@ -113,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("give the command to run after --")
     code = watchdog(command, options.remove)
     if code < 0:  # ended by a signal: end the same way, so our parent sees what happened
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # these two have no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     sys.exit(code)
 

@@ -272,7 +272,8 @@ class ReverseProxy:
         watch = asyncio.ensure_future(_wait_for_eof(client_reader))
         try:
             upstream_writer.write(request)
-            await upstream_writer.drain()
+            with contextlib.suppress(ConnectionError):  # an upstream that reset shows when its answer is read
+                await upstream_writer.drain()
             relay = asyncio.ensure_future(self._pump_response(upstream_reader, client_writer))
             await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
             if not relay.done():
@@ -296,6 +297,8 @@ class ReverseProxy:
                 self.stats.timeouts_before_headers += 1
                 client.write(_error_response("504 Gateway Time-out", f"upstream silent for {timeout:g} s"))
                 return
+            except ConnectionError:
+                data = b""  # reset before its headers: the same 502 as a close
             if not data:
                 self.stats.bad_gateway += 1
                 client.write(_error_response("502 Bad Gateway", "upstream closed before its headers"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -64,6 +65,20 @@ class SilentUpstream:
         self.socket.close()
         for connection in self.connections:
             connection.close()
+
+
+class ResettingUpstream(SilentUpstream):
+    """Reads the start of each request, then resets the connection (a server that crashed)."""
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            with connection:
+                connection.recv(1)
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 @pytest.fixture
@@ -160,8 +175,8 @@ def test_the_proxy_command_counts_what_it_did_when_stopped(silent_upstream: Sile
 
 @pytest.mark.parametrize(
     ("args", "complaint"),
-    [(["--upstream", "ftp://x"], "must be an http:// URL"), (["--upstream", "http://x", "--read-timeout", "0"],
-     "positive number of seconds"), (["--listen", "nowhere", "--upstream", "http://x"], "expected HOST:PORT")],
+    [(["--upstream", "ftp://x"], "http:// URL"), (["--upstream", "http://x", "--read-timeout", "0"],
+     "number of seconds"), (["--listen", "nowhere", "--upstream", "http://x"], "expected HOST:PORT")],
 )  # fmt: skip
 def test_proxy_command_line_errors_are_one_line(args: list[str], complaint: str) -> None:
     result = subprocess.run([sys.executable, "-m", "loadtests", "proxy", *args], capture_output=True, text=True,
@@ -223,3 +238,12 @@ def test_a_proxy_exits_when_the_pipe_from_its_starter_closes(
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     if proxy.name == "nginx":
         assert not Path(proxy.process.args[proxy.process.args.index("-p") + 1]).exists()
+
+
+def test_an_upstream_that_resets_before_its_headers_is_a_502(start_proxy: StartProxy) -> None:
+    upstream = ResettingUpstream()
+    try:
+        proxy = start_proxy(upstream.url, 5.0)
+        assert httpx.get(proxy.url + "/health", timeout=10).status_code == 502
+    finally:
+        upstream.close()
