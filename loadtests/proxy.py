@@ -10,9 +10,10 @@ from upstream, counted from the moment the request was sent (nginx's rule):
 
 Any byte re-arms the timer, an SSE comment included, which is why keep-alive works. Headers pass
 through unchanged except ``Connection``: one request per connection, both ways, so the relay can
-end the response by closing; and ``Expect: 100-continue``, which the proxy answers itself. A
-client that leaves closes the upstream connection too, so the server sees the disconnect.
-Upstream unreachable: ``502 Bad Gateway``.
+end the response by closing; ``Expect: 100-continue``, which the proxy answers itself; and a
+repeated identical Content-Length, sent once. A client that leaves closes the upstream connection
+too, so the server sees the disconnect. Upstream unreachable, or closing or resetting the
+connection before its headers: ``502 Bad Gateway``.
 
 A request the proxy cannot forward safely gets a plain-text answer from the proxy itself, never
 a silent close and never an echo of what was sent: a malformed request line or header line, a

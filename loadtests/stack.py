@@ -113,7 +113,9 @@ def split_api_key(server_args: Sequence[str]) -> tuple[list[str], str | None]:
 
 class TargetServerProcess(ChildService):
     """``python -m target_server`` on a free loopback port (unless ``args`` set ``--port``). An
-    ``--api-key`` in ``args`` is passed as ``VLLM_API_KEY`` in the server's environment instead."""
+    ``--api-key`` in ``args`` is passed as ``VLLM_API_KEY`` in the server's environment instead.
+    Without ``env``, the server gets this process's environment minus any ``VLLM_API_KEY`` (one
+    exported for a real vLLM), so its key is only ever the one in ``args``."""
 
     @classmethod
     def start(cls, args: Sequence[str] = (), timeout: float = 30.0, env: dict[str, str] | None = None) -> ChildService:
@@ -121,8 +123,10 @@ class TargetServerProcess(ChildService):
         argv = [sys.executable, "-m", "target_server", *args]
         if "--port" not in args:
             argv += ["--port", "0"]
+        if env is None:
+            env = {name: value for name, value in os.environ.items() if name != API_KEY_ENV}
         if key is not None:
-            env = {**(os.environ if env is None else env), API_KEY_ENV: key}
+            env = {**env, API_KEY_ENV: key}
         return cls.launch(argv, "target server", timeout, env)
 
 

@@ -124,13 +124,13 @@ class ServerConfig:
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> ServerConfig:
         """Parse a command line; a bad value exits 2 with a one-line message, as argparse does.
-        Without ``--api-key``, a non-empty ``$VLLM_API_KEY`` is the key."""
+        Without ``--api-key`` (or with an empty one), ``$VLLM_API_KEY`` is the key; empty means none,
+        as in vLLM (``args.api_key or envs.VLLM_API_KEY``)."""
         parser = cls.parser()
         namespace = parser.parse_args(argv)
         values = vars(namespace)
         values["failure_types"] = tuple(values["failure_types"])
-        if values["api_key"] is None:
-            values["api_key"] = os.environ.get(API_KEY_ENV) or None
+        values["api_key"] = values["api_key"] or os.environ.get(API_KEY_ENV) or None
         try:
             return cls(**values)
         except ValueError as exc:

@@ -31,6 +31,7 @@ def test_the_command_line_key_wins_over_the_environment(monkeypatch: pytest.Monk
     monkeypatch.setenv("VLLM_API_KEY", "env-key")
     assert ServerConfig.from_args(["--api-key", "cli-key"]).api_key == "cli-key"
     assert ServerConfig.from_args([]).api_key == "env-key"
+    assert ServerConfig.from_args(["--api-key", ""]).api_key == "env-key"  # vLLM: args.api_key or VLLM_API_KEY
     monkeypatch.setenv("VLLM_API_KEY", "")
     assert ServerConfig.from_args([]).api_key is None  # empty is unset, as in vLLM
 
@@ -56,6 +57,17 @@ def test_split_api_key_takes_every_spelling_argparse_accepts(
     server_args: list[str], expected: tuple[list[str], str | None]
 ) -> None:
     assert split_api_key(server_args) == expected
+
+
+def test_a_vllm_api_key_exported_for_another_server_does_not_reach_the_bundled_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("VLLM_API_KEY", "meant-for-a-real-vllm")
+    server = TargetServerProcess.start(())
+    try:
+        assert httpx.get(server.url + "/v1/models", timeout=10).status_code == 200
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize("spelling", [["--api-key", "{key}"], ["--api-key={key}"]])
