@@ -38,6 +38,10 @@ REQUEST_TYPE = "SSE"
 HARNESS_ERROR_PAUSE_S = 1.0
 """A user whose request failed inside sse-soak waits this long before its next one: a harness bug
 must not turn into a tight loop of failing rows."""
+CONNECT_ERROR_PAUSE_S = 0.5
+"""A user that got no HTTP response at all (the server died or refuses connections) waits this long
+before its next request: one row per user per pause says the server is gone, without a loop of
+thousands of refused connections a second burning the load generator's CPU."""
 logger = logging.getLogger(__name__)
 _harness_errors_logged: set[str] = set()
 """Messages already logged with their traceback in this process: each is logged once, counted in rows."""
@@ -82,6 +86,8 @@ class _StreamingUser:
             return self._harness_failure(plan, exc, tracker, started)
         row = tracker.finish(time.monotonic() - started, failure)
         self.report(row, tracker.frames, request.path)
+        if row.outcome == "connect_error":
+            gevent.sleep(CONNECT_ERROR_PAUSE_S)
         return row
 
     def _harness_failure(
