@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 from gevent.lock import Semaphore
+from locust.runners import WorkerRunner
 
 from loadtests.recorder import Recorder
 from loadtests.sse import DEFAULT_MAX_LINE_BYTES
@@ -54,7 +55,10 @@ class RunState:
 
     @property
     def worker(self) -> str:
-        """``worker-N`` on a Locust worker (its index is known only once it joined the master)."""
+        """``worker-N`` on a Locust worker (its index is known only once it joined the master),
+        ``local`` in a standalone run (whose runner has a ``worker_index`` of 0 too)."""
+        if not isinstance(self.runner, WorkerRunner):
+            return "local"
         index = getattr(self.runner, "worker_index", None)
         return f"worker-{index}" if index is not None and index >= 0 else "local"
 

@@ -29,6 +29,7 @@ def test_mixed_truncate_passes_on_the_bundled_server(tmp_path: Path) -> None:
     assert summary["http_500"] == summary["inband_500"] == 0
     requests = run.requests
     assert set(requests["client"]) == {"raw", "openai"}
+    assert set(requests["worker"]) == {"local"}  # a standalone run: no worker index
     assert set(requests["route"]) == {"completions", "chat"}
     truncated_ok = requests[(requests["truncate_prompt_tokens"] == 1000) & (requests["outcome"] == "ok")]
     assert len(truncated_ok) > 0 and (truncated_ok["usage_prompt_tokens"] == 1000).all()
@@ -133,3 +134,4 @@ def test_a_server_that_wants_an_api_key_gets_it_from_both_clients(tmp_path: Path
     assert run.returncode == 0, run.output[-3000:]
     requests = run.requests
     assert set(requests["client"]) == {"raw", "openai"} and 401 not in set(requests["status"].dropna())
+
