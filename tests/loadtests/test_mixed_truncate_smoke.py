@@ -134,4 +134,3 @@ def test_a_server_that_wants_an_api_key_gets_it_from_both_clients(tmp_path: Path
     assert run.returncode == 0, run.output[-3000:]
     requests = run.requests
     assert set(requests["client"]) == {"raw", "openai"} and 401 not in set(requests["status"].dropna())
-
