@@ -12,34 +12,67 @@ at +10% steady growth; this prints the figure whatever the verdict.
 How to read it: growth well under 10% for both, with no steady climb across windows, means no
 leak at this load and duration; a steady climb that stays under 10% is a leak too slow for this
 run to prove, so run longer (``--duration 2h``).
+
+``--quick`` is a smoke run that proves the script still works: a 30 s soak with 3 windows and 4
+users (options given explicitly still win). It prints the same figures, but 30 s says nothing
+about leaks. The soak is bounded: it is killed (by its pid) if it runs ``--timeout`` seconds past
+its duration.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
+    sys.path.insert(0, str(ROOT))
+
+from loadtests.soak import parse_duration  # noqa: E402
+
+STOP_GRACE_S = 30.0
+QUICK = {"duration": "30s", "windows": 3, "users": 4}
+"""``--quick``: seconds, not minutes; the same figures."""
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK} unless given")
     parser.add_argument("--duration", default="10m", help="soak duration, e.g. 3m, 10m, 2h (default 10m)")
     parser.add_argument("--windows", type=int, default=10, help="drift windows (default 10)")
     parser.add_argument("--users", type=int, default=12, help="concurrent users (default 12)")
     parser.add_argument("--report-dir", default="/tmp/sse-soak-bench", help="where the run goes")
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds past --duration before the soak is killed"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    options = parser.parse_args()
+    if parser.parse_known_args(argv)[0].quick:
+        parser.set_defaults(**QUICK)
+    options = parser.parse_args(argv)
+    try:
+        options.duration_s = parse_duration(options.duration)
+    except ValueError as exc:
+        parser.error(f"--duration: {exc}")
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
     command = [sys.executable, "-m", "loadtests", "soak", "--duration", options.duration, "--windows",
                str(options.windows), "--users", str(options.users), "--report-dir", options.report_dir,
                "--progress-interval", "30"]  # fmt: skip
     print("running:", " ".join(command), flush=True)
     started = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    result = run_bounded(command, options.duration_s + options.timeout)
+    if result is None:
+        print(f"the soak was still running {options.timeout:.0f} s after its {options.duration_s} s duration")
+        return 1
     wall = time.monotonic() - started
     report = [line for line in result.stdout.splitlines() if line.startswith("report: ")]
     if not report:
@@ -53,6 +86,27 @@ def main() -> int:
     if options.json:
         options.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
+
+
+def run_bounded(command: list[str], timeout_s: float) -> subprocess.CompletedProcess[str] | None:
+    """Run the soak; past ``timeout_s`` stop it by its pid (SIGTERM, so it stops Locust and the
+    server it started, then SIGKILL) and return None."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.communicate(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.communicate()
+        return None
+    finally:
+        if process.poll() is None:  # interrupted (Ctrl-C): do not leave the soak behind
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _figures(summary: dict, wall: float) -> dict:

@@ -9,7 +9,8 @@ worker processes than it should. This benchmark puts a number on both sides of t
 A) Parser/recorder cost. Two Locust user classes, run in-process with Locust's library API
 (``Environment`` + ``create_local_runner``) against one bundled server at zero inter-token
 latency and keep-alive off: a bare loop that reads ``response._response.readline(b"\\n")`` and
-counts blank lines, and ``SSEUser`` exactly as a scenario uses it (frames counted from the
+counts blank lines, and ``SSEUser`` exactly as a scenario uses it (it reads the body bytes each
+receive brings, ``loadtests.users._next_chunk``, into ``SSEParser.feed``; frames counted from the
 recorder's rows, ``data_frames + keepalive_frames``). Both send the same prepared request with
 the same FastHttpUser client, at the same concurrency. Each round runs ``--users`` users doing
 ``--streams-per-user`` streams each; rounds alternate bare/sse after warm-ups, each round in a
@@ -39,6 +40,10 @@ frames recorded, mismatching request ids (must be 0), and the load generator's p
 Exit status: 1 if any frame was lost or miscounted (in A or B), a stream did not end ``ok``, a
 server failed to start or the load generator failed; otherwise 0. The 80% figure is reported as
 PASS/FAIL but is a measurement, not an assertion.
+
+``--quick`` is a smoke run that proves the script still works (seconds: A with 200 tokens, 4 users
+x 3 streams, 2 rounds; B with 100 streams of 4 tokens; options given explicitly still win). It
+prints the same figures; they are too noisy to judge the 80% by.
 """
 
 from __future__ import annotations
@@ -72,6 +77,21 @@ TARGET_RATIO = 0.80
 PROMPT_TOKENS = 8
 LOADGEN_GRACE_S = 60.0
 TRACE_DATA_KINDS = ("data", "error", "done")  # what the harness counts as data_frames
+QUICK = {
+    "max_tokens": 200,
+    "users": 4,
+    "streams_per_user": 3,
+    "rounds": 2,
+    "warmup": 1,
+    "round_timeout": 30.0,
+    "capacity_users": 100,
+    "capacity_spawn_rate": 100.0,
+    "capacity_max_tokens": 4,
+    "capacity_ttft_ms": 1500.0,
+    "capacity_itl_ms": 300.0,
+    "capacity_timeout": 30.0,
+}
+"""``--quick``: seconds, not minutes; the same figures."""
 
 
 class BenchError(RuntimeError):
@@ -388,7 +408,7 @@ def server_env() -> dict[str, str]:
 def throughput_phase(settings: ThroughputSettings) -> list[dict[str, Any]]:
     server = start_server(settings.server_args())
     try:
-        print(f"server: {server.url} pid {server.pid} args {' '.join(server.args)}")
+        print(f"server: {server.url} pid {server.pid} args {' '.join(server.process.args)}")
         print(
             f"\n{'round':>5} {'user':>4} {'streams':>7} {'frames':>8} {'cpu s':>7} {'wall s':>7} {'cpu %':>6} "
             f"{'frames/cpu s':>12} {'frames/stream':>13}"
@@ -462,7 +482,7 @@ def capacity_phase(settings: CapacitySettings) -> dict[str, Any]:
         trace_file = Path(directory) / "trace.jsonl"
         server = start_server(settings.server_args(trace_file))
         try:
-            print(f"\nserver: {server.url} pid {server.pid} args {' '.join(server.args)}")
+            print(f"\nserver: {server.url} pid {server.pid} args {' '.join(server.process.args)}")
             result = run_loadgen("capacity", server.url, settings, settings.timeout_s + LOADGEN_GRACE_S)
         finally:
             server.stop()  # closes the trace file
@@ -584,8 +604,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     b.add_argument("--capacity-keep-alive", type=float, default=1.0, help="server --sse-keep-alive-interval (s)")
     b.add_argument("--capacity-timeout", type=float, default=90.0, help="seconds the capacity run may take at most")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the figures here")
+    parser.add_argument("--quick", action="store_true", help="a smoke run in seconds: small counts unless given")
     for name in ("--loadgen", "--loadgen-target", "--loadgen-settings", "--loadgen-result"):
         parser.add_argument(name, default=None, help=argparse.SUPPRESS)  # internal: the child process's role
+    if parser.parse_known_args(argv)[0].quick:
+        parser.set_defaults(**QUICK)
     args = parser.parse_args(argv)
     for name in ("max_tokens", "users", "streams_per_user", "rounds", "capacity_max_tokens"):
         if getattr(args, name) < 1:

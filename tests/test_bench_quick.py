@@ -1,0 +1,110 @@
+"""Benchmarks cannot rot: every script in bench/ runs in its quick mode against the current code,
+exits 0 and prints each of its figures (checked by label and shape, never by value)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+TIMEOUT_S = 120
+NUM = r"[-+]?(?:\d[\d,.]*|nan|inf)"  # a printed figure; nan is a figure too (a round too short to time)
+
+pytestmark = [pytest.mark.smoke, pytest.mark.timeout(TIMEOUT_S + 30)]
+
+
+def run_bench(script: str, *args: str) -> str:
+    """Run ``bench/<script> --quick`` as a subprocess, bounded; returns its stdout after checking exit 0.
+    On a timeout ``subprocess.run`` kills the script by its pid; the servers it started see their
+    stdin pipe close and stop themselves."""
+    command = [sys.executable, str(BENCH / script), "--quick", *args]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    return result.stdout
+
+
+def assert_figures(output: str, patterns: list[str]) -> None:
+    missing = [pattern for pattern in patterns if not re.search(pattern, output, re.MULTILINE)]
+    assert not missing, f"figures not printed: {missing}\n{output[-4000:]}"
+
+
+def test_keepalive_overhead_quick(tmp_path: Path) -> None:
+    output = run_bench("keepalive_overhead.py", "--json", str(tmp_path / "figures.json"))
+    assert_figures(
+        output,
+        [
+            r"^server off: http://127\.0\.0\.1:\d+ pid \d+ args .*--sse-keep-alive-interval 0",
+            r"^server  on: http://127\.0\.0\.1:\d+ pid \d+ args .*--sse-keep-alive-interval 1",
+            rf"^\s+\d+\s+off\s+\d+\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}$",
+            rf"^\s+\d+\s+on\s+\d+\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}$",
+            rf"keep-alive off: +{NUM} frames/wall s +{NUM} frames/server-cpu s",
+            rf"keep-alive  on: +{NUM} frames/wall s +{NUM} frames/server-cpu s",
+            rf"^throughput on/off \(frames per wall s\): {NUM}$",
+            rf"^server CPU per frame on/off: +{NUM}$",
+            rf"^keep-alive overhead: {NUM}% of throughput \(frames per server CPU s; (?:NOT )?under 15%\); "
+            rf"by wall clock: {NUM}%$",
+            rf"^cross-check, median of adjacent off/on pairs \(CPU\): {NUM}% overhead$",
+            r"^integrity keep-alive off: (\d+)/\1 streams ended with data: \[DONE\] .* -> OK$",
+            r"^integrity keep-alive  on: (\d+)/\1 streams ended with data: \[DONE\] .* -> OK$",
+        ],
+    )
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert {"overhead_pct_cpu", "overhead_pct_wall", "overhead_pct_cpu_paired"} <= figures["summary"].keys()
+
+
+def test_sse_user_throughput_quick(tmp_path: Path) -> None:
+    output = run_bench("sse_user_throughput.py", "--json", str(tmp_path / "figures.json"))
+    load = rf"frames/load-generator CPU s +{NUM} frames/wall s +load generator CPU {NUM}%"
+    assert_figures(
+        output,
+        [
+            r"^open-files limit: \d+$",
+            r"^server: http://127\.0\.0\.1:\d+ pid \d+ args .*--inter-token-latency 0",
+            rf"^\s+\d+\s+bare\s+\d+\s+\d+\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}",
+            rf"^\s+\d+\s+sse\s+\d+\s+\d+\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}",
+            rf"^  bare: +{NUM} {load}$",
+            rf"^   sse: +{NUM} {load}$",
+            rf"^SSE user throughput: {NUM}% of the bare loop \(target >= 80%\) -> (?:PASS|FAIL)$",
+            rf"^cross-check, median of adjacent bare/sse pairs: {NUM}%$",
+            r"^frame counts: every stream ok, same frames per stream for both users -> OK$",
+            r"^server: http://127\.0\.0\.1:\d+ pid \d+ args .*--trace-file ",
+            r"^streams: (\d+) started of \1, finished: \1 ok$",
+            r"^peak open at once: \d+ \(harness send\.\.end\), \d+ \(server trace first\.\.last frame\)$",
+            r"^frames: (\d+) sent by the server \(\d+ keep-alive\), \1 recorded by the harness$",
+            r"^mismatching requests: 0 \(must be 0\)$",
+            rf"^load generator: peak RSS \d+ MiB \(\d+ MiB before the users, ~-?\d+ KiB per stream\), "
+            rf"CPU {NUM} s over {NUM} s wall \({NUM}%\)$",
+            r"^capacity: OK, nothing lost or miscounted$",
+        ],
+    )
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert {"ratio", "ratio_paired", "counts_ok"} <= figures["throughput"].keys()
+    assert figures["capacity"]["ok"]
+
+
+def test_soak_memory_quick(tmp_path: Path) -> None:
+    output = run_bench("soak_memory.py", "--report-dir", str(tmp_path / "reports"), "--json", str(tmp_path / "f.json"))
+    memory = rf"memory: first window {NUM} MiB, last {NUM} MiB, growth second->last window {NUM}% \(gate: \+10%\)$"
+    assert_figures(
+        output,
+        [
+            r"^running: .* -m loadtests soak --duration 30s --windows 3 --users 4 ",
+            r"^run: /",
+            r"^window +from s +to s +requests +harness MiB +server MiB$",
+            rf"^ +1 +{NUM} +{NUM} +\d+ +{NUM} +{NUM}$",
+            rf"^ +3 +{NUM} +{NUM} +\d+ +{NUM} +{NUM}$",
+            rf"^harness {memory}",
+            rf"^server {memory}",
+            rf"^held: \d+ requests in \d+ s = {NUM} requests/s$",
+            r"^soak \S",
+        ],
+    )
+    figures = json.loads((tmp_path / "f.json").read_text())
+    assert {"harness_rss_mb_growth_second_to_last", "server_rss_mb_growth_second_to_last"} <= figures.keys()
