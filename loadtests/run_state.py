@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 from gevent.lock import Semaphore
-from locust.runners import WorkerRunner
 
 from loadtests.recorder import Recorder
 from loadtests.sse import DEFAULT_MAX_LINE_BYTES
@@ -57,6 +56,10 @@ class RunState:
     def worker(self) -> str:
         """``worker-N`` on a Locust worker (its index is known only once it joined the master),
         ``local`` in a standalone run (whose runner has a ``worker_index`` of 0 too)."""
+        if self.runner is None:
+            return "local"
+        from locust.runners import WorkerRunner  # here: importing Locust monkey-patches the process
+
         if not isinstance(self.runner, WorkerRunner):
             return "local"
         index = getattr(self.runner, "worker_index", None)
