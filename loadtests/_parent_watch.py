@@ -4,8 +4,8 @@ Each service the harness starts gets a stdin pipe whose write end only the harne
 ``stack``). The kernel closes that end when the harness dies, however it dies, so EOF on stdin
 means nobody is left to stop the service. Two ways to act on it:
 
-- ``exit_when_stdin_closes()``: our own services (the embedded proxy here, the bundled server in
-  ``target_server._parent_watch``, which imports nothing from the harness) run a daemon thread
+- ``exit_when_stdin_closes()`` (from ``target_server._parent_watch``, shared with the bundled
+  server, which imports nothing from the harness): our own services run a daemon thread
   that reads stdin and, at EOF, SIGTERMs its own process: the same graceful path as a normal stop,
   with a SIGKILL of itself if that hangs. Opt-in through ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``, so a
   proxy started by hand is not stopped by its terminal.
@@ -28,35 +28,9 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-ENV_VAR = "SSE_SOAK_EXIT_ON_STDIN_EOF"
-GRACE_S = 5.0
+from target_server._parent_watch import ENV_VAR, GRACE_S, exit_when_stdin_closes, wait_for_stdin_eof
 
-
-def exit_when_stdin_closes() -> threading.Thread | None:
-    """With ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``, start the daemon thread that ends this process once
-    stdin reaches EOF; otherwise do nothing. The variable is removed so no grandchild inherits it."""
-    if os.environ.pop(ENV_VAR, None) != "1":
-        return None
-    thread = threading.Thread(target=_terminate_at_eof, name="parent-watch", daemon=True)
-    thread.start()
-    return thread
-
-
-def _wait_for_eof() -> None:
-    # os.read, not sys.stdin: a daemon thread blocked inside a buffered reader can hold its lock
-    # while the interpreter shuts down, which is a fatal error.
-    try:
-        while os.read(0, 4096):
-            pass  # the parent never writes; anything it does is ignored
-    except OSError:
-        pass
-
-
-def _terminate_at_eof() -> None:
-    _wait_for_eof()
-    os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(GRACE_S)  # a daemon thread: this line is only reached if the graceful stop hung
-    os.kill(os.getpid(), signal.SIGKILL)
+__all__ = ["ENV_VAR", "GRACE_S", "exit_when_stdin_closes", "main", "watchdog"]
 
 
 def watchdog(command: Sequence[str], remove: Sequence[str] = ()) -> int:
@@ -81,7 +55,7 @@ def watchdog(command: Sequence[str], remove: Sequence[str] = ()) -> int:
         child.send_signal(signal.SIGTERM)
 
     def at_eof() -> None:
-        _wait_for_eof()
+        wait_for_stdin_eof()
         parent_gone.set()
         os.kill(os.getpid(), signal.SIGTERM)  # handled by ``stop`` in the main thread
 

@@ -85,6 +85,15 @@ class OutcomesAsExpected:
         return GateResult(self.name, bad.empty, detail)
 
 
+def _no_outcome(name: str, requests: pd.DataFrame, outcome: str, counted: str) -> GateResult:
+    """No row has ``outcome``; the detail counts them (``counted`` words it) by message."""
+    bad = requests[requests["outcome"] == outcome]
+    detail = f"{len(bad)} {counted}"
+    if not bad.empty:
+        detail += f": {_by_message(bad)}{_examples(bad)}"
+    return GateResult(name, bad.empty, detail)
+
+
 @dataclass(frozen=True)
 class NoProtocolErrors:
     """No 2xx stream broke the event-stream protocol (content type, JSON frames, UTF-8, line length)."""
@@ -92,11 +101,7 @@ class NoProtocolErrors:
     name: str = "no_protocol_errors"
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
-        bad = requests[requests["outcome"] == "protocol_error"]
-        detail = f"{len(bad)} protocol errors of {len(requests)} requests"
-        if not bad.empty:
-            detail += f": {_by_message(bad)}{_examples(bad)}"
-        return GateResult(self.name, bad.empty, detail)
+        return _no_outcome(self.name, requests, "protocol_error", f"protocol errors of {len(requests)} requests")
 
 
 @dataclass(frozen=True)
@@ -106,11 +111,7 @@ class NoHarnessErrors:
     name: str = "no_harness_errors"
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
-        bad = requests[requests["outcome"] == "harness_error"]
-        detail = f"{len(bad)} requests failed inside sse-soak itself"
-        if not bad.empty:
-            detail += f": {_by_message(bad)}{_examples(bad)}"
-        return GateResult(self.name, bad.empty, detail)
+        return _no_outcome(self.name, requests, "harness_error", "requests failed inside sse-soak itself")
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from typing import Any, NoReturn
 import gevent
 from gevent.event import Event
 from locust import FastHttpUser, events
-from locust.runners import STATE_RUNNING, STATE_SPAWNING, WorkerRunner
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 from loadtests._signals import SignalGuard
 from loadtests.collect import Collector
@@ -325,14 +325,14 @@ class Scenario:
         self._test = _Test(writer, time.monotonic(), getattr(options, "run_time", None) or None)
         self._collector.begin(writer)
         print(f"run directory: {writer.directory}", flush=True)
-        if environment.host:  # how prompts are sized, for the summary (users find out on their own)
+        if environment.host and isinstance(environment.runner, MasterRunner):  # a master sizes no prompt itself
             state = run_state(environment)
             self._sizing_probe = gevent.spawn(probe_prompt_sizing, environment.host, state.api_key,
                                               state.model_option, state.probe_timeout)  # fmt: skip
 
     def _prompt_sizing(self, environment: Any) -> str | None:
-        """What this process's users found about prompt sizing, else what the probe at test start
-        found (a master prepares no mix), else None."""
+        """What this process's users found about prompt sizing, else (on a master, which prepares
+        no mix) what its probe at test start found, else None."""
         facts = run_state(environment).facts
         if facts is not None:
             return facts.prompt_sizing

@@ -5,8 +5,8 @@ harness holds, and sets ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``. The kernel closes that
 harness dies, however it dies, so a read of stdin that returns EOF means nobody is left to stop
 the server: it stops itself with SIGTERM, the same graceful path as a normal stop, and SIGKILLs
 itself if that has not ended it within ``GRACE_S``. Opt-in, because a server started by hand (stdin
-a terminal, or /dev/null) must not exit on its stdin. The harness has its own copy of this watch
-(``loadtests._parent_watch``): the server imports nothing from the harness.
+a terminal, or /dev/null) must not exit on its stdin. The harness's services use this same watch
+through ``loadtests._parent_watch`` (the harness may import the server; never the reverse).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def exit_when_stdin_closes() -> threading.Thread | None:
     return thread
 
 
-def _terminate_at_eof() -> None:
+def wait_for_stdin_eof() -> None:
+    """Block until stdin reaches EOF (or fails)."""
     # os.read, not sys.stdin: a daemon thread blocked inside a buffered reader can hold its lock
     # while the interpreter shuts down, which is a fatal error.
     try:
@@ -38,6 +39,10 @@ def _terminate_at_eof() -> None:
             pass  # the parent never writes; anything it does is ignored
     except OSError:
         pass
+
+
+def _terminate_at_eof() -> None:
+    wait_for_stdin_eof()
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(GRACE_S)  # a daemon thread: this line is only reached if the graceful stop hung
     os.kill(os.getpid(), signal.SIGKILL)

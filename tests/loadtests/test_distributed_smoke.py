@@ -33,6 +33,7 @@ def assert_nothing_lost(run: LocustRun, stats_file: Path, workers: set[str]) -> 
     assert summary["requests"] == len(requests) == locust_requests(stats_file) + summary["outcomes"]["stopped"]
     assert requests["request_id"].is_unique
     assert set(requests["worker"]) == workers
+    assert summary["settings"]["prompt_sizing"] == "exact"  # the master prepares no prompt: it probed
     frames = run.frames
     assert set(frames["request_id"]) <= set(requests["request_id"])
     per_stream = frames.groupby("request_id").size()
