@@ -1,6 +1,7 @@
 """The run directory while the run goes: batches of rows and frames become parquet parts.
 
-``requests.parquet/`` and ``frames.parquet/`` are directories of ``part-NNNNNN.parquet`` files
+``requests.parquet/``, ``frames.parquet/`` and ``lag.parquet/`` (the harness's own lag samples,
+``loadtests.lag``) are directories of ``part-NNNNNN.parquet`` files
 (the Hive/Spark layout; ``pandas.read_parquet`` reads a directory like a file). Each batch that
 reaches the process holding the results is written at once as one part, under a temporary name
 then renamed, so the directory is readable at any moment and a killed run keeps everything up to
@@ -26,11 +27,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from loadtests.lag import LAG_SCHEMA
 from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
 
 UNWRITABLE_ROWS = "unwritable-rows.jsonl"
 logger = logging.getLogger(__name__)
 _CONVERSION_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError)
+_SCHEMAS = {"requests": REQUEST_SCHEMA, "frames": FRAME_SCHEMA, "lag": LAG_SCHEMA}
 
 
 def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -40,7 +43,7 @@ def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     if written:
         table = pq.read_table(path, columns=columns)
     else:
-        schema = FRAME_SCHEMA if path.name.startswith("frames") else REQUEST_SCHEMA
+        schema = _SCHEMAS.get(path.name.split(".")[0], REQUEST_SCHEMA)
         table = schema.empty_table()
         if columns is not None:
             table = table.select(columns)
@@ -54,8 +57,9 @@ class RunWriter:
         self.directory = directory
         self.requests_dir = directory / "requests.parquet"
         self.frames_dir = directory / "frames.parquet"
-        self.requests_dir.mkdir(parents=True, exist_ok=True)
-        self.frames_dir.mkdir(parents=True, exist_ok=True)
+        self.lag_dir = directory / "lag.parquet"
+        for table_dir in (self.requests_dir, self.frames_dir, self.lag_dir):
+            table_dir.mkdir(parents=True, exist_ok=True)
         self.rows_written = 0
         self.rows_unwritable = 0
         self._parts = 0
@@ -81,8 +85,8 @@ class RunWriter:
         return sum(len(batch["rows"]) for batch in self._pending)
 
     def _write_batch(self, batch: dict[str, Any]) -> None:
-        rows, frames = batch["rows"], batch["frames"]
-        if not rows and not frames["request_id"]:
+        rows, frames, lag = batch["rows"], batch["frames"], batch.get("lag")
+        if not rows and not frames["request_id"] and not (lag and lag["lag_s"]):
             return
         self._parts += 1
         name = f"part-{os.getpid()}-{self._parts:06d}.parquet"
@@ -98,6 +102,8 @@ class RunWriter:
                 self._keep_unwritable([{"frame_records": frames}], exc)
             else:
                 self._write(table, self.frames_dir / name)
+        if lag and lag["lag_s"]:
+            self._write(pa.Table.from_pydict(lag, schema=LAG_SCHEMA), self.lag_dir / name)
 
     def _requests_table(self, rows: list[dict[str, Any]]) -> pa.Table:
         """The rows as one table; when some do not fit, those that do (the rest are kept aside)."""

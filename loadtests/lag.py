@@ -1,0 +1,126 @@
+"""The harness's own lag: how late the load generator's event loop wakes a sleeping greenlet.
+
+Every frame time the harness records is taken when its greenlet runs, so a loop that is blocked
+(a long call, a garbage collection, the process waiting for a CPU) writes its own delay down as
+the server's. ``LagMonitor`` runs one greenlet per Locust process that sleeps ``LAG_INTERVAL_S``
+and records how late it woke: a sample ``(time, t_mono, lag_s)`` says the loop could not run
+anything over ``[t_mono - lag_s, t_mono]``. Samples go to ``lag.parquet`` with the rows of the
+same batch; ``lag_summary`` condenses them for summary.json and the ``harness_kept_up`` gate
+judges them.
+
+``worst_since(t)`` answers, for a request that opened at monotonic time ``t``, the worst lag seen
+while it was open (``harness_lag_max_s`` on its row), including a stall still under way that the
+monitor has not woken from yet. It keeps only the samples that are the largest from their time
+onwards (a strictly decreasing list, lags rounded to 0.1 ms), so its memory does not grow with
+the run. Invariant: memory holds the samples of one batch, never the run.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import pandas as pd
+import pyarrow as pa
+
+LAG_INTERVAL_S = 0.01
+"""How often the monitor wakes: fine enough to see a 5 ms stall, 100 wakes a second per process."""
+DEFAULT_LAG_LIMIT_MS = 5.0
+"""The ``harness_kept_up`` gate's default: the p99 of each process's lag samples at most this."""
+LAG_COLUMNS = ("worker", "time", "t_mono", "lag_s")
+LAG_SCHEMA = pa.schema([("worker", pa.string()), ("time", pa.float64()), ("t_mono", pa.float64()),
+                        ("lag_s", pa.float64())])  # fmt: skip
+"""lag.parquet: the process (``local``, ``master``, ``worker-N``), wall-clock and monotonic time of
+the wake, and how late it was (seconds)."""
+_RESOLUTION_S = 1e-4
+
+
+class LagMonitor:
+    """Samples this process's scheduling delay while started. Not thread-safe: one per gevent loop."""
+
+    def __init__(self, interval: float = LAG_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._due: float | None = None
+        self._greenlet: gevent.Greenlet | None = None
+        self._time: list[float] = []
+        self._t_mono: list[float] = []
+        self._lag: list[float] = []
+        self._worst_at: list[float] = []
+        """Wake times of the samples no later sample exceeds, ascending; ``_worst_lag`` strictly descending."""
+        self._worst_lag: list[float] = []
+
+    @property
+    def running(self) -> bool:
+        return self._greenlet is not None
+
+    def start(self) -> None:
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._run)
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+            self._due = None
+
+    def _run(self) -> None:
+        clock, interval = self._clock, self.interval
+        while True:
+            self._due = clock() + interval
+            gevent.sleep(interval)
+            now = clock()
+            self.record(now, time.time(), max(0.0, now - self._due))
+
+    def record(self, t_mono: float, wall: float, lag: float) -> None:
+        """One sample: at ``t_mono`` (wall-clock ``wall``) the loop woke ``lag`` seconds late."""
+        self._time.append(wall)
+        self._t_mono.append(t_mono)
+        self._lag.append(lag)
+        rounded = round(lag / _RESOLUTION_S) * _RESOLUTION_S
+        while self._worst_lag and self._worst_lag[-1] <= rounded:
+            self._worst_at.pop()
+            self._worst_lag.pop()
+        self._worst_at.append(t_mono)
+        self._worst_lag.append(rounded)
+
+    def worst_since(self, since: float) -> float | None:
+        """The worst lag (s) of any wake at or after monotonic ``since``, or of the stall under way
+        now; None when the monitor is not running (nothing was measured)."""
+        if self._due is None:
+            return None
+        index = bisect.bisect_left(self._worst_at, since)
+        recorded = self._worst_lag[index] if index < len(self._worst_lag) else 0.0
+        return max(recorded, self._clock() - self._due, 0.0)
+
+    def take(self, worker: str) -> dict[str, list[Any]]:
+        """The samples since the last call, as plain lists (msgpack-safe); removed from the monitor."""
+        taken = {"worker": [worker] * len(self._lag), "time": self._time, "t_mono": self._t_mono, "lag_s": self._lag}
+        self._time, self._t_mono, self._lag = [], [], []
+        return taken
+
+
+def lag_summary(lag: pd.DataFrame, limit_ms: float = DEFAULT_LAG_LIMIT_MS) -> dict[str, Any]:
+    """``harness_lag_ms`` of summary.json: p50, p99 and max lag over every sample, the seconds the
+    loop spent in stalls longer than ``limit_ms``, and the same per process (the gate judges each
+    process: one overloaded worker is enough to distort its streams)."""
+    summary: dict[str, Any] = {"limit_ms": limit_ms, **_figures(lag["lag_s"], limit_ms)}
+    summary["by_worker"] = {str(worker): _figures(rows["lag_s"], limit_ms)
+                            for worker, rows in lag.groupby("worker", sort=True)}  # fmt: skip
+    return summary
+
+
+def _figures(lag_s: pd.Series, limit_ms: float) -> dict[str, Any]:
+    if lag_s.empty:
+        return {"samples": 0, "p50": None, "p99": None, "max": None, "seconds_above_limit": 0.0}
+    milliseconds = lag_s * 1000.0
+    return {
+        "samples": len(lag_s),
+        "p50": round(float(milliseconds.quantile(0.5)), 3),
+        "p99": round(float(milliseconds.quantile(0.99)), 3),
+        "max": round(float(milliseconds.max()), 3),
+        "seconds_above_limit": round(float(lag_s[milliseconds > limit_ms].sum()), 3),
+    }
