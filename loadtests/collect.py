@@ -9,8 +9,9 @@ quitting on Ctrl-C/SIGTERM): its users are stopped first, so streams still runni
 as ``stopped``, and the batch goes out before the worker tells the master it stopped or quit.
 Before the master judges a test (``finish()``) it asks every worker for a final batch
 (``sse_soak_flush``, for stops the workers did not see) and waits, bounded, until every worker
-that took part has sent one or is gone. Invariant: a row reaches the run directory once, in the
-test it was recorded in.
+that took part has sent one or is gone. Each process's lag samples (``loadtests.lag``) travel in
+its batches; the master writes its own on the same cadence. Invariant: a row reaches the run
+directory once, in the test it was recorded in.
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ class Collector:
             self.runner.register_message(FLUSH_MESSAGE, self._on_flush_request)
             self.environment.events.test_stop.add_listener(self._ship_final)
             self._greenlet = gevent.spawn(self._every_interval, self._ship)
-        elif isinstance(self.runner, MasterRunner):
-            self.runner.register_message(BATCH_MESSAGE, self._on_batch)
         elif self.runner is not None:
+            if isinstance(self.runner, MasterRunner):
+                self.runner.register_message(BATCH_MESSAGE, self._on_batch)
             self._greenlet = gevent.spawn(self._every_interval, self.write_local)
 
     def _every_interval(self, action: Any) -> None:
@@ -66,13 +67,14 @@ class Collector:
         """A test starts (master or standalone): its rows go to ``writer``."""
         self.writer = writer
         self.final_from.clear()
+        self._own_batch()  # what this process recorded between tests belongs to none
         self.participants = {client.id for client in self.runner.clients.all} if self._is_master else set()
 
     def finish(self) -> None:
         """The test stopped: get its last rows to disk (from every worker, when distributed)."""
         if self._is_master:
             self._collect_final_batches()
-        elif self.writer is not None:
+        if self.writer is not None:
             self.write_local()
 
     def end(self) -> None:
@@ -88,16 +90,21 @@ class Collector:
     def _is_master(self) -> bool:
         return isinstance(self.runner, MasterRunner)
 
-    # -- standalone ---------------------------------------------------------------------------
+    def _own_batch(self) -> dict[str, Any]:
+        """What this process recorded since the last batch: its users' rows and frames, and its lag samples."""
+        state = run_state(self.environment)
+        return {**state.recorder.take_batch(), "lag": state.lag.take("master" if self._is_master else state.worker)}
+
+    # -- standalone and master ----------------------------------------------------------------
     def write_local(self) -> None:
-        """Write what this process's users recorded since the last write (kept until a test has a writer)."""
+        """Write what this process recorded since the last write (kept until a test has a writer)."""
         if self.writer is not None:
-            self.writer.write_batch(run_state(self.environment).recorder.take_batch())
+            self.writer.write_batch(self._own_batch())
 
     # -- worker -------------------------------------------------------------------------------
     def _ship(self, final: bool = False) -> None:
-        batch = run_state(self.environment).recorder.take_batch()
-        if final or batch["rows"] or batch["frames"]["request_id"]:
+        batch = self._own_batch()
+        if final or batch["rows"] or batch["frames"]["request_id"] or batch["lag"]["lag_s"]:
             self.runner.send_message(BATCH_MESSAGE, {**batch, "final": final})
 
     def _ship_final(self, **_: Any) -> None:

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
+
 
 @dataclass(frozen=True)
 class GateResult:
@@ -218,15 +220,46 @@ class NoProxyTimeouts:
         return GateResult(self.name, False, detail + _examples(pd.concat([timed_out, by_proxy])))
 
 
+@dataclass(frozen=True)
+class HarnessKeptUp:
+    """The load generator kept up: in every process, the p99 of its event loop's lag samples
+    (``loadtests.lag``) is at most ``limit_ms``. Judged on ``lag.parquet``, not on the requests:
+    when it fails, timings finer than the lag measure the harness, not the server."""
+
+    limit_ms: float = DEFAULT_LAG_LIMIT_MS
+    name: str = "harness_kept_up"
+
+    def evaluate(self, requests: pd.DataFrame, lag: pd.DataFrame | None = None) -> GateResult:
+        if lag is None or lag.empty:
+            return GateResult(self.name, False, "no lag samples recorded: the harness's timing is unknown", True)
+        by_worker = lag_summary(lag, self.limit_ms)["by_worker"]
+        worker, worst = max(by_worker.items(), key=lambda item: item[1]["p99"])
+        where = f" in {worker}" if len(by_worker) > 1 else ""
+        detail = (
+            f"p99 lag {worst['p99']:.1f} ms{where} (limit {self.limit_ms:g} ms; max {worst['max']:.1f} ms, "
+            f"{worst['seconds_above_limit']:.2f} s in stalls over the limit, {len(by_worker)} process(es))"
+        )
+        if worst["p99"] <= self.limit_ms:
+            return GateResult(self.name, True, detail)
+        stalled = int((requests.get("harness_lag_max_s", pd.Series(dtype=float)) * 1000.0 > self.limit_ms).sum())
+        detail += (
+            f"; timings of this run finer than {worst['p99']:.0f} ms are not trustworthy: the load generator was late, "
+            f"not the server ({stalled} requests were open during a stall over the limit, see harness_lag_max_s); "
+            "run with more --processes or fewer users"
+        )
+        return GateResult(self.name, False, detail)
+
+
 ALWAYS_ON: tuple[Gate, ...] = (
     RequestsCompleted(), OutcomesAsExpected(), NoHttp500(), NoInband500(), NoProtocolErrors(), NoHarnessErrors(),
     TruncationHonoured(),
 )  # fmt: skip
 
 
-def evaluate(requests: pd.DataFrame, gates: Iterable[Gate] = ()) -> list[GateResult]:
-    """Results of the always-on gates, then ``gates``, over the rows the run did not stop. With
-    no such row, every always-on gate but ``requests_completed`` is skipped."""
+def evaluate(requests: pd.DataFrame, gates: Iterable[Gate] = (), lag: pd.DataFrame | None = None) -> list[GateResult]:
+    """Results of the always-on gates, then ``gates``, over the rows the run did not stop (and the
+    lag samples, for ``HarnessKeptUp``). With no such row, every always-on gate but
+    ``requests_completed`` is skipped."""
     judged = requests[requests["outcome"] != "stopped"]
     results = []
     for gate in ALWAYS_ON:
@@ -234,7 +267,9 @@ def evaluate(requests: pd.DataFrame, gates: Iterable[Gate] = ()) -> list[GateRes
             results.append(GateResult(gate.name, False, NOTHING_TO_JUDGE, skipped=True))
         else:
             results.append(gate.evaluate(judged))
-    return results + [gate.evaluate(judged) for gate in gates]
+    return results + [
+        gate.evaluate(judged, lag) if isinstance(gate, HarnessKeptUp) else gate.evaluate(judged) for gate in gates
+    ]
 
 
 def all_passed(results: Sequence[GateResult]) -> bool:
@@ -244,7 +279,7 @@ def all_passed(results: Sequence[GateResult]) -> bool:
 GATE_TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (RequestsCompleted, OutcomesAsExpected, NoHttp500, NoInband500, NoProtocolErrors, NoHarnessErrors,
-                TruncationHonoured, Expect, NoProxyTimeouts)
+                TruncationHonoured, Expect, NoProxyTimeouts, HarnessKeptUp)
 }  # fmt: skip
 
 

@@ -3,8 +3,9 @@
 The parquet files and ``summary.json`` are for programs; this page answers, in order, what a
 person asks after a soak: did it pass and why (the gates), what happened to the requests (outcome
 and status counts), how fast (percentiles), what the wire looked like (gaps between frames, keep-
-alive against silence, a timeline), and which streams to look at first (the worst ones, frame by
-frame). Frame-level parts may come from a sample of the ``ok`` streams; the page says so.
+alive against silence, a timeline), whether the load generator kept up (its own lag), and which
+streams to look at first (the worst ones, frame by frame). Frame-level parts may come from a
+sample of the ``ok`` streams; the page says so.
 
 Invariant: ``report.html`` is one self-contained file. Plots are PNGs embedded as base64 data URIs,
 the CSS is inline, there is no script and no external URL, so it opens from disk, from an archive
@@ -29,6 +30,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.outcome import FAILURE_OUTCOMES, OUTCOMES, RequestRow
 from loadtests.recorder import FRAME_COLUMNS
 
@@ -89,8 +91,14 @@ td.settings-value { font-family: ui-monospace, Menlo, Consolas, monospace; font-
 """
 
 
-def write_html_report(directory: Path, summary: dict[str, Any], requests: pd.DataFrame, frames: pd.DataFrame) -> Path:
-    """Write ``directory / "report.html"`` and return its path."""
+def write_html_report(
+    directory: Path,
+    summary: dict[str, Any],
+    requests: pd.DataFrame,
+    frames: pd.DataFrame,
+    lag: pd.DataFrame | None = None,
+) -> Path:
+    """Write ``directory / "report.html"`` and return its path; ``lag`` is the run's lag.parquet."""
     requests = _with_columns(requests, REQUEST_COLUMNS)
     frames = _with_columns(frames, FRAME_COLUMNS)
     sample_rate = _frame_sample_rate(summary)
@@ -101,6 +109,7 @@ def write_html_report(directory: Path, summary: dict[str, Any], requests: pd.Dat
         _gap_section(summary, frames, sample_rate),
         _keepalive_section(summary, requests),
         _timeline_section(requests),
+        _lag_section(summary, requests, lag),
         _worst_section(requests, frames, sample_rate),
     ]
     if summary.get("soak"):
@@ -552,7 +561,57 @@ def _timeline_figure(spans: pd.DataFrame) -> Figure:
     return figure
 
 
-# --- 7. worst streams ------------------------------------------------------------------------
+# --- 7. harness lag --------------------------------------------------------------------------
+
+LAG_PLOT_BINS = 1000
+"""The lag plot draws the worst sample of each of this many time bins per process."""
+
+
+def _lag_section(summary: dict[str, Any], requests: pd.DataFrame, lag: pd.DataFrame | None) -> str:
+    title = "Harness lag"
+    figures = summary.get("harness_lag_ms") or {}
+    limit = float(figures.get("limit_ms") or DEFAULT_LAG_LIMIT_MS)
+    how = (
+        "How late the load generator's own event loop woke a greenlet that sleeps 10 ms, per process (the worst "
+        "sample of each time bin), on the timeline's time axis. While the loop is late, every frame time it "
+        f"records is late too: stalls above the {limit:g} ms line are the harness's, not the server's "
+        "(each request's worst is its harness_lag_max_s)."
+    )
+    if lag is None or lag.empty:
+        return _section(title, how, _empty("No lag samples were recorded."))
+    rows = "".join(
+        f'<tr><td>{_text(worker)}</td><td class="num">{_integer(f["samples"])}</td>'
+        + "".join(f'<td class="num">{_text(f[key])}</td>' for key in ("p50", "p99", "max", "seconds_above_limit"))
+        + "</tr>"
+        for worker, f in (figures.get("by_worker") or {}).items()
+    )
+    table = (
+        "<table><thead><tr><th>process</th><th>samples</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th>"
+        f"<th>s in stalls over {limit:g} ms</th></tr></thead>{rows}</table>"
+    )
+    starts = pd.to_numeric(requests["start_time"], errors="coerce").dropna()
+    origin = float(starts.min()) if not starts.empty else float(lag["time"].min())
+    return _section(title, how, table + _png(_lag_figure(lag, origin, limit)))
+
+
+def _lag_figure(lag: pd.DataFrame, origin: float, limit_ms: float) -> Figure:
+    figure, axes = _figure()
+    seconds = lag["time"] - origin
+    width = max((float(seconds.max()) - float(seconds.min())) / LAG_PLOT_BINS, 1e-3)
+    binned = lag.assign(bin=(seconds // width) * width, lag_ms=lag["lag_s"] * 1000.0)
+    for worker, rows in binned.groupby("worker", sort=True):
+        worst = rows.groupby("bin")["lag_ms"].max()
+        axes.plot(worst.index, worst.to_numpy(), linewidth=0.8, label=str(worker))
+    axes.axhline(limit_ms, color="#c0392b", linestyle="--", linewidth=1.0, label=f"limit {limit_ms:g} ms")
+    axes.set_xlabel("seconds since the first request")
+    axes.set_ylabel("loop lag (ms)")
+    axes.set_yscale("symlog", linthresh=1.0)
+    axes.grid(True, alpha=0.3)
+    figure.legend(loc="outside right upper", fontsize=8)
+    return figure
+
+
+# --- 8. worst streams ------------------------------------------------------------------------
 
 
 def _worst_selection(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -589,7 +648,7 @@ def _worst_section(requests: pd.DataFrame, frames: pd.DataFrame, sample_rate: fl
     rows = "".join(_worst_row(row, by_request.get(row["request_id"])) for _, row in selection.iterrows())
     header = (
         "<thead><tr><th>request id</th><th>name</th><th>outcome</th><th>status</th><th>max_gap_s</th>"
-        "<th>keep-alive</th><th>error (code / param / message)</th></tr></thead>"
+        "<th>keep-alive</th><th>harness lag s</th><th>error (code / param / message)</th></tr></thead>"
     )
     more = _empty(f"… {left_out} more streams qualify and are not shown.") if left_out else ""
     return _section(title, how, f'{_sample_note(sample_rate)}<table class="worst">{header}{rows}</table>{more}')
@@ -600,11 +659,12 @@ def _worst_row(row: pd.Series, frames: pd.DataFrame | None) -> str:
     cells = (
         f"<td>{_text(row['request_id'])}</td><td>{_text(row['name'])}</td><td>{_outcome_label(row['outcome'])}</td>"
         f'<td class="num">{_integer(row["status"])}</td><td class="num">{_seconds(row["max_gap_s"])}</td>'
-        f'<td class="num">{_integer(row["keepalive_frames"])}</td><td>{error or MISSING}</td>'
+        f'<td class="num">{_integer(row["keepalive_frames"])}</td>'
+        f'<td class="num">{_seconds(row["harness_lag_max_s"])}</td><td>{error or MISSING}</td>'
     )
     return (
         f'<tbody class="stream" data-request="{_text(row["request_id"])}"><tr>{cells}</tr>'
-        f'<tr><td class="frames" colspan="7">{_frame_sequence(row, frames)}</td></tr></tbody>'
+        f'<tr><td class="frames" colspan="8">{_frame_sequence(row, frames)}</td></tr></tbody>'
     )
 
 

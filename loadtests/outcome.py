@@ -83,6 +83,9 @@ class RequestRow:
     silence_before_first_token_s: float | None
     """From the headers to the first token (or to the end, when none came): what keep-alive must cover."""
     done: bool
+    harness_lag_max_s: float | None = None
+    """The worst lag of the harness's own event loop while this request was open (``loadtests.lag``):
+    gaps and times of this row may be late by up to this much. Null when nothing was measured."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

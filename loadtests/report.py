@@ -17,8 +17,10 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests.gates import Gate, GateResult, all_passed, evaluate, gate_spec
+from loadtests.gates import Gate, GateResult, HarnessKeptUp, all_passed, evaluate, gate_spec
+from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
 from loadtests.outcome import OUTCOMES
+from loadtests.run_writer import read_table
 
 
 class RunDirError(ValueError):
@@ -132,7 +134,11 @@ def summarize(
     settings: dict[str, Any] | None = None,
     gate_specs: Sequence[dict[str, Any]] = (),
     frame_sample_rate: float = 1.0,
+    lag: pd.DataFrame | None = None,
+    lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
 ) -> dict[str, Any]:
+    """The summary.json of a run; ``harness_lag_ms`` condenses ``lag`` (the harness's own lag
+    samples) against ``lag_limit_ms``, absent when no samples were given."""
     counts = requests["outcome"].value_counts()
     return {
         "scenario": scenario,
@@ -146,6 +152,7 @@ def summarize(
         "causes": causes(requests),
         "latency": latency(requests),
         "keepalive_per_stream": keepalive_per_stream(requests),
+        **({} if lag is None else {"harness_lag_ms": lag_summary(lag, lag_limit_ms)}),
         "gate_specs": list(gate_specs),
         "gates": [{"name": g.name, "passed": g.passed, "detail": g.detail, "skipped": g.skipped} for g in gates],
         "passed": all_passed(gates),
@@ -174,14 +181,16 @@ def judge_run(
     ended: str | None = None,
     interrupted: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the gates over ``requests``, let ``decorate(summary, requests)`` add to the summary
-    (the soak adds its drift windows and gates), settle the verdict, then write ``summary.json``
-    and, with ``html``, ``report.html`` and ``requests.csv`` (they read every frame: a checkpoint
-    skips them). ``ended`` says how the test ended; ``interrupted``, set when it ended before its
-    planned duration, fails the verdict whatever the gates say."""
-    results = evaluate(requests, gates)
+    """Evaluate the gates over ``requests`` (and the run's lag samples), let ``decorate(summary,
+    requests)`` add to the summary (the soak adds its drift windows and gates), settle the verdict,
+    then write ``summary.json`` and, with ``html``, ``report.html`` and ``requests.csv`` (they read
+    every frame: a checkpoint skips them). ``ended`` says how the test ended; ``interrupted``, set
+    when it ended before its planned duration, fails the verdict whatever the gates say."""
+    lag = read_table(directory / "lag.parquet")
+    results = evaluate(requests, gates, lag)
     specs = [gate_spec(gate) for gate in gates]
-    summary = summarize(scenario, requests, results, settings, specs, frame_sample_rate)
+    limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), DEFAULT_LAG_LIMIT_MS)
+    summary = summarize(scenario, requests, results, settings, specs, frame_sample_rate, lag, limit)
     if decorate is not None:
         decorate(summary, requests)
     settle_verdict(summary, ended, interrupted)
@@ -194,10 +203,11 @@ def judge_run(
 def write_html_files(directory: Path, summary: dict[str, Any], requests: pd.DataFrame) -> None:
     """``requests.csv`` and ``report.html`` (which reads every frame) beside the summary."""
     from loadtests.html_report import write_html_report, write_requests_csv  # matplotlib: only here
-    from loadtests.run_writer import read_table
 
     write_requests_csv(directory, requests)
-    write_html_report(directory, summary, requests, read_table(directory / "frames.parquet"))
+    write_html_report(
+        directory, summary, requests, read_table(directory / "frames.parquet"), read_table(directory / "lag.parquet")
+    )
 
 
 def requests_judged(summary: dict[str, Any]) -> int:

@@ -9,6 +9,7 @@ anything starts or is written. Special values, decided once here:
 - timeouts and intervals (``--client-idle-timeout``, ``--proxy-read-timeout``, ``--flush-interval``,
   ``--preflight-timeout``) must be positive and finite; ``--flush-interval`` at most an hour.
 - ``--frame-sample-rate`` is a share in [0, 1]; ``--max-line-bytes`` at least 1.
+- ``--harness-lag-limit-ms``: 0 turns the ``harness_kept_up`` gate off; negative or NaN is refused.
 - ``--report-dir`` must be a directory, or creatable as one, that this process can write into
   (checked without writing anything).
 - ``--server-args`` must split as a shell would (balanced quotes).
@@ -51,6 +52,10 @@ def check_options(options: Any) -> None:
         raise UsageError(f"--frame-sample-rate must be a share from 0 to 1, got {options.frame_sample_rate:g}")
     if options.max_line_bytes < 1:
         raise UsageError(f"--max-line-bytes must be at least 1, got {options.max_line_bytes}")
+    if not options.harness_lag_limit_ms >= 0:  # NaN too
+        raise UsageError(
+            f"--harness-lag-limit-ms must be 0 (gate off) or a positive number, got {options.harness_lag_limit_ms:g}"
+        )
     interval = getattr(options, "keep_alive_interval", None)
     if interval is not None and interval < 0:
         raise UsageError(f"--keep-alive-interval must not be negative, got {interval:g} (0 turns keep-alive off)")

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from gevent.lock import Semaphore
 
+from loadtests.lag import LagMonitor
 from loadtests.recorder import Recorder
 from loadtests.sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.workload import (
@@ -47,6 +48,8 @@ class RunState:
     """Seconds the first ``/tokenize`` request may take before prompt sizing turns to estimates."""
     runner: Any = None
     recorder: Recorder = field(default_factory=Recorder)
+    lag: LagMonitor = field(default_factory=LagMonitor)
+    """This process's lag monitor; started by the scenario for the whole run."""
     facts: ServerFacts | None = None
     _mixes: dict[int, PreparedMix] = field(default_factory=dict)
     _lock: Semaphore = field(default_factory=Semaphore)

@@ -40,7 +40,8 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRu
 
 from loadtests._signals import SignalGuard
 from loadtests.collect import Collector
-from loadtests.gates import Gate, GateResult
+from loadtests.gates import Gate, GateResult, HarnessKeptUp
+from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT, PreflightError, preflight
 from loadtests.report import RunDirError, judge_run, new_run_dir, verdict_line, write_html_files
 from loadtests.run_options import UsageError, check_options, keep_alive_interval
@@ -222,6 +223,14 @@ class Scenario:
                            help="longest SSE line the harness reads; a longer one is a protocol_error and the "
                                 f"stream is closed, so a hostile server cannot grow its memory "
                                 f"(default: {DEFAULT_MAX_LINE_BYTES}, 1 MiB)")  # fmt: skip
+        group.add_argument(
+            "--harness-lag-limit-ms",
+            type=float,
+            default=DEFAULT_LAG_LIMIT_MS,
+            help="the harness_kept_up gate: the p99 of each Locust process's event-loop lag (sampled every 10 ms, "
+            "written to lag.parquet) must be at most this many ms, or the run's finer timings are the load "
+            f"generator's, not the server's; 0 turns the gate off (default: {DEFAULT_LAG_LIMIT_MS:g})",
+        )
         if self.keep_alive_interval is not None:
             group.add_argument("--keep-alive-interval", type=float, default=self.keep_alive_interval,
                                help="the bundled server's --sse-keep-alive-interval in seconds; 0 turns keep-alive "
@@ -237,8 +246,10 @@ class Scenario:
             interval = _last_keep_alive_interval(server_args)
         return RunSettings(options.proxy, options.proxy_read_timeout, interval, tuple(server_args), options.host)
 
-    def gate_list(self, settings: RunSettings) -> Sequence[Gate]:
-        return self.gates(settings) if callable(self.gates) else self.gates
+    def gate_list(self, settings: RunSettings, harness_lag_limit_ms: float = 0.0) -> Sequence[Gate]:
+        """The scenario's gates, then ``harness_kept_up`` with its limit (none when the limit is 0)."""
+        gates = list(self.gates(settings) if callable(self.gates) else self.gates)
+        return [*gates, HarnessKeptUp(harness_lag_limit_ms)] if harness_lag_limit_ms > 0 else gates
 
     def _on_init(self, environment: Any, **_: Any) -> None:
         options = environment.parsed_options
@@ -264,6 +275,7 @@ class Scenario:
             self._preflight(environment, state)
         if environment.runner is None:
             return  # run_single_user (debugging): Locust prints each request; no run directory
+        state.lag.start()  # for the whole run, in every process: its samples travel with the rows
         self._collector = Collector(environment, options.flush_interval)
         self._collector.start()
         lifecycle = environment.events
@@ -383,6 +395,7 @@ class Scenario:
                 self._end_test(environment)
             if self._collector is not None:
                 self._collector.stop()
+            run_state(environment).lag.stop()
         finally:
             self._stop_stack()
             self._quit_done.set()
@@ -405,7 +418,8 @@ class Scenario:
         recorded = {**settings.as_dict(), "prompt_sizing": self._prompt_sizing(environment),
                     "max_line_bytes": environment.parsed_options.max_line_bytes}  # fmt: skip
         with self._guard.deferred():  # the summary and the verdict line are never cut
-            summary = judge_run(directory, self.name, requests, self.gate_list(settings), recorded,
+            gates = self.gate_list(settings, environment.parsed_options.harness_lag_limit_ms)
+            summary = judge_run(directory, self.name, requests, gates, recorded,
                                 environment.parsed_options.frame_sample_rate, html=False, ended=ended,
                                 interrupted=interrupted)  # fmt: skip
             outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary["outcomes"].items() if n)

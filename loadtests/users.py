@@ -142,6 +142,7 @@ class _StreamingUser:
     def report(self, row: RequestRow, frames: list[Any] | None, url: str) -> None:
         """Record the row and report it to Locust: success iff the outcome is the expected one."""
         harness = self.harness
+        row.harness_lag_max_s = harness.lag.worst_since(time.monotonic() - row.duration_s)
         harness.recorder.add(row, frames if harness.keeps_frames(row.request_id, row.outcome) else None)
         if row.outcome == "stopped":
             return  # the run ended it; no verdict for Locust's statistics either

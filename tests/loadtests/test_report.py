@@ -43,6 +43,7 @@ def test_a_run_directory_holds_parts_and_a_true_summary(tmp_path: Path) -> None:
     assert directory.name.startswith("demo-") and directory.name.endswith("Z")
     assert sorted(p.name for p in directory.iterdir()) == [
         "frames.parquet",
+        "lag.parquet",
         "report.html",
         "requests.csv",
         "requests.parquet",
