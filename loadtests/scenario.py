@@ -227,6 +227,7 @@ class Scenario:
             "--harness-lag-limit-ms",
             type=float,
             default=DEFAULT_LAG_LIMIT_MS,
+            env_var="SSE_SOAK_HARNESS_LAG_LIMIT_MS",
             help="the harness_kept_up gate: the p99 of each Locust process's event-loop lag (sampled every 10 ms, "
             "written to lag.parquet) must be at most this many ms, or the run's finer timings are the load "
             f"generator's, not the server's; 0 turns the gate off (default: {DEFAULT_LAG_LIMIT_MS:g})",

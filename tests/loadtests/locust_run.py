@@ -43,6 +43,11 @@ class LocustRun:
         assert self.run_dir is not None, self.output[-3000:]
         return pd.read_parquet(self.run_dir / "frames.parquet")
 
+    @property
+    def lag(self) -> pd.DataFrame:
+        assert self.run_dir is not None, self.output[-3000:]
+        return pd.read_parquet(self.run_dir / "lag.parquet")
+
     def gate(self, name: str) -> dict[str, Any]:
         return next(gate for gate in self.summary["gates"] if gate["name"] == name)
 

@@ -46,8 +46,17 @@ def test_processes_2_loses_no_row_and_both_workers_appear(tmp_path: Path) -> Non
     port = free_port()
     stats = tmp_path / "stats"
     run = run_locust("mixed_truncate", tmp_path, "--processes", "2", "--master-bind-port", str(port),
-                     "--master-port", str(port), "--json-file", str(stats), users=6, seconds=6)  # fmt: skip
+                     "--master-port", str(port), "--json-file", str(stats), "--harness-lag-limit-ms", "1000",
+                     users=6, seconds=6)  # fmt: skip
     assert_nothing_lost(run, stats.with_suffix(".json"), {"worker-0", "worker-1"})
+    # Each process measured its own loop for the whole run, and the master judged them all.
+    lag = run.lag
+    assert set(lag["worker"]) == {"master", "worker-0", "worker-1"}
+    for worker, samples in lag.groupby("worker"):
+        assert len(samples) >= 200, worker  # 6 s at a wake every 10 ms, even on a loaded machine
+    assert set(run.summary["harness_lag_ms"]["by_worker"]) == {"master", "worker-0", "worker-1"}
+    assert run.gate("harness_kept_up")["passed"] and "3 process(es)" in run.gate("harness_kept_up")["detail"]
+    assert run.requests["harness_lag_max_s"].notna().all()
 
 
 def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:

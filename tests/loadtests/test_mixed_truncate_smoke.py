@@ -22,6 +22,8 @@ def test_mixed_truncate_passes_on_the_bundled_server(tmp_path: Path) -> None:
     summary = run.summary
     assert summary["passed"] and all(gate["passed"] for gate in summary["gates"])
     assert summary["scenario"] == "mixed_truncate"
+    assert "harness_kept_up" not in [gate["name"] for gate in summary["gates"]]  # off in the suite (conftest)
+    assert summary["harness_lag_ms"]["samples"] == len(run.lag) > 0
     assert summary["settings"]["keep_alive_interval"] == 1.0  # from the profile's --sse-keep-alive-interval 1
     assert summary["settings"]["prompt_sizing"] == "exact" and summary["settings"]["max_line_bytes"] == 1 << 20
     assert summary["requests"] == sum(summary["outcomes"].values()) == len(run.requests)
@@ -38,6 +40,20 @@ def test_mixed_truncate_passes_on_the_bundled_server(tmp_path: Path) -> None:
     raw_ok = requests[(requests["client"] == "raw") & (requests["outcome"] == "ok")]
     per_request = frames.groupby("request_id").size()
     assert (per_request[raw_ok["request_id"]].to_numpy() == (raw_ok["data_frames"] + raw_ok["keepalive_frames"])).all()
+
+
+def test_a_harness_that_did_not_keep_up_fails_the_run_and_says_why(tmp_path: Path) -> None:
+    run = run_locust("mixed_truncate", tmp_path, "--harness-lag-limit-ms", "0.001", seconds=3)
+    assert run.returncode == 1, run.output[-3000:]
+    gate = run.gate("harness_kept_up")
+    assert not gate["passed"] and "not trustworthy" in gate["detail"] and "--processes" in gate["detail"]
+    assert "gate FAIL harness_kept_up: p99 lag" in run.output
+    summary = run.summary
+    assert summary["harness_lag_ms"]["limit_ms"] == 0.001 and summary["harness_lag_ms"]["samples"] == len(run.lag)
+    assert summary["gate_specs"][-1] == {"type": "HarnessKeptUp", "limit_ms": 0.001, "name": "harness_kept_up"}
+    assert "Harness lag" in (run.run_dir / "report.html").read_text()
+    # every other gate judged the server, which was fine
+    assert [g["name"] for g in summary["gates"] if not g["passed"]] == ["harness_kept_up"]
 
 
 @pytest.mark.parametrize(("fault", "counted"), [("server_error", "http_500"), ("inband_error", "inband_500")])

@@ -1,0 +1,134 @@
+"""The lag monitor: it sees a blocked loop, answers each request's worst lag, and is judged by a gate."""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+import pandas as pd
+import pytest
+
+from loadtests.gates import HarnessKeptUp, evaluate, gate_from_spec, gate_spec
+from loadtests.lag import LAG_COLUMNS, LagMonitor, lag_summary
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_loop_blocked_by_a_call_is_seen_as_lag_of_that_length() -> None:
+    monitor = LagMonitor(interval=0.005)
+    monitor.start()
+    try:
+        gevent.sleep(0.05)  # the monitor runs on time for a while
+        opened = time.monotonic()
+        time.sleep(0.08)  # blocks the whole loop, as a blocking call in a user would
+        gevent.sleep(0.03)  # the monitor wakes late, then on time again
+        worst = monitor.worst_since(opened)
+    finally:
+        monitor.stop()
+    samples = pd.DataFrame(monitor.take("local"))
+    assert list(samples.columns) == list(LAG_COLUMNS)
+    assert samples["lag_s"].max() >= 0.07  # the stall, less at most the part of one interval it hid in
+    assert (samples["lag_s"] < 0.005).sum() >= 5  # and the wakes before and after it were on time
+    assert worst is not None and worst >= 0.07
+    assert (samples["worker"] == "local").all() and samples["t_mono"].is_monotonic_increasing
+
+
+def test_worst_since_covers_only_wakes_after_the_request_opened() -> None:
+    clock = FakeClock()
+    monitor = LagMonitor(clock=clock)
+    monitor._due = clock.now + 1  # as if running and asleep
+    for at, lag in [(1.0, 0.050), (2.0, 0.002), (3.0, 0.020), (4.0, 0.001)]:
+        monitor.record(at, at, lag)
+    assert monitor.worst_since(0.5) == pytest.approx(0.050)
+    assert monitor.worst_since(1.5) == pytest.approx(0.020)
+    assert monitor.worst_since(3.5) == pytest.approx(0.001)
+    assert monitor.worst_since(5.0) == 0.0
+    assert len(monitor._worst_lag) == 3  # the 2 ms wake at t=2 is dominated by the later 20 ms one
+
+
+def test_worst_since_includes_a_stall_the_monitor_has_not_woken_from() -> None:
+    clock = FakeClock()
+    monitor = LagMonitor(clock=clock)
+    monitor._due = clock.now + 0.01
+    clock.now += 0.31  # the loop has been blocked 300 ms past the monitor's wake
+    assert monitor.worst_since(clock.now - 1.0) == pytest.approx(0.30)
+
+
+def test_a_monitor_that_never_ran_measured_nothing() -> None:
+    assert LagMonitor().worst_since(0.0) is None
+
+
+def test_the_worst_list_stays_small_over_a_long_run() -> None:
+    monitor = LagMonitor(clock=FakeClock())
+    for index in range(100_000):
+        monitor.record(float(index), float(index), (index * 7919 % 1000) / 1e6)  # 0-1 ms, scattered
+    monitor.take("local")
+    assert len(monitor._worst_lag) <= 11  # distinct 0.1 ms steps below the last maximum, not the run
+
+
+def test_take_hands_over_and_forgets() -> None:
+    monitor = LagMonitor(clock=FakeClock())
+    monitor.record(1.0, 1000.0, 0.001)
+    taken = monitor.take("worker-3")
+    assert taken == {"worker": ["worker-3"], "time": [1000.0], "t_mono": [1.0], "lag_s": [0.001]}
+    assert monitor.take("worker-3")["lag_s"] == []
+
+
+def lag_table(**by_worker: list[float]) -> pd.DataFrame:
+    rows = [(worker, float(i), float(i), lag) for worker, lags in by_worker.items() for i, lag in enumerate(lags)]
+    return pd.DataFrame(rows, columns=list(LAG_COLUMNS))
+
+
+def test_summary_gives_percentiles_and_seconds_in_stalls_per_process() -> None:
+    lag = lag_table(local=[0.001] * 98 + [0.010, 0.200])
+    summary = lag_summary(lag, limit_ms=5.0)
+    assert summary["samples"] == 100 and summary["p50"] == pytest.approx(1.0) and summary["max"] == pytest.approx(200)
+    assert summary["seconds_above_limit"] == pytest.approx(0.21)
+    assert set(summary["by_worker"]) == {"local"}
+
+
+def requests_with_lag(*lags: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"request_id": [f"r{i}" for i in range(len(lags))], "outcome": "ok", "harness_lag_max_s": list(lags)}
+    )
+
+
+def test_gate_passes_when_every_process_kept_up() -> None:
+    result = HarnessKeptUp(5.0).evaluate(requests_with_lag(0.001), lag_table(a=[0.001] * 100, b=[0.002] * 100))
+    assert result.passed and "p99 lag 2.0 ms in b" in result.detail and "2 process(es)" in result.detail
+
+
+def test_gate_fails_on_the_worst_process_and_says_what_it_means() -> None:
+    lag = lag_table(**{"worker-0": [0.001] * 100, "worker-1": [0.001] * 90 + [0.030] * 10})
+    result = HarnessKeptUp(5.0).evaluate(requests_with_lag(0.001, 0.030, 0.040), lag)
+    assert not result.passed
+    assert "p99 lag 30.0 ms in worker-1" in result.detail
+    assert "not trustworthy" in result.detail and "--processes" in result.detail
+    assert "2 requests were open during a stall over the limit" in result.detail
+
+
+def test_gate_without_samples_is_skipped_not_passed() -> None:
+    result = HarnessKeptUp().evaluate(requests_with_lag(0.0), lag_table())
+    assert result.skipped and not result.passed
+
+
+def test_gate_is_stored_and_judged_with_the_run_lag() -> None:
+    gate = gate_from_spec(gate_spec(HarnessKeptUp(2.0)))
+    assert gate == HarnessKeptUp(2.0)
+    requests = requests_with_lag(0.001).assign(
+        status=200,
+        expected=None,
+        error_code=None,
+        error_message=None,
+        truncate_prompt_tokens=None,
+        usage_prompt_tokens=None,
+        prompt_tokens=None,
+    )
+    results = {r.name: r for r in evaluate(requests, [gate], lag_table(local=[0.003] * 10))}
+    assert not results["harness_kept_up"].passed and results["requests_completed"].passed
