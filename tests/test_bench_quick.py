@@ -108,3 +108,23 @@ def test_soak_memory_quick(tmp_path: Path) -> None:
     )
     figures = json.loads((tmp_path / "f.json").read_text())
     assert {"harness_rss_mb_growth_second_to_last", "server_rss_mb_growth_second_to_last"} <= figures.keys()
+
+
+def test_timing_fidelity_quick() -> None:
+    output = run_bench("timing_fidelity.py")
+    flagged = rf"(?:\d+ \({NUM}%\)|n/a)"
+    assert_figures(
+        output,
+        [
+            r"^server: http://127\.0\.0\.1:\d+ pid \d+ args .*--inter-token-latency 40 .*--trace-file ",
+            r"^running: -m locust -f \S+/mixed_truncate\.py --headless --host http://127\.0\.0\.1:\d+ -u 20 ",
+            rf"^streams compared: \d+ of \d+ raw ok streams, \d+ gaps; error p50 {NUM} ms, p99 {NUM} ms, "
+            rf"max {NUM} ms; count mismatches: \d+$",
+            rf"^recorded minus sent time of a frame, median: {NUM} ms$",
+            rf"^errors over 10 ms: \d+, (?:flagged by the lag monitor: \d+ \({NUM}%\)|flagged share unavailable: .+)$",
+            r"^bursts: \d+ gaps over 20 ms fell in \d+ windows of 50 ms, up to \d+ streams each$",
+            r"^\| users \| processes \| gaps compared \| error p50 ms \| p99 ms \| max ms \| count mismatches "
+            r"\| errors >10 ms \| flagged \| bursts \(50 ms windows >20 ms, max streams\) \|$",
+            rf"^\| 20 \| 1 \| [\d,]+ \| {NUM} \| {NUM} \| {NUM} \| \d+ \| [\d,]+ \| {flagged} \| \d+, \d+ \|$",
+        ],
+    )

@@ -1,0 +1,476 @@
+"""How faithfully does the harness record when SSE frames arrive? Its gaps against the server's own.
+
+Why this exists: every gap figure and gate of sse-soak (max gap, keep-alive against silence) rests on
+the time the harness stamps on each frame. A load generator whose event loop is busy stamps frames
+late, and a late frame looks like a server stall that never happened. This benchmark measures that
+error against ground truth: the bundled server's ``--trace-file``, one line per SSE frame with
+``time.monotonic()`` just before the frame goes to the transport, keyed by the client's
+``X-Request-Id`` (which ``SSEUser`` sets to its row's ``request_id``).
+
+For each load it starts the server (``--time-to-first-token 300 --inter-token-latency 40
+--sse-keep-alive-interval 0.1``; ``--max-model-len 8192`` and ``--prefill-time-per-token 0.05`` from
+the scenario's profile; ``--max-num-seqs 2048`` so no stream waits in the queue) on a free loopback
+port, runs the ``mixed_truncate`` scenario against it as a real Locust subprocess (``python -m locust
+-f scenarios/mixed_truncate.py --headless --host ... -u N -r N -t Ds --only-summary``, with
+``--processes 2`` at the largest load), stops both by pid and compares, stream by stream:
+
+- streams: raw-client (``SSEUser``) rows with outcome ``ok``, which record every frame, keep-alive
+  comments included (``openai`` rows see no comments and are skipped). Streams started in the first
+  ``--skip-first`` seconds of the run (5 s; 1 s in quick mode) are dropped: they cover spawning and
+  the first synchronised wave of prefills, a start-up transient rather than steady load.
+- count mismatches: streams whose recorded frames (by ``seq``) and traced frames (by ``t``) differ
+  in number or in kind; their gaps are not compared.
+- error: for each pair of consecutive frames, ``abs(recorded gap - sent gap)``, recorded gap the
+  difference of the harness's ``t_s`` and sent gap that of the trace's ``t``; p50, p99 and max in ms.
+- flagged: an error over 10 ms at gap (i-1 -> i) is flagged by the harness's lag monitor when a lag
+  sample with ``lag_s`` >= 1 ms has a blocked window ``[t_mono - lag_s, t_mono]`` overlapping the
+  recorded times of frames i-1 and i on the monotonic clock, that interval widened by the monitor's
+  sample interval (10 ms) at each end (a block may end just before a wake that has not yet
+  reported it). Recorded times are placed on the monotonic clock per worker: ``start_time -
+  median(time - t_mono) + t_s``. Without ``lag.parquet`` in the run directory (a harness without
+  the monitor) the flagged share is reported as unavailable. A control line gives the share of
+  gaps with an error under 1 ms that the same rule would flag: the rule's rate of chance hits.
+- bursts: errors over 20 ms binned into 50 ms windows by the recorded arrival time of frame i on
+  the monotonic clock (the lag monitor's offset when there is one, else this process's
+  ``time.time() - time.monotonic()``, the same two machine-wide clocks); the number of windows hit
+  and the most streams hit in one window. Many streams in one window is the signature of the load
+  generator stalling, not of the network or the server.
+
+Run it (full mode: 50, 200 and 1,000 users, then 1,000 over two worker processes, 30 s each, under
+three minutes here)::
+
+    python bench/timing_fidelity.py [--users 50,200,1000] [--duration 30] [--processes-at-largest 2] [--keep]
+    python bench/timing_fidelity.py --quick     # 20 users for 6 s: proves the script works, same table
+
+Measured 2026-12-03 on this 2-core machine, server and harness on the same box, on commit bc1f716
+plus the lag monitor's wiring then in progress (so lag.parquet was written), with
+``python bench/timing_fidelity.py``: 30 s per load, first 5 s dropped, 2 min 39 s in all; errors in
+ms, no stream miscounted::
+
+    users  procs    gaps   p50    p99    max  >10 ms  flagged     >20 ms: windows, max streams  stamped late
+       50      1  18,076  0.91  12.65  121.9     398  398 (100%)  12, 12                        0.92
+      200      1  18,821  0.04  67.64  310.2     557  557 (100%)  88, 16                        19.52
+    1,000      1  15,261  0.03   0.18   97.3      28   28 (100%)   3, 8                         1.47
+    1,000      2  52,437  0.03  22.36  246.6     701  701 (100%)  48, 47                        4.19
+
+How to read it: p50 is what a frame's gap is off by normally; p99 and max are the stalls. "stamped
+late" is the median of (recorded arrival - sent) on the monotonic clock: it must be small and
+positive (a check that the clocks line up), and it grows when the harness falls behind. Every error
+over 10 ms fell in a lag sample's window, but the rule is loose: it also flags 62-98% of the gaps
+whose error is under 1 ms (the "control" line), because lags of 1 ms or more are common. At 1,000
+users in one process both processes were saturated (TTFT about 6 s instead of 0.3 s, 870 streams
+judged): the harness stamped faithfully what a starved server sent, so that row is no figure of the
+nominal profile; two Locust processes hold it (2,884 streams) at the cost of bursts of up to 47
+streams stamped late together.
+
+Exit status: 1 if a server or a Locust run failed to start, wrote no run directory or overran its
+bound, or if no gap could be compared; a failed verdict of the scenario itself is printed, not fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.json
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+from soak_memory import run_bounded  # noqa: E402 - bench/ is on sys.path as the script's folder
+
+from loadtests.run_writer import read_table  # noqa: E402
+from loadtests.stack import API_KEY_ENV, ServerStartError, TargetServerProcess  # noqa: E402
+
+SCENARIO = REPO_ROOT / "scenarios" / "mixed_truncate.py"
+SERVER_PROFILE = ["--host", "127.0.0.1", "--max-model-len", "8192", "--max-num-seqs", "2048",
+                  "--prefill-time-per-token", "0.05", "--time-to-first-token", "300",
+                  "--inter-token-latency", "40", "--sse-keep-alive-interval", "0.1"]  # fmt: skip
+"""The issue's measurement; max-model-len and prefill per token as the scenario's own profile."""
+FLAG_ERROR_S = 0.010
+LAG_MIN_S = 0.001
+LAG_SAMPLE_INTERVAL_S = 0.010
+CONTROL_ERROR_S = 0.001
+BURST_ERROR_S = 0.020
+BURST_WINDOW_S = 0.050
+LOCUST_OVERRUN_S = 120.0
+"""How long Locust may take past ``-t`` (spawning, preparing prompts, the report) before it is stopped."""
+QUICK = {"users": "20", "duration": 6, "processes_at_largest": 1, "skip_first": 1.0}
+"""``--quick``: seconds, not minutes; the same table."""
+TABLE_HEADER = (
+    "| users | processes | gaps compared | error p50 ms | p99 ms | max ms | count mismatches | errors >10 ms "
+    "| flagged | bursts (50 ms windows >20 ms, max streams) |"
+)
+
+
+class BenchError(RuntimeError):
+    """A server or Locust run failed: this load has no figures (exit status 1)."""
+
+
+@dataclass(frozen=True)
+class Load:
+    users: int
+    processes: int
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one load left behind: the run directory, the server's trace, Locust's last lines."""
+
+    load: Load
+    run_dir: Path
+    trace: Path
+    verdict: str
+    clock_offset_s: float
+    """``time.time() - time.monotonic()`` in this process, averaged over the run."""
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """One row per compared gap (i-1 -> i) of a stream."""
+
+    frame: pd.DataFrame
+    """Columns: request_id, worker, error_s, prev_mono and mono (recorded times of frames i-1 and i on
+    the monotonic clock), sent (the trace's time of frame i)."""
+    streams: int
+    mismatches: int
+
+
+@dataclass(frozen=True)
+class Figures:
+    load: Load
+    streams: int
+    gaps: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    mismatches: int
+    over_10ms: int
+    flagged: int | None
+    """None when the run has no lag monitor (no ``lag.parquet``)."""
+    over_20ms: int
+    burst_windows: int
+    burst_max_streams: int
+    delivery_p50_ms: float
+    """Median of (recorded arrival - sent) on the monotonic clock: how late frames are stamped, and a
+    check that recorded times were placed on the right clock (it must be small and positive)."""
+    control_flagged_pct: float
+    """Share of the gaps with an error under 1 ms that the flagging rule flags all the same: how often
+    a gap overlaps a lag sample by chance (nan without a lag monitor)."""
+
+    @property
+    def flagged_share_pct(self) -> float:
+        return 100.0 * self.flagged / self.over_10ms if self.flagged is not None and self.over_10ms else float("nan")
+
+    def table_row(self) -> str:
+        flagged = "n/a" if self.flagged is None else f"{self.flagged} ({self.flagged_share_pct:.0f}%)"
+        return (
+            f"| {self.load.users:,} | {self.load.processes} | {self.gaps:,} | {self.p50_ms:.2f} | {self.p99_ms:.2f} "
+            f"| {self.max_ms:.1f} | {self.mismatches} | {self.over_10ms:,} | {flagged} "
+            f"| {self.burst_windows}, {self.burst_max_streams} |"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Running one load: the server and Locust as child processes, stopped by pid.
+# --------------------------------------------------------------------------------------------
+
+
+def locust_command(load: Load, url: str, duration_s: int, report_dir: Path) -> list[str]:
+    command = [sys.executable, "-m", "locust", "-f", str(SCENARIO), "--headless", "--host", url,
+               "-u", str(load.users), "-r", str(load.users), "-t", f"{duration_s}s",
+               "--report-dir", str(report_dir), "--only-summary"]  # fmt: skip
+    return command + (["--processes", str(load.processes)] if load.processes > 1 else [])
+
+
+def last_line(text: str, prefix: str) -> str | None:
+    lines = [line for line in text.splitlines() if line.startswith(prefix)]
+    return lines[-1][len(prefix) :].strip() if lines else None
+
+
+def server_env() -> dict[str, str]:
+    """This checkout's packages on the path, and no API key (the server gets none)."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return {**{name: value for name, value in os.environ.items() if name != API_KEY_ENV}, "PYTHONPATH": path}
+
+
+def run_load(load: Load, duration_s: int, workdir: Path) -> Run:
+    """Start a fresh server with a trace file, run Locust against it, stop both; the run's files."""
+    directory = workdir / f"u{load.users}-p{load.processes}"
+    directory.mkdir()
+    trace = directory / "trace.jsonl"
+    try:
+        server = TargetServerProcess.start([*SERVER_PROFILE, "--trace-file", str(trace)], env=server_env())
+    except (ServerStartError, OSError) as exc:
+        raise BenchError(f"target server failed to start: {exc}") from exc
+    try:
+        print(f"server: {server.url} pid {server.pid} args {' '.join(server.process.args)}")
+        command = locust_command(load, server.url, duration_s, directory / "reports")
+        print(f"running: {' '.join(command[1:])}", flush=True)
+        offset_before = time.time() - time.monotonic()
+        result = run_bounded(command, duration_s + LOCUST_OVERRUN_S)
+        offset = (offset_before + time.time() - time.monotonic()) / 2
+    finally:
+        server.stop()
+    if result is None:
+        raise BenchError(f"locust was still running {LOCUST_OVERRUN_S:.0f} s after its {duration_s} s")
+    run_dir = last_line(result.stdout, "run directory: ")
+    if run_dir is None or not Path(run_dir).is_dir():
+        tail = (result.stdout + result.stderr)[-3000:]
+        raise BenchError(f"locust exited with {result.returncode} and wrote no run directory:\n{tail}")
+    verdict = last_line(result.stdout, "verdict: ") or f"none (locust exited with {result.returncode})"
+    return Run(load, Path(run_dir), trace, verdict, offset)
+
+
+# --------------------------------------------------------------------------------------------
+# Analysis: pair recorded frames with traced ones, gap by gap.
+# --------------------------------------------------------------------------------------------
+
+
+def judged_streams(run_dir: Path, skip_first_s: float) -> pd.DataFrame:
+    """Raw-client ``ok`` rows started after the first ``skip_first_s`` seconds of the run."""
+    columns = ["request_id", "client", "outcome", "start_time", "worker"]
+    requests = read_table(run_dir / "requests.parquet", columns=columns)
+    if requests.empty:
+        return requests
+    after = requests["start_time"] >= requests["start_time"].min() + skip_first_s
+    return requests[(requests["client"] == "raw") & (requests["outcome"] == "ok") & after]
+
+
+def read_trace(path: Path, request_ids: pd.Series) -> pd.DataFrame:
+    """The server's frames of ``request_ids``, in the order sent (a stable sort on ``t``)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return pd.DataFrame({"request_id": [], "kind": [], "t": []})
+    trace = pyarrow.json.read_json(path).select(["request_id", "kind", "t"]).to_pandas()
+    trace = trace[trace["request_id"].isin(request_ids)]
+    return trace.sort_values(["request_id", "t"], kind="stable")
+
+
+def read_recorded(run_dir: Path, request_ids: pd.Series) -> pd.DataFrame:
+    frames = read_table(run_dir / "frames.parquet", columns=["request_id", "seq", "kind", "t_s"])
+    frames = frames[frames["request_id"].isin(request_ids)]
+    return frames.sort_values(["request_id", "seq"], kind="stable")
+
+
+def matching_streams(recorded: pd.DataFrame, sent: pd.DataFrame, request_ids: pd.Series) -> pd.Index:
+    """The request ids whose recorded and traced frames agree in number and kind, frame by frame."""
+    recorded_kinds = recorded.groupby("request_id", sort=False)["kind"].agg(tuple)
+    sent_kinds = sent.groupby("request_id", sort=False)["kind"].agg(tuple)
+    both = pd.DataFrame({"recorded": recorded_kinds, "sent": sent_kinds}).reindex(pd.Index(request_ids))
+    same = both["recorded"].notna() & both["sent"].notna() & (both["recorded"] == both["sent"])
+    return both.index[same]
+
+
+def compare_gaps(run: Run, skip_first_s: float, mono_offsets: dict[str, float]) -> Gaps:
+    """Every consecutive-frame gap of every matching stream: its error and its recorded times."""
+    streams = judged_streams(run.run_dir, skip_first_s)
+    recorded = read_recorded(run.run_dir, streams["request_id"])
+    sent = read_trace(run.trace, streams["request_id"])
+    matching = matching_streams(recorded, sent, streams["request_id"])
+    recorded = recorded[recorded["request_id"].isin(matching)].reset_index(drop=True)
+    sent = sent[sent["request_id"].isin(matching)].reset_index(drop=True)
+    # Both are sorted by request id, then in frame order, with equal counts: row i pairs with row i.
+    if not np.array_equal(recorded["request_id"].to_numpy(dtype=object), sent["request_id"].to_numpy(dtype=object)):
+        raise BenchError("recorded and traced frames do not pair up row by row (a bug of this benchmark)")
+    rows = streams.set_index("request_id").loc[recorded["request_id"]]
+    offsets = rows["worker"].map(mono_offsets).fillna(run.clock_offset_s).to_numpy()
+    mono = rows["start_time"].to_numpy() - offsets + recorded["t_s"].to_numpy(dtype=float)
+    recorded_gap = np.diff(recorded["t_s"].to_numpy(dtype=float))
+    sent_gap = np.diff(sent["t"].to_numpy(dtype=float))
+    same_stream = recorded["request_id"].to_numpy()[1:] == recorded["request_id"].to_numpy()[:-1]
+    frame = pd.DataFrame(
+        {
+            "request_id": recorded["request_id"].to_numpy()[1:],
+            "worker": rows["worker"].to_numpy()[1:],
+            "error_s": np.abs(recorded_gap - sent_gap),
+            "prev_mono": mono[:-1],
+            "mono": mono[1:],
+            "sent": sent["t"].to_numpy(dtype=float)[1:],
+        }
+    )[same_stream]
+    return Gaps(frame, len(streams), len(streams) - len(matching))
+
+
+# --------------------------------------------------------------------------------------------
+# The lag monitor's samples, when the harness has one.
+# --------------------------------------------------------------------------------------------
+
+
+def read_lag(run_dir: Path) -> pd.DataFrame | None:
+    """``lag.parquet`` (worker, time, t_mono, lag_s), or None when the run has none."""
+    path = run_dir / "lag.parquet"
+    if not path.exists():
+        return None
+    return pd.read_parquet(path, columns=["worker", "time", "t_mono", "lag_s"])
+
+
+def mono_offsets(lag: pd.DataFrame | None) -> dict[str, float]:
+    """Per worker, ``median(time - t_mono)``: wall-clock epoch minus monotonic clock."""
+    if lag is None or lag.empty:
+        return {}
+    return (lag["time"] - lag["t_mono"]).groupby(lag["worker"]).median().to_dict()
+
+
+def flagged_by_lag(gaps: pd.DataFrame, lag: pd.DataFrame) -> int:
+    """How many of ``gaps`` overlap a blocked window of their own worker's loop (lag >= 1 ms),
+    the gap widened by one sample interval at each end."""
+    blocked = lag[lag["lag_s"] >= LAG_MIN_S]
+    flagged = 0
+    for worker, group in gaps.groupby("worker"):
+        windows = blocked[blocked["worker"] == worker].sort_values("t_mono")
+        if windows.empty:
+            continue
+        ends = windows["t_mono"].to_numpy()
+        starts = ends - windows["lag_s"].to_numpy()
+        earliest_start_from = np.minimum.accumulate(starts[::-1])[::-1]  # min start among windows ending >= i
+        low = group["prev_mono"].to_numpy() - LAG_SAMPLE_INTERVAL_S
+        high = group["mono"].to_numpy() + LAG_SAMPLE_INTERVAL_S
+        first = np.searchsorted(ends, low, side="left")  # first window that ends at or after ``low``
+        has_window = first < len(ends)
+        overlaps = has_window & (earliest_start_from[np.minimum(first, len(ends) - 1)] <= high)
+        flagged += int(overlaps.sum())
+    return flagged
+
+
+# --------------------------------------------------------------------------------------------
+# Figures and output.
+# --------------------------------------------------------------------------------------------
+
+
+def bursts(gaps: pd.DataFrame) -> tuple[int, int, int]:
+    """(errors over 20 ms, 50 ms windows holding one, most streams hit in one window)."""
+    late = gaps[gaps["error_s"] > BURST_ERROR_S]
+    if late.empty:
+        return 0, 0, 0
+    windows = np.floor(late["mono"].to_numpy() / BURST_WINDOW_S)
+    streams_per_window = late.groupby(windows)["request_id"].nunique()
+    return len(late), len(streams_per_window), int(streams_per_window.max())
+
+
+def figures_of(run: Run, skip_first_s: float) -> Figures:
+    lag = read_lag(run.run_dir)
+    gaps = compare_gaps(run, skip_first_s, mono_offsets(lag))
+    errors_ms = gaps.frame["error_s"].to_numpy() * 1000.0
+    p50, p99, top = np.percentile(errors_ms, [50, 99, 100]) if len(errors_ms) else (np.nan,) * 3
+    over_10 = gaps.frame[gaps.frame["error_s"] > FLAG_ERROR_S]
+    flagged = None if lag is None else flagged_by_lag(over_10, lag)
+    accurate = gaps.frame[gaps.frame["error_s"] < CONTROL_ERROR_S]
+    control_pct = 100.0 * flagged_by_lag(accurate, lag) / len(accurate) if lag is not None and len(accurate) else np.nan
+    over_20, windows, most = bursts(gaps.frame)
+    delivery_ms = (gaps.frame["mono"] - gaps.frame["sent"]).median() * 1000.0
+    return Figures(run.load, gaps.streams, len(gaps.frame), float(p50), float(p99), float(top), gaps.mismatches,
+                   len(over_10), flagged, over_20, windows, most, float(delivery_ms), control_pct)  # fmt: skip
+
+
+def print_figures(figures: Figures, run: Run) -> None:
+    print(f"verdict of the run: {run.verdict}")
+    print(
+        f"streams compared: {figures.streams - figures.mismatches} of {figures.streams} raw ok streams, "
+        f"{figures.gaps} gaps; error p50 {figures.p50_ms:.2f} ms, p99 {figures.p99_ms:.2f} ms, "
+        f"max {figures.max_ms:.1f} ms; count mismatches: {figures.mismatches}"
+    )
+    print(f"recorded minus sent time of a frame, median: {figures.delivery_p50_ms:.2f} ms")
+    if figures.flagged is None:
+        print(
+            f"errors over 10 ms: {figures.over_10ms}, flagged share unavailable: the run has no lag.parquet "
+            "(no lag monitor in this harness)"
+        )
+    else:
+        print(
+            f"errors over 10 ms: {figures.over_10ms}, flagged by the lag monitor: {figures.flagged} "
+            f"({figures.flagged_share_pct:.1f}%)"
+        )
+        print(
+            f"control: the same rule flags {figures.control_flagged_pct:.1f}% of the gaps with an error under 1 ms "
+            "(how often a gap overlaps a lag of 1 ms or more by chance)"
+        )
+    print(
+        f"bursts: {figures.over_20ms} gaps over 20 ms fell in {figures.burst_windows} windows of 50 ms, "
+        f"up to {figures.burst_max_streams} streams each",
+        flush=True,
+    )
+
+
+def print_table(all_figures: list[Figures]) -> None:
+    print("\n" + TABLE_HEADER)
+    print("|" + "---|" * TABLE_HEADER.count(" |"))
+    for figures in all_figures:
+        print(figures.table_row())
+
+
+def loads_of(users: list[int], processes_at_largest: int) -> list[Load]:
+    """Each user count in one process, then the largest again over several, if asked."""
+    loads = [Load(count, 1) for count in users]
+    if processes_at_largest > 1:
+        loads.append(Load(max(users), processes_at_largest))
+    return loads
+
+
+def parse_users(text: str) -> list[int]:
+    try:
+        users = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected user counts like 50,200,1000, got {text!r}") from None
+    if not users or min(users) < 1:
+        raise argparse.ArgumentTypeError(f"expected user counts of at least 1, got {text!r}")
+    return users
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Compare the SSE frame gaps the harness records with the gaps the bundled server traced.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--users", type=parse_users, default="50,200,1000", help="concurrent users, one load each")
+    parser.add_argument("--duration", type=int, default=30, help="seconds each load runs (Locust -t)")
+    parser.add_argument("--processes-at-largest", type=int, default=2,
+                        help="also run the largest load over this many Locust worker processes (1: don't)")  # fmt: skip
+    parser.add_argument("--skip-first", type=float, default=5.0, help="seconds of ramp-up whose streams are dropped")
+    parser.add_argument("--keep", action="store_true", help="keep the run directories and traces (path printed)")
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK} unless given")
+    if parser.parse_known_args(argv)[0].quick:
+        parser.set_defaults(**QUICK)
+    args = parser.parse_args(argv)
+    if args.duration < 1 or args.processes_at_largest < 1 or args.skip_first < 0:
+        parser.error("--duration and --processes-at-largest must be at least 1, --skip-first >= 0")
+    if args.skip_first >= args.duration:
+        parser.error("--skip-first must be shorter than --duration")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="sse-timing-"))
+    all_figures: list[Figures] = []
+    print("SSE timing fidelity: recorded frame gaps against the server's trace")
+    try:
+        for load in loads_of(args.users, args.processes_at_largest):
+            print(f"\n== {load.users} users, {load.processes} process(es), {args.duration} s", flush=True)
+            run = run_load(load, args.duration, workdir)
+            figures = figures_of(run, args.skip_first)
+            print_figures(figures, run)
+            all_figures.append(figures)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if args.keep:
+            print(f"\nrun directories and traces kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print_table(all_figures)
+    return 0 if all(figures.gaps for figures in all_figures) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
