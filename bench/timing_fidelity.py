@@ -42,10 +42,9 @@ three minutes here)::
     python bench/timing_fidelity.py [--users 50,200,1000] [--duration 30] [--processes-at-largest 2] [--keep]
     python bench/timing_fidelity.py --quick     # 20 users for 6 s: proves the script works, same table
 
-Measured 2026-12-03 on this 2-core machine, server and harness on the same box, on commit bc1f716
-plus the lag monitor's wiring then in progress (so lag.parquet was written), with
-``python bench/timing_fidelity.py``: 30 s per load, first 5 s dropped, 2 min 39 s in all; errors in
-ms, no stream miscounted::
+Measured 2026-12-03 on this 2-core machine, server and harness on the same box, on main at df82145
+(the lag monitor merged) with ``python bench/timing_fidelity.py``: 30 s per load, first 5 s dropped,
+2 min 39 s in all; errors in ms, no stream miscounted::
 
     users  procs    gaps   p50    p99    max  >10 ms  flagged     >20 ms: windows, max streams  stamped late
        50      1  18,076  0.91  12.65  121.9     398  398 (100%)  12, 12                        0.92
