@@ -606,6 +606,7 @@ def _lag_figure(lag: pd.DataFrame, origin: float, limit_ms: float) -> Figure:
     axes.set_xlabel("seconds since the first request")
     axes.set_ylabel("loop lag (ms)")
     axes.set_yscale("symlog", linthresh=1.0)
+    axes.set_ylim(bottom=0.0)
     axes.grid(True, alpha=0.3)
     figure.legend(loc="outside right upper", fontsize=8)
     return figure
