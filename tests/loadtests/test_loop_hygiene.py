@@ -1,0 +1,118 @@
+"""Loop hygiene: after setup, full collections no longer traverse what setup built, and the first
+``openai`` request and Locust's stop find their caches warm. Each test that settles runs in its
+own interpreter: freezing or warming the pytest process would change it for every later test."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtests.loop_hygiene import SWITCH_INTERVAL_S, shared_ssl_context
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(script: str) -> dict[str, object]:
+    return run_with(script)
+
+
+def run_with(script: str, *args: str) -> dict[str, object]:
+    """The JSON object ``script`` prints last, run in a fresh interpreter with ``args``."""
+    command = [sys.executable, "-c", script, *args]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+FREEZE = """
+import gc, json, sys, weakref
+import pandas, pyarrow  # the bulk of a Locust process's objects, as far as the collector is concerned
+from loadtests.loop_hygiene import settle_after_setup
+
+class Node:
+    pass
+
+garbage = Node()
+garbage.self = garbage  # a cycle: only a collection frees it
+left_over = weakref.ref(garbage)
+del garbage
+before = len(gc.get_objects())
+settle_after_setup()
+after_first = len(gc.get_objects()), gc.get_freeze_count()
+settle_after_setup()
+print(json.dumps({"before": before, "collected": after_first[0], "frozen": after_first[1],
+                  "frozen_again": gc.get_freeze_count(), "enabled": gc.isenabled(),
+                  "garbage_freed": left_over() is None, "switch_interval": sys.getswitchinterval()}))
+"""
+
+
+def test_setup_objects_leave_every_later_collection_and_garbage_is_not_frozen() -> None:
+    seen = run(FREEZE)
+    assert seen["before"] > 50_000  # type: ignore[operator]
+    assert seen["collected"] < 1000  # what a full collection still traverses
+    assert seen["frozen"] >= seen["before"] - 1000  # type: ignore[operator]
+    assert seen["frozen_again"] >= seen["frozen"]  # type: ignore[operator]
+    assert seen["enabled"] is True  # collections still run, for what the run allocates
+    assert seen["garbage_freed"] is True  # collected first: no garbage cycle is frozen for good
+    assert seen["switch_interval"] == pytest.approx(SWITCH_INTERVAL_S)
+
+
+WARM = """
+import json, platform
+from loadtests.loop_hygiene import settle_after_setup
+
+settle_after_setup()
+
+def forbidden(*args, **kwargs):
+    raise AssertionError("platform would run a subprocess or read a file on the loop")
+
+platform._Processor.get = classmethod(forbidden)  # uname -p in a subprocess
+platform.libc_ver = forbidden  # reads the interpreter's binary
+platform._syscmd_ver = forbidden
+# what openai's platform headers read on the first request of a process
+seen = {"system": platform.system(), "platform": platform.platform(), "machine": platform.machine(),
+        "processor": platform.processor(), "python": platform.python_version()}
+print(json.dumps(seen))
+"""
+
+
+def test_the_platform_facts_a_first_openai_request_reads_are_cached_by_setup() -> None:
+    seen = run(WARM)
+    assert seen["system"] and seen["platform"] and seen["machine"] and seen["python"]
+
+
+def test_one_verifying_tls_context_serves_every_client() -> None:
+    context = shared_ssl_context()
+    assert shared_ssl_context() is context
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+
+
+STOP = """
+import inspect, json, os, sys
+import pandas, pyarrow  # many modules, as in a Locust process
+from loadtests.loop_hygiene import settle_after_setup
+
+if sys.argv[1] == "settled":
+    settle_after_setup()
+resolved = []
+realpath = os.path.realpath
+os.path.realpath = lambda path, **kwargs: resolved.append(path) or realpath(path, **kwargs)
+
+def stop():  # as Locust's Runner.stop(), while users still stream
+    return inspect.getframeinfo(inspect.stack()[1][0])
+
+stop()
+print(json.dumps({"resolved": len(resolved)}))
+"""
+
+
+def test_the_module_files_locust_looks_up_when_it_stops_are_resolved_at_setup() -> None:
+    cold = run_with(STOP, "cold")
+    settled = run_with(STOP, "settled")
+    assert cold["resolved"] > 500  # type: ignore[operator]
+    assert settled["resolved"] < 50  # type: ignore[operator]
