@@ -40,6 +40,8 @@ import platform
 import ssl
 import sys
 
+import gevent
+
 SWITCH_INTERVAL_S = 0.001
 """The longest the loop waits for the GIL while another thread runs Python code (CPython's default
 is 5 ms); a C call that holds the GIL throughout (one Arrow conversion) can still take longer."""
@@ -56,6 +58,9 @@ def settle_after_setup() -> None:
     warm_platform_caches()
     warm_inspect_module_cache()
     shared_ssl_context()
+    # libev times what is armed next from its cached clock, stale by the time all this took: without
+    # this, the first sleeps and timeouts of the test would end that much early.
+    gevent.get_hub().loop.update_now()
 
 
 def warm_platform_caches() -> None:

@@ -116,3 +116,21 @@ def test_the_module_files_locust_looks_up_when_it_stops_are_resolved_at_setup() 
     settled = run_with(STOP, "settled")
     assert cold["resolved"] > 500  # type: ignore[operator]
     assert settled["resolved"] < 50  # type: ignore[operator]
+
+
+CLOCK = """
+import json, time
+import gevent
+from loadtests.loop_hygiene import settle_after_setup
+
+loop = gevent.get_hub().loop
+loop.update_now()
+time.sleep(0.2)  # setup blocks the loop, as imports and discovery do
+stale = loop.now()
+settle_after_setup()
+print(json.dumps({"caught_up": loop.now() - stale}))
+"""
+
+
+def test_timers_armed_after_settling_are_not_early() -> None:
+    assert run(CLOCK)["caught_up"] >= 0.2  # type: ignore[operator]
