@@ -42,6 +42,7 @@ from loadtests._signals import SignalGuard
 from loadtests.collect import Collector
 from loadtests.gates import Gate, GateResult, HarnessKeptUp
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
+from loadtests.loop_hygiene import settle_after_setup
 from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT, PreflightError, preflight
 from loadtests.report import RunDirError, judge_run, new_run_dir, verdict_line, write_html_files
 from loadtests.run_options import UsageError, check_options, keep_alive_interval
@@ -324,6 +325,7 @@ class Scenario:
     # -- one test: run directory at test_start, judged at test_stop ------------------------------
     def _on_test_start(self, environment: Any, **_: Any) -> None:
         self._guard.install()  # here, not at init: Locust installs its SIGTERM handler after init
+        settle_after_setup()  # before any user spawns: one-time costs paid while no stream is open
         if isinstance(environment.runner, WorkerRunner):
             return
         assert self._collector is not None
