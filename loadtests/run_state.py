@@ -19,6 +19,7 @@ import httpx
 from gevent.lock import Semaphore
 
 from loadtests.lag import LagMonitor
+from loadtests.loop_hygiene import shared_ssl_context
 from loadtests.recorder import Recorder
 from loadtests.sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.workload import (
@@ -94,7 +95,9 @@ class RunState:
 
     def http(self, host: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.Client(base_url=host, headers=headers, timeout=self.client_idle_timeout)
+        return httpx.Client(
+            base_url=host, headers=headers, timeout=self.client_idle_timeout, verify=shared_ssl_context()
+        )
 
     def prepared_mix(self, mix: RequestMix, host: str) -> PreparedMix:
         """``mix`` built against this run's target; the first caller builds it, others wait."""

@@ -150,16 +150,26 @@ class RunWriter:
         return sum(len(batch["rows"]) for batch in self._pending)
 
     def _write_batch(self, batch: dict[str, Any]) -> None:
-        rows, frames, lag = batch["rows"], batch["frames"], batch.get("lag")
-        if not rows and not frames["request_id"] and not (lag and lag["lag_s"]):
+        """Write the tables of ``batch`` not written yet, each emptied in the batch once its part is in
+        place: a retry after a disk error writes only what is missing, never a row twice, and keeps
+        the batch's part name (and the rows it set aside as unwritable: they are set aside once)."""
+        lag = batch.get("lag")
+        if not batch["rows"] and not batch["frames"]["request_id"] and not (lag and lag["lag_s"]):
             return
-        self._parts += 1
-        name = f"part-{os.getpid()}-{self._parts:06d}.parquet"
-        if rows:
-            table = self._requests_table(rows)
+        if "part" not in batch:
+            self._parts += 1
+            batch["part"] = f"part-{os.getpid()}-{self._parts:06d}.parquet"
+        name = batch["part"]
+        if batch["rows"]:
+            if "requests_table" not in batch:
+                batch["requests_table"] = self._requests_table(batch["rows"])
+            table = batch["requests_table"]
             if table.num_rows:
                 self._write(table, self.requests_dir / name)
                 self.rows_written += table.num_rows
+            batch["rows"] = []
+            del batch["requests_table"]
+        frames = batch["frames"]
         if frames["request_id"]:
             try:
                 table = pa.Table.from_pydict(frames, schema=FRAME_SCHEMA)
@@ -167,8 +177,10 @@ class RunWriter:
                 self._keep_unwritable([{"frame_records": frames}], exc)
             else:
                 self._write(table, self.frames_dir / name)
+            batch["frames"] = {"request_id": []}
         if lag and lag["lag_s"]:
             self._write(pa.Table.from_pydict(lag, schema=LAG_SCHEMA), self.lag_dir / name)
+            batch["lag"] = None
 
     def _requests_table(self, rows: list[dict[str, Any]]) -> pa.Table:
         """The rows as one table; when some do not fit, those that do (the rest are kept aside)."""

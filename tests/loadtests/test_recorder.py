@@ -75,3 +75,19 @@ def test_a_batch_that_cannot_be_written_stays_in_memory_and_is_written_later(tmp
     writer.write_batch(recorder.take_batch())
     assert writer.rows_pending == 0
     assert sorted(writer.requests_table()["request_id"]) == ["early", "late"]
+
+
+def test_a_retry_after_a_failed_frames_write_writes_no_row_twice(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path / "run")
+    recorder = Recorder()
+    stream = finished("once", 3)
+    recorder.add(stream.finish(1.0), stream.frames)
+    writer.frames_dir.rmdir()
+    writer.frames_dir.write_text("in the way")  # the requests part is written, then the frames part fails
+    writer.write_batch(recorder.take_batch())
+    assert (writer.rows_written, writer.rows_pending) == (1, 0)  # the row is on disk, its frames are not
+    writer.frames_dir.unlink()
+    writer.frames_dir.mkdir()
+    writer.write_batch(recorder.take_batch())  # the retry
+    assert list(writer.requests_table()["request_id"]) == ["once"]
+    assert set(writer.frames_table()["request_id"]) == {"once"} and len(writer.frames_table()) == len(stream.frames)
