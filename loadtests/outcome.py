@@ -33,7 +33,6 @@ Columns a client cannot know are null on its rows: the SDK sees no comments, so 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -47,29 +46,6 @@ MAX_TEXT = 500
 """Longest server-sent text kept in a row (error messages, raw usage): enough to read, never a whole body."""
 INVALID_UTF8 = "bytes that are not UTF-8 in the event stream"
 _INT64_MAX = (1 << 63) - 1
-_scan_json = json.JSONDecoder().scan_once
-"""``json.loads``'s scanner: ``(value, end)`` for the JSON value at an index (``StopIteration`` or
-``JSONDecodeError`` when none starts there); it is what ``json.loads`` runs on a text that starts
-with the value and ends with it."""
-_JSON_STRING = r'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
-_JSON_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
-_STOP = rf'(?:,"stop_reason":(?:null|{_JSON_STRING}|{_JSON_NUMBER}))?'
-_plain_token_chunk = re.compile(
-    rf'\{{"id":{_JSON_STRING},"object":(?:"text_completion"|"chat\.completion\.chunk"),"created":{_JSON_NUMBER},'
-    rf'"model":{_JSON_STRING},"choices":\[\{{"index":{_JSON_NUMBER},'
-    rf'(?:"text":({_JSON_STRING})|"delta":\{{"content":({_JSON_STRING})\}}),'
-    rf'"logprobs":null,"finish_reason":(?:null|{_JSON_STRING}){_STOP}\}}\]\}}'
-).fullmatch
-"""Matches exactly the compact JSON of vLLM's token chunks (completions and chat, one choice, no
-usage), JSON's own grammar for every string and number in them; group 1 or 2 is the token's text.
-Invariant: whatever it matches, ``json.loads`` decodes to an object with no ``error`` and no
-``usage`` key and an ``object`` that is not ``error``: once the first token is known, judging such a
-chunk changes nothing (its kind is ``data``), so the tracker skips decoding it. Anything else,
-whitespace included, is decoded."""
-_json_string_body = re.compile(_JSON_STRING[1:-1]).fullmatch
-"""Matches what may stand between a JSON string's quotes."""
-_PLAIN_ASCII = bytes(sorted(set(range(0x20, 0x7F)) - set(b'"\\')))
-"""Bytes that stand for themselves in a JSON string and in UTF-8: printable ASCII but quote and backslash."""
 
 
 @dataclass(slots=True)
@@ -198,15 +174,9 @@ class StreamTracker:
     comments: their comment counts and any-byte gaps are null, not zero."""
 
     __slots__ = (
-        "_chunk_head",
-        "_chunk_tail",
         "_comment",
         "_data",
         "_error",
-        "_event_head",
-        "_event_start",
-        "_event_stop",
-        "_event_tail",
         "_harness_error",
         "_keepalive",
         "_last_data_t",
@@ -215,8 +185,6 @@ class StreamTracker:
         "_max_gap",
         "_protocol_error",
         "_sees_comments",
-        "_text_start",
-        "_text_stop",
         "_ttft",
         "_usage",
         "bytes",
@@ -250,18 +218,6 @@ class StreamTracker:
         self._usage: Any = None
         self._protocol_error: str | None = None
         self._harness_error: str | None = None
-        self._chunk_head: str | None = None
-        """The last plain token chunk (``_plain_token_chunk``) up to its text's opening quote, and from
-        its closing quote (``_chunk_tail``, never empty): these around any text with no quote, backslash
-        or control character make a chunk ``_plain_token_chunk`` matches too."""
-        self._chunk_tail = ""
-        self._text_start = self._text_stop = 0
-        """Where the text is in such a chunk: ``data[_text_start:_text_stop]`` (a stop counted from the end)."""
-        self._event_head: bytes | None = None
-        """The same as the wire sends it, one SSE event: ``data: `` and the head, and the tail with
-        the blank line that ends the event; ``event[_event_start:_event_stop]`` is the text."""
-        self._event_tail = b""
-        self._event_start = self._event_stop = 0
 
     @property
     def broken(self) -> bool:
@@ -310,98 +266,34 @@ class StreamTracker:
 
     def frame(self, frame: Frame, t: float) -> str:
         """Record one wire frame that completed ``t`` seconds after the request was sent; returns its kind."""
-        if frame.invalid_utf8:
-            self.protocol_error(INVALID_UTF8)
-        if frame.data is not None:
-            return self.data_frame(frame.data, frame.nbytes, t)
         gap = self._arrival(t)
         self.bytes += frame.nbytes
-        if frame.comments == [KEEP_ALIVE_TEXT]:
-            kind = "keepalive"
-            self._keepalive += 1
+        if frame.invalid_utf8:
+            self.protocol_error(INVALID_UTF8)
+        data = frame.data
+        if data is None:
+            kind = "keepalive" if frame.comments == [KEEP_ALIVE_TEXT] else "comment"
+            if kind == "keepalive":
+                self._keepalive += 1
+            else:
+                self._comment += 1
+        elif data == "[DONE]":
+            kind = "done"
+            self._data_arrival(t)
+            if self._protocol_error is None:
+                self.done = True
         else:
-            kind = "comment"
-            self._comment += 1
+            self._data_arrival(t)
+            kind = self._judge_payload(data, t) if not self.finished_by_server else "data"
         self.frames.append((len(self.frames), kind, t, gap, frame.nbytes))
         return kind
 
-    def data_frame(self, data: str, nbytes: int, t: float) -> str:
-        """Record a wire frame whose ``data`` is ``data`` (of UTF-8), ``nbytes`` on the wire, that
-        completed ``t`` seconds after the request was sent; returns its kind. The same as
-        ``frame(Frame(t, nbytes, data), t)``, without building the frame (the raw reader's hot path)."""
-        gap = self._data_arrival_of(nbytes, t)
-        if (
-            (head := self._chunk_head) is not None
-            and f"{head}{(text := data[self._text_start : self._text_stop])}{self._chunk_tail}" == data
-            and (('"' not in text and "\\" not in text and text.isprintable()) or _json_string_body(text))
-        ):  # the last plain token chunk with another text: plain too, judging it would change nothing
-            kind = "data"
-        elif data == "[DONE]":
-            kind = "done"
-            if self._protocol_error is None:
-                self.done = True
-        elif self.done or self._error is not None:  # finished by the server: nothing more is judged
-            kind = "data"
-        else:
-            kind = self._judge_payload(data, t)
-        frames = self.frames
-        frames.append((len(frames), kind, t, gap, nbytes))
-        return kind
-
-    def plain_event(self, event: bytes | bytearray, t: float) -> bool:
-        """If ``event``, a whole read that completed ``t`` seconds after the request was sent, is byte
-        for byte one SSE event ``data: <chunk>\\n\\n`` whose chunk is the last plain token chunk
-        with another text of printable ASCII (no quote, no backslash), record it exactly as
-        ``data_frame`` would (kind ``data``: it cannot break the protocol) and return True; otherwise
-        record nothing and return False. The caller vouches that parsing ``event`` alone would give
-        just its frames: the parser holds no part of a frame and the line is within its limit."""
-        head = self._event_head
-        if head is None:
-            return False
-        text = event[self._event_start : self._event_stop]
-        if head + text + self._event_tail != event or text.strip(_PLAIN_ASCII):  # strip leaves what is not plain
-            return False
-        nbytes = len(event)
-        gap = self._data_arrival_of(nbytes, t)
-        frames = self.frames
-        frames.append((len(frames), "data", t, gap, nbytes))
-        return True
-
-    def _data_arrival_of(self, nbytes: int, t: float) -> float:
-        """A data frame of ``nbytes`` arrived at ``t``: count it and its gaps; returns the any-byte gap."""
-        gap = t - self._last_t  # _arrival and _data_arrival, inline
-        if gap > self._max_gap:
-            self._max_gap = gap
-        self._last_t = t
-        self.bytes += nbytes
-        self._data += 1
-        last_data_t = self._last_data_t
-        if last_data_t is not None:
-            data_gap = t - last_data_t
-            if self._max_data_gap is None or data_gap > self._max_data_gap:
-                self._max_data_gap = data_gap
-        self._last_data_t = t
-        return gap
-
     def _judge_payload(self, data: str, t: float) -> str:
-        if self._ttft is not None and (plain := _plain_token_chunk(data)):  # judging it would change nothing
-            text = plain.lastindex or 0  # the group of the token's text (a JSON string): what the next chunks vary
-            start, end = plain.start(text) + 1, plain.end(text) - 1  # within its quotes
-            self._chunk_head, self._chunk_tail = head, tail = data[:start], data[end:]
-            self._text_start, self._text_stop = start, end - len(data)
-            self._event_head, self._event_tail = b"data: " + head.encode(), tail.encode() + b"\n\n"
-            self._event_start, self._event_stop = len(self._event_head), -len(self._event_tail)
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            self.protocol_error(self._not_json(data))
             return "data"
-        try:  # json.loads without its wrappers: the same value whenever the scan ends at the text's end
-            payload, end = _scan_json(data, 0)
-        except (StopIteration, ValueError):
-            end = -1
-        if end != len(data):  # not JSON, or JSON with surroundings: json.loads says which
-            try:
-                payload = json.loads(data)
-            except ValueError:
-                self.protocol_error(self._not_json(data))
-                return "data"
         return self._judge(payload, t)
 
     def _not_json(self, excerpt: str) -> str:

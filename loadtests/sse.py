@@ -15,7 +15,6 @@ that they came (a browser would replace them silently; for us they are a protoco
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 KEEP_ALIVE_TEXT = "keep-alive"
@@ -53,20 +52,8 @@ class Frame:
         return self.data is None and self.event is None and self.id is None and self.retry is None
 
 
-DataSink = Callable[[str, int, float], object]
-"""Takes a frame that is one ``data`` line: its text, its wire bytes and its arrival time."""
-FrameSink = Callable[[Frame, float], object]
-"""Takes any other frame and its arrival time."""
-
-
 class SSEParser:
-    """Feed it reads; it hands over the frames each read completed, in order.
-
-    ``feed`` returns them as ``Frame`` objects. ``feed_into`` is the reader's hot path: it hands a
-    frame that is one ``data`` line (the usual ``data: {...}\\n\\n``) to ``on_data(text, nbytes, t)``
-    without building a ``Frame``, and every other frame to ``on_frame(frame, t)``; for the same
-    reads both give the same frames, in the same order, and raise ``LineTooLong`` at the same read.
-    """
+    """Feed it reads; it returns the frames each read completed."""
 
     __slots__ = ("_buffer", "_frame", "_frame_bytes", "_pending_cr", "invalid_utf8", "max_line_bytes")
 
@@ -77,106 +64,33 @@ class SSEParser:
         self._buffer = b""
         self._frame: Frame | None = None
         self._frame_bytes = 0
-        """Wire bytes of the frame under way so far (an LF left over from a split CRLF included):
-        never 0 while ``_frame`` is set, since a line's bytes count before it makes the frame."""
         self._pending_cr = False
 
-    def feed(self, chunk: bytes | bytearray, t: float) -> list[Frame]:
+    def feed(self, chunk: bytes, t: float) -> list[Frame]:
         """Parse ``chunk``, received at time ``t``; return the frames it completed, in order.
         Raises ``LineTooLong`` when a line, finished or not, exceeds ``max_line_bytes``."""
         frames: list[Frame] = []
-        append = frames.append
-        self._parse(chunk, t, lambda text, nbytes, t: append(Frame(t, nbytes, text)), lambda frame, t: append(frame))
-        return frames
-
-    def feed_into(self, chunk: bytes | bytearray, t: float, on_data: DataSink, on_frame: FrameSink) -> bool:
-        """``feed``, handing each completed frame over as it is found: a single-line ``data`` frame
-        as ``on_data(text, nbytes, t)``, any other as ``on_frame(frame, t)``. When a line of this
-        read is too long, ``LineTooLong`` is raised before any frame of the read is handed over.
-        Returns ``idle``: whether the parser now holds no part of a frame."""
-        data = self._buffer + chunk if self._buffer else chunk
-        if (
-            not self._frame_bytes  # no frame under way
-            and not self._pending_cr
-            and len(data) <= self.max_line_bytes
-            and data.isascii()
-            and "\r" not in (text := data.decode("ascii"))
-        ):  # the usual read: ASCII, LF line ends, no frame under way, no line that can be too long
-            blocks = text.split("\n\n")  # whole frames, then what follows the last blank line
-            tail = blocks.pop()
-            for block in blocks:
-                name, _, value = block.partition(": ")
-                if name == "data" and "\n" not in value:  # the frame is one "data: " line
-                    on_data(value, len(block) + 2, t)  # ASCII: a byte a character
-                else:
-                    self._feed_lf((block + "\n\n").encode("ascii"), t, on_data, on_frame)
-            if not tail:
-                self._buffer = b""
-                return True
-            rest = bytes(data[len(data) - len(tail) :])  # lines of a frame not yet ended, the last maybe unfinished
-            self._buffer = rest[self._feed_lf(rest, t, on_data, on_frame) :] if "\n" in tail else rest
-        elif len(data) > self.max_line_bytes:  # a line may be too long
-            for frame in self.feed(chunk, t):  # raises before handing over anything, as feed() does
-                on_frame(frame, t)
-        else:
-            self._parse(chunk, t, on_data, on_frame)
-        return self.idle
-
-    @property
-    def idle(self) -> bool:
-        """True when the parser holds no part of a frame: no bytes of an unfinished line, no frame
-        under way, no CR waiting for its LF. Then a read parsed alone gives just its own frames."""
-        return not (self._buffer or self._frame_bytes or self._pending_cr)
-
-    def _parse(self, chunk: bytes | bytearray, t: float, on_data: DataSink, on_frame: FrameSink) -> None:
         if not chunk:
-            return
+            return frames
         if self._pending_cr:
             self._pending_cr = False
             if chunk.startswith(b"\n"):  # the LF of a CRLF split across reads
                 chunk = chunk[1:]
                 self._frame_bytes += 1
         data = self._buffer + chunk
-        if data.find(b"\r") < 0:  # the common case: LF line ends only (not `in`: it tries int first)
-            start = self._feed_lf(data, t, on_data, on_frame)
+        start = 0
+        if b"\r" not in data:  # the common case: LF line ends only
+            while (end := data.find(b"\n", start)) >= 0:
+                self._line(data[start:end], end - start + 1, t, frames)
+                start = end + 1
         else:
-            start = self._feed_with_cr(data, t, on_frame)
+            start = self._feed_with_cr(data, t, frames)
         self._buffer = data[start:]
         if len(self._buffer) > self.max_line_bytes:
             raise LineTooLong(self.max_line_bytes)
+        return frames
 
-    def _feed_lf(self, data: bytes, t: float, on_data: DataSink, on_frame: FrameSink) -> int:
-        """Split on LF; returns where the unfinished line starts. A frame that is one ``data`` line
-        of UTF-8 starting a frame goes to ``on_data`` straight from the buffer; any other line goes
-        through ``_line``, exactly as if the fast path did not exist."""
-        find = data.find
-        limit = self.max_line_bytes
-        start = 0
-        while (end := find(b"\n\n", start)) >= 0:
-            if self._frame is None and end > start and data.startswith(b"data:", start) and find(b"\n", start, end) < 0:
-                if end - start >= limit:  # the line with its LF is longer than the limit
-                    raise LineTooLong(limit)
-                value = start + 6 if data.startswith(b"data: ", start) else start + 5
-                try:
-                    text = data[value:end].decode("utf-8")
-                except UnicodeDecodeError:
-                    pass  # the general path flags it
-                else:
-                    on_data(text, self._frame_bytes + end - start + 2, t)
-                    self._frame_bytes = 0
-                    start = end + 2
-                    continue
-            stop = end + 2  # the lines up to and including the blank line that ends a frame
-            while start < stop:
-                lf = find(b"\n", start)
-                self._line(data[start:lf], lf - start + 1, t, on_frame)
-                start = lf + 1
-        while (lf := find(b"\n", start)) >= 0:  # lines of a frame not yet ended
-            self._line(data[start:lf], lf - start + 1, t, on_frame)
-            start = lf + 1
-        return start
-
-    def _feed_with_cr(self, data: bytes, t: float, on_frame: FrameSink) -> int:
+    def _feed_with_cr(self, data: bytes, t: float, frames: list[Frame]) -> int:
         """Split on CRLF, CR or LF; returns where the unfinished line starts."""
         start = 0
         size = len(data)
@@ -192,17 +106,17 @@ class SSEParser:
             else:  # CR ends the read: the line ends here; an LF opening the next read belongs to it
                 end, terminator = cr, 1
                 self._pending_cr = True
-            self._line(data[start:end], end - start + terminator, t, on_frame)
+            self._line(data[start:end], end - start + terminator, t, frames)
             start = end + terminator
 
-    def _line(self, raw: bytes, nbytes: int, t: float, on_frame: FrameSink) -> None:
+    def _line(self, raw: bytes, nbytes: int, t: float, frames: list[Frame]) -> None:
         if nbytes > self.max_line_bytes:
             raise LineTooLong(self.max_line_bytes)
         self._frame_bytes += nbytes
         if not raw:
             frame = self._take_frame(t)
             if frame is not None:
-                on_frame(frame, t)
+                frames.append(frame)
         else:
             self._field(raw, t)
 

@@ -199,13 +199,11 @@ class SSEUser(_StreamingUser, FastHttpUser):
             if tracker.broken:
                 return None  # not an event stream: nothing in it to read
             parser = SSEParser(max_line_bytes)
-            feed, on_data, on_frame = parser.feed_into, tracker.data_frame, tracker.frame
-            plain_event, now, idle = tracker.plain_event, time.monotonic, True  # idle: the parser holds no frame part
+            feed, now, on_frame = parser.feed, time.monotonic, tracker.frame
             while chunk := _next_chunk(raw):
-                t = now() - started  # every frame the read completed is timed by it
-                if idle and len(chunk) <= max_line_bytes and plain_event(chunk, t):
-                    continue  # the read was one more token event like the last: recorded, no need to parse it
-                idle = feed(chunk, t, on_data, on_frame)
+                t = now() - started
+                for frame in feed(chunk, t):
+                    on_frame(frame, t)
                 if tracker.broken:
                     return None
             if parser.invalid_utf8:  # in a frame the body ended before completing
@@ -221,16 +219,15 @@ class SSEUser(_StreamingUser, FastHttpUser):
         return None
 
 
-def _next_chunk(raw: Any) -> bytearray:
-    """The body bytes that have arrived, waiting for at least one; empty at the body's end.
+def _next_chunk(raw: Any) -> bytes:
+    """The body bytes that have arrived, waiting for at least one; ``b""`` at the body's end.
     (geventhttpclient's ``readline()`` would wait for a whole line however long it grows, and its
     ``read(n)`` for ``n`` bytes; this returns what each receive brought, so frames are timed as
-    they arrive and the parser bounds the line length.) The caller owns the returned buffer: the
-    response gets a fresh one, which is cheaper than copying the bytes out and clearing it."""
+    they arrive and the parser bounds the line length.)"""
     buffer = raw._body_buffer
     while not buffer:
         if raw.message_complete:
-            return buffer
+            return b""
         sock = raw._sock
         if sock is None:
             raise ConnectionResetError("connection released mid-body")
@@ -238,8 +235,9 @@ def _next_chunk(raw: Any) -> bytearray:
         raw.feed(data)
         if not data and not raw.message_complete:
             raise ConnectionResetError("connection closed mid-body")
-    raw._body_buffer = bytearray()
-    return buffer
+    chunk = bytes(buffer)
+    del buffer[:]
+    return chunk
 
 
 class OpenAISDKUser(_StreamingUser, User):
