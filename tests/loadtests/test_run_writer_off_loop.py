@@ -112,13 +112,19 @@ def test_batches_handed_over_together_are_each_written_once_in_order(
     assert len(list(writer.requests_dir.glob("*.parquet"))) == 4
 
 
+def writing(writer: RunWriter, request_id: str, slow_parts: threading.Event) -> gevent.Greenlet:
+    """A greenlet handing a batch to ``writer``, returned once its (slowed) write is under way."""
+    greenlet = gevent.spawn(writer.write_batch, batch_of(request_id))
+    while not slow_parts.is_set():
+        gevent.sleep(0.001)
+    return greenlet
+
+
 def test_a_greenlet_killed_during_its_write_leaves_the_batch_written_once(
     tmp_path: Path, slow_parts: threading.Event
 ) -> None:
     writer = RunWriter(tmp_path)
-    handing_over = gevent.spawn(writer.write_batch, batch_of("a"))
-    while not slow_parts.is_set():
-        gevent.sleep(0.001)
+    handing_over = writing(writer, "a", slow_parts)
     handing_over.kill()  # waits until it is dead: once its write has ended
     assert handing_over.dead and isinstance(handing_over.value, gevent.GreenletExit)
     assert (writer.rows_written, writer.rows_pending) == (1, 0)
@@ -130,9 +136,7 @@ def test_a_greenlet_killed_while_waiting_for_its_turn_still_gets_its_batch_writt
     tmp_path: Path, slow_parts: threading.Event
 ) -> None:
     writer = RunWriter(tmp_path)
-    first = gevent.spawn(writer.write_batch, batch_of("a"))
-    while not slow_parts.is_set():
-        gevent.sleep(0.001)
+    first = writing(writer, "a", slow_parts)
     second = gevent.spawn(writer.write_batch, batch_of("b"))
     gevent.sleep(0)  # it hands its batch over and waits for the first write to end
     second.kill()
