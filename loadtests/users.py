@@ -1,7 +1,8 @@
 """Locust users that stream and tell the truth about each stream.
 
 ``SSEUser`` (on Locust's ``FastHttpUser``) reads the raw event stream as its bytes arrive,
-timestamps each frame when its last byte arrives, and reports the request to Locust when the
+timestamps each frame with the time its last byte reached the machine (the kernel's receive stamp,
+so a busy event loop does not move it; ``loadtests.arrival_clock``), and reports the request to Locust when the
 stream ENDS, with its real duration and outcome (Locust itself would report a stream at header
 time and count a cut stream as a success). ``OpenAISDKUser`` sends the same requests through the
 official ``openai`` client, to show that a real client survives the same streams; it records what
@@ -28,6 +29,7 @@ from geventhttpclient.response import HTTPParseError
 from locust import FastHttpUser, User
 from pydantic import BaseModel
 
+from loadtests import arrival_clock
 from loadtests.loop_hygiene import shared_ssl_context
 from loadtests.outcome import INVALID_UTF8, RequestPlan, RequestRow, StreamTracker
 from loadtests.run_state import RunState, run_state
@@ -199,9 +201,14 @@ class SSEUser(_StreamingUser, FastHttpUser):
             if tracker.broken:
                 return None  # not an event stream: nothing in it to read
             parser = SSEParser(max_line_bytes)
-            feed, now, on_frame = parser.feed, time.monotonic, tracker.frame
-            while chunk := _next_chunk(raw):
-                t = now() - started
+            feed, on_frame = parser.feed, tracker.frame
+            stamped = raw._sock is not None and arrival_clock.stamp_arrivals(raw._sock)  # None: body read already
+            t = tracker.ttfb or 0.0
+            while True:
+                chunk, arrived = _next_chunk(raw, stamped)
+                if not chunk:
+                    break
+                t = max(t, arrived - started)  # never before the headers or the previous read
                 for frame in feed(chunk, t):
                     on_frame(frame, t)
                 if tracker.broken:
@@ -219,25 +226,31 @@ class SSEUser(_StreamingUser, FastHttpUser):
         return None
 
 
-def _next_chunk(raw: Any) -> bytes:
-    """The body bytes that have arrived, waiting for at least one; ``b""`` at the body's end.
-    (geventhttpclient's ``readline()`` would wait for a whole line however long it grows, and its
-    ``read(n)`` for ``n`` bytes; this returns what each receive brought, so frames are timed as
-    they arrive and the parser bounds the line length.)"""
+def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float]:
+    """The body bytes that have arrived, waiting for at least one (``b""`` at the body's end), with
+    the ``time.monotonic()`` they arrived at: the kernel's stamp when ``stamped``
+    (``loadtests.arrival_clock``), else the time of the read. Bytes already buffered with the
+    headers are timed now. (geventhttpclient's ``readline()`` would wait for a whole line however
+    long it grows, and its ``read(n)`` for ``n`` bytes; this returns what each receive brought, so
+    frames are timed as they arrive and the parser bounds the line length.)"""
     buffer = raw._body_buffer
+    arrived = None
     while not buffer:
         if raw.message_complete:
-            return b""
+            return b"", time.monotonic()
         sock = raw._sock
         if sock is None:
             raise ConnectionResetError("connection released mid-body")
-        data = sock.recv(raw.block_size)
+        if stamped:
+            data, arrived = arrival_clock.recv_stamped(sock, raw.block_size)
+        else:
+            data, arrived = sock.recv(raw.block_size), None
         raw.feed(data)
         if not data and not raw.message_complete:
             raise ConnectionResetError("connection closed mid-body")
     chunk = bytes(buffer)
     del buffer[:]
-    return chunk
+    return chunk, time.monotonic() if arrived is None else arrived
 
 
 class OpenAISDKUser(_StreamingUser, User):

@@ -1,0 +1,42 @@
+"""Raw streams read by a load generator whose event loop is blocked, on purpose, over and over.
+
+A test fixture for ``test_arrival_clock_smoke.py``: one ``SSEUser`` streams small completions while
+a ``LoopBlocker`` holds the event loop in a busy wait (no greenlet runs, as in a blocking call or
+a long collection) for ``STALL_BLOCK_S`` out of every ``STALL_PERIOD_S`` seconds (environment
+variables, set by the test). Frames that arrive meanwhile wait in the kernel until the loop is free.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import gevent
+from locust import User, task
+
+from loadtests import RequestMix, RequestSpec, Scenario, SSEUser
+
+BLOCK_S = float(os.environ["STALL_BLOCK_S"])
+PERIOD_S = float(os.environ["STALL_PERIOD_S"])
+
+scenario = Scenario(name="stalling").install()
+
+
+class RawUser(SSEUser):
+    fixed_count = 1
+    mix = RequestMix([RequestSpec("small", "completions", 8, max_tokens=8)])
+
+    @task
+    def small_request(self) -> None:
+        self.send_next()
+
+
+class LoopBlocker(User):
+    fixed_count = 1
+
+    @task
+    def block(self) -> None:
+        until = time.monotonic() + BLOCK_S
+        while time.monotonic() < until:
+            pass  # holds the loop: no other greenlet runs
+        gevent.sleep(PERIOD_S - BLOCK_S)

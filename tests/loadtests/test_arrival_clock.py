@@ -1,0 +1,106 @@
+"""The arrival clock: a read that comes late is still stamped with the time its bytes arrived.
+
+The sender is another process on the same machine (``time.monotonic()`` is one clock machine-wide),
+so the reader being late is real: the bytes wait in the kernel while the reader sleeps."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from loadtests.arrival_clock import SO_TIMESTAMPNS, recv_stamped, stamp_arrivals
+
+pytestmark = pytest.mark.skipif(SO_TIMESTAMPNS is None, reason="no SO_TIMESTAMPNS on this platform")
+
+READ_LATE_S = 0.1
+SENDER = """
+import json, socket, sys, time
+connection = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+sent = []
+while connection.recv(1) == b"g":  # one frame per "go", with the time just before it was sent
+    sent.append(time.monotonic())
+    connection.sendall(b"data: %d\\n\\n" % len(sent))
+print(json.dumps(sent))
+"""
+
+
+@pytest.fixture
+def sender() -> Iterator[tuple[socket.socket, subprocess.Popen[str]]]:
+    """A connection to a sender process that answers each ``b"g"`` with one frame."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(30)
+        process = subprocess.Popen(
+            [sys.executable, "-c", SENDER, str(listener.getsockname()[1])], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            connection, _ = listener.accept()
+            with connection:
+                yield connection, process
+        finally:
+            process.kill()
+            process.wait(10)
+
+
+def late_reads(connection: socket.socket, count: int, stamped: bool) -> tuple[list[float], list[float]]:
+    """Ask for ``count`` frames, reading each ``READ_LATE_S`` after asking; (stamps, read times)."""
+    stamps, reads = [], []
+    for _ in range(count):
+        connection.sendall(b"g")
+        time.sleep(READ_LATE_S)  # the frame arrives meanwhile and waits in the kernel
+        data, arrived = recv_stamped(connection, 4096) if stamped else (connection.recv(4096), time.monotonic())
+        assert data.startswith(b"data: ")
+        stamps.append(arrived)
+        reads.append(time.monotonic())
+    return stamps, reads
+
+
+def sent_times(connection: socket.socket, process: subprocess.Popen[str]) -> list[float]:
+    connection.shutdown(socket.SHUT_WR)
+    output, _ = process.communicate(timeout=30)
+    return json.loads(output)
+
+
+def test_a_late_read_is_stamped_when_its_bytes_arrived(sender: tuple[socket.socket, subprocess.Popen[str]]) -> None:
+    connection, process = sender
+    assert stamp_arrivals(connection)
+    stamps, reads = late_reads(connection, 3, stamped=True)
+    sent = sent_times(connection, process)
+    assert min(read - at for read, at in zip(reads, sent, strict=True)) >= READ_LATE_S * 0.9, "the reads were not late"
+    for stamp, at, read in zip(stamps, sent, reads, strict=True):
+        assert -0.001 <= stamp - at < 0.03, (stamp - at, read - at)  # arrival, not the read
+        assert stamp <= read
+
+
+def test_without_stamps_a_read_is_timed_when_it_is_read(sender: tuple[socket.socket, subprocess.Popen[str]]) -> None:
+    """The control: the same late reads, timed the old way, are off by the lateness."""
+    connection, process = sender
+    stamps, _ = late_reads(connection, 2, stamped=False)
+    sent = sent_times(connection, process)
+    assert min(stamp - at for stamp, at in zip(stamps, sent, strict=True)) >= READ_LATE_S * 0.9
+
+
+def test_a_socket_never_asked_to_stamp_gives_the_read_time(
+    sender: tuple[socket.socket, subprocess.Popen[str]],
+) -> None:
+    connection, process = sender
+    stamps, reads = late_reads(connection, 1, stamped=True)  # recvmsg, but stamp_arrivals never called
+    sent = sent_times(connection, process)
+    assert stamps[0] - sent[0] >= READ_LATE_S * 0.9
+    assert stamps[0] <= reads[0]
+
+
+def test_tls_sockets_are_not_stamped() -> None:
+    """TLS records are decrypted above the kernel: a stamp would not say when a frame's bytes came."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    with (
+        socket.socket() as plain,
+        context.wrap_socket(plain, server_hostname="localhost", do_handshake_on_connect=False) as tls,
+    ):
+        assert not stamp_arrivals(tls)
