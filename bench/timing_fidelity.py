@@ -99,6 +99,9 @@ SERVER_PROFILE = ["--host", "127.0.0.1", "--max-model-len", "8192", "--max-num-s
                   "--inter-token-latency", "40", "--sse-keep-alive-interval", "0.1"]  # fmt: skip
 """The issue's measurement; max-model-len and prefill per token as the scenario's own profile."""
 FLAG_ERROR_S = 0.010
+SHARED_READ_SENT_APART_S = 0.001
+READ_LATE_S = 0.001
+"""A frame whose bytes waited this long in the kernel before the read was read late by the harness."""
 CONTROL_LAG_S = 0.005
 LAG_SAMPLE_INTERVAL_S = 0.010
 CONTROL_ERROR_S = 0.001
@@ -110,7 +113,7 @@ QUICK = {"users": "20", "duration": 6, "processes_at_largest": 1, "skip_first": 
 """``--quick``: seconds, not minutes; the same table."""
 TABLE_HEADER = (
     "| users | processes | gaps compared | error p50 ms | p99 ms | max ms | count mismatches | errors >10 ms "
-    "| flagged | bursts (50 ms windows >20 ms, max streams) |"
+    "| flagged by the harness | not flagged (arrived late) | bursts (50 ms windows >20 ms, max streams) |"
 )
 
 
@@ -142,7 +145,9 @@ class Gaps:
 
     frame: pd.DataFrame
     """Columns: request_id, worker, error_s, prev_mono and mono (recorded times of frames i-1 and i on
-    the monotonic clock), sent (the trace's time of frame i)."""
+    the monotonic clock), sent (the trace's time of frame i), shared_read (frame i-1 or i came in one
+    read with the frame after it although the server sent them apart), waited_s (the longer
+    ``wait_s`` of the two: how long their bytes lay in the kernel before the harness read them)."""
     streams: int
     mismatches: int
 
@@ -158,7 +163,11 @@ class Figures:
     mismatches: int
     over_10ms: int
     flagged: int | None
-    """None when the run has no lag monitor (no ``lag.parquet``)."""
+    """Errors over 10 ms the harness flagged itself: a stall its lag monitor recorded explains it, or a
+    frame of the gap says its bytes waited in the kernel (``wait_s``) 1 ms or more before they were
+    read. None when the run has no ``lag.parquet``."""
+    unflagged_together: int
+    """Unflagged errors over 10 ms where a frame came in one read with a later one, sent apart."""
     over_20ms: int
     burst_windows: int
     burst_max_streams: int
@@ -173,11 +182,20 @@ class Figures:
     def flagged_share_pct(self) -> float:
         return 100.0 * self.flagged / self.over_10ms if self.flagged is not None and self.over_10ms else float("nan")
 
+    @property
+    def flagged_text(self) -> str:
+        if self.flagged is None:
+            return "n/a"
+        return "none to flag" if not self.over_10ms else f"{self.flagged} ({self.flagged_share_pct:.0f}%)"
+
+    @property
+    def unflagged(self) -> int:
+        return self.over_10ms - (self.flagged or 0)
+
     def table_row(self) -> str:
-        flagged = "n/a" if self.flagged is None else f"{self.flagged} ({self.flagged_share_pct:.0f}%)"
         return (
             f"| {self.load.users:,} | {self.load.processes} | {self.gaps:,} | {self.p50_ms:.2f} | {self.p99_ms:.2f} "
-            f"| {self.max_ms:.1f} | {self.mismatches} | {self.over_10ms:,} | {flagged} "
+            f"| {self.max_ms:.1f} | {self.mismatches} | {self.over_10ms:,} | {self.flagged_text} | {self.unflagged:,} "
             f"| {self.burst_windows}, {self.burst_max_streams} |"
         )
 
@@ -207,8 +225,7 @@ def server_env() -> dict[str, str]:
 
 def run_load(load: Load, duration_s: int, workdir: Path) -> Run:
     """Start a fresh server with a trace file, run Locust against it, stop both; the run's files."""
-    directory = workdir / f"u{load.users}-p{load.processes}"
-    directory.mkdir()
+    directory = Path(tempfile.mkdtemp(prefix=f"u{load.users}-p{load.processes}-", dir=workdir))  # a load may repeat
     trace = directory / "trace.jsonl"
     try:
         server = TargetServerProcess.start([*SERVER_PROFILE, "--trace-file", str(trace)], env=server_env())
@@ -258,7 +275,10 @@ def read_trace(path: Path, request_ids: pd.Series) -> pd.DataFrame:
 
 
 def read_recorded(run_dir: Path, request_ids: pd.Series) -> pd.DataFrame:
-    frames = read_table(run_dir / "frames.parquet", columns=["request_id", "seq", "kind", "t_s"])
+    frames = read_table(run_dir / "frames.parquet")
+    if "wait_s" not in frames:  # a harness that did not stamp arrivals
+        frames["wait_s"] = np.nan
+    frames = frames[["request_id", "seq", "kind", "t_s", "wait_s"]]
     frames = frames[frames["request_id"].isin(request_ids)]
     return frames.sort_values(["request_id", "seq"], kind="stable")
 
@@ -286,9 +306,14 @@ def compare_gaps(run: Run, skip_first_s: float, mono_offsets: dict[str, float]) 
     rows = streams.set_index("request_id").loc[recorded["request_id"]]
     offsets = rows["worker"].map(mono_offsets).fillna(run.clock_offset_s).to_numpy()
     mono = rows["start_time"].to_numpy() - offsets + recorded["t_s"].to_numpy(dtype=float)
-    recorded_gap = np.diff(recorded["t_s"].to_numpy(dtype=float))
-    sent_gap = np.diff(sent["t"].to_numpy(dtype=float))
+    recorded_t = recorded["t_s"].to_numpy(dtype=float)
+    sent_t = sent["t"].to_numpy(dtype=float)
+    recorded_gap = np.diff(recorded_t)
+    waits = np.nan_to_num(recorded["wait_s"].to_numpy(dtype=float), nan=0.0)
+    sent_gap = np.diff(sent_t)
     same_stream = recorded["request_id"].to_numpy()[1:] == recorded["request_id"].to_numpy()[:-1]
+    # A frame read together with the next one, though sent apart: it carries the later frame's stamp.
+    read_with_next = np.append(same_stream & (recorded_gap == 0.0) & (sent_gap > SHARED_READ_SENT_APART_S), False)
     frame = pd.DataFrame(
         {
             "request_id": recorded["request_id"].to_numpy()[1:],
@@ -296,7 +321,9 @@ def compare_gaps(run: Run, skip_first_s: float, mono_offsets: dict[str, float]) 
             "error_s": np.abs(recorded_gap - sent_gap),
             "prev_mono": mono[:-1],
             "mono": mono[1:],
-            "sent": sent["t"].to_numpy(dtype=float)[1:],
+            "sent": sent_t[1:],
+            "shared_read": read_with_next[:-1] | read_with_next[1:],
+            "waited_s": np.fmax(waits[:-1], waits[1:]),
         }
     )[same_stream]
     return Gaps(frame, len(streams), len(streams) - len(matching))
@@ -322,11 +349,12 @@ def mono_offsets(lag: pd.DataFrame | None) -> dict[str, float]:
     return (lag["time"] - lag["t_mono"]).groupby(lag["worker"]).median().to_dict()
 
 
-def explained_by_lag(gaps: pd.DataFrame, lag: pd.DataFrame) -> int:
-    """How many of ``gaps`` overlap a blocked window of their own worker's loop long enough to
-    explain their error (``lag_s >= error_s - one sample interval``), the gap widened by one sample
-    interval at each end. The monitor's windows do not overlap, so those meeting a gap are one run."""
-    explained = 0
+def explained_by_lag(gaps: pd.DataFrame, lag: pd.DataFrame) -> np.ndarray:
+    """Per gap, whether it overlaps a blocked window of its own worker's loop long enough to explain
+    its error (``lag_s >= error_s - one sample interval``), the gap widened by one sample interval at
+    each end. The monitor's windows do not overlap, so those meeting a gap are one run."""
+    explained = np.zeros(len(gaps), dtype=bool)
+    positions = pd.Series(np.arange(len(gaps)), index=gaps.index)
     for worker, group in gaps.groupby("worker"):
         windows = lag[lag["worker"] == worker].sort_values("t_mono")
         ends = windows["t_mono"].to_numpy()
@@ -337,9 +365,9 @@ def explained_by_lag(gaps: pd.DataFrame, lag: pd.DataFrame) -> int:
         first = np.searchsorted(ends, low, side="left")
         last = np.searchsorted(starts, high, side="right")
         needed = group["error_s"].to_numpy() - LAG_SAMPLE_INTERVAL_S
-        for begin, end, need in zip(first, last, needed, strict=True):
-            if end > begin and lags[begin:end].max() >= need:
-                explained += 1
+        rows = positions.loc[group.index].to_numpy()
+        for row, begin, end, need in zip(rows, first, last, needed, strict=True):
+            explained[row] = end > begin and lags[begin:end].max() >= need
     return explained
 
 
@@ -385,14 +413,20 @@ def figures_of(run: Run, skip_first_s: float) -> Figures:
     errors_ms = gaps.frame["error_s"].to_numpy() * 1000.0
     p50, p99, top = np.percentile(errors_ms, [50, 99, 100]) if len(errors_ms) else (np.nan,) * 3
     over_10 = gaps.frame[gaps.frame["error_s"] > FLAG_ERROR_S]
-    flagged = None if lag is None else explained_by_lag(over_10, lag)
+    if lag is None:
+        flagged, unflagged = None, over_10
+    else:
+        mask = explained_by_lag(over_10, lag) | (over_10["waited_s"].to_numpy() >= READ_LATE_S)
+        flagged, unflagged = int(mask.sum()), over_10[~mask]
     accurate = gaps.frame[gaps.frame["error_s"] < CONTROL_ERROR_S]
     chance = overlapping_a_stall(accurate, lag) if lag is not None and len(accurate) else 0
     control_pct = 100.0 * chance / len(accurate) if lag is not None and len(accurate) else np.nan
     over_20, windows, most = bursts(gaps.frame)
     delivery_ms = (gaps.frame["mono"] - gaps.frame["sent"]).median() * 1000.0
-    return Figures(run.load, gaps.streams, len(gaps.frame), float(p50), float(p99), float(top), gaps.mismatches,
-                   len(over_10), flagged, over_20, windows, most, float(delivery_ms), control_pct)  # fmt: skip
+    errors = (float(p50), float(p99), float(top))
+    together = int(unflagged["shared_read"].sum())
+    return Figures(run.load, gaps.streams, len(gaps.frame), *errors, gaps.mismatches, len(over_10), flagged,
+                   together, over_20, windows, most, float(delivery_ms), control_pct)  # fmt: skip
 
 
 def print_figures(figures: Figures, run: Run) -> None:
@@ -404,14 +438,13 @@ def print_figures(figures: Figures, run: Run) -> None:
     )
     print(f"recorded minus sent time of a frame, median: {figures.delivery_p50_ms:.2f} ms")
     if figures.flagged is None:
-        print(
-            f"errors over 10 ms: {figures.over_10ms}, flagged share unavailable: the run has no lag.parquet "
-            "(no lag monitor in this harness)"
-        )
+        print(f"errors over 10 ms: {figures.over_10ms}; flagged share unavailable: the run has no lag.parquet")
     else:
         print(
-            f"errors over 10 ms: {figures.over_10ms}, flagged by the lag monitor: {figures.flagged} "
-            f"({figures.flagged_share_pct:.1f}%)"
+            f"errors over 10 ms: {figures.over_10ms}; flagged by the harness (a recorded stall explains it, or a "
+            f"frame waited >= 1 ms in the kernel before it was read): {figures.flagged_text}; not flagged: "
+            f"{figures.unflagged}, {figures.unflagged_together} of them frames sent apart that arrived in one read "
+            "(read on time, no stall: the bytes reached this machine late, on the server's side)"
         )
         print(
             f"control: {figures.control_flagged_pct:.1f}% of the gaps with an error under 1 ms overlap a stall of "

@@ -55,6 +55,8 @@ GAP_FLOOR_S = 1e-4
 WORST_BY_GAP = 5
 WORST_TOTAL = 15
 FRAMES_PER_STREAM = 40
+READ_LATE_SHOWN_S = 0.001
+"""A frame whose bytes waited this long in the kernel before the harness read them is marked in its chip."""
 FIGSIZE = (8.0, 3.5)
 DPI = 100
 MISSING = "—"
@@ -673,15 +675,22 @@ def _frame_sequence(row: pd.Series, frames: pd.DataFrame | None) -> str:
     if frames is None or frames.empty:
         counted = sum(_number(row[c]) or 0 for c in ("data_frames", "keepalive_frames", "comment_frames"))
         return "(no frames: no event stream came back)" if counted == 0 else "(frames not sampled)"
-    shown = frames[["kind", "t_s", "gap_s", "bytes"]].head(FRAMES_PER_STREAM)
+    shown = frames[["kind", "t_s", "gap_s", "bytes", "wait_s"]].head(FRAMES_PER_STREAM)
     chips = [
-        f'<span class="frame k-{_text(kind)}">{_text(kind)} {_seconds(t)} +{_seconds(gap)} {_integer(size)}B</span>'
-        for kind, t, gap, size in shown.itertuples(index=False, name=None)
+        f'<span class="frame k-{_text(kind)}">{_text(kind)} {_seconds(t)} +{_seconds(gap)} {_integer(size)}B'
+        f"{_read_late(wait)}</span>"
+        for kind, t, gap, size, wait in shown.itertuples(index=False, name=None)
     ]
     extra = len(frames) - FRAMES_PER_STREAM
     if extra > 0:
         chips.append(f"… {extra} more")
     return "".join(chips)
+
+
+def _read_late(wait: Any) -> str:
+    """A frame the harness read a millisecond or more after its bytes arrived says so."""
+    seconds = _number(wait)
+    return f" (read {_seconds(seconds)} late)" if seconds is not None and seconds >= READ_LATE_SHOWN_S else ""
 
 
 # --- soak windows ------------------------------------------------------------------------------

@@ -1,8 +1,12 @@
 """The harness's own lag: how late the load generator's event loop wakes a sleeping greenlet.
 
-Every frame time the harness records is taken when its greenlet runs, so a loop that is blocked
-(a long call, a garbage collection, the process waiting for a CPU) writes its own delay down as
-the server's. ``LagMonitor`` runs one greenlet per Locust process that sleeps ``LAG_INTERVAL_S``
+Times the harness takes when its greenlet runs (response headers, the openai SDK's chunks, raw
+frames over TLS) carry the loop's delay: a loop that is blocked (a long call, a garbage
+collection, the process waiting for a CPU) writes it down as the server's. Raw frames over plain
+TCP carry the kernel's arrival stamp (``loadtests.arrival_clock``), except frames that arrived
+during one stall and were read together: they share the last one's stamp.
+
+``LagMonitor`` runs one greenlet per Locust process that sleeps ``LAG_INTERVAL_S``
 and records how late it woke: a sample ``(time, t_mono, lag_s)`` says the loop could not run
 anything over ``[t_mono - lag_s, t_mono]``. Samples go to ``lag.parquet`` with the rows of the
 same batch; ``lag_summary`` condenses them for summary.json and the ``harness_kept_up`` gate

@@ -1,7 +1,8 @@
 """Keep the load generator's event loop free of stalls that are paid once or grow with the heap.
 
-Every frame time is taken when its greenlet runs, so whatever holds the one gevent loop is
-recorded as server latency. The costs below are paid here instead, by ``settle_after_setup()``
+Header times, the openai SDK's chunks and frames read together after a stall are timed when their
+greenlet runs, so whatever holds the one gevent loop is recorded as server latency (and it delays
+every request the users send). The costs below are paid here instead, by ``settle_after_setup()``
 at each test start, before any user is spawned, when no stream is open:
 
 - Full (generation 2) garbage collections traverse every tracked object. A Locust process holds

@@ -264,8 +264,9 @@ class StreamTracker:
         if self._harness_error is None:
             self._harness_error = message[:MAX_TEXT]
 
-    def frame(self, frame: Frame, t: float) -> str:
-        """Record one wire frame that completed ``t`` seconds after the request was sent; returns its kind."""
+    def frame(self, frame: Frame, t: float, wait: float | None = None) -> str:
+        """Record one wire frame that completed ``t`` seconds after the request was sent; returns its
+        kind. ``wait``: how long its bytes lay in the kernel before they were read (None: unknown)."""
         gap = self._arrival(t)
         self.bytes += frame.nbytes
         if frame.invalid_utf8:
@@ -285,7 +286,7 @@ class StreamTracker:
         else:
             self._data_arrival(t)
             kind = self._judge_payload(data, t) if not self.finished_by_server else "data"
-        self.frames.append((len(self.frames), kind, t, gap, frame.nbytes))
+        self.frames.append((len(self.frames), kind, t, gap, frame.nbytes, wait))
         return kind
 
     def _judge_payload(self, data: str, t: float) -> str:
@@ -306,7 +307,7 @@ class StreamTracker:
         self._last_t = t
         self._data_arrival(t)
         kind = self._judge(payload, t)
-        self.frames.append((len(self.frames), kind, t, gap, 0))
+        self.frames.append((len(self.frames), kind, t, gap, 0, None))
         return kind
 
     def undecodable_payload(self, t: float, excerpt: str = "") -> None:

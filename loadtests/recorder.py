@@ -1,6 +1,6 @@
 """Per-process store of request rows and frame records, in plain types that can be shipped.
 
-Rows are kept whole; frame records are stored column-wise (six lists) because there are many of
+Rows are kept whole; frame records are stored column-wise (one list per column) because there are many of
 them. ``take_batch()`` hands over what was added since the last call as a dict of plain lists
 (msgpack-safe, for Locust's worker -> master messages; ``RunWriter.write_batch`` takes it).
 Invariant: every row added is in exactly one of ``rows`` or a batch taken, never both, never
@@ -18,8 +18,8 @@ import pyarrow as pa
 
 from loadtests.outcome import RequestRow
 
-FRAME_COLUMNS = ("request_id", "seq", "kind", "t_s", "gap_s", "bytes")
-FrameRecord = tuple[int, str, float, float, int]  # seq, kind, t_s, gap_s, bytes
+FRAME_COLUMNS = ("request_id", "seq", "kind", "t_s", "gap_s", "bytes", "wait_s")
+FrameRecord = tuple[int, str, float, float, int, float | None]  # seq, kind, t_s, gap_s, bytes, wait_s
 
 _ARROW_TYPES: dict[object, pa.DataType] = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 
@@ -35,8 +35,10 @@ REQUEST_SCHEMA = pa.schema([(name, _arrow_type(t)) for name, t in typing.get_typ
 """requests.parquet: one column per ``RequestRow`` field, in field order."""
 FRAME_SCHEMA = pa.schema(
     [("request_id", pa.string()), ("seq", pa.int32()), ("kind", pa.string()), ("t_s", pa.float64()),
-     ("gap_s", pa.float64()), ("bytes", pa.int32())]
+     ("gap_s", pa.float64()), ("bytes", pa.int32()), ("wait_s", pa.float64())]
 )  # fmt: skip
+"""frames.parquet. ``wait_s``: how long the read's last bytes lay in the kernel before the harness
+read them (its own lateness for that frame); null where the arrival is not stamped (openai SDK, TLS)."""
 assert tuple(FRAME_SCHEMA.names) == FRAME_COLUMNS
 assert tuple(REQUEST_SCHEMA.names) == tuple(f.name for f in dataclasses.fields(RequestRow))
 

@@ -205,12 +205,13 @@ class SSEUser(_StreamingUser, FastHttpUser):
             stamped = raw._sock is not None and arrival_clock.stamp_arrivals(raw._sock)  # None: body read already
             t = tracker.ttfb or 0.0
             while True:
-                chunk, arrived = _next_chunk(raw, stamped)
+                chunk, arrived, read_at = _next_chunk(raw, stamped)
                 if not chunk:
                     break
                 t = max(t, arrived - started)  # never before the headers or the previous read
+                wait = read_at - arrived if stamped else None
                 for frame in feed(chunk, t):
-                    on_frame(frame, t)
+                    on_frame(frame, t, wait)
                 if tracker.broken:
                     return None
             if parser.invalid_utf8:  # in a frame the body ended before completing
@@ -226,18 +227,18 @@ class SSEUser(_StreamingUser, FastHttpUser):
         return None
 
 
-def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float]:
+def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float, float]:
     """The body bytes that have arrived, waiting for at least one (``b""`` at the body's end), with
-    the ``time.monotonic()`` they arrived at: the kernel's stamp when ``stamped``
-    (``loadtests.arrival_clock``), else the time of the read. Bytes already buffered with the
-    headers are timed now. (geventhttpclient's ``readline()`` would wait for a whole line however
-    long it grows, and its ``read(n)`` for ``n`` bytes; this returns what each receive brought, so
-    frames are timed as they arrive and the parser bounds the line length.)"""
+    the ``time.monotonic()`` they arrived at (the kernel's stamp when ``stamped``,
+    ``loadtests.arrival_clock``; else the time of the read) and the time they were read. Bytes
+    already buffered with the headers are timed now. (geventhttpclient's ``readline()`` would wait
+    for a whole line however long it grows, and its ``read(n)`` for ``n`` bytes; this returns what
+    each receive brought, so frames are timed as they arrive and the parser bounds the line length.)"""
     buffer = raw._body_buffer
     arrived = None
     while not buffer:
         if raw.message_complete:
-            return b"", time.monotonic()
+            return b"", 0.0, 0.0
         sock = raw._sock
         if sock is None:
             raise ConnectionResetError("connection released mid-body")
@@ -250,7 +251,8 @@ def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float]:
             raise ConnectionResetError("connection closed mid-body")
     chunk = bytes(buffer)
     del buffer[:]
-    return chunk, time.monotonic() if arrived is None else arrived
+    read_at = time.monotonic()
+    return chunk, read_at if arrived is None else arrived, read_at
 
 
 class OpenAISDKUser(_StreamingUser, User):

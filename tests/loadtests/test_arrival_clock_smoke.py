@@ -1,5 +1,6 @@
 """A blocked event loop does not move the frames it reads late: the raw client's recorded gaps
-match the gaps the server sent (its ``--trace-file``), while the lag monitor records the stalls.
+match the gaps the server sent (its ``--trace-file``), the lag monitor records the stalls, and
+each frame's ``wait_s`` says how long its bytes lay in the kernel before the harness read them.
 
 The server sends a token every 250 ms; the loop is blocked for 80 ms of every 300 ms, so a frame
 is read up to 80 ms late but never in the same read as the next one. Timed at the read, about a
@@ -67,3 +68,7 @@ def test_frames_keep_their_gaps_while_the_loop_is_blocked(start_server: StartSer
     errors = gap_errors(run_dir, trace)
     assert len(errors) >= 10
     assert errors.max() < TOLERANCE_S, f"gaps off by up to {errors.max() * 1000:.1f} ms: frames timed when read"
+    waits = pd.read_parquet(run_dir / "frames.parquet")["wait_s"]
+    assert waits.notna().all() and (waits >= 0).all()
+    assert waits.max() >= BLOCK_S * 0.5, "no frame says it was read late, though the loop was blocked"
+    assert waits.median() < BLOCK_S * 0.5, "most frames were read as they came"

@@ -263,3 +263,19 @@ def test_requests_csv_round_trips(run: tuple[pd.DataFrame, pd.DataFrame, dict[st
     back = pd.read_csv(path)
     assert len(back) == len(requests) and list(back.columns) == list(requests.columns)
     assert back["request_id"].tolist() == requests["request_id"].tolist()
+
+
+def test_a_frame_read_late_says_so_in_its_chip(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``wait_s`` (bytes in the kernel before the read) is shown from a millisecond up, not below."""
+    requests, frames, summary = run
+    cut = frames.index[frames["request_id"] == "cut-1"]
+    frames = frames.copy()
+    frames.loc[cut, "wait_s"] = [0.0, 0.0421, 0.0009]
+    worst = section(render(tmp_path, summary, requests, frames), "Worst streams")
+    stream = re.search(r'data-request="cut-1">(.*?)</tbody>', worst, re.DOTALL)
+    assert stream
+    chips = re.findall(r'<span class="frame k-data">(.*?)</span>', stream.group(1))
+    assert [chip.endswith("(read 0.0421 late)") for chip in chips] == [False, True, False]
+    assert worst.count(" late)") == 1  # frames without a wait (the openai client's, old runs) are not marked

@@ -130,12 +130,15 @@ def test_other_comments_are_counted_apart_from_keepalives() -> None:
     assert (row.keepalive_frames, row.comment_frames, row.data_frames) == (0, 1, 1)
 
 
-def test_frame_records_hold_sequence_kind_time_gap_and_bytes() -> None:
+def test_frame_records_hold_sequence_kind_time_gap_bytes_and_wait() -> None:
     stream = tracker()
     stream.headers(200, 0.1, "text/event-stream")
-    stream.frame(KEEPALIVE, 1.1)
+    stream.frame(KEEPALIVE, 1.1, wait=0.002)
     stream.frame(DONE, 1.5)
-    assert stream.frames == [(0, "keepalive", 1.1, pytest.approx(1.0), 14), (1, "done", 1.5, pytest.approx(0.4), 14)]
+    assert stream.frames == [
+        (0, "keepalive", 1.1, pytest.approx(1.0), 14, 0.002),
+        (1, "done", 1.5, pytest.approx(0.4), 14, None),
+    ]
 
 
 SSE = "text/event-stream; charset=utf-8"
