@@ -80,6 +80,8 @@ class SSEParser:
         data = self._buffer + chunk
         start = 0
         if b"\r" not in data:  # the common case: LF line ends only
+            if self._frame is None and not self._frame_bytes and data.startswith(b"data: "):
+                start = self._leading_data_frames(data, t, frames)
             while (end := data.find(b"\n", start)) >= 0:
                 self._line(data[start:end], end - start + 1, t, frames)
                 start = end + 1
@@ -89,6 +91,29 @@ class SSEParser:
         if len(self._buffer) > self.max_line_bytes:
             raise LineTooLong(self.max_line_bytes)
         return frames
+
+    def _leading_data_frames(self, data: bytes, t: float, frames: list[Frame]) -> int:
+        """Between frames, the shape of almost every read of a token stream: whole ``data: <text>``
+        frames of one line each, up to the last blank line. Appends them to ``frames`` exactly as
+        the line-by-line path would parse them and returns where they end; returns 0 and appends
+        nothing if any of them is not of that shape (another field, a comment, a blank line too
+        many, a line over the limit, text that is not UTF-8): that path parses them then."""
+        end = data.rfind(b"\n\n") + 2
+        lines = data[:end].split(b"\n\n")
+        lines.pop()  # what follows the last blank line: empty
+        if not lines or data.count(b"\n", 0, end) != 2 * len(lines):  # a line break inside a piece
+            return 0
+        limit = self.max_line_bytes
+        parsed = []
+        for line in lines:
+            if not line.startswith(b"data: ") or len(line) >= limit:  # its LF would take it over the limit
+                return 0
+            try:
+                parsed.append(Frame(t=t, nbytes=len(line) + 2, data=line[6:].decode("utf-8")))
+            except UnicodeDecodeError:
+                return 0
+        frames.extend(parsed)
+        return end
 
     def _feed_with_cr(self, data: bytes, t: float, frames: list[Frame]) -> int:
         """Split on CRLF, CR or LF; returns where the unfinished line starts."""

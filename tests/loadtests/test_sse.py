@@ -119,6 +119,46 @@ def test_any_split_of_a_byte_stream_gives_the_same_frames(case: tuple[bytes, lis
     assert sum(f.nbytes for f in split) == len(stream) - orphan_lf
 
 
+DATA_LINES = st.sampled_from([b"data:  padded ", b"data: ", b"data: \xff\xfe", b"data: a: b", b"data: " + b"x" * 30])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.lists(FIELD_LINES | DATA_LINES, min_size=1, max_size=3), min_size=1, max_size=8),
+    st.integers(8, 40),
+    st.lists(st.integers(1, 4), min_size=8, max_size=8),
+)
+def test_reads_of_whole_frames_parse_as_a_byte_per_read(
+    frames: list[list[bytes]], limit: int, group: list[int]
+) -> None:
+    """Reads of whole frames, one or several each (where the data-frames shortcut applies), give what
+    feeding byte by byte gives (where it never does): frames, their times and sizes, invalid UTF-8
+    and line-limit errors."""
+    whole = [b"".join(line + b"\n" for line in lines) + b"\n" for lines in frames]
+    reads, times, start = [], [], 0
+    for size in group:
+        if start < len(whole):
+            reads.append(b"".join(whole[start : start + size]))
+            times.append([float(len(reads))] * len(whole[start : start + size]))
+            start += size
+
+    def outcome(pieces: list[tuple[bytes, float]]) -> object:
+        parser = SSEParser(max_line_bytes=limit)
+        got: list[Frame] = []
+        try:
+            for piece, t in pieces:
+                got.extend(parser.feed(piece, t))
+        except LineTooLong as exc:  # frames a read completed before its too-long line are not handed over
+            return str(exc), parser.invalid_utf8
+        return fields(got), [f.t for f in got], [f.nbytes for f in got], parser.invalid_utf8
+
+    by_frames = outcome([(read, float(index + 1)) for index, read in enumerate(reads)])
+    by_bytes = outcome(
+        [(read[i : i + 1], float(index + 1)) for index, read in enumerate(reads) for i in range(len(read))]
+    )
+    assert by_frames == by_bytes
+
+
 def test_a_line_longer_than_the_limit_raises_whole_or_in_pieces() -> None:
     whole = SSEParser(max_line_bytes=64)
     with pytest.raises(LineTooLong, match="line longer than 64 bytes"):
@@ -132,6 +172,8 @@ def test_a_line_longer_than_the_limit_raises_whole_or_in_pieces() -> None:
 def test_lines_up_to_the_limit_pass_and_the_default_is_one_mib() -> None:
     parser = SSEParser(max_line_bytes=16)
     assert [f.data for f in parser.feed(b"data: 123456789\n\n", 0.0)] == ["123456789"]  # 16 bytes with its LF
+    with pytest.raises(LineTooLong):
+        parser.feed(b"data: 1234567890\n\n", 1.0)  # 17: one too many, in a read of whole frames too
     assert SSEParser().max_line_bytes == 1 << 20
     assert str(LineTooLong(1 << 20)) == "line longer than 1 MiB"
 
