@@ -7,6 +7,9 @@ a blank line ends a frame. Unlike a browser, we keep comment-only frames (``: ke
 because counting them is the point. Invariant: however a byte stream is split into reads, the
 frames (all fields but the arrival time) are the same.
 
+Reads that are nothing but whole one-line ``data:`` frames (almost every read of a token stream)
+take a shortcut that gives the same frames without the line-by-line walk.
+
 Two guards for streams nobody here wrote: a line longer than ``max_line_bytes`` raises
 ``LineTooLong`` (the caller stops reading, so a hostile server cannot grow the harness's memory),
 and bytes that are not UTF-8 are decoded with replacement characters while ``invalid_utf8`` records
