@@ -39,7 +39,7 @@ raise ``--rounds``.
 
 Measured 2026-12-03 on this 2-core machine (idle), ``--rounds 12``, lag monitor on in the SSE
 rounds: 95.6% of the bare loop (cross-check 89.5%; SSEUser 61,854 frames per CPU s at 96% CPU,
-the bare loop 64,725 at 82%); the same code gave 88-96% over five runs, so the 100% target is
+the bare loop 64,725 at 82%); this code gave 88-96% over three runs, so the 100% target is
 not met. Before orjson and the data-frames shortcut: 86-95% (four runs). B: 2,000 streams,
 48,000 of 48,000 frames, peak RSS 213 MiB, 3.3 s of CPU (4.3 s before).
 In B: streams started and finished, the peak number open at once (from the harness's own send
