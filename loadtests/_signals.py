@@ -67,9 +67,11 @@ class SignalGuard:
             self._mode, self._writer = previous, None
 
     def release(self) -> None:
-        """Act on a signal that arrived while deferred or cut: ask Locust to shut down (unless it is)."""
+        """Act on a signal that arrived while deferred or cut: ask Locust to shut down, or say that it
+        is ending already (a signal that came while report.html was written but while another
+        greenlet ran, say one waiting on a file write, is only noted: the HTML is then whole)."""
         name, self._pending = self._pending, None
-        if name is not None and not self.quitting:
+        if name is not None:
             self._request_quit(name)
 
     def _handle(self, signum: int, _frame: Any) -> None:

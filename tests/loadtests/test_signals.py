@@ -1,0 +1,44 @@
+"""The signal guard, in a fresh interpreter each (signals and gevent's hub are process-wide)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SECOND_CTRL_C_WHILE_THE_WRITER_WAITS = """
+import os, signal
+import gevent
+from loadtests._signals import SignalGuard
+
+guard = SignalGuard()
+guard.install()
+guard.quitting = True  # the first Ctrl-C is being acted on: the run is ending
+
+def write_html():
+    with guard.interruptible():
+        gevent.sleep(0.2)  # waiting, as on a file write in the threadpool: other greenlets run
+    return "report.html whole"
+
+writer = gevent.spawn(write_html)
+gevent.sleep(0.05)
+os.kill(os.getpid(), signal.SIGINT)  # handled in this greenlet, not the writer's
+print(writer.get(), flush=True)
+guard.release()
+gevent.sleep(0)
+guard.restore()
+"""
+
+
+def test_a_second_ctrl_c_while_the_writer_waits_is_answered() -> None:
+    """The signal cannot cut a writer that is not running; it is noted, and said when released,
+    never dropped in silence."""
+    command = [sys.executable, "-c", SECOND_CTRL_C_WHILE_THE_WRITER_WAITS]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "report.html whole",
+        "sse-soak: SIGINT: already ending, the run's report comes first",
+    ]
