@@ -40,8 +40,10 @@ raise ``--rounds``.
 Measured 2026-12-03 on this 2-core machine (idle), ``--rounds 12``, lag monitor on in the SSE
 rounds: 95.6% of the bare loop (cross-check 89.5%; SSEUser 61,854 frames per CPU s at 96% CPU,
 the bare loop 64,725 at 82%); this code gave 88-96% over three runs, so the 100% target is
-not met. Before orjson and the data-frames shortcut: 86-95% (four runs). B: 2,000 streams,
-48,000 of 48,000 frames, peak RSS 213 MiB, 3.3 s of CPU (4.3 s before).
+not met. Before orjson and the data-frames shortcut: 86-95% (four runs). Between runs the bare
+loop alone moved from 52,800 to 66,700 frames per CPU s: this machine's noise is about 10%, as
+large as the change. B: 2,000 streams, 48,000 of 48,000 frames, peak RSS 213 MiB, 3.3-4.5 s of
+CPU (4.3 s before).
 In B: streams started and finished, the peak number open at once (from the harness's own send
 and end times, and from the server trace's first and last frame), frames the server sent vs
 frames recorded, mismatching request ids (must be 0), and the load generator's peak RSS and CPU.
