@@ -9,7 +9,8 @@ a read consumed. Frames timed that way keep their true gaps however late the loo
 
 Invariants: a stamp is never later than the read that returned it (a stepped wall clock cannot
 put a frame in the future); where no stamp comes (TLS sockets, whose records are decrypted above
-the kernel; platforms without ``SO_TIMESTAMPNS``) the read's own time is used. Frames that share
+the kernel; platforms without ``SO_TIMESTAMPNS``) there is none, and the caller uses the read's
+own time. Frames that share
 one read share its stamp, the last segment's: a loop late by more than the interval between two
 frames still merges them, and the lag monitor (``loadtests.lag``) is what flags that.
 """
@@ -50,15 +51,14 @@ def stamp_arrivals(sock: Any) -> bool:
     return True
 
 
-def recv_stamped(sock: Any, size: int) -> tuple[bytes, float]:
+def recv_stamped(sock: Any, size: int) -> tuple[bytes, float | None]:
     """Receive up to ``size`` bytes from a socket prepared by ``stamp_arrivals`` (waiting as
     ``recv`` does); returns them with the ``time.monotonic()`` at which the last segment read
-    arrived, or the time of the read when the kernel gave no stamp."""
+    arrived, or None when the kernel gave no stamp."""
     data, ancillary, _flags, _address = sock.recvmsg(size, _ANCILLARY_BYTES)
-    read_at = time.monotonic()
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= _TIMESPEC.size:
             seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
-            wall_minus_monotonic = time.time() - read_at
-            return data, min(read_at, seconds + nanoseconds * 1e-9 - wall_minus_monotonic)
-    return data, read_at
+            read_at = time.monotonic()
+            return data, min(read_at, seconds + nanoseconds * 1e-9 - (time.time() - read_at))
+    return data, None

@@ -286,10 +286,7 @@ class StreamTracker:
     def frame(self, frame: Frame, t: float, wait: float | None = None) -> str:
         """Record one wire frame that completed ``t`` seconds after the request was sent; returns its
         kind. ``wait``: how long its bytes lay in the kernel before they were read (None: unknown)."""
-        gap = t - self._last_t  # _arrival, inline: this is the hottest path of a run
-        if gap > self._max_gap:
-            self._max_gap = gap
-        self._last_t = t
+        gap = self._arrival(t)
         self.bytes += frame.nbytes
         if frame.invalid_utf8:
             self.protocol_error(INVALID_UTF8)
@@ -306,7 +303,7 @@ class StreamTracker:
                 kind = "done"
                 if self._protocol_error is None:
                     self.done = True
-            elif self.done or self._error is not None:  # finished_by_server: nothing after it is judged
+            elif self.finished_by_server:  # nothing after a terminal event is judged
                 kind = "data"
             else:
                 kind = self._judge_payload(data, t)
@@ -345,7 +342,7 @@ class StreamTracker:
             excerpt = json.dumps(payload, default=str)[:60]
             self.protocol_error(f"data frame {self._data} is not a JSON object: {excerpt}")
             return "data"
-        error = _error_of(payload) if "error" in payload or payload.get("object") == "error" else None
+        error = _error_of(payload)
         if error is not None:
             if self._error is None and self._protocol_error is None:
                 self._error = error

@@ -102,6 +102,8 @@ class SSEParser:
         nothing if any of them is not of that shape (another field, a comment, a blank line too
         many, a line over the limit, text that is not UTF-8): that path parses them then."""
         end = data.rfind(b"\n\n") + 2
+        if end < 2:  # no blank line: no whole frame yet
+            return 0
         lines = data[:end].split(b"\n\n")
         lines.pop()  # what follows the last blank line: empty
         if not lines or data.count(b"\n", 0, end) != 2 * len(lines):  # a line break inside a piece

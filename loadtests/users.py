@@ -208,8 +208,9 @@ class SSEUser(_StreamingUser, FastHttpUser):
                 chunk, arrived, read_at = _next_chunk(raw, stamped)
                 if not chunk:
                     break
-                t = max(t, arrived - started)  # never before the headers or the previous read
-                wait = read_at - arrived if stamped else None
+                wait = None if arrived is None else read_at - arrived
+                arrived_at = read_at if arrived is None else arrived
+                t = max(t, arrived_at - started)  # never before the headers or the previous read
                 for frame in feed(chunk, t):
                     on_frame(frame, t, wait)
                 if tracker.broken:
@@ -227,32 +228,30 @@ class SSEUser(_StreamingUser, FastHttpUser):
         return None
 
 
-def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float, float]:
+def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float | None, float]:
     """The body bytes that have arrived, waiting for at least one (``b""`` at the body's end), with
     the ``time.monotonic()`` they arrived at (the kernel's stamp when ``stamped``,
-    ``loadtests.arrival_clock``; else the time of the read) and the time they were read. Bytes
-    already buffered with the headers are timed now. (geventhttpclient's ``readline()`` would wait
+    ``loadtests.arrival_clock``; None when unknown: no stamp, or bytes that came with the headers)
+    and the time they were read. (geventhttpclient's ``readline()`` would wait
     for a whole line however long it grows, and its ``read(n)`` for ``n`` bytes; this returns what
     each receive brought, so frames are timed as they arrive and the parser bounds the line length.)"""
     buffer = raw._body_buffer
     arrived = None
     while not buffer:
         if raw.message_complete:
-            return b"", 0.0, 0.0
+            return b"", None, 0.0
         sock = raw._sock
         if sock is None:
             raise ConnectionResetError("connection released mid-body")
-        if stamped:
-            data, arrived = arrival_clock.recv_stamped(sock, raw.block_size)
-        else:
-            data, arrived = sock.recv(raw.block_size), None
+        data, arrived = (
+            arrival_clock.recv_stamped(sock, raw.block_size) if stamped else (sock.recv(raw.block_size), None)
+        )
         raw.feed(data)
         if not data and not raw.message_complete:
             raise ConnectionResetError("connection closed mid-body")
     chunk = bytes(buffer)
     del buffer[:]
-    read_at = time.monotonic()
-    return chunk, read_at if arrived is None else arrived, read_at
+    return chunk, arrived, time.monotonic()
 
 
 class OpenAISDKUser(_StreamingUser, User):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def sender() -> Iterator[tuple[socket.socket, subprocess.Popen[str]]]:
             process.wait(10)
 
 
-def late_reads(connection: socket.socket, count: int, stamped: bool) -> tuple[list[float], list[float]]:
+def late_reads(connection: socket.socket, count: int, stamped: bool) -> tuple[list[Any], list[float]]:
     """Ask for ``count`` frames, reading each ``READ_LATE_S`` after asking; (stamps, read times)."""
     stamps, reads = [], []
     for _ in range(count):
@@ -86,14 +87,12 @@ def test_without_stamps_a_read_is_timed_when_it_is_read(sender: tuple[socket.soc
     assert min(stamp - at for stamp, at in zip(stamps, sent, strict=True)) >= READ_LATE_S * 0.9
 
 
-def test_a_socket_never_asked_to_stamp_gives_the_read_time(
-    sender: tuple[socket.socket, subprocess.Popen[str]],
-) -> None:
+def test_a_socket_never_asked_to_stamp_gives_no_stamp(sender: tuple[socket.socket, subprocess.Popen[str]]) -> None:
+    """No stamp is not a stamp: the caller times such a read itself, and its wait stays unknown."""
     connection, process = sender
-    stamps, reads = late_reads(connection, 1, stamped=True)  # recvmsg, but stamp_arrivals never called
-    sent = sent_times(connection, process)
-    assert stamps[0] - sent[0] >= READ_LATE_S * 0.9
-    assert stamps[0] <= reads[0]
+    stamps, _ = late_reads(connection, 1, stamped=True)  # recvmsg, but stamp_arrivals never called
+    sent_times(connection, process)
+    assert stamps == [None]
 
 
 def test_tls_sockets_are_not_stamped() -> None:

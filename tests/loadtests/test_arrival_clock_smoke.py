@@ -69,6 +69,8 @@ def test_frames_keep_their_gaps_while_the_loop_is_blocked(start_server: StartSer
     assert len(errors) >= 10
     assert errors.max() < TOLERANCE_S, f"gaps off by up to {errors.max() * 1000:.1f} ms: frames timed when read"
     waits = pd.read_parquet(run_dir / "frames.parquet")["wait_s"]
-    assert waits.notna().all() and (waits >= 0).all()
+    # unknown (null) only where no stamp came: bytes read with the headers, or before the kernel
+    # turned stamping on (it does so a moment after the first socket asks)
+    assert waits.notna().mean() >= 0.9 and (waits.dropna() >= 0).all()
     assert waits.max() >= BLOCK_S * 0.5, "no frame says it was read late, though the loop was blocked"
     assert waits.median() < BLOCK_S * 0.5, "most frames were read as they came"
