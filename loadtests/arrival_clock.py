@@ -13,6 +13,11 @@ the kernel; platforms without ``SO_TIMESTAMPNS``) there is none, and the caller 
 own time. Frames that share
 one read share its stamp, the last segment's: a loop late by more than the interval between two
 frames still merges them, and the lag monitor (``loadtests.lag``) is what flags that.
+
+Linux turns receive stamping on for the whole machine lazily: deferred work that runs soon after
+the first socket asks, and off again once the last such socket closes. Segments that arrive in
+between come unstamped (measured here: 287 of 300 first segments on sockets opened one at a time),
+so ``keep_kernel_stamping_on`` holds one stamping socket for the life of the process.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", None) or (
 _TIMESPEC = struct.Struct("@ll")  # struct timespec: tv_sec, tv_nsec (both C longs on Linux)
 _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if SO_TIMESTAMPNS is not None else 0
 _TLS_SOCKETS = (ssl.SSLSocket, gevent.ssl.SSLSocket)
+_stamping_holder: socket.socket | None = None
 
 
 def stamp_arrivals(sock: Any) -> bool:
@@ -49,6 +55,20 @@ def stamp_arrivals(sock: Any) -> bool:
     except OSError:
         return False
     return True
+
+
+def keep_kernel_stamping_on() -> bool:
+    """Keep the kernel stamping arrivals from now until the process exits, so the first segments
+    of a stream are stamped too; call early (the harness does when a run is set up). Idempotent;
+    False where there are no stamps."""
+    global _stamping_holder
+    if _stamping_holder is None and SO_TIMESTAMPNS is not None:
+        holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # never bound: it only holds the switch
+        if stamp_arrivals(holder):
+            _stamping_holder = holder
+        else:
+            holder.close()
+    return _stamping_holder is not None
 
 
 def recv_stamped(sock: Any, size: int) -> tuple[bytes, float | None]:

@@ -38,6 +38,7 @@ from gevent.event import Event
 from locust import FastHttpUser, events
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
+from loadtests import arrival_clock
 from loadtests._signals import SignalGuard
 from loadtests.collect import Collector
 from loadtests.gates import Gate, GateResult, HarnessKeptUp
@@ -275,6 +276,7 @@ class Scenario:
             self._settings = self.settings(options)
             self._start_stack(environment, self._settings)
             self._preflight(environment, state)
+        arrival_clock.keep_kernel_stamping_on()  # before the first stream, so its first frames are stamped
         if environment.runner is None:
             return  # run_single_user (debugging): Locust prints each request; no run directory
         state.lag.start()  # for the whole run, in every process: its samples travel with the rows
