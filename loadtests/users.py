@@ -29,7 +29,7 @@ from geventhttpclient.response import HTTPParseError
 from locust import FastHttpUser, User
 from pydantic import BaseModel
 
-from loadtests import arrival_clock
+from loadtests import arrival_clock, response_end
 from loadtests.loop_hygiene import shared_ssl_context
 from loadtests.outcome import INVALID_UTF8, RequestPlan, RequestRow, StreamTracker
 from loadtests.run_state import RunState, run_state
@@ -159,6 +159,9 @@ class _StreamingUser:
             response_length=row.bytes, response=None, exception=exception, url=url, start_time=row.start_time,
             context={"request_id": row.request_id, "outcome": row.outcome},
         )  # fmt: skip
+
+
+response_end.install()  # a response ends where its framing says, as it does for the openai client
 
 
 class SSEUser(_StreamingUser, FastHttpUser):

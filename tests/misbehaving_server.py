@@ -98,11 +98,14 @@ class Exchange:
 
     # -- wire -----------------------------------------------------------------------------------
 
-    async def head(self, status: str, headers: Sequence[tuple[str, str]]) -> None:
+    def head_bytes(self, status: str, headers: Sequence[tuple[str, str]]) -> bytes:
         lines = [f"HTTP/1.1 {status}", *(f"{name}: {value}" for name, value in headers)]
         if self.request_id is not None:
             lines.append(f"X-Request-Id: {self.request_id}")
-        await self.send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    async def head(self, status: str, headers: Sequence[tuple[str, str]]) -> None:
+        await self.send(self.head_bytes(status, headers))
 
     async def sse_head(self, *extra: tuple[str, str], chunked: bool = True) -> None:
         headers = [("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-cache"), *extra]
@@ -214,21 +217,42 @@ async def headers_then_silence(ex: Exchange) -> bool:
     return False
 
 
+def announced_mid_frame(frames: Sequence[bytes]) -> int:
+    """A Content-Length that ends half-way through the third frame, before [DONE]."""
+    return len(b"".join(frames[:2])) + len(frames[2]) // 2
+
+
+def short_head(ex: Exchange, announced: int) -> bytes:
+    """Headers announcing ``announced`` body bytes on a connection the server closes."""
+    content_type = ("Content-Type", "text/event-stream; charset=utf-8")
+    return ex.head_bytes("200 OK", [content_type, ("Content-Length", str(announced)), ("Connection", "close")])
+
+
 async def content_length_short(ex: Exchange) -> bool:
     """Content-Length promises less than the body: it ends half-way through a frame before [DONE].
-    The excess follows once the announced bytes are acknowledged: geventhttpclient (the raw user)
-    discards a whole response whose excess arrives in the same read as its end (a malformed HTTP
-    response to it, a cut body to the SDK), so the bytes are the same but the reads are not."""
-    frames = ex.frames()
-    body = b"".join(frames)
-    announced = len(b"".join(frames[:2])) + len(frames[2]) // 2
-    await ex.head("200 OK", [("Content-Type", "text/event-stream; charset=utf-8"),
-                             ("Content-Length", str(announced)), ("Connection", "close")])  # fmt: skip
-    await ex.send(body[:announced])
+    The excess follows in a later read, once the announced bytes are acknowledged."""
+    body = b"".join(frames := ex.frames())
+    announced = announced_mid_frame(frames)
+    await ex.send(short_head(ex, announced) + body[:announced])
     await unacked_drained(ex.writer.get_extra_info("socket"))
     with contextlib.suppress(ConnectionError):
         await asyncio.sleep(0.05)
         await ex.send(body[announced:])
+    return False
+
+
+async def content_length_short_one_read(ex: Exchange) -> bool:
+    """``content_length_short`` with the excess in the same write, so the same read, as the announced end
+    (geventhttpclient alone would throw the whole response away as malformed; the SDK reads a cut body)."""
+    body = b"".join(frames := ex.frames())
+    await ex.send(short_head(ex, announced_mid_frame(frames)) + body)
+    return False
+
+
+async def excess_after_done(ex: Exchange) -> bool:
+    """A whole stream, [DONE] included, as announced; then bytes it did not announce, in the same write."""
+    body = b"".join(ex.frames())
+    await ex.send(short_head(ex, len(body)) + body + data_frame({"unannounced": True}))
     return False
 
 
@@ -280,7 +304,8 @@ async def huge_usage(ex: Exchange) -> bool:
 
 MODES: dict[str, Mode] = {mode.__name__: mode for mode in (
     ok, crlf_ok, close_delimited_ok, no_done, html_200, non_json_frame, non_object_frame, invalid_utf8,
-    long_line, headers_then_silence, content_length_short, reset_mid_frame, error_frame_no_done, inband_500,
+    long_line, headers_then_silence, content_length_short, content_length_short_one_read, excess_after_done,
+    reset_mid_frame, error_frame_no_done, inband_500,
     http_500, not_http, malformed_usage, huge_usage, keepalive_ok,
 )}  # fmt: skip
 

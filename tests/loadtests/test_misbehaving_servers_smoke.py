@@ -26,7 +26,8 @@ pytestmark = pytest.mark.smoke
 
 EXPECTED = {
     "ok": "ok", "crlf_ok": "ok", "close_delimited_ok": "ok", "keepalive_ok": "ok",
-    "no_done": "cut", "content_length_short": "cut", "reset_mid_frame": "cut",
+    "no_done": "cut", "content_length_short": "cut", "content_length_short_one_read": "cut", "reset_mid_frame": "cut",
+    "excess_after_done": "ok",
     "html_200": "protocol_error", "non_json_frame": "protocol_error", "non_object_frame": "protocol_error",
     "invalid_utf8": "protocol_error", "long_line": "protocol_error", "not_http": "protocol_error",
     "headers_then_silence": "timeout",
