@@ -40,7 +40,10 @@ raise ``--rounds``.
 Measured 2026-12-03 on this 2-core machine (idle), ``--rounds 12``, lag monitor on in the SSE
 rounds: 95.6% of the bare loop (cross-check 89.5%; SSEUser 61,854 frames per CPU s at 96% CPU,
 the bare loop 64,725 at 82%); this code gave 88-96% over three runs, so the 100% target is
-not met. Before orjson and the data-frames shortcut: 86-95% (four runs). Between runs the bare
+not met. Before orjson and the data-frames shortcut: 86-95% (four runs). Nor did the code before
+the lag monitor and the arrival stamps meet it here: 53b6c64 with its own copy of this script,
+``--capacity-users 0``, interleaved with this code: 90.4%, 93.4%, 98.6% (cross-check 95.3%,
+92.3%, 98.9%) against 92.4% and 93.7% (92.1%, 97.3%), so the changes did not lower the ratio. Between runs the bare
 loop alone moved from 52,800 to 66,700 frames per CPU s: this machine's noise is about 10%, as
 large as the change. B: 2,000 streams, 48,000 of 48,000 frames, peak RSS 213 MiB, 3.3-4.5 s of
 CPU (4.3 s before).
