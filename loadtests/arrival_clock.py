@@ -22,6 +22,7 @@ so ``keep_kernel_stamping_on`` holds one stamping socket for the life of the pro
 
 from __future__ import annotations
 
+import atexit
 import platform
 import socket
 import ssl
@@ -66,6 +67,7 @@ def keep_kernel_stamping_on() -> bool:
         holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # never bound: it only holds the switch
         if stamp_arrivals(holder):
             _stamping_holder = holder
+            atexit.register(holder.close)
         else:
             holder.close()
     return _stamping_holder is not None
