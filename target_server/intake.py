@@ -68,28 +68,29 @@ def json_object(raw: bytes) -> dict[str, Any]:
 
 def _refuse_lone_surrogates(data: dict[str, Any]) -> None:
     """A string with a lone surrogate cannot be encoded as UTF-8 (tokenized, echoed, logged): 400,
-    naming where it is. Walks with its own stack: the decoder's nesting limit is the interpreter's."""
+    naming where it is. Walks with its own stack (the decoder's nesting limit is the interpreter's);
+    a key is checked before it becomes part of a path, so a path never holds one."""
     stack: list[tuple[str, Any]] = [("", data)]
     while stack:
         where, value = stack.pop()
         if isinstance(value, dict):
             for key, item in value.items():
-                _check_text(key, f"{where}.{quote(key)}" if where else key)
-                stack.append((f"{where}.{key}" if where else key, item))
+                path = f"{where}.{key}" if where else key
+                _check_text(key, f"{where}.{quote(key)}" if where else quote(key), where)
+                stack.append((path, item))
         elif isinstance(value, list):
             stack.extend((f"{where}.{index}", item) for index, item in enumerate(value))
         elif isinstance(value, str):
-            _check_text(value, where)
+            _check_text(value, where, where)
 
 
-def _check_text(text: str, where: str) -> None:
+def _check_text(text: str, where: str, field_path: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        field = where.partition(".")[0] or None
         character = quote(text[exc.start])
         message = f"{where[:QUOTE_CHARS] or 'body'}: lone surrogate {character} at index {exc.start} is not Unicode"
-        raise APIError(400, message, field) from None
+        raise APIError(400, message, field_path.partition(".")[0] or None) from None
 
 
 def validate(data: dict[str, Any], model: type[M]) -> M:

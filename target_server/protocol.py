@@ -52,6 +52,8 @@ def error_body(status: int, message: str, param: str | None = None) -> dict[str,
     """vLLM's ``ErrorResponse`` as a plain dict."""
     if len(message) > MESSAGE_CHARS:
         message = message[: MESSAGE_CHARS - 3] + "..."
+    message = _encodable(message)  # whatever a message quotes, the body can be sent
+    param = None if param is None else _encodable(param)
     return {
         "error": {
             "message": message,
@@ -60,6 +62,11 @@ def error_body(status: int, message: str, param: str | None = None) -> dict[str,
             "code": status,
         }
     }
+
+
+def _encodable(text: str) -> str:
+    """``text`` with any lone surrogate written as its escape, so UTF-8 can encode it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class _Request(BaseModel):
