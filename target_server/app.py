@@ -14,15 +14,16 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from http import HTTPStatus
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from target_server import metrics, tokenizer
+from target_server import intake, metrics
 from target_server.config import ServerConfig
 from target_server.engine import Engine, Generation
 from target_server.faults import Fault, FaultInjector, InjectedDisconnect
@@ -31,44 +32,21 @@ from target_server.protocol import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
-    TokenizeChatRequest,
-    TokenizeCompletionRequest,
+    error_body,
+    quote,
     validation_message,
 )
 from target_server.streaming import Reply, Route, full_body, sse_frames
 from target_server.trace import FrameTracer
 
 SSE_MEDIA_TYPE = "text/event-stream"  # Starlette appends "; charset=utf-8"
-M = TypeVar("M", bound=BaseModel)
+ID_SLICE = 50_000
+"""Token ids rendered per call in a /tokenize answer (a few ms each)."""
 
 
-async def read_json_object(request: Request) -> dict[str, Any]:
-    """The JSON object in the body; anything else raises a 400 ``APIError``."""
-    try:
-        data = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise APIError(400, f"request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise APIError(400, f"request body must be a JSON object, got {type(data).__name__}")
-    return data
-
-
-def validate(data: dict[str, Any], model: type[M]) -> M:
-    """``data`` as ``model``; bad or missing fields raise a 400 ``APIError`` naming the field."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        message, param = validation_message(exc.errors(include_url=False))
-        raise APIError(400, message, param) from None
-
-
-async def parse_body(request: Request, model: type[M]) -> M:
-    return validate(await read_json_object(request), model)
-
-
-def fit_prompt(prompt_ids: list[int], max_tokens: int, truncate: int | None, max_model_len: int) -> list[int]:
+def fit_prompt(prompt_tokens: int, max_tokens: int, truncate: int | None, max_model_len: int) -> int:
     """Apply ``truncate_prompt_tokens`` (keep the LAST k tokens; -1 = the most that fits) and the
-    context check, with vLLM's ``param`` on each rejection."""
+    context check, with vLLM's ``param`` on each rejection; returns the prompt tokens kept."""
     max_input = max_model_len - max_tokens
     if truncate is not None:
         if truncate == 0:
@@ -79,24 +57,24 @@ def fit_prompt(prompt_ids: list[int], max_tokens: int, truncate: int | None, max
         if keep > max_input or keep < 1:
             raise APIError(
                 400,
-                f"truncate_prompt_tokens value ({truncate}) is greater than the maximum input length "
-                f"({max_input} = max_model_len {max_model_len} - max_tokens {max_tokens}). "
+                f"truncate_prompt_tokens value ({quote(truncate)}) is greater than the maximum input length "
+                f"({quote(max_input)} = max_model_len {max_model_len} - max_tokens {quote(max_tokens)}). "
                 "Please request a smaller truncation size.",
                 "truncate_prompt_tokens",
             )
-        prompt_ids = prompt_ids[-keep:]
-    if not prompt_ids:
+        prompt_tokens = min(prompt_tokens, keep)
+    if not prompt_tokens:
         raise APIError(400, "The prompt cannot be empty.", "prompt")
-    if len(prompt_ids) + max_tokens > max_model_len:
+    if prompt_tokens + max_tokens > max_model_len:
         raise APIError(
             400,
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{max_tokens} output tokens and your prompt contains {len(prompt_ids)} input tokens, for a "
-            f"total of {len(prompt_ids) + max_tokens} tokens; at most {max(max_input, 0)} input tokens "
+            f"{quote(max_tokens)} output tokens and your prompt contains {prompt_tokens} input tokens, for a "
+            f"total of {quote(prompt_tokens + max_tokens)} tokens; at most {max(max_input, 0)} input tokens "
             "fit. Please reduce the length of the input prompt or the number of requested output tokens.",
             "input_tokens",
         )
-    return prompt_ids
+    return prompt_tokens
 
 
 class TargetServer:
@@ -111,21 +89,21 @@ class TargetServer:
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.config.model:
-            raise APIError(404, f"The model `{model}` does not exist. Served: `{self.config.model}`.", "model")
+            raise APIError(404, f"The model {quote(model)} does not exist. Served: `{self.config.model}`.", "model")
 
     async def generate(
         self,
         request: Request,
         route: Route,
         body: CompletionRequest | ChatCompletionRequest,
-        prompt: list[int],
+        prompt_tokens: int,
         max_tokens: int,
     ) -> Response:
         """Check, draw a fault, and answer: a stream, a full body, or an error."""
         self.check_model(body.model)
         if body.stream_options is not None and not body.stream:
             raise APIError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
-        prompt = fit_prompt(prompt, max_tokens, body.truncate_prompt_tokens, self.config.max_model_len)
+        prompt_tokens = fit_prompt(prompt_tokens, max_tokens, body.truncate_prompt_tokens, self.config.max_model_len)
         self.stats.requests_by_route[route] += 1
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         headers = {"X-Request-Id": request_id}
@@ -135,8 +113,8 @@ class TargetServer:
         if fault is Fault.RATE_LIMIT:
             raise APIError(429, "injected fault: too many requests, retry later")
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        reply = Reply(route, request_id, self.config.model, len(prompt), max_tokens, include_usage)
-        tokens = self.engine.generate(Generation(len(prompt), max_tokens, fault))
+        reply = Reply(route, request_id, self.config.model, prompt_tokens, max_tokens, include_usage)
+        tokens = self.engine.generate(Generation(prompt_tokens, max_tokens, fault))
         if body.stream:
             return StreamingResponse(self._sse(reply, tokens), media_type=SSE_MEDIA_TYPE, headers=headers)
         return await self._whole(reply, tokens, headers)
@@ -214,18 +192,17 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body = await parse_body(request, CompletionRequest)
+        body, prompt_tokens = await intake.prepare(request, intake.completion)
         max_tokens = body.max_tokens if body.max_tokens is not None else 16
-        return await server.generate(request, "completions", body, prompt_ids(body.prompt), max_tokens)
+        return await server.generate(request, "completions", body, prompt_tokens, max_tokens)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        body = await parse_body(request, ChatCompletionRequest)
-        ids = chat_prompt_ids(body.messages)
+        body, prompt_tokens = await intake.prepare(request, intake.chat_completion)
         requested = body.max_completion_tokens or body.max_tokens
-        room = config.max_model_len - len(ids)
+        room = config.max_model_len - prompt_tokens
         max_tokens = requested if requested is not None else max(1, min(config.default_chat_max_tokens, room))
-        return await server.generate(request, "chat", body, ids, max_tokens)
+        return await server.generate(request, "chat", body, prompt_tokens, max_tokens)
 
     return app
 
@@ -237,30 +214,34 @@ def _install_tokenize(app: FastAPI, server: TargetServer) -> None:
     config = server.config
     if config.tokenize_api == "vllm":
 
-        @app.post("/tokenize")
-        async def tokenize(request: Request) -> dict[str, Any]:
-            data = await read_json_object(request)
-            body = validate(data, TokenizeChatRequest if "messages" in data else TokenizeCompletionRequest)
+        def answer(raw: bytes) -> bytes:
+            body, ids = intake.tokenize(raw)
             server.check_model(body.model)
-            ids = chat_prompt_ids(body.messages) if isinstance(body, TokenizeChatRequest) else prompt_ids(body.prompt)
-            return {"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids, "token_strs": None}
+            head = {"count": len(ids), "max_model_len": config.max_model_len, "token_strs": None}
+            return json_with_ids(head, "tokens", ids)
+
+        @app.post("/tokenize")
+        async def tokenize(request: Request) -> Response:
+            return Response(await intake.prepare(request, answer), media_type="application/json")
 
     elif config.tokenize_api == "text":
 
         @app.post("/tokenize")
-        async def tokenize_text(request: Request) -> dict[str, Any]:
-            data = await read_json_object(request)
-            if set(data) != {"text"} or not isinstance(data["text"], str):
-                raise APIError(400, f'this /tokenize takes only {{"text": "..."}}, got keys {sorted(data)}', "text")
-            return {"tokens": tokenizer.encode(data["text"])}
+        async def tokenize_text(request: Request) -> Response:
+            body = await intake.prepare(request, lambda raw: json_with_ids({}, "tokens", intake.tokenize_text(raw)))
+            return Response(body, media_type="application/json")
 
 
-def prompt_ids(prompt: str | list[int]) -> list[int]:
-    return tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-
-
-def chat_prompt_ids(messages: list[Any]) -> list[int]:
-    return tokenizer.encode(tokenizer.apply_chat_template([(m.role, m.text()) for m in messages]))
+def json_with_ids(head: dict[str, Any], key: str, ids: list[int]) -> bytes:
+    """``head`` with ``key: ids`` as JSON, the ids written a slice at a time: a 5-million-id list
+    as one ``json.dumps`` call would hold the interpreter for half a second, loop included."""
+    parts = [json.dumps(head)[:-1], ", " if head else "", json.dumps(key), ": ["]
+    parts.extend(
+        ("," if start else "") + ",".join(map(str, ids[start : start + ID_SLICE]))
+        for start in range(0, len(ids), ID_SLICE)
+    )
+    parts.append("]}")
+    return "".join(parts).encode()
 
 
 def _install_error_handlers(app: FastAPI, server: TargetServer) -> None:
@@ -271,6 +252,14 @@ def _install_error_handlers(app: FastAPI, server: TargetServer) -> None:
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
         return answer(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def framework_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """404, 405 and the like, in vLLM's body (its ``type`` is the status phrase, as vLLM's is)."""
+        server.stats.errors_by_status[exc.status_code] += 1
+        body = error_body(exc.status_code, str(exc.detail))
+        body["error"]["type"] = HTTPStatus(exc.status_code).phrase
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field
 
 _ERROR_TYPES = {
     400: "BadRequestError",
@@ -19,6 +19,20 @@ _ERROR_TYPES = {
     429: "RateLimitError",
     500: "InternalServerError",
 }
+
+
+QUOTE_CHARS = 100
+"""An error message quotes at most this much of a value a client sent."""
+MESSAGE_CHARS = 1000
+"""No error message is longer: a body that quotes a request whole would be as large as the request."""
+
+
+def quote(value: object) -> str:
+    """``repr(value)``, cut to ``QUOTE_CHARS`` with an ellipsis; ASCII-safe for any string."""
+    if isinstance(value, int) and value.bit_length() > 4 * QUOTE_CHARS:  # repr would cost, and be cut anyway
+        return f"<{value.bit_length()}-bit integer>"
+    text = repr(value)
+    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."
 
 
 class APIError(Exception):
@@ -36,6 +50,10 @@ class APIError(Exception):
 
 def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
     """vLLM's ``ErrorResponse`` as a plain dict."""
+    if len(message) > MESSAGE_CHARS:
+        message = message[: MESSAGE_CHARS - 3] + "..."
+    message = _encodable(message)  # whatever a message quotes, the body can be sent
+    param = None if param is None else _encodable(param)
     return {
         "error": {
             "message": message,
@@ -46,8 +64,16 @@ def error_body(status: int, message: str, param: str | None = None) -> dict[str,
     }
 
 
+def _encodable(text: str) -> str:
+    """``text`` with any lone surrogate written as its escape, so UTF-8 can encode it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    """Unknown fields are accepted and ignored, as vLLM does; known ones are strictly typed (``"yes"``
+    is not a bool, ``"16"`` and ``16.5`` are not ints), as vLLM's request models are."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class StreamOptions(_Request):
@@ -72,22 +98,30 @@ class _GenerationRequest(_Request):
 class CompletionRequest(_GenerationRequest):
     """``POST /v1/completions``. One prompt per request: text or token ids."""
 
-    prompt: StrictStr | Annotated[list[int], Field(min_length=1)]
+    prompt: str | Annotated[list[int], Field(min_length=1)]
     max_tokens: Annotated[int, Field(ge=1)] | None = 16
     echo: bool = False
 
 
+class ContentPart(_Request):
+    """One part of a message's content: its ``text`` counts when its type is ``text``; other parts
+    (images, audio) are accepted and ignored, as by a text-only model."""
+
+    type: str
+    text: str | None = None
+
+
 class ChatMessage(_Request):
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: StrictStr | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
 
     def text(self) -> str:
-        """The message's text; content parts contribute their ``text`` fields."""
+        """The message's text; text parts contribute their ``text``."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return " ".join(str(part.get("text", "")) for part in self.content)
+        return " ".join(part.text or "" for part in self.content if part.type == "text")
 
 
 class ChatCompletionRequest(_GenerationRequest):
@@ -100,7 +134,7 @@ class ChatCompletionRequest(_GenerationRequest):
 
 class TokenizeCompletionRequest(_Request):
     model: str | None = None
-    prompt: StrictStr | list[int]
+    prompt: str | list[int]
     add_special_tokens: bool = True
 
 
@@ -117,8 +151,8 @@ def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
     param = location[0] if location else None
     where = ".".join(location) or "body"
     value = first.get("input")
-    shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
-    message = f"{where}: {first.get('msg', 'invalid value')} (got {shown})"
+    shown = quote(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    message = f"{where[:QUOTE_CHARS]}: {first.get('msg', 'invalid value')} (got {shown})"
     if len(errors) > 1:
         message += f"; and {len(errors) - 1} more error(s)"
     return message, param

@@ -1,0 +1,33 @@
+"""The tokenizer works in slices (so a long prompt leaves the event loop room) and loses nothing by it."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from target_server import tokenizer
+
+WHOLE = re.compile(r"\w+|[^\w\s]")
+"""The token rule, applied to the whole text at once: what the slices must add up to."""
+TEXT = st.text(alphabet=st.sampled_from("ab_9é字 \t\n.,!-\u00a0"), max_size=400)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=TEXT, size=st.integers(min_value=1, max_value=40))
+def test_slices_cut_no_token(text: str, size: int) -> None:
+    parts = list(tokenizer.slices(text, size))
+    assert "".join(parts) == text
+    assert [piece for part in parts for piece in WHOLE.findall(part)] == WHOLE.findall(text)
+
+
+def test_slices_are_bounded_unless_a_word_is_longer() -> None:
+    text = "word " * 10_000
+    assert max(len(part) for part in tokenizer.slices(text, 1000)) <= 1000 + len("word ")
+    assert list(tokenizer.slices("x" * 5000, 100)) == ["x" * 5000]  # one token: never cut
+
+
+def test_count_and_encode_agree_on_a_long_text() -> None:
+    text = "the quick, brown fox! " * 5000  # many slices of the default size
+    assert tokenizer.count(text) == len(tokenizer.encode(text)) == len(WHOLE.findall(text)) == 6 * 5000
