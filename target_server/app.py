@@ -9,6 +9,7 @@ bad input, never a 500.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -139,7 +140,7 @@ class TargetServer:
         tokens = self.engine.generate(Generation(len(prompt), max_tokens, fault))
         if body.stream:
             return StreamingResponse(self._sse(reply, tokens), media_type=SSE_MEDIA_TYPE, headers=headers)
-        return await self._whole(reply, tokens, headers)
+        return await self._whole(request, reply, tokens, headers)
 
     def _sse(self, reply: Reply, tokens: AsyncIterator[str]) -> AsyncIterator[bytes]:
         frames = sse_frames(reply, tokens, on_error=self._count_inband_error)
@@ -151,14 +152,37 @@ class TargetServer:
     def _count_inband_error(self) -> None:
         self.stats.errors_by_status[500] += 1
 
-    async def _whole(self, reply: Reply, tokens: AsyncIterator[str], headers: dict[str, str]) -> Response:
+    async def _whole(
+        self, request: Request, reply: Reply, tokens: AsyncIterator[str], headers: dict[str, str]
+    ) -> Response:
+        """The non-streaming answer. Invariant: when the client leaves first, the generation is
+        cancelled then and there, so its slot is free before this returns (vLLM aborts such a
+        request too); the response then goes to nobody."""
+        generation = asyncio.create_task(full_body(reply, tokens))
+        departure = asyncio.create_task(_client_left(request))
         try:
-            content = await full_body(reply, tokens)
+            await asyncio.wait((generation, departure), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            generation.cancel()  # no-op once it is done
+            departure.cancel()
+            await asyncio.wait((generation, departure))  # the engine's slot is released by now
+        if generation.cancelled():
+            return Response()
+        try:
+            content = generation.result()
         except InjectedDisconnect:
             return _truncated_json(headers)
         except Exception as exc:
             raise APIError(500, f"{type(exc).__name__}: {exc}") from exc
         return JSONResponse(content, headers=headers)
+
+
+async def _client_left(request: Request) -> None:
+    """Return when the client has disconnected. Call only once the body has been read: the server
+    then has nothing to deliver but ``http.disconnect`` (uvicorn sends it when the connection
+    closes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _truncated_json(headers: dict[str, str]) -> Response:
