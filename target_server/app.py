@@ -167,6 +167,7 @@ class TargetServer:
             departure.cancel()
             await asyncio.wait((generation, departure))  # the engine's slot is released by now
         if generation.cancelled():
+            departure.result()  # raises if watching for the client failed; else the client has gone
             return Response()
         try:
             content = generation.result()
