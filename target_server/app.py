@@ -9,10 +9,13 @@ bad input, never a 500.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from typing import Any
@@ -117,7 +120,7 @@ class TargetServer:
         tokens = self.engine.generate(Generation(prompt_tokens, max_tokens, fault))
         if body.stream:
             return StreamingResponse(self._sse(reply, tokens), media_type=SSE_MEDIA_TYPE, headers=headers)
-        return await self._whole(reply, tokens, headers)
+        return await self._whole(request, reply, tokens, headers)
 
     def _sse(self, reply: Reply, tokens: AsyncIterator[str]) -> AsyncIterator[bytes]:
         frames = sse_frames(reply, tokens, on_error=self._count_inband_error)
@@ -129,14 +132,38 @@ class TargetServer:
     def _count_inband_error(self) -> None:
         self.stats.errors_by_status[500] += 1
 
-    async def _whole(self, reply: Reply, tokens: AsyncIterator[str], headers: dict[str, str]) -> Response:
+    async def _whole(
+        self, request: Request, reply: Reply, tokens: AsyncIterator[str], headers: dict[str, str]
+    ) -> Response:
+        """The non-streaming answer. Invariant: when the client leaves first, the generation is
+        cancelled then and there, so its slot is free before this returns (vLLM aborts such a
+        request too); the response then goes to nobody."""
+        generation = asyncio.create_task(full_body(reply, tokens))
+        departure = asyncio.create_task(_client_left(request))
         try:
-            content = await full_body(reply, tokens)
+            await asyncio.wait((generation, departure), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            generation.cancel()  # no-op once it is done
+            departure.cancel()
+            await asyncio.wait((generation, departure))  # the engine's slot is released by now
+        if generation.cancelled():
+            departure.result()  # raises if watching for the client failed; else the client has gone
+            return Response()
+        try:
+            content = generation.result()
         except InjectedDisconnect:
             return _truncated_json(headers)
         except Exception as exc:
             raise APIError(500, f"{type(exc).__name__}: {exc}") from exc
         return JSONResponse(content, headers=headers)
+
+
+async def _client_left(request: Request) -> None:
+    """Return when the client has disconnected. Call only once the body has been read: the server
+    then has nothing to deliver but ``http.disconnect`` (uvicorn sends it when the connection
+    closes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _truncated_json(headers: dict[str, str]) -> Response:
@@ -273,22 +300,33 @@ def _install_error_handlers(app: FastAPI, server: TargetServer) -> None:
 
 def _install_auth(app: FastAPI, config: ServerConfig) -> None:
     if config.api_key is not None:
-        app.add_middleware(_RequireAPIKey, expected=f"Bearer {config.api_key}".encode())
+        app.add_middleware(_RequireAPIKey, key=config.api_key)
 
 
 class _RequireAPIKey:
-    """Pure ASGI (not ``BaseHTTPMiddleware``, which would buffer and delay streams): 401 with vLLM's
-    exact body on /v1 and /tokenize without the right bearer token."""
+    """vLLM's API key check, as pure ASGI (not ``BaseHTTPMiddleware``, which would buffer and delay
+    streams). Guarded: every request whose path starts with ``/v1``, except ``OPTIONS`` (CORS
+    preflight); every other path (``/health``, ``/metrics``, ``/tokenize``) is open, as in vLLM.
+    A guarded request passes only with exactly one ``Authorization`` header, ``<scheme> <token>``
+    split at the first space, the scheme ``bearer`` in any case and the token exactly the key
+    (stricter than vLLM, which reads the first of several headers). Token and key are compared as
+    sha256 digests with ``secrets.compare_digest``, so the time taken does not tell how much of a
+    guess was right. Anything else: 401 with vLLM's body, which names neither key nor token."""
 
-    def __init__(self, app: ASGIApp, expected: bytes) -> None:
+    def __init__(self, app: ASGIApp, key: str) -> None:
         self.app = app
-        self.expected = expected
+        self._key_digest = hashlib.sha256(key.encode()).digest()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] == "http" and (path.startswith("/v1") or path == "/tokenize"):
-            authorization = dict(scope["headers"]).get(b"authorization")
-            if authorization != self.expected:
-                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
-                return
+        guarded = scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"].startswith("/v1")
+        if guarded and not self._authorized(scope["headers"]):
+            await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+            return
         await self.app(scope, receive, send)
+
+    def _authorized(self, headers: Iterable[tuple[bytes, bytes]]) -> bool:
+        values = [value for name, value in headers if name.lower() == b"authorization"]
+        if len(values) != 1:
+            return False
+        scheme, _, token = values[0].partition(b" ")
+        return scheme.lower() == b"bearer" and secrets.compare_digest(hashlib.sha256(token).digest(), self._key_digest)

@@ -57,8 +57,9 @@ class ServerConfig:
     seed: int = _opt(0, "seed of the fault draws and of the generated text")
     api_key: str | None = _opt(
         None,
-        f"require 'Authorization: Bearer KEY' on /v1 and /tokenize routes; also read from ${API_KEY_ENV} (as vLLM "
-        "does), which keeps the key out of the process list; this option wins if both are given",
+        f"require 'Authorization: Bearer KEY' on the /v1 routes (as vLLM: /tokenize, /health, /metrics are open); "
+        f"also read from ${API_KEY_ENV} (as vLLM does), which keeps the key out of the process list; this option "
+        "wins if both are given",
     )
     trace_file: str | None = _opt(
         None, "append one JSON line per SSE frame written: request id, kind, time.monotonic(), bytes"

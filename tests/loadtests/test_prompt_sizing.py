@@ -54,11 +54,13 @@ def _prompt_only(body: dict[str, Any]) -> Answer:
 
 class ForeignServer:
     """A tiny HTTP server on a free loopback port: one model in ``/v1/models``, and ``/tokenize``
-    answered by ``tokenize`` (or left hanging until ``release`` when it returns None)."""
+    answered by ``tokenize`` (or left hanging until ``release`` when it returns None).
+    ``tokenize_authorizations`` holds the ``Authorization`` header of each ``/tokenize`` call."""
 
     def __init__(self, tokenize: Tokenize | None) -> None:
         self.release = threading.Event()
         self.tokenize_calls = 0
+        self.tokenize_authorizations: list[str | None] = []
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -77,6 +79,7 @@ class ForeignServer:
                     self._answer(_json(404, {"detail": "Not Found"}))
                     return
                 owner.tokenize_calls += 1
+                owner.tokenize_authorizations.append(self.headers.get("Authorization"))
                 if tokenize is None:
                     owner.release.wait(30)  # the client gives up first; teardown releases us
                     return
@@ -147,12 +150,17 @@ def test_the_bundled_server_sizes_exactly(default_server: Any, client: httpx.Cli
     assert probe_prompt_sizing(default_server.url, model="sse-soak/tiny-sim") == "exact"
 
 
-def test_the_probe_sends_the_api_key(start_server: StartServer) -> None:
+def test_the_probe_sends_the_api_key(start_server: StartServer, foreign: Callable[..., ForeignServer]) -> None:
     server = start_server("--api-key", "sesame")
     assert probe_prompt_sizing(server.url, api_key="sesame") == "exact"
-    assert probe_prompt_sizing(server.url, model="sse-soak/tiny-sim") == (
-        """estimated (/tokenize answered 401 to vLLM's request body ({"model", "prompt"}))"""
+    assert probe_prompt_sizing(server.url).startswith(
+        "estimated (no model to probe /tokenize with: HTTPStatusError: Client error '401 Unauthorized'"
     )
+    # as in vLLM, the key guards only /v1: /tokenize answers without it
+    assert probe_prompt_sizing(server.url, model="sse-soak/tiny-sim") == "exact"
+    other = foreign(_count_words)  # a server that may want the key on /tokenize gets it there too
+    assert probe_prompt_sizing(other.url, api_key="sesame", model=MODEL) == "exact"
+    assert other.tokenize_authorizations == ["Bearer sesame"]
 
 
 def test_the_probe_never_raises_and_says_why_it_could_not_probe() -> None:
