@@ -137,11 +137,19 @@ def test_token_ids_inside_the_vocabulary_are_accepted(client: httpx.Client, rout
 @pytest.mark.parametrize("route", GENERATION_ROUTES)
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("stream", '"yes"'), ("stream", '"true"'), ("stream", "1"), ("max_tokens", '"16"'), ("max_tokens", "16.5")],
+    [
+        ("stream", '"yes"'),
+        ("stream", '"true"'),
+        ("stream", "1"),
+        ("max_tokens", '"16"'),
+        ("max_tokens", "16.5"),
+        ("max_tokens", "true"),
+    ],
 )
 def test_values_of_the_wrong_type_are_400_not_coerced(client: httpx.Client, route: str, field: str, value: str) -> None:
     """Types are strict, as vLLM's request models are: no string, number or float is coerced into
-    a bool or an int (``"stream": "yes"`` once streamed, ``"max_tokens": "16"`` once generated 16)."""
+    a bool or an int, nor a bool into an int (``"stream": "yes"`` once streamed, ``"max_tokens": "16"``
+    once generated 16 tokens, ``"max_tokens": true`` one)."""
     response = send(client, "POST", route, raw_body(VALID[route], **{field: value}))
     assert_rejected(response, 400, field)
     assert_healthy(client)
