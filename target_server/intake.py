@@ -120,7 +120,7 @@ def prompt_tokens(prompt: str | list[int]) -> int:
 
 def _check_vocabulary(ids: list[int]) -> None:
     """vLLM refuses ids the model does not have with a 400 naming the largest."""
-    for bad in (max(ids), min(ids)):
+    for bad in (max(ids, default=0), min(ids, default=0)):
         if not 0 <= bad < tokenizer.VOCAB_SIZE:
             raise APIError(400, f"Token id {quote(bad)} is out of vocabulary", "prompt")
 

@@ -134,6 +134,13 @@ def test_token_ids_inside_the_vocabulary_are_accepted(client: httpx.Client, rout
     assert response.status_code == 200, response.text[:300]
 
 
+def test_an_empty_id_list_is_tokenized_to_nothing(client: httpx.Client) -> None:
+    """Found by the fuzz test: the vocabulary check took the max of no ids (a 500)."""
+    response = send(client, "POST", "/tokenize", raw_body(VALID["/tokenize"], prompt="[]"))
+    assert response.status_code == 200, response.text[:300]
+    assert response.json()["count"] == 0
+
+
 @pytest.mark.parametrize("route", GENERATION_ROUTES)
 @pytest.mark.parametrize(
     ("field", "value"),
