@@ -237,7 +237,7 @@ def _add_soak_parser(commands: Any) -> None:
 def _check_soak_files(options: argparse.Namespace) -> None:
     """What the parser cannot see: the scenario file, the report directory, the baseline. Checked
     before anything starts, and without writing anything."""
-    from loadtests.report import report_root_problem
+    from loadtests.run_dir import report_root_problem
 
     if not options.scenario.is_file():
         problem = "no such file" if not options.scenario.exists() else "not a file"
@@ -286,17 +286,18 @@ def _run_compare(options: argparse.Namespace) -> int:
 def _run_report(options: argparse.Namespace) -> int:
     """Re-judge a run directory: exit 0 only on a PASS; a run that never wrote its summary (killed,
     or still going) is judged as interrupted, so FAIL; not a run directory (or unreadable): 2."""
-    from loadtests.rebuild import previous_summary, rebuild_report, unfinished  # pandas, matplotlib: only here
-    from loadtests.report import verdict_line
+    from loadtests.judge import judge, previous_summary, unfinished  # pandas, matplotlib: only here
+    from loadtests.run_dir import RunDir
 
+    run = RunDir(options.run_dir)
     try:
-        summary = rebuild_report(options.run_dir, interrupted=unfinished(previous_summary(options.run_dir)))
+        summary = judge(run, interrupted=unfinished(previous_summary(run)))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"python -m loadtests report: {exc}", file=sys.stderr)
         return 2
-    print(verdict_line(summary))
+    print(summary.verdict_line())
     print(f"report: {options.run_dir}")
-    return 0 if summary["passed"] else 1
+    return 0 if summary.passed else 1
 
 
 def _os_reason(exc: OSError) -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.outcome import FAILURE_OUTCOMES
+from loadtests.summary import SummaryError
 
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
 LATENCY_FLOOR_S = 0.005
@@ -82,10 +83,6 @@ class Row:
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
-
-
-class SummaryError(ValueError):
-    """Not a run summary; the message is one line naming the file and what is wrong."""
 
 
 _COUNTS = ("requests", "http_500", "inband_500")

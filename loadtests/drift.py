@@ -11,18 +11,21 @@ harness and of the bundled server sampled during it. Two gates, with defaults st
 - ``latency_drift``: fails when TTFT p50 of the last window exceeds the first window's by more than
   ``max_latency_drift`` (50%) and by at least ``min_latency_drift_s`` (50 ms).
 
-With fewer than three windows holding data both pass and say so.
+With fewer than three windows holding data both pass and say so. Both are ordinary gates
+(``MemoryGrowth``, ``LatencyDrift``: stored with the run's gates, re-judged by ``python -m loadtests
+report`` like any other); the soak job adds them to the run it watches.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from loadtests.gates import GateResult
+from loadtests import figures
+from loadtests.gates import GateResult, RunTables
 
 DRIFT_GATES = ("memory_growth", "latency_drift")
 
@@ -57,25 +60,21 @@ def windows_table(requests: pd.DataFrame, resources: pd.DataFrame, count: int) -
 
 
 def _window_figures(chunk: pd.DataFrame) -> dict[str, Any]:
-    judged = chunk[chunk["outcome"] != "stopped"]
+    judged = figures.judged(chunk)
     seen = judged[judged["keepalive_frames"].notna()]  # raw streams: the SDK cannot see comments
     silence = seen["silence_before_first_token_s"].fillna(0).clip(lower=0).sum()
+    http_500, inband_500 = figures.count_500s(judged)
     return {
         "requests": len(judged),
         "ok": int((judged["outcome"] == "ok").sum()),
-        "http_500": int((judged["status"] == 500).sum()),
-        "inband_500": int(((judged["outcome"] == "inband_error") & (judged["error_code"] == "500")).sum()),
+        "http_500": http_500,
+        "inband_500": inband_500,
         "cut": int((judged["outcome"] == "cut").sum()),
-        "ttft_p50_s": _quantile(judged["ttft_s"], 0.5),
-        "ttft_p95_s": _quantile(judged["ttft_s"], 0.95),
-        "max_gap_p99_s": _quantile(judged["max_gap_s"], 0.99),
+        "ttft_p50_s": figures.quantile(judged["ttft_s"], 0.5),
+        "ttft_p95_s": figures.quantile(judged["ttft_s"], 0.95),
+        "max_gap_p99_s": figures.quantile(judged["max_gap_s"], 0.99),
         "keepalive_per_silent_s": float(seen["keepalive_frames"].sum() / silence) if silence > 0 else None,
     }
-
-
-def _quantile(values: pd.Series, q: float) -> float | None:
-    values = values.dropna()
-    return float(values.quantile(q)) if len(values) else None
 
 
 def _window_memory(resources: pd.DataFrame, start: float, end: float) -> dict[str, float | None]:
@@ -124,3 +123,47 @@ def judge_drift(
     if windows.empty:
         return windows, [GateResult(name, True, "no requests") for name in DRIFT_GATES]
     return windows, [memory_growth(windows, limits), latency_drift(windows, limits)]
+
+
+@dataclass(frozen=True)
+class _DriftGate:
+    """A drift check as a gate over the run's requests and memory samples (``RunTables``)."""
+
+    limits: DriftLimits = field(default_factory=DriftLimits)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limits, dict):  # rebuilt from its spec in summary.json
+            object.__setattr__(self, "limits", DriftLimits(**self.limits))
+
+    def windows(self, tables: RunTables) -> pd.DataFrame:
+        resources = tables.resources if tables.resources is not None else pd.DataFrame()
+        return windows_table(tables.requests, resources, self.limits.windows)
+
+
+@dataclass(frozen=True)
+class MemoryGrowth(_DriftGate):
+    name: str = DRIFT_GATES[0]
+
+    def evaluate_run(self, tables: RunTables) -> GateResult:
+        windows = self.windows(tables)
+        return memory_growth(windows, self.limits) if not windows.empty else GateResult(self.name, True, "no requests")
+
+
+@dataclass(frozen=True)
+class LatencyDrift(_DriftGate):
+    name: str = DRIFT_GATES[1]
+
+    def evaluate_run(self, tables: RunTables) -> GateResult:
+        windows = self.windows(tables)
+        return latency_drift(windows, self.limits) if not windows.empty else GateResult(self.name, True, "no requests")
+
+
+def drift_gates(limits: DriftLimits) -> list[_DriftGate]:
+    return [MemoryGrowth(limits), LatencyDrift(limits)]
+
+
+def soak_section(tables: RunTables, limits: DriftLimits, partial: bool, duration_s: float | None) -> dict[str, Any]:
+    """The summary's ``soak`` section: the drift windows of the run so far and what judged them."""
+    windows = _DriftGate(limits).windows(tables)
+    records = windows.astype(object).where(windows.notna(), None).to_dict(orient="records")  # JSON null, not NaN
+    return {"partial": partial, "duration_s": duration_s, "limits": limits.as_dict(), "windows": records}

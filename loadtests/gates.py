@@ -15,12 +15,13 @@ never passes on an empty selection. Rows of streams the run itself stopped (``ou
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import pandas as pd
 
+from loadtests import figures
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
 
 
@@ -41,9 +42,22 @@ NOTHING_TO_JUDGE = "no requests to judge"
 
 
 class Gate(Protocol):
+    """A rule over the judged request rows; a gate that needs more of the run (its lag samples, its
+    memory samples) defines ``evaluate_run(tables)`` instead, and ``evaluate`` is not called."""
+
     name: str
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult: ...
+
+
+@dataclass(frozen=True)
+class RunTables:
+    """What a run recorded, as gates read it: ``requests`` are the judged rows (stopped streams left
+    out); ``lag`` the harness's lag samples; ``resources`` the soak's memory samples."""
+
+    requests: pd.DataFrame
+    lag: pd.DataFrame | None = None
+    resources: pd.DataFrame | None = None
 
 
 def _examples(rows: pd.DataFrame, limit: int = 3) -> str:
@@ -121,7 +135,7 @@ class NoHttp500:
     name: str = "no_http_500"
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
-        bad = requests[requests["status"] == 500]
+        bad = requests[figures.http_500(requests)]
         return GateResult(self.name, bad.empty, f"{len(bad)} HTTP 500 of {len(requests)} requests{_examples(bad)}")
 
 
@@ -130,7 +144,7 @@ class NoInband500:
     name: str = "no_inband_500"
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
-        bad = requests[(requests["outcome"] == "inband_error") & (requests["error_code"] == "500")]
+        bad = requests[figures.inband_500(requests)]
         detail = f"{len(bad)} in-band errors with code 500 under HTTP 200{_examples(bad)}"
         return GateResult(self.name, bad.empty, detail)
 
@@ -229,7 +243,8 @@ class HarnessKeptUp:
     limit_ms: float = DEFAULT_LAG_LIMIT_MS
     name: str = "harness_kept_up"
 
-    def evaluate(self, requests: pd.DataFrame, lag: pd.DataFrame | None = None) -> GateResult:
+    def evaluate_run(self, tables: RunTables) -> GateResult:
+        requests, lag = tables.requests, tables.lag
         if lag is None or lag.empty:
             return GateResult(self.name, False, "no lag samples recorded: the harness's timing is unknown", True)
         by_worker = lag_summary(lag, self.limit_ms)["by_worker"]
@@ -256,43 +271,17 @@ ALWAYS_ON: tuple[Gate, ...] = (
 )  # fmt: skip
 
 
-def evaluate(requests: pd.DataFrame, gates: Iterable[Gate] = (), lag: pd.DataFrame | None = None) -> list[GateResult]:
-    """Results of the always-on gates, then ``gates``, over the rows the run did not stop (and the
-    lag samples, for ``HarnessKeptUp``). With no such row, every always-on gate but
-    ``requests_completed`` is skipped."""
-    judged = requests[requests["outcome"] != "stopped"]
+def evaluate(tables: RunTables, gates: Iterable[Gate] = ()) -> list[GateResult]:
+    """Results of the always-on gates, then ``gates``, over the rows the run did not stop. With no
+    such row, every always-on gate but ``requests_completed`` is skipped."""
+    tables = dataclasses.replace(tables, requests=figures.judged(tables.requests))
     results = []
     for gate in ALWAYS_ON:
-        if judged.empty and not isinstance(gate, RequestsCompleted):
+        if tables.requests.empty and not isinstance(gate, RequestsCompleted):
             results.append(GateResult(gate.name, False, NOTHING_TO_JUDGE, skipped=True))
         else:
-            results.append(gate.evaluate(judged))
-    return results + [
-        gate.evaluate(judged, lag) if isinstance(gate, HarnessKeptUp) else gate.evaluate(judged) for gate in gates
-    ]
-
-
-def all_passed(results: Sequence[GateResult]) -> bool:
-    return all(result.passed for result in results)
-
-
-GATE_TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (RequestsCompleted, OutcomesAsExpected, NoHttp500, NoInband500, NoProtocolErrors, NoHarnessErrors,
-                TruncationHonoured, Expect, NoProxyTimeouts, HarnessKeptUp)
-}  # fmt: skip
-
-
-def gate_spec(gate: Gate) -> dict[str, Any]:
-    """A gate as plain data, so ``summary.json`` can carry it and a report can re-judge a run."""
-    if type(gate).__name__ not in GATE_TYPES or not dataclasses.is_dataclass(gate):
-        raise TypeError(f"{type(gate).__name__} is not a gate type sse-soak can store")
-    return {"type": type(gate).__name__, **dataclasses.asdict(gate)}
-
-
-def gate_from_spec(spec: dict[str, Any]) -> Gate:
-    fields = dict(spec)
-    kind = fields.pop("type")
-    if kind not in GATE_TYPES:
-        raise ValueError(f"unknown gate type {kind!r}; known: {', '.join(GATE_TYPES)}")
-    return GATE_TYPES[kind](**fields)
+            results.append(gate.evaluate(tables.requests))
+    for gate in gates:
+        run_rule = getattr(gate, "evaluate_run", None)
+        results.append(run_rule(tables) if run_rule is not None else gate.evaluate(tables.requests))
+    return results

@@ -10,17 +10,19 @@ from __future__ import annotations
 import collections
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TextIO
 
 import pyarrow.parquet as pq
+
+from loadtests import figures
+from loadtests.run_dir import RunDir
 
 _COLUMNS = ["outcome", "status", "error_code", "keepalive_frames"]
 
 
 @dataclass
 class RunProgress:
-    run_dir: Path
+    run_dir: RunDir
     requests: int = 0
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     http_500: int = 0
@@ -29,7 +31,7 @@ class RunProgress:
     _seen: set[str] = field(default_factory=set)
 
     def refresh(self) -> None:
-        parts = self.run_dir / "requests.parquet"
+        parts = self.run_dir.requests
         for part in sorted(parts.glob("*.parquet")) if parts.is_dir() else ():
             if part.name in self._seen:
                 continue
@@ -37,8 +39,9 @@ class RunProgress:
             self._seen.add(part.name)
             self.requests += len(table)
             self.outcomes.update(table["outcome"])
-            self.http_500 += int((table["status"] == 500).sum())
-            self.inband_500 += int(((table["outcome"] == "inband_error") & (table["error_code"] == "500")).sum())
+            http_500, inband_500 = figures.count_500s(table)
+            self.http_500 += http_500
+            self.inband_500 += inband_500
             self.keepalive_frames += int(table["keepalive_frames"].sum())
 
     def line(self, elapsed_s: float, remaining_s: float, harness_mb: float | None, server_mb: float | None) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pandas as pd
 import psutil
 
 COLUMNS = ("t", "harness_rss_mb", "server_rss_mb")
@@ -55,10 +54,3 @@ class ResourceSampler:
                     out.write(",".join(COLUMNS) + "\n")
                 out.write(",".join("" if v is None else f"{v:.3f}" for v in row) + "\n")
         return row
-
-
-def read_resources(run_dir: Path) -> pd.DataFrame:
-    path = run_dir / "resources.csv"
-    if not path.exists():
-        return pd.DataFrame(columns=list(COLUMNS), dtype=float)
-    return pd.read_csv(path)

@@ -21,7 +21,7 @@ import math
 import shlex
 from typing import Any
 
-from loadtests.report import report_root_problem
+from loadtests.run_dir import report_root_problem
 
 MAX_FLUSH_INTERVAL_S = 3600.0
 

@@ -40,12 +40,12 @@ import pyarrow.parquet as pq
 from gevent.lock import Semaphore
 
 from loadtests.lag import LAG_SCHEMA
-from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
+from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA
+from loadtests.run_dir import RunDir, read_table
 
-UNWRITABLE_ROWS = "unwritable-rows.jsonl"
+UNWRITABLE_ROWS = RunDir.UNWRITABLE_ROWS
 logger = logging.getLogger(__name__)
 _CONVERSION_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError)
-_SCHEMAS = {"requests": REQUEST_SCHEMA, "frames": FRAME_SCHEMA, "lag": LAG_SCHEMA}
 _T = TypeVar("_T")
 
 
@@ -84,29 +84,16 @@ def _outcome(fn: Callable[..., _T], args: tuple[Any, ...]) -> tuple[bool, Any]:
         return False, exc
 
 
-def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
-    """A requests or frames table (a parquet file or a directory of parts) with nullable integers
-    as pandas ``Int64``; an empty table with the right columns when nothing was written."""
-    written = path.is_file() or (path.is_dir() and any(path.glob("*.parquet")))
-    if written:
-        table = pq.read_table(path, columns=columns)
-    else:
-        schema = _SCHEMAS.get(path.name.split(".")[0], REQUEST_SCHEMA)
-        table = schema.empty_table()
-        if columns is not None:
-            table = table.select(columns)
-    return to_pandas(table)
-
-
 class RunWriter:
     """Writes one run's parts. Call it from one thread's greenlets (the Locust process is one gevent
     thread); each write runs in a pool thread while its caller waits, one write at a time."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.requests_dir = directory / "requests.parquet"
-        self.frames_dir = directory / "frames.parquet"
-        self.lag_dir = directory / "lag.parquet"
+    def __init__(self, run: RunDir | Path) -> None:
+        self.run = run if isinstance(run, RunDir) else RunDir(run)
+        self.directory = self.run.path
+        self.requests_dir = self.run.requests
+        self.frames_dir = self.run.frames
+        self.lag_dir = self.run.lag
         for table_dir in (self.requests_dir, self.frames_dir, self.lag_dir):
             table_dir.mkdir(parents=True, exist_ok=True)
         self.rows_written = 0
@@ -202,7 +189,7 @@ class RunWriter:
         return pa.Table.from_pylist(fitting, schema=REQUEST_SCHEMA)
 
     def _keep_unwritable(self, records: list[dict[str, Any]], error: BaseException | None) -> None:
-        path = self.directory / UNWRITABLE_ROWS
+        path = self.run.unwritable_rows
         with path.open("a") as file:
             for record in records:
                 file.write(json.dumps(record, default=repr) + "\n")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import itertools
+import os
 import shlex
 import sys
 import time
@@ -41,11 +42,12 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRu
 from loadtests import arrival_clock
 from loadtests._signals import SignalGuard
 from loadtests.collect import Collector
-from loadtests.gates import Gate, GateResult, HarnessKeptUp
+from loadtests.gates import Gate, HarnessKeptUp
+from loadtests.judge import gate_spec, judge, write_html_files
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.loop_hygiene import settle_after_setup
 from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT, PreflightError, preflight
-from loadtests.report import RunDirError, judge_run, new_run_dir, verdict_line, write_html_files
+from loadtests.run_dir import RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
 from loadtests.run_options import UsageError, check_options, keep_alive_interval
 from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
 from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
@@ -333,19 +335,36 @@ class Scenario:
         assert self._collector is not None
         options = environment.parsed_options
         try:
-            writer = RunWriter(new_run_dir(options.report_dir, self.name))
+            run = self._next_run_dir(options.report_dir)
         except RunDirError as exc:  # checked at start; something changed the directory since
             print(f"sse-soak: {exc}: the test is not run", file=sys.stderr, flush=True)
             environment.process_exit_code = 2
             gevent.spawn(environment.runner.quit)
             return
+        writer = RunWriter(run)
+        run.write_manifest(self._manifest(environment))
         self._test = _Test(writer, time.monotonic(), getattr(options, "run_time", None) or None)
         self._collector.begin(writer)
-        print(f"run directory: {writer.directory}", flush=True)
+        print(f"run directory: {run}", flush=True)
         if environment.host and isinstance(environment.runner, MasterRunner):  # a master sizes no prompt itself
             state = run_state(environment)
             self._sizing_probe = gevent.spawn(probe_prompt_sizing, environment.host, state.api_key,
                                               state.model_option, state.probe_timeout)  # fmt: skip
+
+    def _next_run_dir(self, report_dir: str) -> RunDir:
+        """The directory the soak job made for this run (``SSE_SOAK_RUN_DIR``, its first test only),
+        else a new one under ``report_dir``."""
+        given = os.environ.pop(RUN_DIR_ENV, None)
+        return RunDir(given) if given else RunDir.create(report_dir, self.name)
+
+    def _manifest(self, environment: Any) -> Manifest:
+        settings = self._settings or self.settings(environment.parsed_options)
+        gates = self.gate_list(settings, environment.parsed_options.harness_lag_limit_ms)
+        services = [] if self._stack is None else [Service(s.name, s.url, s.pid) for s in self._stack.services]
+        workers = environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        recorded = settings.as_dict()
+        return Manifest(self.name, started, recorded, [gate_spec(g) for g in gates], services, workers, versions())
 
     def _prompt_sizing(self, environment: Any) -> str | None:
         """What this process's users found about prompt sizing, else (on a master, which prepares
@@ -417,35 +436,35 @@ class Scenario:
 
     def _write_report(self, environment: Any, test: _Test) -> None:
         settings = self._settings or self.settings(environment.parsed_options)
-        directory = test.writer.directory
+        run = test.writer.run
         ended, interrupted = test.how_it_ended(self._guard.received)
-        requests = test.writer.requests_table()
+        options = environment.parsed_options
         recorded = {**settings.as_dict(), "prompt_sizing": self._prompt_sizing(environment),
-                    "max_line_bytes": environment.parsed_options.max_line_bytes}  # fmt: skip
+                    "max_line_bytes": options.max_line_bytes}  # fmt: skip
         with self._guard.deferred():  # the summary and the verdict line are never cut
-            gates = self.gate_list(settings, environment.parsed_options.harness_lag_limit_ms)
-            summary = judge_run(directory, self.name, requests, gates, recorded,
-                                environment.parsed_options.frame_sample_rate, html=False, ended=ended,
-                                interrupted=interrupted)  # fmt: skip
-            outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary["outcomes"].items() if n)
-            print(f"requests: {summary['requests']} ({outcomes or 'none'})")
-            causes = summary["causes"]
+            gates = self.gate_list(settings, options.harness_lag_limit_ms)
+            summary = judge(run, gates, scenario=self.name, settings=recorded,
+                            frame_sample_rate=options.frame_sample_rate, ended=ended, interrupted=interrupted,
+                            html=False)  # fmt: skip
+            outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary.outcomes.items() if n)
+            print(f"requests: {summary.requests} ({outcomes or 'none'})")
+            causes = summary.causes
             print(f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
                   f"{causes['cut_after_headers']} streams cut after headers, "
                   f"statuses {causes['status'] or '{}'}")  # fmt: skip
-            for gate in summary["gates"]:
-                print(GateResult(**gate).line())
+            for gate in summary.gates:
+                print(gate.line())
             if test.writer.rows_unwritable or test.writer.rows_pending:
                 print(f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "
                       f"{test.writer.rows_pending} rows not written (the disk refused them): not judged")  # fmt: skip
             print(f"ended: {ended}")
-            print(verdict_line(summary), flush=True)
-            if not summary["passed"]:
+            print(summary.verdict_line(), flush=True)
+            if not summary.passed:
                 environment.process_exit_code = 1
         try:
             with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
-                write_html_files(directory, summary, requests)
+                write_html_files(run, summary)
         except KeyboardInterrupt:
-            print(f"sse-soak: report.html was not written (interrupted); python -m loadtests report {directory} "
+            print(f"sse-soak: report.html was not written (interrupted); python -m loadtests report {run} "
                   "writes it")  # fmt: skip
-        print(f"report: {directory}", flush=True)
+        print(f"report: {run}", flush=True)

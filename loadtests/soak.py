@@ -13,7 +13,9 @@ stderr and exit 2 too: a usage error, not a failed run.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
 import signal
 import subprocess
@@ -26,17 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from loadtests import compare
-from loadtests.drift import DRIFT_GATES, DriftLimits, judge_drift
-from loadtests.gates import GateResult
+from loadtests.drift import DRIFT_GATES, DriftLimits
 from loadtests.progress import ProgressPrinter, RunProgress
-from loadtests.resources import ResourceSampler, read_resources
+from loadtests.resources import ResourceSampler
+from loadtests.run_dir import RUN_DIR_ENV, ManifestError, RunDir
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([a-zA-Z]*)", re.ASCII)
 _UNITS = "hms"
 _UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
 _EXPECTED = "expected e.g. 90s, 20m, 8h, 1h30m or plain seconds"
-_SERVICE_LINE = re.compile(r"^(target server|embedded proxy|nginx): \S+ \(pid (\d+)\)")
-_REPORT_LINE = re.compile(r"^(?:run directory|report): (.+)$")
 SAMPLE_INTERVAL_S = 5.0
 USAGE_ERROR = 2  # Locust's (argparse's) code for a bad option, and ours
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "soak.py"
@@ -96,8 +96,8 @@ def _whole_seconds(text: str, total: Fraction) -> int:
 class SoakPlan:
     scenario: Path = DEFAULT_SCENARIO
     duration_s: float = 300.0
-    users: int = 8
-    spawn_rate: float = 8.0
+    users: int = 12
+    spawn_rate: float = 12.0
     processes: int | None = None
     host: str | None = None
     report_dir: str = "reports"
@@ -122,20 +122,29 @@ class SoakPlan:
 
 
 class Soak:
+    """The soak job. It makes the run directory itself and hands it to Locust (``SSE_SOAK_RUN_DIR``),
+    and learns what the run started (the server's pid, for its memory) from the run's manifest:
+    nothing depends on the wording of Locust's output."""
+
     def __init__(self, plan: SoakPlan, printer: ProgressPrinter | None = None) -> None:
         self.plan = plan
         self.printer = printer or ProgressPrinter()
-        self.run_dir: Path | None = None
+        self.run_dir: RunDir | None = None
         self.interrupted_by: str | None = None
         self._locust: subprocess.Popen[str] | None = None
         self._sampler: ResourceSampler | None = None
+        self._services_known = False
         self._last_error: str | None = None
 
     def run(self) -> int:
         started = time.monotonic()
+        self.run_dir = RunDir.create(self.plan.report_dir, self.plan.scenario.stem)
+        environment = {**os.environ, RUN_DIR_ENV: str(self.run_dir)}
         self._locust = subprocess.Popen(self.plan.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+                                        stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                                        env=environment)  # fmt: skip
         self._sampler = ResourceSampler(self._locust.pid)
+        self._sampler.path = self.run_dir.resources
         reader = threading.Thread(target=self._read_output, daemon=True)
         reader.start()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -156,38 +165,46 @@ class Soak:
             self._locust.send_signal(signal.SIGTERM)  # Locust stops its users and writes its report
 
     def _read_output(self) -> None:
+        """Pass on the lines worth seeing; remember the last error, for a refusal before any run."""
         assert self._locust is not None and self._locust.stdout is not None
         for raw in self._locust.stdout:
             line = raw.rstrip("\n")
             if line.startswith("sse-soak: ") or "error: " in line:
                 self._last_error = line
-            service = _SERVICE_LINE.match(line)
-            if service and self._sampler is not None:
-                self._sampler.service_pids.add(int(service[2]))
-                if service[1] == "target server":
-                    self._sampler.server_pid = int(service[2])
-            directory = _REPORT_LINE.match(line)
-            if directory and self.run_dir is None:
-                self.run_dir = Path(directory[1])
-                if self._sampler is not None:
-                    self._sampler.path = self.run_dir / "resources.csv"
             if line.startswith(("gate ", "sse-soak:", "Traceback", "target server:", "run directory:")):
                 self.printer.print(line)
+
+    def _learn_services(self) -> None:
+        """Once the run has written its manifest: sample the server's memory apart from the harness's."""
+        assert self.run_dir is not None and self._sampler is not None
+        try:
+            manifest = self.run_dir.read_manifest()
+        except ManifestError as exc:
+            self.printer.print(f"sse-soak: {exc}; the server's memory is not sampled")
+            self._services_known = True
+            return
+        if manifest is None:
+            return
+        self._sampler.service_pids.update(service.pid for service in manifest.services)
+        server = manifest.service("target server")
+        self._sampler.server_pid = server.pid if server else None
+        self._services_known = True
 
     def _watch(self, started: float) -> None:
         """Sample memory every ``SAMPLE_INTERVAL_S`` (each drift window needs samples), show progress
         every progress interval, checkpoint every checkpoint interval, until Locust exits."""
-        assert self._locust is not None and self._sampler is not None
+        assert self._locust is not None and self._sampler is not None and self.run_dir is not None
         interval = self.plan.progress_interval or (1.0 if self.printer.in_place else 10.0)
         tick = min(interval, SAMPLE_INTERVAL_S, self.plan.duration_s / self.plan.limits.windows / 3)
         next_checkpoint = started + self.plan.checkpoint_interval
         next_progress = started
-        progress: RunProgress | None = None
+        progress = RunProgress(self.run_dir)
         while self._locust.poll() is None:
-            time.sleep(min(tick, 0.5) if progress is None else tick)
-            if self.run_dir is None:
-                continue
-            progress = progress or RunProgress(self.run_dir)
+            time.sleep(tick if self._services_known else min(tick, 0.5))
+            if not self._services_known:
+                self._learn_services()
+                if not self._services_known:
+                    continue
             _, harness_mb, server_mb = self._sampler.sample()
             if time.monotonic() >= next_progress:
                 progress.refresh()
@@ -195,56 +212,46 @@ class Soak:
                 self.printer.show(progress.line(elapsed, self.plan.duration_s - elapsed, harness_mb, server_mb))
                 next_progress += interval
             if time.monotonic() >= next_checkpoint:
-                self._checkpoint()
+                self._judge(partial=True)
                 next_checkpoint += self.plan.checkpoint_interval
 
-    def _checkpoint(self) -> None:
-        """Rewrite summary.json from what is on disk now (the gates and drift so far); the HTML report
-        waits for the end (it reads every frame), or for ``python -m loadtests report``."""
-        from loadtests.rebuild import rebuild_report  # pandas, only when needed
+    def _judge(self, partial: bool) -> Any:
+        """The run judged from what is on disk, its drift gates added: at a checkpoint (``partial``:
+        summary.json only; the HTML report reads every frame) or at the end."""
+        from loadtests.drift import drift_gates  # pandas, only when needed
+        from loadtests.judge import SoakState, judge
 
         assert self.run_dir is not None
-        rebuild_report(self.run_dir, lambda summary, requests: self._add_drift(summary, requests, True), html=False)
-
-    def _add_drift(self, summary: dict[str, Any], requests: Any, partial: bool) -> None:
-        assert self.run_dir is not None
-        windows, results = judge_drift(requests, read_resources(self.run_dir), self.plan.limits)
-        summary["soak"] = {"partial": partial, "duration_s": self.plan.duration_s, "limits": self.plan.limits.as_dict(),
-                           "windows": windows.to_dict(orient="records")}  # fmt: skip
-        summary["gates"] += [{"name": r.name, "passed": r.passed, "detail": r.detail} for r in results]
-        summary["passed"] = all(g["passed"] for g in summary["gates"])
+        state = SoakState(partial, self.plan.duration_s)
+        return judge(self.run_dir, add_gates=drift_gates(self.plan.limits), soak=state, html=not partial)
 
     def _finish(self, locust_code: int) -> int:
+        assert self.run_dir is not None
         self.printer.print(f"locust exited with {locust_code}")
-        if self.run_dir is None and locust_code == USAGE_ERROR:  # Locust or the scenario refused an option
+        if not self.run_dir.manifest.exists() and locust_code == USAGE_ERROR:  # an option refused: no run
+            with contextlib.suppress(OSError):
+                self.run_dir.path.rmdir()
             print(f"python -m loadtests soak: locust refused to start: {self._last_error or 'see its output above'}",
                   file=sys.stderr, flush=True)  # fmt: skip
             return USAGE_ERROR
-        if self.run_dir is None or not (self.run_dir / "requests.parquet").exists():
+        if not self.run_dir.holds_results():
             self.printer.print("verdict: FAIL (the run wrote no results)")
             return 1
-        summary = self._final_summary()
-        for gate in summary["gates"]:
-            if gate["name"] in DRIFT_GATES:
-                self.printer.print(GateResult(**gate).line())
-        regressions = self._compare_with_baseline(summary)
+        summary = self._judge(partial=False)
+        for gate in summary.gates:
+            if gate.name in DRIFT_GATES:
+                self.printer.print(gate.line())
+        regressions = self._compare_with_baseline(summary.to_json())
         self.printer.print(f"report: {self.run_dir}")
-        reasons = [g["name"] for g in summary["gates"] if not g["passed"]] + regressions
+        reasons = [gate.name for gate in summary.gates if not gate.passed] + regressions
         if self.interrupted_by:
             reasons.insert(0, f"interrupted by {self.interrupted_by}")
         if locust_code not in (0, 1):
             reasons.append(f"locust exit code {locust_code}")
-        elif locust_code == 1 and summary["passed"]:
+        elif locust_code == 1 and summary.passed:
             reasons.append("locust reported unexpected outcomes")
         self.printer.print(f"verdict: {'FAIL (' + ', '.join(reasons) + ')' if reasons else 'PASS'}")
         return 1 if reasons else 0
-
-    def _final_summary(self) -> dict[str, Any]:
-        from loadtests.rebuild import rebuild_report
-
-        assert self.run_dir is not None
-        # The scenario's gates re-judged from disk (one code path with `python -m loadtests report`).
-        return rebuild_report(self.run_dir, lambda summary, requests: self._add_drift(summary, requests, False))
 
     def _compare_with_baseline(self, summary: dict[str, Any]) -> list[str]:
         if not self.plan.baseline:

@@ -11,6 +11,7 @@ import pytest
 
 from loadtests.drift import DriftLimits, judge_drift, latency_drift, memory_growth, windows_table
 from loadtests.progress import ProgressPrinter, RunProgress
+from loadtests.run_dir import RunDir
 from loadtests.soak import parse_duration
 
 LIMITS = DriftLimits(windows=5)
@@ -99,7 +100,7 @@ def test_progress_reads_only_new_parts(tmp_path: Path) -> None:
     from loadtests.recorder import Recorder
     from loadtests.run_writer import RunWriter
 
-    writer, progress = RunWriter(tmp_path), RunProgress(tmp_path)
+    writer, progress = RunWriter(tmp_path), RunProgress(RunDir(tmp_path))
     for status in (200, 500):
         recorder = Recorder()
         stream = StreamTracker(RequestPlan(f"r{status}", "n", "chat"), 0.0)

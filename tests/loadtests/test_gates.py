@@ -14,6 +14,7 @@ from loadtests.gates import (
     NoProtocolErrors,
     NoProxyTimeouts,
     OutcomesAsExpected,
+    RunTables,
     TruncationHonoured,
     evaluate,
 )
@@ -90,20 +91,25 @@ def test_expect_never_passes_on_too_few_rows() -> None:
 def test_stopped_streams_are_left_out_of_every_gate() -> None:
     rows = table({"status": 200, "outcome": "stopped", "truncate": 1000, "usage_prompt_tokens": 5},
                  {"status": 200, "outcome": "ok"})  # fmt: skip
-    results = evaluate(rows, [Expect("all_ok", where="status == 200", require="outcome == 'ok'", min_rows=0)])
+    results = evaluate(
+        RunTables(rows), [Expect("all_ok", where="status == 200", require="outcome == 'ok'", min_rows=0)]
+    )
     assert all(result.passed for result in results), [r.line() for r in results]
     assert results[0].line() == "gate PASS requests_completed: 1 requests finished"
 
 
 def test_evaluate_runs_always_on_gates_first() -> None:
-    names = [r.name for r in evaluate(table({"status": 200, "outcome": "ok"}), [Expect("x", "status == 200", "done")])]
+    names = [
+        r.name
+        for r in evaluate(RunTables(table({"status": 200, "outcome": "ok"})), [Expect("x", "status == 200", "done")])
+    ]
     assert names == ["requests_completed", "outcomes_as_expected", "no_http_500", "no_inband_500",
                      "no_protocol_errors", "no_harness_errors", "truncation_honoured", "x"]  # fmt: skip
 
 
 def test_an_empty_run_fails_and_nothing_else_passes_vacuously() -> None:
     only_stopped = table({"status": 200, "outcome": "stopped"})
-    results = evaluate(only_stopped, [Expect("x", None, "outcome == 'ok'")])
+    results = evaluate(RunTables(only_stopped), [Expect("x", None, "outcome == 'ok'")])
     lines = [result.line() for result in results]
     assert lines[0] == "gate FAIL requests_completed: no request finished: nothing was judged"
     assert all(line.startswith("gate SKIP ") and line.endswith(": no requests to judge") for line in lines[1:-1])

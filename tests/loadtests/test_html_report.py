@@ -16,12 +16,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from loadtests.gates import ALWAYS_ON, Expect, evaluate
+from loadtests.gates import ALWAYS_ON, Expect, RunTables, evaluate
 from loadtests.html_report import write_html_report, write_requests_csv
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import FRAME_COLUMNS, Recorder
-from loadtests.report import summarize
 from loadtests.sse import Frame
+from loadtests.summary import summarize
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 IMAGE = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
@@ -111,7 +111,7 @@ def build_run() -> tuple[pd.DataFrame, pd.DataFrame]:
 @pytest.fixture(scope="module")
 def run() -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     requests, frames = build_run()
-    summary = summarize("unit_run", requests, evaluate(requests, GATES), SETTINGS)
+    summary = summarize("unit_run", requests, evaluate(RunTables(requests), GATES), SETTINGS).to_json()
     return requests, frames, summary
 
 
@@ -243,7 +243,7 @@ def test_sampled_frames_are_announced_and_missing_ones_marked(
 def test_empty_and_tiny_runs_still_render(tmp_path: Path) -> None:
     empty_requests = Recorder().requests_table()
     empty_frames = pd.DataFrame(columns=list(FRAME_COLUMNS))
-    summary = summarize("empty_run", empty_requests, evaluate(empty_requests), {})
+    summary = summarize("empty_run", empty_requests, evaluate(RunTables(empty_requests)), {}).to_json()
     page = render(tmp_path, summary, empty_requests, empty_frames)
     assert "<b>0</b> requests" in page and "No requests were recorded." in page and "<img" not in page
 
@@ -251,7 +251,9 @@ def test_empty_and_tiny_runs_still_render(tmp_path: Path) -> None:
     single = requests[requests["request_id"] == "rejected-1"].copy()
     for column in ("ttft_s", "max_data_gap_s", "silence_before_first_token_s", "start_time"):
         single[column] = float("nan")
-    page = render(tmp_path, summarize("one", single, evaluate(single), {}), single, frames.iloc[0:0])
+    page = render(
+        tmp_path, summarize("one", single, evaluate(RunTables(single)), {}).to_json(), single, frames.iloc[0:0]
+    )
     assert page.count("<img") == 0 and "No frames were recorded." in page
     assert table_row(page, 'data-metric="ttft_s"').endswith('<td class="num">0</td>')
 

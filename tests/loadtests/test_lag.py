@@ -8,7 +8,8 @@ import gevent
 import pandas as pd
 import pytest
 
-from loadtests.gates import HarnessKeptUp, evaluate, gate_from_spec, gate_spec
+from loadtests.gates import HarnessKeptUp, RunTables, evaluate
+from loadtests.judge import gate_from_spec, gate_spec
 from loadtests.lag import LAG_COLUMNS, LagMonitor, lag_summary
 
 
@@ -100,13 +101,15 @@ def requests_with_lag(*lags: float) -> pd.DataFrame:
 
 
 def test_gate_passes_when_every_process_kept_up() -> None:
-    result = HarnessKeptUp(5.0).evaluate(requests_with_lag(0.001), lag_table(a=[0.001] * 100, b=[0.002] * 100))
+    result = HarnessKeptUp(5.0).evaluate_run(
+        RunTables(requests_with_lag(0.001), lag_table(a=[0.001] * 100, b=[0.002] * 100))
+    )
     assert result.passed and "p99 lag 2.0 ms in b" in result.detail and "2 process(es)" in result.detail
 
 
 def test_gate_fails_on_the_worst_process_and_says_what_it_means() -> None:
     lag = lag_table(**{"worker-0": [0.001] * 100, "worker-1": [0.001] * 90 + [0.030] * 10})
-    result = HarnessKeptUp(5.0).evaluate(requests_with_lag(0.001, 0.030, 0.040), lag)
+    result = HarnessKeptUp(5.0).evaluate_run(RunTables(requests_with_lag(0.001, 0.030, 0.040), lag))
     assert not result.passed
     assert "p99 lag 30.0 ms in worker-1" in result.detail
     assert "not trustworthy" in result.detail and "--processes" in result.detail
@@ -114,7 +117,7 @@ def test_gate_fails_on_the_worst_process_and_says_what_it_means() -> None:
 
 
 def test_gate_without_samples_is_skipped_not_passed() -> None:
-    result = HarnessKeptUp().evaluate(requests_with_lag(0.0), lag_table())
+    result = HarnessKeptUp().evaluate_run(RunTables(requests_with_lag(0.0), lag_table()))
     assert result.skipped and not result.passed
 
 
@@ -130,5 +133,5 @@ def test_gate_is_stored_and_judged_with_the_run_lag() -> None:
         usage_prompt_tokens=None,
         prompt_tokens=None,
     )
-    results = {r.name: r for r in evaluate(requests, [gate], lag_table(local=[0.003] * 10))}
+    results = {r.name: r for r in evaluate(RunTables(requests, lag_table(local=[0.003] * 10)), [gate])}
     assert not results["harness_kept_up"].passed and results["requests_completed"].passed

@@ -12,21 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import report
-from loadtests.report import RunDirError, new_run_dir, report_root_problem
+from loadtests import run_dir
+from loadtests.run_dir import RunDir, RunDirError, report_root_problem
 from tests.loadtests.locust_run import ROOT
 
 RUNS = 8
 FIXED_SECOND = time.struct_time((2026, 1, 1, 0, 0, 0, 3, 1, 0))
 
+
+def new_run_dir(root: Path, scenario: str) -> Path:
+    return RunDir.create(root, scenario).path
+
 # A child that makes its run directory when told to (a line on stdin), all in the same UTC second.
 CHILD = """
 import sys, time
-from loadtests import report
-report.time.gmtime = lambda *_: time.struct_time((2026, 1, 1, 0, 0, 0, 3, 1, 0))
+from loadtests import run_dir
+run_dir.time.gmtime = lambda *_: time.struct_time((2026, 1, 1, 0, 0, 0, 3, 1, 0))
 print("ready", flush=True)
 sys.stdin.readline()
-print(report.new_run_dir(sys.argv[1], "race"), flush=True)
+print(run_dir.RunDir.create(sys.argv[1], "race"), flush=True)
 """
 
 
@@ -56,7 +60,7 @@ def test_eight_processes_in_the_same_second_get_eight_directories(tmp_path: Path
 
 
 def test_eight_threads_past_a_barrier_get_eight_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(report.time, "gmtime", lambda *_: FIXED_SECOND)
+    monkeypatch.setattr(run_dir.time, "gmtime", lambda *_: FIXED_SECOND)
     barrier, made, errors = threading.Barrier(RUNS), [], []
 
     def run() -> None:
@@ -76,7 +80,7 @@ def test_eight_threads_past_a_barrier_get_eight_directories(tmp_path: Path, monk
 
 
 def test_a_taken_name_is_skipped_even_when_it_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(report.time, "gmtime", lambda *_: FIXED_SECOND)
+    monkeypatch.setattr(run_dir.time, "gmtime", lambda *_: FIXED_SECOND)
     (tmp_path / "demo-20260101T000000Z").write_text("not a run")
     assert new_run_dir(tmp_path, "demo") == tmp_path / "demo-20260101T000000Z-2"
 

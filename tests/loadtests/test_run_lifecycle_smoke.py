@@ -26,11 +26,13 @@ import pandas as pd
 import pytest
 
 from loadtests.gates import Expect
+from loadtests.judge import judge
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import Recorder
-from loadtests.report import judge_run, verdict_line
+from loadtests.run_dir import RunDir
 from loadtests.run_writer import RunWriter
 from loadtests.sse import Frame
+from loadtests.summary import Summary
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import ROOT, LiveLocust, run_locust
 
@@ -66,6 +68,10 @@ def complete(run_dir: Path, html: bool = True) -> dict[str, Any]:
     return summary
 
 
+def verdict_line(summary: dict[str, Any]) -> str:
+    return Summary.from_json(summary).verdict_line()
+
+
 def assert_one_verdict_per_run(locust: LiveLocust, summaries: list[dict[str, Any]]) -> None:
     assert [match[0] for match in locust.matching(VERDICT)] == [verdict_line(s) for s in summaries]
 
@@ -93,8 +99,7 @@ def test_report_passes_a_run_whose_gates_passed(tmp_path: Path) -> None:
     directory = tmp_path / "demo-20260101T000000Z"
     writer = RunWriter(directory)
     writer.write_batch(ok_rows(3).take_batch())
-    judge_run(directory, "demo", writer.requests_table(), [Expect("all_ok", None, "outcome == 'ok'")],
-              ended="run time of 5 s reached")  # fmt: skip
+    judge(RunDir(directory), [Expect("all_ok", None, "outcome == 'ok'")], ended="run time of 5 s reached")
     result = report_command(directory)
     assert (result.returncode, result.stdout) == (0, f"verdict: PASS\nreport: {directory}\n")
 
@@ -118,7 +123,7 @@ def test_report_keeps_an_interrupted_run_failed(tmp_path: Path) -> None:
     writer = RunWriter(directory)
     writer.write_batch(ok_rows(2).take_batch())
     interrupted = "SIGTERM at 5.0 s of 15 s"
-    judge_run(directory, "demo", writer.requests_table(), [], ended=interrupted, interrupted=interrupted)
+    judge(RunDir(directory), [], ended=interrupted, interrupted=interrupted)
     result = report_command(directory)
     assert result.returncode == 1
     assert result.stdout.startswith(f"verdict: FAIL (interrupted: {interrupted}; ")
@@ -128,9 +133,9 @@ def test_report_keeps_an_interrupted_run_failed(tmp_path: Path) -> None:
 @pytest.mark.parametrize("with_summary", [True, False])
 def test_report_never_passes_a_run_without_requests(tmp_path: Path, with_summary: bool) -> None:
     directory = tmp_path / "demo-20260101T000000Z"
-    writer = RunWriter(directory)
+    RunWriter(directory)  # the tables, empty
     if with_summary:
-        judge_run(directory, "demo", writer.requests_table(), [], ended="stopped at 0.5 s")
+        judge(RunDir(directory), [], ended="stopped at 0.5 s")
     result = report_command(directory)
     assert result.returncode == 1
     assert result.stdout.startswith("verdict: FAIL (") and "on 0 requests judged" in result.stdout

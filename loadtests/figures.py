@@ -1,0 +1,52 @@
+"""The figures several parts of a run compute over request rows, each defined once.
+
+Gates, the summary, the soak's drift windows and progress line, and the HTML report all count
+500s, leave out the streams the run itself stopped, and take percentiles: they do it here, so two
+readers of one run never disagree on what a 500 or a judged request is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def http_500(requests: pd.DataFrame) -> pd.Series:
+    """Rows answered with HTTP 500."""
+    return requests["status"] == 500
+
+
+def inband_500(requests: pd.DataFrame) -> pd.Series:
+    """Rows whose stream carried an in-band error with code 500 under HTTP 200."""
+    return (requests["outcome"] == "inband_error") & (requests["error_code"] == "500")
+
+
+def count_500s(requests: pd.DataFrame) -> tuple[int, int]:
+    """``(HTTP 500s, in-band 500s)`` among ``requests``."""
+    return int(http_500(requests).sum()), int(inband_500(requests).sum())
+
+
+def judged(requests: pd.DataFrame) -> pd.DataFrame:
+    """The rows a verdict judges: all but the streams the run itself stopped at its end."""
+    return requests[requests["outcome"] != "stopped"]
+
+
+def judged_count(requests: pd.DataFrame) -> int:
+    return int((requests["outcome"] != "stopped").sum())
+
+
+def quantile(values: pd.Series, q: float) -> float | None:
+    """The ``q`` quantile (0-1) of the values present, None when there are none."""
+    present = values.dropna()
+    return float(present.quantile(q)) if len(present) else None
+
+
+def quantiles(values: pd.Series, percentiles: Sequence[int] = PERCENTILES, digits: int = 6) -> list[float | None]:
+    """The given percentiles of the values present, rounded; Nones when there are none."""
+    present = values.dropna()
+    if not len(present):
+        return [None] * len(percentiles)
+    return [round(float(present.quantile(p / 100)), digits) for p in percentiles]

@@ -1,0 +1,218 @@
+"""One judgement of a run directory, whoever asks: the end of a scenario, each soak checkpoint, the
+end of a soak, and ``python -m loadtests report``.
+
+``judge(run)`` reads what the run wrote (requests, lag and memory samples), evaluates the
+always-on gates and the run's own, and writes ``summary.json`` (and, with ``html``, report.html and
+requests.csv). The run's gates are stored with it as plain data (``gate_spec``): given to
+``judge`` by the scenario, else those of the summary it already has, else those of its manifest
+(a soak checkpoint, a run killed before its summary), plus any ``add_gates`` not stored yet (the
+soak's drift gates). How it ended and its soak section are carried over the same way. So a
+re-judgement of any run, a failing soak included, gives the verdict, gates and sections it had.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from loadtests import figures
+from loadtests.compare import read_json_object
+from loadtests.drift import DriftLimits, LatencyDrift, MemoryGrowth, soak_section
+from loadtests.gates import (
+    Expect,
+    Gate,
+    HarnessKeptUp,
+    NoHarnessErrors,
+    NoHttp500,
+    NoInband500,
+    NoProtocolErrors,
+    NoProxyTimeouts,
+    OutcomesAsExpected,
+    RequestsCompleted,
+    RunTables,
+    TruncationHonoured,
+    evaluate,
+)
+from loadtests.lag import DEFAULT_LAG_LIMIT_MS
+from loadtests.run_dir import Manifest, RunDir
+from loadtests.summary import Summary, SummaryError, check_fields, summarize
+
+NO_SUMMARY = "the run ended before writing its summary"
+GATE_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        RequestsCompleted,
+        OutcomesAsExpected,
+        NoHttp500,
+        NoInband500,
+        NoProtocolErrors,
+        NoHarnessErrors,
+        TruncationHonoured,
+        Expect,
+        NoProxyTimeouts,
+        HarnessKeptUp,
+        MemoryGrowth,
+        LatencyDrift,
+    )
+}
+
+
+class NotARunDirectory(FileNotFoundError):
+    """The path holds no ``requests.parquet``: nothing a run wrote."""
+
+
+def gate_spec(gate: Gate) -> dict[str, Any]:
+    """A gate as plain data, so ``summary.json`` can carry it and a report can re-judge a run."""
+    if type(gate).__name__ not in GATE_TYPES or not dataclasses.is_dataclass(gate):
+        raise TypeError(f"{type(gate).__name__} is not a gate type sse-soak can store")
+    return {"type": type(gate).__name__, **dataclasses.asdict(gate)}
+
+
+def gate_from_spec(spec: dict[str, Any]) -> Gate:
+    fields = dict(spec)
+    kind = fields.pop("type")
+    if kind not in GATE_TYPES:
+        raise ValueError(f"unknown gate type {kind!r}; known: {', '.join(GATE_TYPES)}")
+    return GATE_TYPES[kind](**fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class Previous:
+    """What a run's summary already says that a new judgement of it keeps. Read on its own, so a
+    summary from an older version, or one cut short, can still be re-judged."""
+
+    scenario: str | None
+    settings: dict[str, Any] | None
+    frame_sample_rate: float | None
+    gate_specs: list[dict[str, Any]]
+    ended: str | None
+    interrupted: str | None
+    soak: dict[str, Any] | None
+
+    KEYS = ("scenario", "settings", "frame_sample_rate", "gate_specs", "ended", "interrupted", "soak")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], source: str) -> Previous:
+        check_fields(data, source, cls.KEYS)
+        return cls(*(data.get(key, [] if key == "gate_specs" else None) for key in cls.KEYS))
+
+
+def previous_summary(run: RunDir) -> Previous | None:
+    """What the summary a run directory holds says, None when it has none; raises
+    ``NotARunDirectory``, or ``SummaryError`` when ``summary.json`` is there but is not a summary."""
+    if not run.holds_results():
+        raise NotARunDirectory(f"{run} is not a run directory (it holds no {RunDir.REQUESTS})")
+    if not run.summary.exists():
+        return None
+    return Previous.from_json(read_json_object(run.summary), str(run.summary))
+
+
+def unfinished(summary: Previous | Summary | None) -> str | None:
+    """Why a run directory holds no final verdict, or None when it does: no summary at all, or only
+    the soak job's checkpoint of a run still going (or killed before its end)."""
+    if summary is None:
+        return NO_SUMMARY
+    if (summary.soak or {}).get("partial"):
+        return f"{NO_SUMMARY} (summary.json is a soak checkpoint)"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class SoakState:
+    """What the soak job says of the run it watches: a checkpoint (``partial``) or its end."""
+
+    partial: bool
+    duration_s: float | None
+
+
+def judge(
+    run: RunDir,
+    gates: Sequence[Gate] | None = None,
+    *,
+    add_gates: Sequence[Gate] = (),
+    scenario: str | None = None,
+    settings: dict[str, Any] | None = None,
+    frame_sample_rate: float | None = None,
+    ended: str | None = None,
+    interrupted: str | None = None,
+    soak: SoakState | None = None,
+    html: bool = True,
+) -> Summary:
+    """Judge ``run`` and write its summary; whatever is not given is what the run already said
+    (module docstring). Raises ``NotARunDirectory`` or ``SummaryError``."""
+    previous = previous_summary(run)
+    manifest = run.read_manifest()
+    specs = _stored_specs(previous, manifest, gates)
+    gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate_spec(gate) not in specs)]
+    tables = RunTables(run.read_requests(), run.read_lag(), run.read_resources())
+    results = evaluate(tables, gates)
+    lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), DEFAULT_LAG_LIMIT_MS)
+    said = [source for source in (previous, manifest) if source is not None]
+    summary = summarize(
+        _first(scenario, *(source.scenario for source in said), run.path.name.rsplit("-", 1)[0]),
+        tables.requests,
+        results,
+        _first(settings, *(source.settings for source in said), {}),
+        [gate_spec(gate) for gate in gates],
+        _first(frame_sample_rate, previous.frame_sample_rate if previous else None, 1.0),
+        tables.lag,
+        lag_limit,
+    )
+    summary.ended = ended if ended is not None else previous.ended if previous else None
+    summary.interrupted = interrupted or (previous.interrupted if previous else None)
+    summary.soak = _soak_section(tables, gates, soak, previous)
+    run.write_json(RunDir.SUMMARY, summary.to_json())
+    if html:
+        write_html_files(run, summary)
+    return summary
+
+
+def _first(*values: Any) -> Any:
+    """The first value that is not None."""
+    return next(value for value in values if value is not None)
+
+
+def _stored_specs(
+    previous: Summary | None, manifest: Manifest | None, gates: Sequence[Gate] | None
+) -> list[dict[str, Any]]:
+    if gates is not None:
+        return [gate_spec(gate) for gate in gates]
+    if previous is not None:
+        return previous.gate_specs
+    return manifest.gate_specs if manifest is not None else []
+
+
+def _gates_from(specs: list[dict[str, Any]], run: RunDir) -> list[Gate]:
+    """The gates stored as ``specs``; a spec this harness cannot rebuild is a ``SummaryError``."""
+    gates = []
+    for number, spec in enumerate(specs, 1):
+        try:
+            gates.append(gate_from_spec(spec))
+        except (KeyError, TypeError, ValueError) as exc:
+            message = f"gate spec {number} cannot be rebuilt ({type(exc).__name__}: {exc})"
+            raise SummaryError(f"{run.summary}: {message}") from None
+    return gates
+
+
+def _soak_section(
+    tables: RunTables, gates: Sequence[Gate], soak: SoakState | None, previous: Previous | None
+) -> dict[str, Any] | None:
+    """The drift windows, when the run has drift gates; the soak's state as told, else as before."""
+    drift = next((gate for gate in gates if isinstance(gate, (MemoryGrowth, LatencyDrift))), None)
+    if drift is None:
+        return None
+    before = (previous.soak if previous else None) or {}
+    state = soak or SoakState(bool(before.get("partial", False)), before.get("duration_s"))
+    limits: DriftLimits = drift.limits
+    judged = dataclasses.replace(tables, requests=figures.judged(tables.requests))
+    return soak_section(judged, limits, state.partial, state.duration_s)
+
+
+def write_html_files(run: RunDir, summary: Summary) -> None:
+    """``requests.csv`` and ``report.html`` (which reads every frame) beside the summary."""
+    from loadtests.html_report import write_html_report, write_requests_csv  # matplotlib: only here
+
+    requests = run.read_requests()
+    write_requests_csv(run.path, requests)
+    write_html_report(run.path, summary.to_json(), requests, run.read_frames(), run.read_lag())

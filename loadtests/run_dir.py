@@ -1,0 +1,265 @@
+"""One run's directory: its layout, its atomic writes, and the manifest written when the run starts.
+
+``<report-dir>/<scenario>-<UTC stamp>[-N]/`` holds, as reports/README.md describes:
+``manifest.json`` (what ran: written at test start), ``requests.parquet/``, ``frames.parquet/`` and
+``lag.parquet/`` (parquet parts written as the run goes, ``loadtests.run_writer``),
+``resources.csv`` (memory samples of a soak), ``summary.json`` (the verdict), ``report.html``,
+``requests.csv`` and, when the disk refused rows, ``unwritable-rows.jsonl``. No other module
+spells these names: they ask a ``RunDir``. Every whole-file write goes to a temporary name and is
+renamed into place, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from loadtests.lag import LAG_SCHEMA
+from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
+
+RUN_DIR_ENV = "SSE_SOAK_RUN_DIR"
+"""An empty directory the next test writes into instead of making its own (the soak job makes it,
+so it knows where the run is without reading Locust's output)."""
+
+
+_SCHEMAS = {"requests": REQUEST_SCHEMA, "frames": FRAME_SCHEMA, "lag": LAG_SCHEMA}
+
+
+def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """A requests or frames table (a parquet file or a directory of parts) with nullable integers
+    as pandas ``Int64``; an empty table with the right columns when nothing was written."""
+    written = path.is_file() or (path.is_dir() and any(path.glob("*.parquet")))
+    if written:
+        table = pq.read_table(path, columns=columns)
+    else:
+        schema = _SCHEMAS.get(path.name.split(".")[0], REQUEST_SCHEMA)
+        table = schema.empty_table()
+        if columns is not None:
+            table = table.select(columns)
+    return to_pandas(table)
+
+
+class RunDirError(ValueError):
+    """The report root cannot hold a run directory; the message is one line naming it and why,
+    e.g. ``--report-dir reports: not a directory (a file is in the way)``."""
+
+
+class ManifestError(ValueError):
+    """``manifest.json`` is there but is not a manifest; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Service:
+    """A process the run started and stops: the target server, a proxy."""
+
+    name: str
+    url: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What ran, written when the run starts: a run killed before its end still says it."""
+
+    scenario: str
+    started_at: str
+    """UTC, ISO 8601."""
+    settings: dict[str, Any]
+    gate_specs: list[dict[str, Any]]
+    """The scenario's gates as plain data (``loadtests.judge.gate_spec``): a run judged before it
+    wrote a summary (a soak checkpoint, a killed run) is judged by them."""
+    services: list[Service] = field(default_factory=list)
+    workers: int = 0
+    """Worker processes connected when the test started (0: one local process)."""
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def service(self, name: str) -> Service | None:
+        return next((service for service in self.services if service.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Manifest:
+        """Raises ``TypeError``/``KeyError``/``ValueError`` on anything but a manifest."""
+        services = [Service(str(s["name"]), str(s["url"]), int(s["pid"])) for s in data.get("services", [])]
+        specs = data.get("gate_specs", [])
+        if not isinstance(data.get("settings", {}), dict) or not all(isinstance(s, dict) for s in specs):
+            raise TypeError("settings must be an object and gate_specs a list of objects")
+        return cls(str(data["scenario"]), str(data["started_at"]), dict(data.get("settings", {})), list(specs),
+                   services, int(data.get("workers", 0)), dict(data.get("versions", {})))  # fmt: skip
+
+
+def versions() -> dict[str, str]:
+    """The versions a run's figures depend on."""
+    found = {"python": platform.python_version()}
+    for package in ("sse-soak", "locust", "gevent", "geventhttpclient", "openai"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    return found
+
+
+def report_root_problem(report_root: str | os.PathLike[str]) -> str | None:
+    """Why ``report_root`` cannot hold run directories, without writing anything; None when it can.
+    It must be a writable directory, or be creatable under the nearest existing ancestor."""
+    root = Path(report_root)
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        if existing == root:
+            return "not a directory (a file is in the way)"
+        return f"cannot be created (a file is in the way: {existing})"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return "not writable" if existing == root else f"cannot be created ({existing} is not writable)"
+    return None
+
+
+class RunDir:
+    """A run directory (it may not hold a run yet: see ``holds_results``)."""
+
+    MANIFEST = "manifest.json"
+    SUMMARY = "summary.json"
+    REQUESTS = "requests.parquet"
+    FRAMES = "frames.parquet"
+    LAG = "lag.parquet"
+    RESOURCES = "resources.csv"
+    REPORT = "report.html"
+    REQUESTS_CSV = "requests.csv"
+    UNWRITABLE_ROWS = "unwritable-rows.jsonl"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunDir) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    @classmethod
+    def create(cls, report_root: str | os.PathLike[str], scenario: str) -> RunDir:
+        """``<report_root>/<scenario>-<UTC stamp>[-N]``, made atomically: runs started in the same
+        second (or racing from several processes) each get their own directory, because ``mkdir``
+        fails rather than reuse one and the next suffix is tried. Raises ``RunDirError`` when the
+        root cannot hold it (a file in the way, not writable)."""
+        root = Path(report_root)
+        problem = report_root_problem(root)
+        if problem is not None:
+            raise RunDirError(f"--report-dir {root}: {problem}")
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        suffix = 1
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            while True:
+                directory = root / (f"{scenario}-{stamp}" if suffix == 1 else f"{scenario}-{stamp}-{suffix}")
+                try:
+                    directory.mkdir()
+                    return cls(directory)
+                except FileExistsError:  # another run took this name first: try the next one
+                    suffix += 1
+        except OSError as exc:  # the root changed under us, or the checks above could not tell
+            raise RunDirError(f"--report-dir {root}: cannot create a run directory ({exc.strerror or exc})") from None
+
+    # -- paths ------------------------------------------------------------------------------------
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def requests(self) -> Path:
+        return self.path / self.REQUESTS
+
+    @property
+    def frames(self) -> Path:
+        return self.path / self.FRAMES
+
+    @property
+    def lag(self) -> Path:
+        return self.path / self.LAG
+
+    @property
+    def resources(self) -> Path:
+        return self.path / self.RESOURCES
+
+    @property
+    def summary(self) -> Path:
+        return self.path / self.SUMMARY
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / self.MANIFEST
+
+    @property
+    def report_html(self) -> Path:
+        return self.path / self.REPORT
+
+    @property
+    def requests_csv(self) -> Path:
+        return self.path / self.REQUESTS_CSV
+
+    @property
+    def unwritable_rows(self) -> Path:
+        return self.path / self.UNWRITABLE_ROWS
+
+    def holds_results(self) -> bool:
+        """The run wrote its request table (possibly empty): something to judge."""
+        return self.requests.exists()
+
+    # -- tables -----------------------------------------------------------------------------------
+    def read_requests(self, columns: list[str] | None = None) -> pd.DataFrame:
+        return read_table(self.requests, columns)
+
+    def read_frames(self, columns: list[str] | None = None) -> pd.DataFrame:
+        return read_table(self.frames, columns)
+
+    def read_lag(self) -> pd.DataFrame:
+        return read_table(self.lag)
+
+    def read_resources(self) -> pd.DataFrame:
+        """Memory samples (``t`` epoch seconds, RSS in MiB); empty when none were taken."""
+        if not self.resources.exists():
+            return pd.DataFrame(columns=["t", "harness_rss_mb", "server_rss_mb"], dtype=float)
+        return pd.read_csv(self.resources)
+
+    # -- whole files ------------------------------------------------------------------------------
+    def write_text(self, name: str, text: str) -> Path:
+        """Write ``name`` atomically (a temporary file renamed into place)."""
+        path = self.path / name
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(text, encoding="utf-8")
+        temporary.replace(path)
+        return path
+
+    def write_json(self, name: str, data: dict[str, Any]) -> Path:
+        return self.write_text(name, json.dumps(data, indent=2) + "\n")
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        self.write_json(self.MANIFEST, manifest.to_json())
+
+    def read_manifest(self) -> Manifest | None:
+        """The manifest, None when the run has not written one (or predates manifests); raises
+        ``ManifestError`` when the file is there but is not one."""
+        if not self.manifest.exists():
+            return None
+        try:
+            data = json.loads(self.manifest.read_text(encoding="utf-8"))
+            return Manifest.from_json(data)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ManifestError(f"{self.manifest}: not a run manifest ({type(exc).__name__}: {exc})") from None

@@ -1,0 +1,276 @@
+"""A run's summary: its figures, its gates' results and its verdict, as ``summary.json`` holds them.
+
+``Summary`` is the one typed object every reader and writer shares. Its verdict is computed in one
+place, ``Summary.passed``: every gate passed, at least one request was judged, and the run was
+not interrupted. The JSON form carries ``passed`` and ``gates_passed`` for readers of the file
+(``compare``, people), but ``from_json`` recomputes them: a file edited to say PASS does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from loadtests.figures import PERCENTILES, count_500s, quantiles
+from loadtests.gates import GateResult
+from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
+from loadtests.outcome import OUTCOMES
+
+KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
+SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
+LATENCY_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
+
+
+class SummaryError(ValueError):
+    """A summary file that cannot be read as one; the message is one line naming the file."""
+
+
+@dataclass
+class Summary:
+    scenario: str
+    settings: dict[str, Any]
+    frame_sample_rate: float
+    requests: int
+    outcomes: dict[str, int]
+    http_500: int
+    inband_500: int
+    keepalive_frames: int
+    causes: dict[str, Any]
+    latency: dict[str, dict[str, float | int | None]]
+    keepalive_per_stream: dict[str, Any]
+    gate_specs: list[dict[str, Any]]
+    gates: list[GateResult]
+    harness_lag_ms: dict[str, Any] | None = None
+    ended: str | None = None
+    interrupted: str | None = None
+    """Why the run ended before its planned end (a signal, or no summary of its own): it fails."""
+    soak: dict[str, Any] | None = None
+    """The soak job's section: ``partial`` (a checkpoint of a run still going), its planned
+    ``duration_s``, the drift ``limits`` and ``windows``."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys of the file this version does not know, kept as they were."""
+
+    @property
+    def requests_judged(self) -> int:
+        """Requests the gates judged: every row but the streams the run itself stopped."""
+        return self.requests - self.outcomes.get("stopped", 0)
+
+    @property
+    def gates_passed(self) -> bool:
+        return all(gate.passed for gate in self.gates)
+
+    @property
+    def passed(self) -> bool:
+        """The verdict."""
+        return self.gates_passed and self.interrupted is None and self.requests_judged > 0
+
+    def verdict_line(self) -> str:
+        """``verdict: PASS``, or ``verdict: FAIL (...)`` with why, in one line: the interruption, the
+        gates passed on how many requests, the failed gates."""
+        if self.passed:
+            return "verdict: PASS"
+        passed = sum(1 for gate in self.gates if gate.passed)
+        failed = [gate.name for gate in self.gates if not gate.passed and not gate.skipped]
+        skipped = len(self.gates) - passed - len(failed)
+        reasons = [f"interrupted: {self.interrupted}"] if self.interrupted else []
+        if not self.requests_judged and not failed:
+            reasons.append("no request finished")
+        counted = f"{passed}/{len(self.gates)} gates passed on {self.requests_judged} requests judged"
+        reasons.append(counted + (f", {skipped} skipped" if skipped else ""))
+        if failed:
+            reasons.append("failed: " + ", ".join(failed))
+        return f"verdict: FAIL ({'; '.join(reasons)})"
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            **self.extra,
+            "scenario": self.scenario,
+            "settings": self.settings,
+            "frame_sample_rate": self.frame_sample_rate,
+            "requests": self.requests,
+            "outcomes": self.outcomes,
+            "http_500": self.http_500,
+            "inband_500": self.inband_500,
+            "keepalive_frames": self.keepalive_frames,
+            "causes": self.causes,
+            "latency": self.latency,
+            "keepalive_per_stream": self.keepalive_per_stream,
+        }
+        if self.harness_lag_ms is not None:
+            data["harness_lag_ms"] = self.harness_lag_ms
+        data["gate_specs"] = self.gate_specs
+        data["gates"] = [dataclasses.asdict(gate) for gate in self.gates]
+        if self.soak is not None:
+            data["soak"] = self.soak
+        data.update(ended=self.ended, interrupted=self.interrupted, gates_passed=self.gates_passed, passed=self.passed)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], source: str = "summary.json") -> Summary:
+        """The summary in ``data``; raises ``SummaryError`` naming ``source`` when a field is missing
+        or of the wrong type."""
+        check_fields(data, source, _FIELDS, required=_REQUIRED)
+        try:
+            gates = [_gate_result(gate) for gate in data.get("gates", [])]
+        except (KeyError, TypeError) as exc:
+            raise SummaryError(f"{source}: not a run summary (a gate without {exc})") from None
+        fields = {field.name for field in dataclasses.fields(cls)}
+        return cls(
+            scenario=data["scenario"],
+            settings=data.get("settings") or {},
+            frame_sample_rate=data.get("frame_sample_rate", 1.0),
+            requests=data["requests"],
+            outcomes=dict(data["outcomes"]),
+            http_500=data["http_500"],
+            inband_500=data["inband_500"],
+            keepalive_frames=data.get("keepalive_frames", 0),
+            causes=data.get("causes", {}),
+            latency=data.get("latency", {}),
+            keepalive_per_stream=data.get("keepalive_per_stream", {}),
+            gate_specs=data.get("gate_specs", []),
+            gates=gates,
+            harness_lag_ms=data.get("harness_lag_ms"),
+            ended=data.get("ended"),
+            interrupted=data.get("interrupted"),
+            soak=data.get("soak"),
+            extra={key: value for key, value in data.items() if key not in fields | _COMPUTED},
+        )
+
+
+_COMPUTED = {"passed", "gates_passed"}
+"""Written for readers of the file, never read back: ``Summary`` computes them."""
+
+
+def _gate_result(gate: dict[str, Any]) -> GateResult:
+    return GateResult(str(gate["name"]), bool(gate["passed"]), str(gate["detail"]), bool(gate.get("skipped", False)))
+
+
+def check_fields(data: dict[str, Any], source: str, keys: Iterable[str], required: Iterable[str] = ()) -> None:
+    """Raise ``SummaryError`` naming ``source`` for the first of ``keys`` present with a value of the
+    wrong type, then for the first of ``required`` missing."""
+    for key in keys:
+        valid, expected = _FIELDS[key]
+        if key in data and not valid(data[key]):
+            raise SummaryError(f"{source}: not a run summary ({key!r} must be {expected})")
+    for key in required:
+        if key not in data:
+            raise SummaryError(f"{source}: not a run summary (no {key!r})")
+
+
+def _optional(kind: type | tuple[type, ...]) -> Callable[[Any], bool]:
+    return lambda value: value is None or isinstance(value, kind)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _share(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+_REQUIRED = ("scenario", "requests", "outcomes", "http_500", "inband_500")
+_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "scenario": (lambda v: isinstance(v, str), "a string"),
+    "requests": (_count, "a count"),
+    "outcomes": (lambda v: isinstance(v, dict) and all(map(_count, v.values())), "an object of counts"),
+    "http_500": (_count, "a count"),
+    "inband_500": (_count, "a count"),
+    "gate_specs": (lambda v: isinstance(v, list) and all(isinstance(s, dict) for s in v), "a list of objects"),
+    "gates": (lambda v: isinstance(v, list) and all(isinstance(g, dict) for g in v), "a list of objects"),
+    "settings": (_optional(dict), "an object"),
+    "frame_sample_rate": (_share, "a number from 0 to 1"),
+    "ended": (_optional(str), "a string"),
+    "interrupted": (_optional(str), "a string"),
+    "soak": (_optional(dict), "an object"),
+}
+
+
+def causes(requests: pd.DataFrame) -> dict[str, Any]:
+    """Failures by cause: status codes, proxy timeouts before the headers (504) versus streams cut
+    after them, protocol and harness errors by message, and keep-alive frames per stream against
+    the silence each stream endured (raw streams only: the SDK cannot see comments)."""
+    statuses = requests["status"].dropna().astype(int).value_counts().sort_index()
+    streamed = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]  # raw streams only
+    bins = pd.cut(streamed["silence_before_first_token_s"], SILENCE_BINS_S, right=False)
+    by_silence = streamed.groupby(bins, observed=True)["keepalive_frames"].agg(["size", "mean", "min", "max"])
+    return {
+        "status": {str(code): int(n) for code, n in statuses.items()},
+        "proxy_timeouts_before_headers": int((requests["status"] == 504).sum()),
+        "cut_after_headers": int((requests["outcome"] == "cut").sum()),
+        "protocol_errors": _messages(requests[requests["outcome"] == "protocol_error"]),
+        "harness_errors": _messages(requests[requests["outcome"] == "harness_error"]),
+        "malformed_usage": int(requests["raw_usage"].notna().sum()),
+        "keepalive_vs_silence": [
+            {
+                "silence_s": f"{interval.left:g}-{interval.right:g}",
+                "streams": int(row["size"]),
+                "keepalive_mean": round(float(row["mean"]), 3),
+                "keepalive_min": int(row["min"]),
+                "keepalive_max": int(row["max"]),
+            }
+            for interval, row in by_silence.iterrows()
+        ],
+    }
+
+
+def _messages(rows: pd.DataFrame) -> dict[str, int]:
+    """Count of rows per ``error_message``, most frequent first."""
+    return {str(message): int(n) for message, n in rows["error_message"].fillna("").value_counts().items()}
+
+
+def latency(requests: pd.DataFrame) -> dict[str, dict[str, float | int | None]]:
+    """p50/p90/p95/p99/max of each timing over the requests that have it."""
+    figures: dict[str, dict[str, float | int | None]] = {}
+    for column in LATENCY_COLUMNS:
+        values = requests[column].dropna()
+        entry: dict[str, float | int | None] = {"count": len(values)}
+        entry.update({f"p{p}": q for p, q in zip(PERCENTILES, quantiles(values, PERCENTILES), strict=True)})
+        entry["max"] = round(float(values.max()), 6) if len(values) else None
+        figures[column] = entry
+    return figures
+
+
+def keepalive_per_stream(requests: pd.DataFrame) -> dict[str, Any]:
+    """Keep-alive frames per 200 stream, over the streams whose client sees comments (raw)."""
+    streamed = requests.loc[requests["status"] == 200, "keepalive_frames"].dropna()
+    if streamed.empty:
+        return {"streams": 0, "mean": None, "max": None, "counted_on": KEEPALIVE_COUNTED_ON}
+    mean, most = round(float(streamed.mean()), 4), int(streamed.max())
+    return {"streams": len(streamed), "mean": mean, "max": most, "counted_on": KEEPALIVE_COUNTED_ON}
+
+
+def summarize(
+    scenario: str,
+    requests: pd.DataFrame,
+    gates: Sequence[GateResult],
+    settings: dict[str, Any] | None = None,
+    gate_specs: Sequence[dict[str, Any]] = (),
+    frame_sample_rate: float = 1.0,
+    lag: pd.DataFrame | None = None,
+    lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
+) -> Summary:
+    """The summary of a run's request table and its gates' results; ``harness_lag_ms`` condenses
+    ``lag`` (the harness's own lag samples) against ``lag_limit_ms``, absent without samples."""
+    counts = requests["outcome"].value_counts()
+    http_500, inband_500 = count_500s(requests)
+    return Summary(
+        scenario=scenario,
+        settings=settings or {},
+        frame_sample_rate=frame_sample_rate,
+        requests=len(requests),
+        outcomes={outcome: int(counts.get(outcome, 0)) for outcome in OUTCOMES},
+        http_500=http_500,
+        inband_500=inband_500,
+        keepalive_frames=int(requests["keepalive_frames"].sum()),
+        causes=causes(requests),
+        latency=latency(requests),
+        keepalive_per_stream=keepalive_per_stream(requests),
+        gate_specs=list(gate_specs),
+        gates=list(gates),
+        harness_lag_ms=None if lag is None else lag_summary(lag, lag_limit_ms),
+    )
