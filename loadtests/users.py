@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import gevent
 import openai
 from geventhttpclient.response import HTTPParseError
-from locust import FastHttpUser, User
+from locust import FastHttpUser, User, events
 from pydantic import BaseModel
 
 from loadtests import arrival_clock, response_end
@@ -181,6 +181,16 @@ class _StreamingUser:
 
 
 response_end.install()  # a response ends where its framing says, as it does for the openai client
+
+
+def _needs_a_scenario(environment: Any, **_: Any) -> None:
+    """At Locust's init: users of ours with no scenario declared would run unjudged; refused."""
+    from loadtests.scenario import require_a_scenario  # only now: the users alone need no scenario
+
+    require_a_scenario(environment, [user for user in environment.user_classes if issubclass(user, _StreamingUser)])
+
+
+events.init.add_listener(_needs_a_scenario)
 
 
 class SSEUser(_StreamingUser, FastHttpUser):
