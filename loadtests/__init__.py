@@ -9,14 +9,16 @@ a Locust run), ``run_state`` (per-run objects), ``stack`` (services as child pro
 ``proxy`` (the embedded reverse proxy), and the soak job: ``soak``, ``progress``, ``resources``,
 ``drift``.
 
-Names are re-exported lazily: importing Locust monkey-patches the process for gevent, so only a
-locustfile that asks for ``SSEUser`` or ``Scenario`` pays for it, never ``loadtests.sse`` alone.
+Everything a locustfile needs is exported here. Names are re-exported lazily: importing Locust
+monkey-patches the process for gevent, so only a locustfile that asks for ``SSEUser`` or
+``Scenario`` pays for it, never ``loadtests.sse`` alone; type checkers and editors read the
+``TYPE_CHECKING`` imports instead.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadtests import _gevent_compat  # noqa: F401 - first: lets httpx import under Locust's gevent
 
@@ -24,17 +26,44 @@ _EXPORTS = {
     "OUTCOMES": "loadtests.outcome",
     "RequestRow": "loadtests.outcome",
     "Expect": "loadtests.gates",
+    "Gate": "loadtests.gates",
     "GateResult": "loadtests.gates",
+    "NoProxyTimeouts": "loadtests.gates",
     "Frame": "loadtests.sse",
     "SSEParser": "loadtests.sse",
     "RequestMix": "loadtests.workload",
     "RequestSpec": "loadtests.workload",
     "Scenario": "loadtests.scenario",
+    "RunSettings": "loadtests.scenario",
     "SSEUser": "loadtests.users",
     "OpenAISDKUser": "loadtests.users",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "OUTCOMES",
+    "Expect",
+    "Frame",
+    "Gate",
+    "GateResult",
+    "NoProxyTimeouts",
+    "OpenAISDKUser",
+    "RequestMix",
+    "RequestRow",
+    "RequestSpec",
+    "RunSettings",
+    "SSEParser",
+    "SSEUser",
+    "Scenario",
+]
+assert sorted(__all__) == sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # what the lazy names are, for editors and type checkers; never run
+    from loadtests.gates import Expect, Gate, GateResult, NoProxyTimeouts
+    from loadtests.outcome import OUTCOMES, RequestRow
+    from loadtests.scenario import RunSettings, Scenario
+    from loadtests.sse import Frame, SSEParser
+    from loadtests.users import OpenAISDKUser, SSEUser
+    from loadtests.workload import RequestMix, RequestSpec
 
 
 def __getattr__(name: str) -> Any:

@@ -8,13 +8,20 @@ truncated ``ok`` request whose server reported usage counted exactly the tokens 
 keep). With no finished request the others say ``no requests to judge`` and count as not passed
 (``SKIP``), never as a vacuous PASS. A scenario adds ``Expect`` gates: rows selected by a pandas
 query must all satisfy another query, and there must be at least ``min_rows`` of them, so a gate
-never passes on an empty selection. Rows of streams the run itself stopped (``outcome ==
+never passes on an empty selection; its queries are checked against the request table's columns
+when a scenario declares it (``Expect.check``). Rows of streams the run itself stopped (``outcome ==
 "stopped"``) are no verdict on the server and are left out of every gate.
+
+A gate that depends on the run's settings reads them itself: ``NoProxyTimeouts()`` is completed
+from the run's proxy read timeout and keep-alive interval by ``for_run`` when the scenario builds
+its gate list, so every gate judged or stored in ``summary.json`` has concrete figures.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -23,6 +30,7 @@ import pandas as pd
 
 from loadtests import figures
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
+from loadtests.recorder import REQUEST_SCHEMA, to_pandas
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,22 @@ class RunTables:
     requests: pd.DataFrame
     lag: pd.DataFrame | None = None
     resources: pd.DataFrame | None = None
+
+
+class RunFigures(Protocol):
+    """What a gate may read from a run's settings (``loadtests.scenario.RunSettings`` has it)."""
+
+    @property
+    def proxy_read_timeout(self) -> float: ...
+
+    @property
+    def keep_alive_interval(self) -> float | None: ...
+
+
+def for_run(gate: Gate, settings: RunFigures) -> Gate:
+    """``gate`` with whatever it reads from the run's settings filled in (itself when it reads none)."""
+    complete = getattr(gate, "for_run", None)
+    return complete(settings) if complete is not None else gate
 
 
 def _examples(rows: pd.DataFrame, limit: int = 3) -> str:
@@ -185,6 +209,26 @@ class Expect:
     require: str
     min_rows: int = 1
 
+    def check(self) -> None:
+        """Raise ``ValueError`` (one line naming the gate and the unknown name) when ``where`` or
+        ``require`` is not a query the request table can answer: a misspelt column, bad syntax."""
+        empty = to_pandas(REQUEST_SCHEMA.empty_table())
+        for part, query in (("where", self.where), ("require", self.require)):
+            if not query:
+                continue
+            try:
+                empty.query(query)
+            except NameError as exc:  # pandas' UndefinedVariableError: a name that is no column
+                found = re.search(r"name '([^']+)'", str(exc))
+                name = found[1] if found else str(exc)
+                close = difflib.get_close_matches(name, list(empty.columns), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise ValueError(
+                    f"gate {self.name}: {part} names {name}, which is no column of the request table{hint}: {query}"
+                ) from None
+            except (SyntaxError, ValueError, TypeError) as exc:
+                raise ValueError(f"gate {self.name}: {part} is not a valid query ({exc}): {query}") from None
+
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         selected = requests.query(self.where) if self.where and len(requests) else requests
         good = selected.query(self.require) if len(selected) else selected
@@ -205,13 +249,27 @@ class NoProxyTimeouts:
     """No stream died of a proxy read timeout: no 504 before the headers, and no stream cut after
     them once silent for the read timeout. The detail names the cause: the longest silence against
     the read timeout and the keep-alive. Cuts after a shorter silence are not the proxy's doing
-    (a server dropping the connection, say) and are counted apart, for other gates to judge."""
+    (a server dropping the connection, say) and are counted apart, for other gates to judge.
 
-    read_timeout: float
-    keep_alive_interval: float | None
+    ``NoProxyTimeouts()`` (no read timeout given) judges the run's own ``--proxy-read-timeout`` and
+    keep-alive interval: ``for_run`` fills both in; it cannot judge before that."""
+
+    read_timeout: float | None = None
+    keep_alive_interval: float | None = None
+    """The server's keep-alive interval, None when unknown (or off)."""
     name: str = "no_proxy_timeouts"
 
+    def for_run(self, settings: RunFigures) -> NoProxyTimeouts:
+        """The gate with the run's figures, when it was declared without a read timeout."""
+        if self.read_timeout is not None:
+            return self
+        return dataclasses.replace(
+            self, read_timeout=settings.proxy_read_timeout, keep_alive_interval=settings.keep_alive_interval
+        )
+
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        if self.read_timeout is None:
+            raise ValueError("NoProxyTimeouts() has no read timeout yet: judge for_run(settings) of it")
         timed_out = requests[requests["status"] == 504]
         cuts = requests[requests["outcome"] == "cut"]
         unseen = cuts["max_gap_s"].isna()  # clients that cannot see comments cannot tell the silence

@@ -63,9 +63,12 @@ class NotARunDirectory(FileNotFoundError):
 
 
 def gate_spec(gate: Gate) -> dict[str, Any]:
-    """A gate as plain data, so ``summary.json`` can carry it and a report can re-judge a run."""
+    """A gate as plain data, so ``summary.json`` can carry it and a report can re-judge a run; only
+    concrete gates (settings filled in by ``gates.for_run``) can be stored."""
     if type(gate).__name__ not in GATE_TYPES or not dataclasses.is_dataclass(gate):
         raise TypeError(f"{type(gate).__name__} is not a gate type sse-soak can store")
+    if isinstance(gate, NoProxyTimeouts) and gate.read_timeout is None:
+        raise TypeError("NoProxyTimeouts() without its read timeout cannot be stored: store for_run(settings) of it")
     return {"type": type(gate).__name__, **dataclasses.asdict(gate)}
 
 

@@ -1,10 +1,17 @@
 """A scenario's hooks into one Locust run: options, the stack under test, the report, the verdict.
 
-A locustfile declares ``Scenario(...)`` and calls ``install()``; from then on Locust's own events
-drive it. Without ``--host``, the master (or the single process) starts the bundled target server
-with the scenario's profile on a free loopback port; with ``--proxy embedded|nginx`` a proxy
-with ``--proxy-read-timeout`` goes in front of it (or of ``--host``). It prints what it started
-and stops it all by pid at the end.
+A locustfile declares ``Scenario(...)``; declaring it installs it: from then on Locust's own
+events drive it. Its ``Expect`` queries are checked against the request table's columns when it is
+declared (a misspelt column ends the run there, in one line). A locustfile may import another
+scenario's module to reuse its mixes and gates (``scenarios/soak.py`` does), which declares that
+scenario too: the run's scenario is then the one declared in the file Locust loaded (``-f``) or
+ran (``python scenarios/x.py``); any other ambiguity, and a locustfile whose ``SSEUser`` or
+``OpenAISDKUser`` run with no scenario declared, is refused in one line at start.
+
+Without ``--host``, the master (or the single process) starts the bundled target server with the
+scenario's profile on a free loopback port; with ``--proxy embedded|nginx`` a proxy with
+``--proxy-read-timeout`` goes in front of it (or of ``--host``). It prints what it started and
+stops it all by pid at the end.
 
 Each Locust test (headless: the whole run; web UI: each Start..Stop) is one run directory: made
 and printed (``run directory: <path>``) at ``test_start``, judged at ``test_stop`` by the process
@@ -32,17 +39,19 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 import gevent
 from gevent.event import Event
 from locust import FastHttpUser, events
+from locust.argument_parser import parse_locustfile_option
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 from loadtests import arrival_clock
 from loadtests._signals import SignalGuard
 from loadtests.collect import Collector
-from loadtests.gates import Gate, HarnessKeptUp
+from loadtests.gates import Gate, HarnessKeptUp, for_run
 from loadtests.judge import gate_spec, judge, write_html_files
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.loop_hygiene import settle_after_setup
@@ -95,6 +104,64 @@ def _refuse(message: str) -> NoReturn:
 
 GateList = Sequence[Gate] | Callable[[RunSettings], Sequence[Gate]]
 
+_declared: list[Scenario] = []
+"""Every scenario declared in this process, in order of declaration."""
+_run: Scenario | None = None
+"""The run's scenario, once Locust's command line asked for it."""
+
+
+def _declaring_file() -> str | None:
+    """The resolved file of the code that declared a scenario: the first frame outside this module."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back  # this module's frames, and the dataclass's generated __init__
+    file = frame.f_globals.get("__file__")
+    return str(Path(file).resolve()) if file else None
+
+
+def _loaded_locustfiles() -> set[str]:
+    """The files this process runs as locustfiles: ``-f``'s (as Locust reads it: argument,
+    environment, config file) and the script run as ``__main__``, resolved."""
+    args = [arg for arg in sys.argv[1:] if arg not in ("-h", "--help", "-V", "--version")]  # those would print
+    given = [path.strip() for path in str(parse_locustfile_option(args).locustfile).split(",")]
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    return {str(Path(path).resolve()) for path in [*given, *([main] if main else [])]}
+
+
+def run_scenario() -> Scenario:
+    """The scenario of this run: the only one declared, else the one declared in a file this
+    process runs as its locustfile. Refused in one line when there is no such single one."""
+    global _run
+    if _run is None:
+        if len(_declared) == 1:
+            _run = _declared[0]
+        else:
+            loaded = _loaded_locustfiles()
+            chosen = [scenario for scenario in _declared if scenario._declared_in in loaded]
+            if len(chosen) != 1:
+                declared = ", ".join(f"{scenario.name} ({scenario._declared_in})" for scenario in _declared)
+                _refuse(f"{len(chosen) or 'none'} of the scenarios declared in this process ({declared}) are "
+                        "declared in the locustfile: a locustfile declares exactly one Scenario")  # fmt: skip
+            _run = chosen[0]
+    return _run
+
+
+def _add_run_options(parser: Any) -> None:
+    run_scenario()._add_options(parser)
+
+
+def _init_run(environment: Any, **kwargs: Any) -> None:
+    run_scenario()._on_init(environment, **kwargs)
+
+
+def require_a_scenario(environment: Any, user_classes: Sequence[type]) -> None:
+    """Refuse, in one line, a run whose sse-soak users run with no scenario declared."""
+    if user_classes and not _declared:
+        names = ", ".join(sorted(user.__name__ for user in user_classes))
+        _refuse(f"{names} run in no scenario: declare one in the locustfile, e.g. "
+                "scenario = Scenario(name=\"my_scenario\") (declaring it installs it)")  # fmt: skip
+
+
 EARLY_S = 1.0
 """A test stopped this long before its planned duration, by no signal, says so in ``ended`` (say,
 every worker gone); it is no interruption: only a signal is known to be one."""
@@ -136,11 +203,14 @@ class Scenario:
     """What one locustfile runs: the stack's profile and the gates of its verdict.
 
     ``keep_alive_interval``, when set, becomes the option ``--keep-alive-interval`` and the bundled
-    server's ``--sse-keep-alive-interval``; ``gates`` may be a function of the ``RunSettings``.
+    server's ``--sse-keep-alive-interval``. ``server_args`` may be one string, split as a shell
+    would (as ``--server-args``). A gate that depends on the run's settings reads them
+    itself (``NoProxyTimeouts()``); ``gates`` may also be a function of the ``RunSettings``.
+    Declaring a scenario installs it (module docstring).
     """
 
     name: str
-    server_args: Sequence[str] = ()
+    server_args: str | Sequence[str] = ()
     gates: GateList = ()
     client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
     proxy: str = "none"
@@ -154,17 +224,37 @@ class Scenario:
     _guard: SignalGuard = field(default_factory=SignalGuard, init=False, repr=False)
     _quitting: bool = field(default=False, init=False, repr=False)
     _quit_done: Event = field(default_factory=Event, init=False, repr=False)
-    _installed: bool = field(default=False, init=False, repr=False)
+    _declared_in: str | None = field(default=None, init=False, repr=False)
+    """The file that declared it, resolved; None when it has none (``python -c``)."""
+
+    def __post_init__(self) -> None:
+        """Check the gates' queries, then install: the process's first declaration registers the
+        listeners that hand Locust's command line and init to the run's scenario; the lifecycle
+        ones are added at init, after the runner's own, so that ours run first at quitting (Locust
+        fires quitting in reverse order, and the master's listener tells the workers to quit)."""
+        if isinstance(self.server_args, str):
+            self.server_args = shlex.split(self.server_args)
+        if not callable(self.gates):
+            self._check_gates(self.gates)
+        self._declared_in = _declaring_file()
+        if not _declared:
+            events.init_command_line_parser.add_listener(_add_run_options)
+            events.init.add_listener(_init_run)
+        _declared.append(self)
 
     def install(self) -> Scenario:
-        """Register this scenario's listeners on Locust's events (once); the lifecycle ones are
-        added at init, after the runner's own, so that ours run first at quitting (Locust fires
-        quitting in reverse order, and the master's listener tells the workers to quit)."""
-        if not self._installed:
-            events.init_command_line_parser.add_listener(self._add_options)
-            events.init.add_listener(self._on_init)
-            self._installed = True
+        """Nothing left to do: declaring installed it. Kept so locustfiles that call it still run."""
         return self
+
+    def _check_gates(self, gates: Sequence[Gate]) -> None:
+        """Refuse, in one line, a gate whose queries the request table cannot answer."""
+        for gate in gates:
+            check = getattr(gate, "check", None)
+            if check is not None:
+                try:
+                    check()
+                except ValueError as exc:
+                    _refuse(f"scenario {self.name}: {exc}")
 
     def _add_options(self, parser: Any) -> None:
         # Loopback unless told otherwise: Locust's master and web UI bind every interface by default.
@@ -252,8 +342,10 @@ class Scenario:
         return RunSettings(options.proxy, options.proxy_read_timeout, interval, tuple(server_args), options.host)
 
     def gate_list(self, settings: RunSettings, harness_lag_limit_ms: float = 0.0) -> Sequence[Gate]:
-        """The scenario's gates, then ``harness_kept_up`` with its limit (none when the limit is 0)."""
-        gates = list(self.gates(settings) if callable(self.gates) else self.gates)
+        """The scenario's gates with the run's settings filled in (so each is stored with concrete
+        figures), then ``harness_kept_up`` with its limit (none when the limit is 0)."""
+        declared = self.gates(settings) if callable(self.gates) else self.gates
+        gates = [for_run(gate, settings) for gate in declared]
         return [*gates, HarnessKeptUp(harness_lag_limit_ms)] if harness_lag_limit_ms > 0 else gates
 
     def _on_init(self, environment: Any, **_: Any) -> None:
@@ -276,6 +368,7 @@ class Scenario:
                 user_class.network_timeout = options.client_idle_timeout
         if not isinstance(environment.runner, WorkerRunner):
             self._settings = self.settings(options)
+            self._check_gates(self.gate_list(self._settings))  # a function's gates: checked once known
             self._start_stack(environment, self._settings)
             self._preflight(environment, state)
         arrival_clock.keep_kernel_stamping_on()  # before the first stream, so its first frames are stamped

@@ -11,6 +11,10 @@ through a ``WireTap`` below the SDK, whether the stream really ended with ``[DON
 bytes both users give the same outcome. A request counts as a success in Locust's statistics
 when its outcome is the one its spec expects; the run's gates judge the rest.
 
+A user class is its mix: ``class U(SSEUser): mix = MIX`` sends ``MIX``'s requests one after the
+other through the default task (``send_next``). A class that declares tasks of its own (``@task``
+or ``tasks``) runs those instead: its tasks replace the default (Locust alone would add them to it).
+
 No request is lost to the harness: an exception of ours in a request's path becomes a row with
 outcome ``harness_error`` (logged once per distinct message), never a traceback per task.
 """
@@ -26,7 +30,7 @@ from typing import Any, ClassVar
 import gevent
 import openai
 from geventhttpclient.response import HTTPParseError
-from locust import FastHttpUser, User
+from locust import FastHttpUser, User, events
 from pydantic import BaseModel
 
 from loadtests import arrival_clock, response_end
@@ -58,15 +62,30 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _send_next(user: _StreamingUser) -> None:
+    """The default task: the next request of the user's mix."""
+    user.send_next()
+
+
 class _StreamingUser:
-    """What both users share: the mix they draw from, the life of one request, and its report.
-    A subclass says how it streams, in ``_stream_into``."""
+    """What both users share: the mix they draw from, the default task, the life of one request,
+    and its report. A subclass says how it streams, in ``_stream_into``."""
 
     mix: ClassVar[RequestMix]
     client_kind: ClassVar[str]
     sees_comments: ClassVar[bool] = True
+    tasks: ClassVar[list[Any]] = [_send_next]
+    """Locust collects a user class's tasks from its bases' ``tasks``: every subclass starts with this."""
     environment: Any
     host: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Invariant: a class's tasks are the default task alone, or only the tasks it (or a base
+        below ``SSEUser``/``OpenAISDKUser``) declared."""
+        super().__init_subclass__(**kwargs)
+        own = [declared for declared in cls.tasks if declared is not _send_next]
+        if own:
+            cls.tasks = own
 
     def send_next(self) -> RequestRow:
         """Send the next request of the mix and return its row (already recorded and reported)."""
@@ -164,8 +183,18 @@ class _StreamingUser:
 response_end.install()  # a response ends where its framing says, as it does for the openai client
 
 
+def _needs_a_scenario(environment: Any, **_: Any) -> None:
+    """At Locust's init: users of ours with no scenario declared would run unjudged; refused."""
+    from loadtests.scenario import require_a_scenario  # only now: the users alone need no scenario
+
+    require_a_scenario(environment, [user for user in environment.user_classes if issubclass(user, _StreamingUser)])
+
+
+events.init.add_listener(_needs_a_scenario)
+
+
 class SSEUser(_StreamingUser, FastHttpUser):
-    """Streams over raw HTTP; set ``mix`` and call ``send_next()`` from a task."""
+    """Streams over raw HTTP; a subclass sets ``mix`` (and ``weight``, as any Locust user)."""
 
     abstract = True
     client_kind = "raw"
@@ -258,7 +287,7 @@ def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float | None, float]:
 
 
 class OpenAISDKUser(_StreamingUser, User):
-    """Streams through the official ``openai`` client; set ``mix`` and call ``send_next()``."""
+    """Streams through the official ``openai`` client; a subclass sets ``mix``."""
 
     abstract = True
     client_kind = "openai"

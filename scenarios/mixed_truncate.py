@@ -4,38 +4,53 @@ The coverage of vLLM's deleted ``test_async_tokenization.py``, made stronger: pr
 10,000 tokens against ``max_model_len`` 8192, shuffled, half with ``truncate_prompt_tokens=1000``
 and half without, plus untruncated prompts that fit. Gates: no 500 of either kind; every
 truncated request ``ok`` with ``usage.prompt_tokens == 1000``; every over-long untruncated
-request rejected with 400 and ``param: input_tokens``; every fitting one ``ok``.
+request rejected with 400 and ``param: input_tokens``; every fitting one ``ok``. ``scenarios/soak.py``
+reuses ``MIX`` and ``TRUNCATION_GATES``.
 
     locust -f scenarios/mixed_truncate.py --headless -u 8 -r 8 -t 20s
 """
 
 from __future__ import annotations
 
-from locust import run_single_user, task
+from locust import run_single_user
 
 from loadtests import Expect, OpenAISDKUser, RequestMix, RequestSpec, Scenario, SSEUser
 
 LONG, KEEP, FITS = 10_000, 1000, 2000
-
-scenario = Scenario(
-    name="mixed_truncate",
-    server_args=["--max-model-len", "8192", "--max-num-seqs", "8", "--prefill-time-per-token", "0.05",
-                 "--inter-token-latency", "5", "--sse-keep-alive-interval", "1"],
-    gates=[
-        Expect("truncated_ok_at_1000", where="truncate_prompt_tokens == 1000",
-               require="outcome == 'ok' and usage_prompt_tokens == 1000"),
-        Expect("overlong_rejected_400_input_tokens", where="expected == 'rejected'",
-               require="outcome == 'rejected' and status == 400 and error_param == 'input_tokens'"),
-        Expect("fitting_untruncated_ok", where="truncate_prompt_tokens.isna() and expected == 'ok'",
-               require="outcome == 'ok'"),
-    ],
-).install()  # fmt: skip
-
 ROUTES = ("completions", "chat")
+
 MIX = RequestMix(
     [RequestSpec("long-truncated", route, LONG, truncate_prompt_tokens=KEEP, weight=2) for route in ROUTES]
     + [RequestSpec("long-untruncated", route, LONG, expected="rejected", weight=2) for route in ROUTES]
     + [RequestSpec("fits-untruncated", route, FITS, weight=1) for route in ROUTES]
+)
+
+TRUNCATION_GATES = [
+    Expect(
+        "truncated_ok_at_1000",
+        where="truncate_prompt_tokens == 1000",
+        require="outcome == 'ok' and usage_prompt_tokens == 1000",
+    ),
+    Expect(
+        "overlong_rejected_400_input_tokens",
+        where="expected == 'rejected'",
+        require="outcome == 'rejected' and status == 400 and error_param == 'input_tokens'",
+    ),
+]
+"""What truncation must do, whatever else the server is running."""
+
+scenario = Scenario(
+    name="mixed_truncate",
+    server_args="--max-model-len 8192 --max-num-seqs 8 --prefill-time-per-token 0.05 --inter-token-latency 5 "
+    "--sse-keep-alive-interval 1",
+    gates=[
+        *TRUNCATION_GATES,
+        Expect(
+            "fitting_untruncated_ok",
+            where="truncate_prompt_tokens.isna() and expected == 'ok'",
+            require="outcome == 'ok'",
+        ),
+    ],
 )
 
 
@@ -45,20 +60,12 @@ class MixedTruncateUser(SSEUser):
     weight = 3
     mix = MIX
 
-    @task
-    def mixed_request(self) -> None:
-        self.send_next()
-
 
 class MixedTruncateSDKUser(OpenAISDKUser):
     """The same mix through the official openai client: a real client must survive it too."""
 
     weight = 1
     mix = MIX
-
-    @task
-    def mixed_request(self) -> None:
-        self.send_next()
 
 
 if __name__ == "__main__":

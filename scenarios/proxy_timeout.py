@@ -5,46 +5,37 @@ silent for 5 s or more before its first token; the proxy (embedded by default, `
 for real nginx) cuts any stream silent for 2 s. The server's keep-alive every 0.5 s keeps the
 streams alive. Gates: no proxy timeout (no 504, no cut) and every stream ``ok``.
 ``--keep-alive-interval 0`` is the negative control: every stream is cut, the run fails, and the
-gate line says why.
+gate line says why. ``scenarios/soak.py`` reuses ``mix``.
 
     locust -f scenarios/proxy_timeout.py --headless -u 4 -r 4 -t 20s [--proxy nginx]
 """
 
 from __future__ import annotations
 
-from locust import run_single_user, task
+from locust import run_single_user
 
-from loadtests import Expect, RequestMix, RequestSpec, Scenario, SSEUser
-from loadtests.gates import Gate, NoProxyTimeouts
-from loadtests.scenario import RunSettings
+from loadtests import Expect, NoProxyTimeouts, RequestMix, RequestSpec, Scenario, SSEUser
 
 
-def gates(settings: RunSettings) -> list[Gate]:
-    return [
-        NoProxyTimeouts(settings.proxy_read_timeout, settings.keep_alive_interval),
-        Expect("every_stream_ok", where=None, require="outcome == 'ok'"),
-    ]
+def mix(prompt_tokens: int, max_tokens: int) -> RequestMix:
+    """Short streams on both routes, behind the proxy."""
+    return RequestMix(
+        [RequestSpec("behind-proxy", route, prompt_tokens, max_tokens=max_tokens) for route in ("completions", "chat")]
+    )
 
 
 scenario = Scenario(
     name="proxy_timeout",
-    server_args=["--max-num-seqs", "2", "--time-to-first-token", "5000", "--inter-token-latency", "20"],
-    gates=gates,
+    server_args="--max-num-seqs 2 --time-to-first-token 5000 --inter-token-latency 20",
+    gates=[NoProxyTimeouts(), Expect("every_stream_ok", where=None, require="outcome == 'ok'")],
     keep_alive_interval=0.5,
     proxy="embedded",
     proxy_read_timeout=2.0,
-).install()
-
-MIX = RequestMix([RequestSpec("behind-proxy", "completions", 200, max_tokens=8),
-                  RequestSpec("behind-proxy", "chat", 200, max_tokens=8)])  # fmt: skip
+)
 
 
 class ProxyTimeoutUser(SSEUser):
-    mix = MIX
-
-    @task
-    def stream_through_proxy(self) -> None:
-        self.send_next()
+    mix = mix(200, max_tokens=8)
 
 
 if __name__ == "__main__":

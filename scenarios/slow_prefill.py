@@ -6,51 +6,58 @@ proxy (read timeout 10 s). Gates: every stream ``ok``; every stream silent for l
 keep-alive interval before its first token got keep-alive comments; and no silence anywhere in a
 stream exceeded the interval by more than ``SLACK_S``. ``--keep-alive-interval 0`` is the
 negative control: the run fails and its gate lines say which streams went uncovered.
+``scenarios/soak.py`` reuses ``mix``.
 
     locust -f scenarios/slow_prefill.py --headless -u 6 -r 6 -t 15s
 """
 
 from __future__ import annotations
 
-from locust import run_single_user, task
+from locust import run_single_user
 
-from loadtests import Expect, RequestMix, RequestSpec, Scenario, SSEUser
-from loadtests.scenario import RunSettings
+from loadtests import Expect, RequestMix, RequestSpec, RunSettings, Scenario, SSEUser
 
 SLACK_S = 0.25
 """How late a keep-alive may arrive: event-loop and scheduling jitter on a loaded 2-core machine."""
 
 
+def mix(prompt_tokens: int) -> RequestMix:
+    """Streams on both routes whose prompts take long to prefill."""
+    return RequestMix(
+        [RequestSpec("slow-prefill", route, prompt_tokens, max_tokens=8) for route in ("completions", "chat")]
+    )
+
+
 def gates(settings: RunSettings) -> list[Expect]:
+    """The keep-alive gates are written in the run's keep-alive interval."""
     interval = settings.keep_alive_interval or 0.0
     return [
         Expect("every_stream_ok", where=None, require="outcome == 'ok'"),
-        Expect("keepalive_through_silence", where=f"client == 'raw' and silence_before_first_token_s > {interval}",
-               require="keepalive_frames >= 1"),
-        Expect(f"max_gap_within_interval_plus_{SLACK_S:g}s", where="client == 'raw' and status == 200",
-               require=f"max_gap_s <= {interval + SLACK_S}"),
-    ]  # fmt: skip
+        Expect(
+            "keepalive_through_silence",
+            where=f"client == 'raw' and silence_before_first_token_s > {interval}",
+            require="keepalive_frames >= 1",
+        ),
+        Expect(
+            f"max_gap_within_interval_plus_{SLACK_S:g}s",
+            where="client == 'raw' and status == 200",
+            require=f"max_gap_s <= {interval + SLACK_S}",
+        ),
+    ]
 
 
 scenario = Scenario(
     name="slow_prefill",
-    server_args=["--max-num-seqs", "2", "--prefill-time-per-token", "1", "--inter-token-latency", "20"],
+    server_args="--max-num-seqs 2 --prefill-time-per-token 1 --inter-token-latency 20",
     gates=gates,
     keep_alive_interval=0.5,
     proxy="embedded",
     proxy_read_timeout=10.0,
-).install()
-
-MIX = RequestMix([RequestSpec("slow-prefill", "completions", 1500, max_tokens=8),
-                  RequestSpec("slow-prefill", "chat", 1500, max_tokens=8)])  # fmt: skip
+)
 
 
 class SlowPrefillUser(SSEUser):
-    mix = MIX
-
-    @task
-    def slow_stream(self) -> None:
-        self.send_next()
+    mix = mix(1500)
 
 
 if __name__ == "__main__":

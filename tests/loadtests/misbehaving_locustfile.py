@@ -10,11 +10,11 @@ request lost from the record. No gates beyond the always-on ones; the verdict is
 
 from __future__ import annotations
 
-from locust import run_single_user, task
+from locust import run_single_user
 
 from loadtests import OpenAISDKUser, RequestMix, RequestSpec, Scenario, SSEUser
 
-scenario = Scenario(name="misbehaving").install()
+scenario = Scenario(name="misbehaving")
 
 MIX = RequestMix([RequestSpec("small", route, 8, max_tokens=4) for route in ("completions", "chat")])
 
@@ -25,20 +25,12 @@ class MisbehavingRawUser(SSEUser):
     weight = 1
     mix = MIX
 
-    @task
-    def small_request(self) -> None:
-        self.send_next()
-
 
 class MisbehavingSDKUser(OpenAISDKUser):
     """The same requests through the official openai client."""
 
     weight = 1
     mix = MIX
-
-    @task
-    def small_request(self) -> None:
-        self.send_next()
 
 
 if __name__ == "__main__":

@@ -19,16 +19,12 @@ from loadtests import RequestMix, RequestSpec, Scenario, SSEUser
 BLOCK_S = float(os.environ["STALL_BLOCK_S"])
 PERIOD_S = float(os.environ["STALL_PERIOD_S"])
 
-scenario = Scenario(name="stalling").install()
+scenario = Scenario(name="stalling")
 
 
 class RawUser(SSEUser):
     fixed_count = 1
     mix = RequestMix([RequestSpec("small", "completions", 8, max_tokens=8)])
-
-    @task
-    def small_request(self) -> None:
-        self.send_next()
 
 
 class LoopBlocker(User):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
+import pytest
 
 from loadtests.gates import (
     Expect,
@@ -17,6 +19,9 @@ from loadtests.gates import (
     RunTables,
     TruncationHonoured,
     evaluate,
+    for_run,
+    gate_from_spec,
+    gate_spec,
 )
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import Recorder
@@ -155,3 +160,34 @@ def test_only_cuts_silent_for_the_read_timeout_are_proxy_timeouts() -> None:
     assert not result.passed
     assert result.detail.startswith("1 proxy 504s before the headers, 1 streams cut after them")
     assert "server keep-alive off (a keep-alive interval below the read timeout" in result.detail
+
+
+def test_an_expect_naming_no_column_is_refused_in_one_line_naming_it_and_the_gate() -> None:
+    typo = Expect("truncated_ok", where="truncate_tokens == 1", require="outcome == 'ok'")
+    with pytest.raises(ValueError) as refused:
+        typo.check()
+    assert str(refused.value) == (
+        "gate truncated_ok: where names truncate_tokens, which is no column of the request table "
+        "(did you mean truncate_prompt_tokens?): truncate_tokens == 1"
+    )
+    with pytest.raises(ValueError, match=r"^gate g: require is not a valid query .*: outcome ==$"):
+        Expect("g", where=None, require="outcome ==").check()
+
+
+def test_expects_over_real_columns_pass_the_check() -> None:
+    Expect("fits", where="truncate_prompt_tokens.isna() and expected == 'ok'", require="outcome == 'ok'").check()
+    Expect("gaps", where="client == 'raw' and status == 200", require="max_gap_s <= 0.75").check()
+
+
+def test_no_proxy_timeouts_declared_bare_reads_the_run_settings_and_is_stored_concrete() -> None:
+    settings = SimpleNamespace(proxy_read_timeout=2.0, keep_alive_interval=0.5)
+    gate = for_run(NoProxyTimeouts(), settings)
+    assert gate == NoProxyTimeouts(2.0, 0.5)
+    assert gate_from_spec(gate_spec(gate)) == gate
+    explicit = NoProxyTimeouts(10.0, None)
+    assert for_run(explicit, settings) is explicit  # figures given are kept
+    assert for_run(Expect("e", None, "outcome == 'ok'"), settings) == Expect("e", None, "outcome == 'ok'")
+    with pytest.raises(ValueError, match="for_run"):
+        NoProxyTimeouts().evaluate(table({"status": 200, "outcome": "ok"}))
+    with pytest.raises(TypeError, match="for_run"):
+        gate_spec(NoProxyTimeouts())

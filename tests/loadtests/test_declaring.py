@@ -1,0 +1,128 @@
+"""Declaring a scenario: users that are their mix, installation by declaring, queries checked at
+declaration. Each check runs in a child Python: importing Locust patches the process for gevent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.loadtests.locust_run import ROOT
+
+
+def run(*command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` run from this checkout, its ``loadtests`` first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, stdin=subprocess.DEVNULL
+    )
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return run(sys.executable, "-c", textwrap.dedent(code))
+
+
+def run_locustfile(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``locust -f <text as a file> --headless -t 2s args``."""
+    locustfile = tmp_path / "locustfile_under_test.py"
+    locustfile.write_text(textwrap.dedent(text))
+    return run(sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "-t", "2s", *args)
+
+
+def test_a_user_class_is_its_mix_and_its_own_tasks_replace_the_default() -> None:
+    result = run_python("""
+        from locust import task
+        from loadtests import OpenAISDKUser, RequestMix, RequestSpec, SSEUser
+
+        MIX = RequestMix([RequestSpec("x", "completions", 8)])
+
+        class Plain(SSEUser):
+            mix = MIX
+
+        class Own(SSEUser):
+            mix = MIX
+
+            @task
+            def mine(self) -> None: ...
+
+        class Heir(Own):
+            pass
+
+        class Sdk(OpenAISDKUser):
+            mix = MIX
+
+        for user in (SSEUser, OpenAISDKUser, Plain, Own, Heir, Sdk):
+            print(user.__name__, user.abstract, [t.__name__ for t in user.tasks])
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "SSEUser True ['_send_next']",
+        "OpenAISDKUser True ['_send_next']",
+        "Plain False ['_send_next']",
+        "Own False ['mine']",
+        "Heir False ['mine']",
+        "Sdk False ['_send_next']",
+    ]
+
+
+def test_a_misspelt_column_in_an_expect_stops_locust_at_declaration_in_one_line(tmp_path: Path) -> None:
+    result = run_locustfile(
+        tmp_path,
+        """
+        from loadtests import Expect, RequestMix, RequestSpec, Scenario, SSEUser
+
+        typo = Expect("truncated", where="truncate_tokens == 1", require="outcome == 'ok'")
+        scenario = Scenario(name="typo", gates=[typo])
+
+        class User(SSEUser):
+            mix = RequestMix([RequestSpec("x", "completions", 8)])
+    """,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "sse-soak: scenario typo: gate truncated: where names truncate_tokens, which is no column of the request "
+        "table (did you mean truncate_prompt_tokens?): truncate_tokens == 1"
+    ]
+    assert list(tmp_path.iterdir()) == [tmp_path / "locustfile_under_test.py"]  # no run directory
+
+
+def test_users_with_no_scenario_declared_are_refused_in_one_line(tmp_path: Path) -> None:
+    result = run_locustfile(
+        tmp_path,
+        """
+        from loadtests import RequestMix, RequestSpec, SSEUser
+
+        class Forgotten(SSEUser):
+            mix = RequestMix([RequestSpec("x", "completions", 8)])
+    """,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "sse-soak: Forgotten run in no scenario: declare one in the locustfile, e.g. scenario = "
+        'Scenario(name="my_scenario") (declaring it installs it)'
+    )
+
+
+def test_the_run_scenario_is_the_locustfiles_own_when_it_imports_others() -> None:
+    """scenarios/soak.py imports mixed_truncate, slow_prefill and proxy_timeout (declaring theirs)."""
+    result = run(sys.executable, "scenarios/soak.py", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Options of the sse-soak scenario 'soak'." in result.stdout
+    assert result.stdout.count("Options of the sse-soak scenario") == 1
+
+
+def test_two_scenarios_in_one_locustfile_are_refused_in_one_line(tmp_path: Path) -> None:
+    result = run_locustfile(
+        tmp_path,
+        """
+        from loadtests import Scenario
+
+        first, second = Scenario(name="first"), Scenario(name="second")
+    """,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].startswith("sse-soak: 2 of the scenarios declared in this process (first (")
+    assert result.stderr.splitlines()[-1].endswith("a locustfile declares exactly one Scenario")
