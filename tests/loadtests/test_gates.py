@@ -20,9 +20,8 @@ from loadtests.gates import (
     TruncationHonoured,
     evaluate,
     for_run,
-    gate_from_spec,
-    gate_spec,
 )
+from loadtests.judge import gate_from_spec, gate_spec
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import Recorder
 
