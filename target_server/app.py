@@ -10,12 +10,13 @@ bad input, never a 500.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from typing import Any
@@ -179,84 +180,109 @@ def _truncated_json(headers: dict[str, str]) -> Response:
 
 
 def create_app(config: ServerConfig) -> FastAPI:
-    """The ASGI app for ``config``; ``app.state.server`` holds its ``TargetServer``."""
-    server = TargetServer(config)
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        if server.tracer is not None:
-            server.tracer.close()
-
-    app = FastAPI(title="sse-soak target server", lifespan=lifespan)
-    app.state.server = server
-    _install_error_handlers(app, server)
+    """The ASGI app for ``config``; ``app.state.server`` holds its ``TargetServer``, which every
+    route and error handler below reads from there (none closes over it)."""
+    app = FastAPI(title="sse-soak target server", lifespan=_lifespan)
+    app.state.server = TargetServer(config)
+    _install_error_handlers(app)
     _install_auth(app, config)
-
-    @app.get("/health")
-    async def health() -> Response:
-        return Response(status_code=200)
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        card = {
-            "id": config.model,
-            "object": "model",
-            "created": int(time.time()),
-            "owned_by": "sse-soak",
-            "root": config.model,
-            "parent": None,
-            "max_model_len": config.max_model_len,
-            "permission": [],
-        }
-        return {"object": "list", "data": [card]}
-
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        return Response(metrics.render(server.engine, server.stats), media_type="text/plain; version=0.0.4")
-
-    _install_tokenize(app, server)
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        body, prompt_tokens = await intake.prepare(request, intake.completion)
-        max_tokens = body.max_tokens if body.max_tokens is not None else 16
-        return await server.generate(request, "completions", body, prompt_tokens, max_tokens)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        body, prompt_tokens = await intake.prepare(request, intake.chat_completion)
-        requested = body.max_completion_tokens or body.max_tokens
-        room = config.max_model_len - prompt_tokens
-        max_tokens = requested if requested is not None else max(1, min(config.default_chat_max_tokens, room))
-        return await server.generate(request, "chat", body, prompt_tokens, max_tokens)
-
+    for path, endpoint, method in _routes(config):
+        app.add_api_route(path, endpoint, methods=[method])
     return app
 
 
-def _install_tokenize(app: FastAPI, server: TargetServer) -> None:
-    """``POST /tokenize`` as ``--tokenize-api`` says: vLLM's (a prompt or chat messages, answered
-    with a ``count``), a foreign one that takes only ``{"text"}`` and answers bare ``tokens`` (as
-    non-vLLM servers do), or none at all (the framework's 404 for an unknown path)."""
+def _server(request: Request) -> TargetServer:
+    """The ``TargetServer`` of the app serving ``request``."""
+    server: TargetServer = request.app.state.server
+    return server
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Closes the frame trace, if any, when the server shuts down."""
+    yield
+    server: TargetServer = app.state.server
+    if server.tracer is not None:
+        server.tracer.close()
+
+
+def _routes(config: ServerConfig) -> list[tuple[str, Callable[..., Any], str]]:
+    """Path, handler and method of every route, in registration order. ``POST /tokenize`` is as
+    ``--tokenize-api`` says: vLLM's (a prompt or chat messages, answered with a ``count``), a
+    foreign one that takes only ``{"text"}`` and answers bare ``tokens`` (as non-vLLM servers
+    do), or none at all (the framework's 404 for an unknown path)."""
+    tokenize_routes = {"vllm": [("/tokenize", tokenize, "POST")], "text": [("/tokenize", tokenize_text, "POST")]}
+    return [
+        ("/health", health, "GET"),
+        ("/v1/models", models, "GET"),
+        ("/metrics", prometheus, "GET"),
+        *tokenize_routes.get(config.tokenize_api, []),
+        ("/v1/completions", completions, "POST"),
+        ("/v1/chat/completions", chat_completions, "POST"),
+    ]
+
+
+async def health() -> Response:
+    return Response(status_code=200)
+
+
+async def models(request: Request) -> dict[str, Any]:
+    config = _server(request).config
+    card = {
+        "id": config.model,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "sse-soak",
+        "root": config.model,
+        "parent": None,
+        "max_model_len": config.max_model_len,
+        "permission": [],
+    }
+    return {"object": "list", "data": [card]}
+
+
+async def prometheus(request: Request) -> Response:
+    server = _server(request)
+    return Response(metrics.render(server.engine, server.stats), media_type="text/plain; version=0.0.4")
+
+
+async def completions(request: Request) -> Response:
+    body, prompt_tokens = await intake.prepare(request, intake.completion)
+    max_tokens = body.max_tokens if body.max_tokens is not None else 16
+    return await _server(request).generate(request, "completions", body, prompt_tokens, max_tokens)
+
+
+async def chat_completions(request: Request) -> Response:
+    server = _server(request)
     config = server.config
-    if config.tokenize_api == "vllm":
+    body, prompt_tokens = await intake.prepare(request, intake.chat_completion)
+    requested = body.max_completion_tokens or body.max_tokens
+    room = config.max_model_len - prompt_tokens
+    max_tokens = requested if requested is not None else max(1, min(config.default_chat_max_tokens, room))
+    return await server.generate(request, "chat", body, prompt_tokens, max_tokens)
 
-        def answer(raw: bytes) -> bytes:
-            body, ids = intake.tokenize(raw)
-            server.check_model(body.model)
-            head = {"count": len(ids), "max_model_len": config.max_model_len, "token_strs": None}
-            return json_with_ids(head, "tokens", ids)
 
-        @app.post("/tokenize")
-        async def tokenize(request: Request) -> Response:
-            return Response(await intake.prepare(request, answer), media_type="application/json")
+async def tokenize(request: Request) -> Response:
+    """vLLM's ``/tokenize``; decoding, checks and rendering run off the loop, in ``intake.prepare``."""
+    answer = functools.partial(_vllm_tokenize_answer, _server(request))
+    return Response(await intake.prepare(request, answer), media_type="application/json")
 
-    elif config.tokenize_api == "text":
 
-        @app.post("/tokenize")
-        async def tokenize_text(request: Request) -> Response:
-            body = await intake.prepare(request, lambda raw: json_with_ids({}, "tokens", intake.tokenize_text(raw)))
-            return Response(body, media_type="application/json")
+def _vllm_tokenize_answer(server: TargetServer, raw: bytes) -> bytes:
+    body, ids = intake.tokenize(raw)
+    server.check_model(body.model)
+    head = {"count": len(ids), "max_model_len": server.config.max_model_len, "token_strs": None}
+    return json_with_ids(head, "tokens", ids)
+
+
+async def tokenize_text(request: Request) -> Response:
+    """The foreign ``/tokenize``: ``{"text"}`` in, bare ``tokens`` out."""
+    body = await intake.prepare(request, _text_tokenize_answer)
+    return Response(body, media_type="application/json")
+
+
+def _text_tokenize_answer(raw: bytes) -> bytes:
+    return json_with_ids({}, "tokens", intake.tokenize_text(raw))
 
 
 def json_with_ids(head: dict[str, Any], key: str, ids: list[int]) -> bytes:
@@ -271,31 +297,38 @@ def json_with_ids(head: dict[str, Any], key: str, ids: list[int]) -> bytes:
     return "".join(parts).encode()
 
 
-def _install_error_handlers(app: FastAPI, server: TargetServer) -> None:
-    def answer(error: APIError) -> JSONResponse:
-        server.stats.errors_by_status[error.status] += 1
-        return JSONResponse(error.body(), status_code=error.status)
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every error, the framework's included, answers in vLLM's body and is counted by status."""
+    app.add_exception_handler(APIError, api_error)
+    app.add_exception_handler(StarletteHTTPException, framework_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, internal_error)
 
-    @app.exception_handler(APIError)
-    async def api_error(_: Request, exc: APIError) -> JSONResponse:
-        return answer(exc)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def framework_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        """404, 405 and the like, in vLLM's body (its ``type`` is the status phrase, as vLLM's is)."""
-        server.stats.errors_by_status[exc.status_code] += 1
-        body = error_body(exc.status_code, str(exc.detail))
-        body["error"]["type"] = HTTPStatus(exc.status_code).phrase
-        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+def _error_response(request: Request, error: APIError) -> JSONResponse:
+    _server(request).stats.errors_by_status[error.status] += 1
+    return JSONResponse(error.body(), status_code=error.status)
 
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = validation_message(list(exc.errors()))
-        return answer(APIError(400, message, param))
 
-    @app.exception_handler(Exception)
-    async def internal_error(_: Request, exc: Exception) -> JSONResponse:
-        return answer(APIError(500, f"{type(exc).__name__}: {exc}"))
+async def api_error(request: Request, exc: APIError) -> JSONResponse:
+    return _error_response(request, exc)
+
+
+async def framework_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """404, 405 and the like, in vLLM's body (its ``type`` is the status phrase, as vLLM's is)."""
+    _server(request).stats.errors_by_status[exc.status_code] += 1
+    body = error_body(exc.status_code, str(exc.detail))
+    body["error"]["type"] = HTTPStatus(exc.status_code).phrase
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    message, param = validation_message(list(exc.errors()))
+    return _error_response(request, APIError(400, message, param))
+
+
+async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+    return _error_response(request, APIError(500, f"{type(exc).__name__}: {exc}"))
 
 
 def _install_auth(app: FastAPI, config: ServerConfig) -> None:

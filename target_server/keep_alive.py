@@ -14,6 +14,18 @@ consumer wait, on that future or the watchdog, whichever comes first; and if the
 first it yields a comment while upstream stays suspended, untouched, on its future. One watchdog
 timer is armed per interval, not per chunk. To upstream this is exactly ``await``: same task,
 same context, cancellation delivered at its own await point.
+
+Why this leans on asyncio's private task/future handshake (a future's ``__await__`` hands itself
+up flagged ``_asyncio_future_blocking``, and ``_as_awaited_future`` claims it as ``Task`` does):
+public asyncio has no way for one task to wait on a suspended step and a timer at once without
+cancelling the step (``asyncio.timeout`` and ``wait_for`` cancel it, which ends an async
+generator), so a public-API version must run each ``__anext__`` as a task of its own, carried
+across intervals. That version was measured with ``bench/keepalive_overhead.py`` (full runs,
+interleaved, this 2-core VM): 49.7% and 48.9% of throughput, missing the 15% target, against
+10.4% and 8.8% for this one (5.1% and -0.5% for the same stepping before it was split into
+short functions: the split may cost a few points; runs vary by +-10% here). It also runs
+upstream outside the consumer's task, which the contract
+(``test_upstream_runs_in_the_consumers_task_and_context``) rules out.
 """
 
 from __future__ import annotations
@@ -45,77 +57,153 @@ async def _keep_alive_stream(
     interval: float,
     on_keep_alive: Callable[[], None] | None,
 ) -> AsyncIterator[T | bytes]:
-    loop = asyncio.get_running_loop()
-    last_sent = loop.time()
-    keep_alive_due = False
-    waiter: asyncio.Future[None] | None = None
-
-    def wake(_: object = None) -> None:
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def on_watchdog(scheduled_for: float) -> None:
-        nonlocal watchdog, keep_alive_due
-        due_at = last_sent + interval
-        if due_at <= scheduled_for:
-            keep_alive_due = True
-            watchdog = None
-            wake()
-        else:  # a chunk went out since this timer was armed: re-arm for the new deadline
-            watchdog = loop.call_at(due_at, on_watchdog, due_at)
-
-    watchdog: asyncio.TimerHandle | None = loop.call_at(last_sent + interval, on_watchdog, last_sent + interval)
-    step: Generator[Any, None, T] | None = None  # upstream's __anext__() while it is in flight
-    blocked_on: asyncio.Future[Any] | None = None
-    next_step = _step_factory(upstream)
-    now = loop.time
+    """Invariant: at most one step of upstream is in flight, driven only from here, and it is
+    finished (or cancelled into its cleanup) before upstream is closed."""
+    idle = _IdleClock(interval)
+    step = _InlineStep(upstream)
     try:
         while True:
-            step = next_step()
-            while True:  # drive the step until upstream hands over a chunk
-                try:
-                    yielded = step.send(None)
-                except StopIteration as finished:
-                    step = None
-                    chunk = finished.value
-                    break
-                except StopAsyncIteration:
-                    step = None
-                    return
-                except BaseException:
-                    step = None
-                    raise
-                if yielded is None:  # a bare yield (asyncio.sleep(0)): let the loop run once
+            blocker = step.start()
+            while blocker is not None:
+                if blocker is _BARE_YIELD:  # asyncio.sleep(0): let the loop run once
                     await asyncio.sleep(0)
-                    continue
-                blocked_on = _as_awaited_future(yielded)
-                blocked_on.add_done_callback(wake)
-                while not blocked_on.done():
-                    if keep_alive_due:
-                        keep_alive_due = False
+                else:
+                    idle.watch(blocker)
+                    while await idle.comment_due(blocker):
                         if on_keep_alive is not None:
                             on_keep_alive()
                         yield KEEP_ALIVE_COMMENT
-                        last_sent = loop.time()
-                        watchdog = loop.call_at(last_sent + interval, on_watchdog, last_sent + interval)
-                        continue
-                    waiter = loop.create_future()
-                    await waiter
-                    waiter = None
-                blocked_on = None
-            yield chunk
-            last_sent = now()
-            if keep_alive_due:  # due while the chunk was being produced: the chunk broke the silence
-                keep_alive_due = False
-                watchdog = loop.call_at(last_sent + interval, on_watchdog, last_sent + interval)
+                        idle.sent()
+                blocker = step.resume()
+            if step.exhausted:
+                return
+            yield step.chunk
+            idle.sent()
     finally:
-        if watchdog is not None:
-            watchdog.cancel()
-        if step is not None:  # we are being closed or cancelled while upstream is mid-step
-            await _cancel_step(step, blocked_on)
+        idle.stop()
+        await step.cancel()
         aclose = getattr(upstream, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+class _IdleClock:
+    """The watchdog of one stream: ``due`` turns true once ``interval`` has passed since the last
+    frame went out. Invariant: at most one timer is armed, and only one per interval however many
+    chunks go out in it (a chunk only moves ``_last_sent``; a timer that fires early re-arms)."""
+
+    def __init__(self, interval: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._interval = interval
+        self._last_sent = self._loop.time()
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.due = False
+        self._arm()
+
+    def _arm(self) -> None:
+        deadline = self._last_sent + self._interval
+        self._timer = self._loop.call_at(deadline, self._fire, deadline)
+
+    def _fire(self, scheduled_for: float) -> None:
+        if self._last_sent + self._interval > scheduled_for:  # a frame went out since: wait on
+            self._arm()
+            return
+        self._timer = None
+        self.due = True
+        self._wake()
+
+    def _wake(self, _: object = None) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def watch(self, future: asyncio.Future[Any]) -> None:
+        """Let ``future``'s completion end a ``comment_due`` wait; call once per future."""
+        future.add_done_callback(self._wake)
+
+    async def comment_due(self, future: asyncio.Future[Any]) -> bool:
+        """Wait until ``future`` is done (False) or a comment is due (True), whichever comes first;
+        when both are, ``future`` wins: its chunk will break the silence anyway."""
+        while not future.done() and not self.due:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return not future.done()
+
+    def sent(self) -> None:
+        """A frame went out: the silence restarts now (re-arming only if the timer had fired)."""
+        self._last_sent = self._loop.time()
+        if self.due:
+            self.due = False
+            self._arm()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+_BARE_YIELD: Any = object()
+"""What ``_InlineStep`` reports for a bare ``yield`` (``asyncio.sleep(0)``) rather than a future."""
+
+
+class _InlineStep:
+    """Upstream's ``__anext__()`` driven by hand, as a task drives a coroutine. ``start`` and
+    ``resume`` run it until it blocks, returning the future it awaits (claimed as a task claims
+    it) or ``_BARE_YIELD``; or until it ends, returning None, with ``chunk`` or ``exhausted`` set.
+    Invariant: ``_coro`` is not None exactly while a step is in flight."""
+
+    def __init__(self, upstream: AsyncIterator[Any]) -> None:
+        self._next = _step_factory(upstream)
+        self._coro: Generator[Any, None, Any] | None = None
+        self._blocked_on: asyncio.Future[Any] | None = None
+        self.chunk: Any = None
+        self.exhausted = False
+
+    def start(self) -> Any:
+        self._coro = self._next()
+        return self.resume()
+
+    def resume(self) -> Any:
+        assert self._coro is not None
+        try:
+            yielded = self._coro.send(None)
+        except StopIteration as finished:
+            self._coro, self.chunk = None, finished.value
+            return None
+        except StopAsyncIteration:
+            self._coro, self.exhausted = None, True
+            return None
+        except BaseException:
+            self._coro = None
+            raise
+        if yielded is None:
+            self._blocked_on = None
+            return _BARE_YIELD
+        self._blocked_on = _as_awaited_future(yielded)
+        return self._blocked_on
+
+    async def cancel(self) -> None:
+        """Deliver cancellation into a step in flight, as ``Task.cancel()`` would, and drive it to
+        its end (its cleanup may await); nothing to do when no step is in flight."""
+        if self._coro is None:
+            return
+        coro, self._coro = self._coro, None
+        if self._blocked_on is not None and self._blocked_on.cancel():
+            resume, argument = coro.send, None  # the cancelled future raises at upstream's await
+        else:
+            resume, argument = coro.throw, asyncio.CancelledError()
+        while True:
+            try:
+                yielded = resume(argument)
+            except (StopIteration, StopAsyncIteration, asyncio.CancelledError):
+                return
+            if yielded is None:
+                await asyncio.sleep(0)
+            else:
+                await asyncio.wait([_as_awaited_future(yielded)])
+            resume, argument = coro.send, None
 
 
 def _step_factory(upstream: AsyncIterator[T]) -> Callable[[], Generator[Any, None, T]]:
@@ -133,25 +221,3 @@ def _as_awaited_future(yielded: Any) -> asyncio.Future[Any]:
         raise RuntimeError(f"keep-alive upstream yielded {yielded!r}, which is not an asyncio future")
     yielded._asyncio_future_blocking = False
     return yielded
-
-
-async def _cancel_step(step: Generator[Any, None, Any], blocked_on: asyncio.Future[Any] | None) -> None:
-    """Deliver cancellation into a suspended step, as ``Task.cancel()`` would, and drive it to its end."""
-    if blocked_on is not None and blocked_on.cancel():
-        resume = step.send  # the cancelled future raises CancelledError at upstream's await
-        argument: Any = None
-    else:
-        resume = step.throw
-        argument = asyncio.CancelledError()
-    while True:
-        try:
-            yielded = resume(argument)
-        except (StopIteration, StopAsyncIteration, asyncio.CancelledError):
-            return
-        # upstream awaits something in its cleanup: wait for it, then step on
-        if yielded is None:
-            await asyncio.sleep(0)
-        else:
-            future = _as_awaited_future(yielded)
-            await asyncio.wait([future])
-        resume, argument = step.send, None
