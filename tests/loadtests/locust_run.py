@@ -4,12 +4,15 @@ its web UI and send it signals) and read what it wrote."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -28,10 +31,11 @@ class LocustRun:
     output: str
     run_dir: Path | None
 
-    @property
+    @functools.cached_property
     def summary(self) -> dict[str, Any]:
+        """The summary the run wrote, checked to be what a later judgement of the run gives."""
         assert self.run_dir is not None, self.output[-3000:]
-        return json.loads((self.run_dir / "summary.json").read_text())
+        return rejudged_alike(self.run_dir)
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -50,6 +54,22 @@ class LocustRun:
 
     def gate(self, name: str) -> dict[str, Any]:
         return next(gate for gate in self.summary["gates"] if gate["name"] == name)
+
+
+def rejudged_alike(run_dir: Path) -> dict[str, Any]:
+    """The summary ``run_dir`` holds, after checking that judging a copy of the run again (what
+    ``python -m loadtests report`` does) gives the same summary: verdict, gates, figures, sections."""
+    from loadtests.judge import judge  # pandas: only for the tests that read a run
+    from loadtests.run_dir import RunDir
+
+    written = json.loads((run_dir / "summary.json").read_text())
+    with tempfile.TemporaryDirectory(prefix="rejudged-") as scratch:
+        copy = Path(scratch) / run_dir.name
+        shutil.copytree(run_dir, copy)
+        again = json.loads(json.dumps(judge(RunDir(copy), html=False).to_json()))
+    differing = sorted(key for key in written.keys() | again.keys() if written.get(key) != again.get(key))
+    assert not differing, f"re-judged {run_dir} differs in {differing}: {[again.get(k) for k in differing]}"
+    return written
 
 
 def run_locust(scenario: str, report_dir: Path, *args: str, users: int = 4, seconds: int = 4) -> LocustRun:

@@ -23,6 +23,7 @@ FIXED_SECOND = time.struct_time((2026, 1, 1, 0, 0, 0, 3, 1, 0))
 def new_run_dir(root: Path, scenario: str) -> Path:
     return RunDir.create(root, scenario).path
 
+
 # A child that makes its run directory when told to (a line on stdin), all in the same UTC second.
 CHILD = """
 import sys, time

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.loadtests.locust_run import ROOT
+from tests.loadtests.locust_run import ROOT, rejudged_alike
 
 pytestmark = pytest.mark.smoke
 
@@ -43,7 +43,7 @@ def test_a_clean_soak_passes_with_windows_progress_and_memory(clean_soak: subpro
     assert lines[-1] == "verdict: PASS"
     progress = [line for line in lines if line.startswith("soak ")]
     assert len(progress) >= 5 and "elapsed" in progress[0] and "harness" in progress[-1]
-    summary = json.loads((run_dir_of(result.stdout) / "summary.json").read_text())
+    summary = rejudged_alike(run_dir_of(result.stdout))
     windows = summary["soak"]["windows"]
     assert len(windows) == 3 and summary["soak"]["partial"] is False
     assert all(w["harness_rss_mb"] and w["server_rss_mb"] for w in windows)
@@ -64,7 +64,7 @@ def test_a_soak_with_injected_failures_fails_with_the_counts_and_against_its_bas
     assert last.startswith("verdict: FAIL (") and "no_http_500" in last and "no_inband_500" in last
     assert "regression in 500 rate (HTTP + in-band)" in last
     assert f"base: {baseline}" in result.stdout  # the side-by-side table
-    summary = json.loads((run_dir_of(result.stdout) / "summary.json").read_text())
+    summary = rejudged_alike(run_dir_of(result.stdout))  # a failing soak stays failing, section and all
     requests = pd.read_parquet(run_dir_of(result.stdout) / "requests.parquet")
     assert summary["http_500"] == int((requests["status"] == 500).sum()) > 0
     assert f"gate FAIL no_http_500: {summary['http_500']} HTTP 500" in result.stdout
