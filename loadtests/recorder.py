@@ -72,9 +72,3 @@ class Recorder:
         self.rows = []
         self.frames = {column: [] for column in FRAME_COLUMNS}
         return batch
-
-    def requests_table(self) -> pd.DataFrame:
-        return to_pandas(pa.Table.from_pylist(self.rows, schema=REQUEST_SCHEMA))
-
-    def frames_table(self) -> pd.DataFrame:
-        return to_pandas(pa.Table.from_pydict(self.frames, schema=FRAME_SCHEMA))

@@ -34,14 +34,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import gevent
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from gevent.lock import Semaphore
 
 from loadtests.lag import LAG_SCHEMA
 from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA
-from loadtests.run_dir import RunDir, read_table
+from loadtests.run_dir import RunDir
 
 UNWRITABLE_ROWS = RunDir.UNWRITABLE_ROWS
 logger = logging.getLogger(__name__)
@@ -201,9 +200,3 @@ class RunWriter:
         temporary = path.with_name("." + path.name + ".tmp")
         pq.write_table(table, temporary)
         temporary.replace(path)
-
-    def requests_table(self) -> pd.DataFrame:
-        return read_table(self.requests_dir)
-
-    def frames_table(self, columns: list[str] | None = None) -> pd.DataFrame:
-        return read_table(self.frames_dir, columns)

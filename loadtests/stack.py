@@ -27,8 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -306,13 +305,3 @@ class Stack:
 
     def describe(self) -> list[str]:
         return [f"{service.name}: {service.url} (pid {service.pid})" for service in self.services]
-
-
-@contextmanager
-def target_server(args: Sequence[str] = (), timeout: float = 30.0) -> Iterator[ChildService]:
-    """A started server for the ``with`` block, always stopped after it."""
-    server = TargetServerProcess.start(args, timeout)
-    try:
-        yield server
-    finally:
-        server.stop()

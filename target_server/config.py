@@ -99,11 +99,6 @@ class ServerConfig:
         if self.default_chat_max_tokens < 1:
             raise ValueError(f"--default-chat-max-tokens must be at least 1, got {self.default_chat_max_tokens}")
 
-    @property
-    def keep_alive_enabled(self) -> bool:
-        """vLLM's rule: keep-alive runs only for an interval in (0, inf); NaN and inf disable it."""
-        return 0 < self.sse_keep_alive_interval < math.inf
-
     @classmethod
     def parser(cls) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(

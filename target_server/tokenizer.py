@@ -40,11 +40,6 @@ _OUTPUT_WORDS = (
 )
 
 
-def pieces(text: str) -> list[str]:
-    """The token strings of ``text`` in order."""
-    return _PIECE.findall(text)
-
-
 def encode(text: str) -> list[int]:
     """Token ids of ``text``."""
     return [zlib.crc32(piece.encode()) % VOCAB_SIZE for part in slices(text) for piece in _PIECE.findall(part)]

@@ -24,6 +24,7 @@ from loadtests.gates import (
 from loadtests.judge import gate_from_spec, gate_spec
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import Recorder
+from tests.loadtests.tables import requests_of
 
 
 def table(*rows: dict[str, Any]) -> pd.DataFrame:
@@ -43,7 +44,7 @@ def table(*rows: dict[str, Any]) -> pd.DataFrame:
         for name, value in fields.items():
             setattr(row, name, value)
         recorder.add(row, None)
-    return recorder.requests_table()
+    return requests_of(recorder)
 
 
 def test_no_http_500_counts_them() -> None:

@@ -22,6 +22,7 @@ from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import FRAME_COLUMNS, Recorder
 from loadtests.sse import Frame
 from loadtests.summary import summarize
+from tests.loadtests.tables import frames_of, requests_of
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 IMAGE = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
@@ -105,7 +106,7 @@ def build_run() -> tuple[pd.DataFrame, pd.DataFrame]:
     errored = [*tokens("completions", 0.1, 2), (0.15, inband_error()), (0.151, done())]
     record(recorder, "inband-1", "completions", None, errored, 0.16)
     record(recorder, "stopped-1", "chat", None, tokens("chat", 0.1, 2), 0.2, failure="stopped")
-    return recorder.requests_table(), recorder.frames_table()
+    return requests_of(recorder), frames_of(recorder)
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +242,7 @@ def test_sampled_frames_are_announced_and_missing_ones_marked(
 
 
 def test_empty_and_tiny_runs_still_render(tmp_path: Path) -> None:
-    empty_requests = Recorder().requests_table()
+    empty_requests = requests_of(Recorder())
     empty_frames = pd.DataFrame(columns=list(FRAME_COLUMNS))
     summary = summarize("empty_run", empty_requests, evaluate(RunTables(empty_requests)), {}).to_json()
     page = render(tmp_path, summary, empty_requests, empty_frames)

@@ -11,6 +11,7 @@ from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import FRAME_COLUMNS, Recorder
 from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.sse import Frame
+from tests.loadtests.tables import requests_of
 
 
 def finished(request_id: str, frames: int) -> StreamTracker:
@@ -31,8 +32,8 @@ def test_batches_are_plain_msgpack_types_and_lose_nothing(tmp_path: Path) -> Non
             master.write_batch(msgpack.unpackb(msgpack.packb(worker.take_batch())))
     master.write_batch(msgpack.unpackb(msgpack.packb(worker.take_batch())))
     assert len(worker) == 0
-    assert sorted(master.requests_table()["request_id"]) == [f"r{i}" for i in range(5)]
-    frames = master.frames_table()
+    assert sorted(master.run.read_requests()["request_id"]) == [f"r{i}" for i in range(5)]
+    frames = master.run.read_frames()
     assert list(frames.columns) == list(FRAME_COLUMNS)
     assert frames.groupby("request_id").size().to_dict() == {f"r{i}": i for i in range(1, 5)}
 
@@ -40,7 +41,7 @@ def test_batches_are_plain_msgpack_types_and_lose_nothing(tmp_path: Path) -> Non
 def test_tables_have_nullable_integer_columns() -> None:
     recorder = Recorder()
     recorder.add(StreamTracker(RequestPlan("r", "n", "chat"), 0.0).finish(1.0, "connect_error"), None)
-    table = recorder.requests_table()
+    table = requests_of(recorder)
     assert str(table["status"].dtype) == "Int64" and table["status"].isna().all()
     assert table.loc[0, "outcome"] == "connect_error"
 
@@ -53,11 +54,11 @@ def test_a_row_that_does_not_fit_the_schema_is_kept_as_text_and_the_rest_written
     batch = recorder.take_batch()
     batch["rows"][1]["usage_prompt_tokens"] = 2**64  # what the tracker never lets through: a bug of ours
     writer.write_batch(batch)
-    assert sorted(writer.requests_table()["request_id"]) == ["r0", "r2"]
+    assert sorted(writer.run.read_requests()["request_id"]) == ["r0", "r2"]
     assert (writer.rows_written, writer.rows_unwritable) == (2, 1)
     (kept,) = [json.loads(line) for line in (writer.directory / UNWRITABLE_ROWS).read_text().splitlines()]
     assert kept["request_id"] == "r1" and kept["usage_prompt_tokens"] == 2**64
-    assert len(writer.frames_table()) == 3  # frames are not lost with their row
+    assert len(writer.run.read_frames()) == 3  # frames are not lost with their row
 
 
 def test_a_batch_that_cannot_be_written_stays_in_memory_and_is_written_later(tmp_path: Path) -> None:
@@ -74,7 +75,7 @@ def test_a_batch_that_cannot_be_written_stays_in_memory_and_is_written_later(tmp
     recorder.add(finished("late", 0).finish(1.0), None)
     writer.write_batch(recorder.take_batch())
     assert writer.rows_pending == 0
-    assert sorted(writer.requests_table()["request_id"]) == ["early", "late"]
+    assert sorted(writer.run.read_requests()["request_id"]) == ["early", "late"]
 
 
 def test_a_retry_after_a_failed_frames_write_writes_no_row_twice(tmp_path: Path) -> None:
@@ -89,5 +90,7 @@ def test_a_retry_after_a_failed_frames_write_writes_no_row_twice(tmp_path: Path)
     writer.frames_dir.unlink()
     writer.frames_dir.mkdir()
     writer.write_batch(recorder.take_batch())  # the retry
-    assert list(writer.requests_table()["request_id"]) == ["once"]
-    assert set(writer.frames_table()["request_id"]) == {"once"} and len(writer.frames_table()) == len(stream.frames)
+    assert list(writer.run.read_requests()["request_id"]) == ["once"]
+    assert set(writer.run.read_frames()["request_id"]) == {"once"} and len(writer.run.read_frames()) == len(
+        stream.frames
+    )

@@ -17,6 +17,7 @@ from loadtests.run_dir import Manifest, RunDir, read_table
 from loadtests.run_writer import RunWriter
 from loadtests.sse import Frame
 from loadtests.summary import KEEPALIVE_COUNTED_ON, Summary
+from tests.loadtests.tables import requests_of
 
 
 def recorded() -> Recorder:
@@ -69,7 +70,7 @@ def test_a_run_directory_holds_parts_and_a_true_summary(tmp_path: Path) -> None:
     assert summary["latency"]["duration_s"]["p50"] == 0.8 and summary["latency"]["ttfb_s"]["count"] == 4
     assert summary["keepalive_per_stream"] == {"streams": 2, "mean": 1.0, "max": 1, "counted_on": KEEPALIVE_COUNTED_ON}
     assert len(pd.read_parquet(run.frames)) == 5
-    pd.testing.assert_frame_equal(read_table(run.requests), recorded().requests_table())
+    pd.testing.assert_frame_equal(read_table(run.requests), requests_of(recorded()))
 
 
 def test_parts_written_apart_read_back_as_one_table(tmp_path: Path) -> None:
@@ -79,8 +80,8 @@ def test_parts_written_apart_read_back_as_one_table(tmp_path: Path) -> None:
     writer.write_batch({"rows": [], "frames": {c: [] for c in FRAME_COLUMNS}})  # nothing new: no part
     writer.write_batch(second.take_batch())
     assert len(list(writer.requests_dir.glob("*.parquet"))) == 2
-    assert len(writer.requests_table()) == 8 == writer.rows_written
-    assert str(writer.requests_table()["status"].dtype) == "Int64"
+    assert len(writer.run.read_requests()) == 8 == writer.rows_written
+    assert str(writer.run.read_requests()["status"].dtype) == "Int64"
 
 
 def test_rebuild_rejudges_a_run_from_its_files_alone(tmp_path: Path) -> None:

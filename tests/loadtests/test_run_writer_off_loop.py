@@ -73,7 +73,7 @@ def slow_parts(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 
 def written_ids(writer: RunWriter) -> list[str]:
     """Request ids in the order their parts were written."""
-    return list(writer.requests_table()["request_id"])
+    return list(writer.run.read_requests()["request_id"])
 
 
 def test_other_greenlets_keep_running_while_a_large_batch_is_written(tmp_path: Path) -> None:
@@ -86,7 +86,7 @@ def test_other_greenlets_keep_running_while_a_large_batch_is_written(tmp_path: P
     during = ticker.between(start, end)
     # Written on the loop, the batch (tens of ms of Arrow conversion and parquet) let no greenlet run.
     assert len(during) >= 3, f"{len(during)} ticks in {1000 * (end - start):.0f} ms of writing"
-    assert writer.rows_written == 3000 and len(writer.frames_table()) == 36_000
+    assert writer.rows_written == 3000 and len(writer.run.read_frames()) == 36_000
 
 
 def test_a_slow_disk_stalls_only_the_greenlet_that_writes(tmp_path: Path, slow_parts: threading.Event) -> None:

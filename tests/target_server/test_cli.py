@@ -70,12 +70,6 @@ def test_the_command_line_defaults_are_the_config_defaults_and_options_parse_to_
     assert parsed.inter_token_latency == 12.5
 
 
-def test_keep_alive_is_enabled_only_for_finite_positive_intervals() -> None:
-    assert ServerConfig(sse_keep_alive_interval=0.5).keep_alive_enabled
-    for interval in (0.0, -1.0, float("nan"), float("inf")):
-        assert not ServerConfig(sse_keep_alive_interval=interval).keep_alive_enabled
-
-
 def test_accepted_connections_get_tcp_nodelay() -> None:
     """Without TCP_NODELAY each small SSE frame after the first waits for the client's delayed ACK."""
 
