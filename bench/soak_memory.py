@@ -64,9 +64,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
-    command = [sys.executable, "-m", "loadtests", "soak", "--duration", options.duration, "--windows",
-               str(options.windows), "--users", str(options.users), "--report-dir", options.report_dir,
-               "--progress-interval", "30"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "loadtests",
+        "soak",
+        "--duration",
+        options.duration,
+        "--windows",
+        str(options.windows),
+        "--users",
+        str(options.users),
+        "--report-dir",
+        options.report_dir,
+        "--progress-interval",
+        "30",
+    ]
     print("running:", " ".join(command), flush=True)
     started = time.monotonic()
     result = run_bounded(command, options.duration_s + options.timeout)
@@ -130,8 +143,10 @@ def _print(summary: dict, figures: dict, run_dir: Path, verdict: str) -> None:
     print(f"run: {run_dir}")
     print(f"{'window':>6} {'from s':>7} {'to s':>7} {'requests':>8} {'harness MiB':>11} {'server MiB':>10}")
     for window in summary["soak"]["windows"]:
-        print(f"{window['window']:>6} {window['start_s']:>7.0f} {window['end_s']:>7.0f} {window['requests']:>8} "
-              f"{window['harness_rss_mb'] or 0:>11.1f} {window['server_rss_mb'] or 0:>10.1f}")  # fmt: skip
+        print(
+            f"{window['window']:>6} {window['start_s']:>7.0f} {window['end_s']:>7.0f} {window['requests']:>8} "
+            f"{window['harness_rss_mb'] or 0:>11.1f} {window['server_rss_mb'] or 0:>10.1f}"
+        )
     for key, label in (("harness_rss_mb", "harness"), ("server_rss_mb", "server")):
         if f"{key}_growth_second_to_last" in figures:
             print(

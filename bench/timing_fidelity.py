@@ -112,9 +112,22 @@ from loadtests.run_writer import read_table  # noqa: E402
 from loadtests.stack import API_KEY_ENV, ServerStartError, TargetServerProcess  # noqa: E402
 
 SCENARIO = REPO_ROOT / "scenarios" / "mixed_truncate.py"
-SERVER_PROFILE = ["--host", "127.0.0.1", "--max-model-len", "8192", "--max-num-seqs", "2048",
-                  "--prefill-time-per-token", "0.05", "--time-to-first-token", "300",
-                  "--inter-token-latency", "40", "--sse-keep-alive-interval", "0.1"]  # fmt: skip
+SERVER_PROFILE = [
+    "--host",
+    "127.0.0.1",
+    "--max-model-len",
+    "8192",
+    "--max-num-seqs",
+    "2048",
+    "--prefill-time-per-token",
+    "0.05",
+    "--time-to-first-token",
+    "300",
+    "--inter-token-latency",
+    "40",
+    "--sse-keep-alive-interval",
+    "0.1",
+]
 """The issue's measurement; max-model-len and prefill per token as the scenario's own profile."""
 FLAG_ERROR_S = 0.010
 SHARED_READ_SENT_APART_S = 0.001
@@ -224,9 +237,25 @@ class Figures:
 
 
 def locust_command(load: Load, url: str, duration_s: int, report_dir: Path) -> list[str]:
-    command = [sys.executable, "-m", "locust", "-f", str(SCENARIO), "--headless", "--host", url,
-               "-u", str(load.users), "-r", str(load.users), "-t", f"{duration_s}s",
-               "--report-dir", str(report_dir), "--only-summary"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(SCENARIO),
+        "--headless",
+        "--host",
+        url,
+        "-u",
+        str(load.users),
+        "-r",
+        str(load.users),
+        "-t",
+        f"{duration_s}s",
+        "--report-dir",
+        str(report_dir),
+        "--only-summary",
+    ]
     return command + (["--processes", str(load.processes)] if load.processes > 1 else [])
 
 
@@ -443,8 +472,21 @@ def figures_of(run: Run, skip_first_s: float) -> Figures:
     delivery_ms = (gaps.frame["mono"] - gaps.frame["sent"]).median() * 1000.0
     errors = (float(p50), float(p99), float(top))
     together = int(unflagged["shared_read"].sum())
-    return Figures(run.load, gaps.streams, len(gaps.frame), *errors, gaps.mismatches, len(over_10), flagged,
-                   together, over_20, windows, most, float(delivery_ms), control_pct)  # fmt: skip
+    return Figures(
+        run.load,
+        gaps.streams,
+        len(gaps.frame),
+        *errors,
+        gaps.mismatches,
+        len(over_10),
+        flagged,
+        together,
+        over_20,
+        windows,
+        most,
+        float(delivery_ms),
+        control_pct,
+    )
 
 
 def print_figures(figures: Figures, run: Run) -> None:
@@ -507,8 +549,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--users", type=parse_users, default="50,200,1000", help="concurrent users, one load each")
     parser.add_argument("--duration", type=int, default=30, help="seconds each load runs (Locust -t)")
-    parser.add_argument("--processes-at-largest", type=int, default=2,
-                        help="also run the largest load over this many Locust worker processes (1: don't)")  # fmt: skip
+    parser.add_argument(
+        "--processes-at-largest",
+        type=int,
+        default=2,
+        help="also run the largest load over this many Locust worker processes (1: don't)",
+    )
     parser.add_argument("--skip-first", type=float, default=5.0, help="seconds of ramp-up whose streams are dropped")
     parser.add_argument("--keep", action="store_true", help="keep the run directories and traces (path printed)")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK} unless given")

@@ -146,8 +146,12 @@ def parser() -> argparse.ArgumentParser:
         description="Reverse proxy that cuts streams silent for longer than --read-timeout: 504 before the "
         "response headers, a connection closed without the final chunk after them. No buffering.",
     )
-    proxy.add_argument("--listen", type=_host_port, default=("127.0.0.1", 0),
-                       help="HOST:PORT to listen on; port 0 picks a free one (default 127.0.0.1:0)")  # fmt: skip
+    proxy.add_argument(
+        "--listen",
+        type=_host_port,
+        default=("127.0.0.1", 0),
+        help="HOST:PORT to listen on; port 0 picks a free one (default 127.0.0.1:0)",
+    )
     proxy.add_argument(
         "--upstream", required=True, type=_http_url, help="base URL of the server to proxy, e.g. http://127.0.0.1:8000"
     )
@@ -169,9 +173,12 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("new", help="the new run: a run directory or its summary.json")
     defaults = compare_module.Thresholds()
     for name in _THRESHOLDS:
-        compare.add_argument("--" + name.replace("_", "-"), type=_threshold(name), default=getattr(defaults, name),
-                             help=f"{_THRESHOLD_KIND.get(name, 'a number >= 0')}, inf never flags "
-                                  f"(default {getattr(defaults, name):g})")  # fmt: skip
+        compare.add_argument(
+            "--" + name.replace("_", "-"),
+            type=_threshold(name),
+            default=getattr(defaults, name),
+            help=f"{_THRESHOLD_KIND.get(name, 'a number >= 0')}, inf never flags (default {getattr(defaults, name):g})",
+        )
     _add_soak_parser(commands)
     return root
 
@@ -199,38 +206,70 @@ def _add_soak_parser(commands: Any) -> None:
     )
     limits = DriftLimits()
     soak.add_argument("--scenario", type=Path, default=DEFAULT_SCENARIO, help="locustfile (default scenarios/soak.py)")
-    soak.add_argument("--duration", type=_duration, default=300,
-                      help="e.g. 90s, 20m, 8h, 1h30m, 1.5h or plain seconds (default 5m). Whole seconds, at least "
-                      "1 s (Locust's -t resolution; it reads 0s as no limit): 0.4s or 1.5s is refused, never "
-                      "rounded, and so is an ambiguous string such as 1h2, 1h1h or 30m1h")  # fmt: skip
+    soak.add_argument(
+        "--duration",
+        type=_duration,
+        default=300,
+        help="e.g. 90s, 20m, 8h, 1h30m, 1.5h or plain seconds (default 5m). Whole seconds, at least "
+        "1 s (Locust's -t resolution; it reads 0s as no limit): 0.4s or 1.5s is refused, never "
+        "rounded, and so is an ambiguous string such as 1h2, 1h1h or 30m1h",
+    )
     soak.add_argument("--users", type=_at_least(1), default=12, help="concurrent users, >= 1 (default 12)")
-    soak.add_argument("--spawn-rate", type=_positive, default=12.0,
-                      help="users started per second, > 0 (default 12)")  # fmt: skip
-    soak.add_argument("--processes", type=_at_least(1), default=None,
-                      help="Locust worker processes, >= 1 (default: one process)")  # fmt: skip
-    soak.add_argument("--host", type=_target_url, default=None,
-                      help="target server, an http(s) URL (default: the scenario's bundled stack)")  # fmt: skip
-    soak.add_argument("--report-dir", default="reports",
-                      help="where the run directory goes: a writable directory, or one that can be created "
-                      "(default reports)")  # fmt: skip
-    soak.add_argument("--baseline", default=None,
-                      help="a previous run directory or summary.json to compare with (checked before the run "
-                      "starts)")  # fmt: skip
-    soak.add_argument("--frame-sample-rate", type=_share, default=0.1,
-                      help="share of ok streams whose frames are kept, 0 to 1; failures always keep theirs "
-                      "(default 0.1)")  # fmt: skip
-    soak.add_argument("--progress-interval", type=_positive_seconds, default=None,
-                      help="seconds between progress lines (default 1 on a terminal, 10 otherwise)")  # fmt: skip
-    soak.add_argument("--checkpoint-interval", type=_positive_seconds, default=60.0,
-                      help="seconds between rewrites of summary.json while running (default 60)")  # fmt: skip
-    soak.add_argument("--windows", type=_at_least(3), default=limits.windows,
-                      help=f"drift windows, >= 3 (default {limits.windows})")  # fmt: skip
-    soak.add_argument("--max-memory-growth", type=_limit, default=limits.max_memory_growth,
-                      help="steady memory growth allowed, second to last window, a finite number >= 0 "
-                      f"(default {limits.max_memory_growth:g})")  # fmt: skip
-    soak.add_argument("--max-latency-drift", type=_limit, default=limits.max_latency_drift,
-                      help="TTFT p50 growth allowed, first to last window, a finite number >= 0 "
-                      f"(default {limits.max_latency_drift:g})")  # fmt: skip
+    soak.add_argument("--spawn-rate", type=_positive, default=12.0, help="users started per second, > 0 (default 12)")
+    soak.add_argument(
+        "--processes", type=_at_least(1), default=None, help="Locust worker processes, >= 1 (default: one process)"
+    )
+    soak.add_argument(
+        "--host",
+        type=_target_url,
+        default=None,
+        help="target server, an http(s) URL (default: the scenario's bundled stack)",
+    )
+    soak.add_argument(
+        "--report-dir",
+        default="reports",
+        help="where the run directory goes: a writable directory, or one that can be created (default reports)",
+    )
+    soak.add_argument(
+        "--baseline",
+        default=None,
+        help="a previous run directory or summary.json to compare with (checked before the run starts)",
+    )
+    soak.add_argument(
+        "--frame-sample-rate",
+        type=_share,
+        default=0.1,
+        help="share of ok streams whose frames are kept, 0 to 1; failures always keep theirs (default 0.1)",
+    )
+    soak.add_argument(
+        "--progress-interval",
+        type=_positive_seconds,
+        default=None,
+        help="seconds between progress lines (default 1 on a terminal, 10 otherwise)",
+    )
+    soak.add_argument(
+        "--checkpoint-interval",
+        type=_positive_seconds,
+        default=60.0,
+        help="seconds between rewrites of summary.json while running (default 60)",
+    )
+    soak.add_argument(
+        "--windows", type=_at_least(3), default=limits.windows, help=f"drift windows, >= 3 (default {limits.windows})"
+    )
+    soak.add_argument(
+        "--max-memory-growth",
+        type=_limit,
+        default=limits.max_memory_growth,
+        help="steady memory growth allowed, second to last window, a finite number >= 0 "
+        f"(default {limits.max_memory_growth:g})",
+    )
+    soak.add_argument(
+        "--max-latency-drift",
+        type=_limit,
+        default=limits.max_latency_drift,
+        help="TTFT p50 growth allowed, first to last window, a finite number >= 0 "
+        f"(default {limits.max_latency_drift:g})",
+    )
     soak.add_argument("locust_args", nargs="*", help="after --: extra locust options, e.g. -- --proxy nginx")
 
 
@@ -259,14 +298,26 @@ def _run_soak(options: argparse.Namespace) -> int:
     from loadtests.soak import Soak, SoakPlan
 
     _check_soak_files(options)
-    limits = replace(DriftLimits(), windows=options.windows, max_memory_growth=options.max_memory_growth,
-                     max_latency_drift=options.max_latency_drift)  # fmt: skip
+    limits = replace(
+        DriftLimits(),
+        windows=options.windows,
+        max_memory_growth=options.max_memory_growth,
+        max_latency_drift=options.max_latency_drift,
+    )
     plan = SoakPlan(
-        scenario=options.scenario, duration_s=options.duration, users=options.users, spawn_rate=options.spawn_rate,
-        processes=options.processes, host=options.host, report_dir=options.report_dir, baseline=options.baseline,
-        progress_interval=options.progress_interval, checkpoint_interval=options.checkpoint_interval, limits=limits,
+        scenario=options.scenario,
+        duration_s=options.duration,
+        users=options.users,
+        spawn_rate=options.spawn_rate,
+        processes=options.processes,
+        host=options.host,
+        report_dir=options.report_dir,
+        baseline=options.baseline,
+        progress_interval=options.progress_interval,
+        checkpoint_interval=options.checkpoint_interval,
+        limits=limits,
         locust_args=["--frame-sample-rate", f"{options.frame_sample_rate:g}", *options.locust_args],
-    )  # fmt: skip
+    )
     return Soak(plan).run()
 
 

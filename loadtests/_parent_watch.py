@@ -78,8 +78,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m loadtests._parent_watch",
         description="Run COMMAND; stop it when this process's stdin closes (its parent died); exit as it did.",
     )
-    parser.add_argument("--remove", action="append", default=[], metavar="DIR",
-                        help="directory to remove after COMMAND was stopped because stdin closed")  # fmt: skip
+    parser.add_argument(
+        "--remove",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="directory to remove after COMMAND was stopped because stdin closed",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="after --: the program and its arguments")
     options = parser.parse_args(argv)
     command = options.command[1:] if options.command[:1] == ["--"] else options.command

@@ -132,8 +132,11 @@ class Collector:
         if self.writer is not None:
             self.writer.write_batch(msg.data)
         elif msg.data["rows"]:
-            logger.error("sse-soak: %d rows from %s arrived with no test running: not written",
-                         len(msg.data["rows"]), msg.node_id)  # fmt: skip
+            logger.error(
+                "sse-soak: %d rows from %s arrived with no test running: not written",
+                len(msg.data["rows"]),
+                msg.node_id,
+            )
 
     def _waiting_for(self) -> set[str]:
         """Workers of this test still connected and without a final batch (a worker that quit or
@@ -149,5 +152,8 @@ class Collector:
             gevent.sleep(0.05)
         missing = self.participants - self.final_from
         if missing:
-            logger.error("sse-soak: no final batch from %d worker(s) %s: their last streams are missing",
-                         len(missing), sorted(missing))  # fmt: skip
+            logger.error(
+                "sse-soak: no final batch from %d worker(s) %s: their last streams are missing",
+                len(missing),
+                sorted(missing),
+            )

@@ -168,11 +168,23 @@ def compare(base: dict[str, Any], new: dict[str, Any], limits: Thresholds = Thre
     """Every figure side by side; ``regressed`` marks those beyond ``limits``."""
     rows = [Row("requests judged", judged(base), judged(new), False)]
     rate_500 = [_rate(s["http_500"] + s["inband_500"], s) for s in (base, new)]
-    rows.append(Row("500 rate (HTTP + in-band)", *rate_500, rate_500[1] - rate_500[0] > limits.max_500_rate_increase,
-                    f"> +{limits.max_500_rate_increase:g}"))  # fmt: skip
+    rows.append(
+        Row(
+            "500 rate (HTTP + in-band)",
+            *rate_500,
+            rate_500[1] - rate_500[0] > limits.max_500_rate_increase,
+            f"> +{limits.max_500_rate_increase:g}",
+        )
+    )
     failure = [_rate(sum(s["outcomes"].get(o, 0) for o in FAILURE_OUTCOMES), s) for s in (base, new)]
-    rows.append(Row("failure rate", *failure, failure[1] - failure[0] > limits.max_failure_rate_increase,
-                    f"> +{limits.max_failure_rate_increase:g}"))  # fmt: skip
+    rows.append(
+        Row(
+            "failure rate",
+            *failure,
+            failure[1] - failure[0] > limits.max_failure_rate_increase,
+            f"> +{limits.max_failure_rate_increase:g}",
+        )
+    )
     for outcome in ("ok", "rejected", *FAILURE_OUTCOMES):
         rows.append(Row(f"rate {outcome}", *(_rate(s["outcomes"].get(outcome, 0), s) for s in (base, new)), False))
     for column, stat in LATENCY_FIGURES:
@@ -185,13 +197,21 @@ def compare(base: dict[str, Any], new: dict[str, Any], limits: Thresholds = Thre
     rows.append(Row("keep-alive frames per raw stream", old_ka, new_ka, dropped, f"< -{limits.max_keepalive_drop:.0%}"))
     gates = [bool(s.get("gates_passed", s["passed"])) for s in (base, new)]  # older summaries: passed
     rows.append(Row("gates passed", float(gates[0]), float(gates[1]), gates[0] and not gates[1], "pass -> fail"))
-    rows.append(Row("verdict passed (an interrupted run fails)", float(base["passed"]), float(new["passed"]),
-                    base["passed"] and not new["passed"], "pass -> fail"))  # fmt: skip
+    rows.append(
+        Row(
+            "verdict passed (an interrupted run fails)",
+            float(base["passed"]),
+            float(new["passed"]),
+            base["passed"] and not new["passed"],
+            "pass -> fail",
+        )
+    )
     return rows
 
 
 def render(rows: list[Row], base_name: str, new_name: str) -> str:
     table = [["metric", f"base: {base_name}", f"new: {new_name}", "change", ""], *(row.cells() for row in rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-                     for line in table)  # fmt: skip
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in table
+    )

@@ -81,8 +81,10 @@ def _window_memory(resources: pd.DataFrame, start: float, end: float) -> dict[st
     if resources.empty:
         return {"harness_rss_mb": None, "server_rss_mb": None}
     inside = resources[(resources["t"] >= start) & (resources["t"] < end)]
-    return {column: (float(inside[column].mean()) if inside[column].notna().any() else None)
-            for column in ("harness_rss_mb", "server_rss_mb")}  # fmt: skip
+    return {
+        column: (float(inside[column].mean()) if inside[column].notna().any() else None)
+        for column in ("harness_rss_mb", "server_rss_mb")
+    }
 
 
 def memory_growth(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
@@ -111,8 +113,10 @@ def latency_drift(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
     first, last = series.iloc[0], series.iloc[-1]
     drift = last - first
     failed = drift > limits.min_latency_drift_s and (first <= 0 or drift / first > limits.max_latency_drift)
-    detail = (f"TTFT p50 first window {first * 1000:.1f} ms, last {last * 1000:.1f} ms ({drift * 1000:+.1f} ms); "
-              f"limit +{limits.max_latency_drift:.0%} and +{limits.min_latency_drift_s * 1000:.0f} ms")  # fmt: skip
+    detail = (
+        f"TTFT p50 first window {first * 1000:.1f} ms, last {last * 1000:.1f} ms ({drift * 1000:+.1f} ms); "
+        f"limit +{limits.max_latency_drift:.0%} and +{limits.min_latency_drift_s * 1000:.0f} ms"
+    )
     return GateResult(name, not failed, detail)
 
 

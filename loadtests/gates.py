@@ -285,8 +285,10 @@ class NoProxyTimeouts:
         longest = pd.concat([by_proxy["max_gap_s"], timed_out["ttfb_s"]]).max()
         interval = self.keep_alive_interval
         keep_alive = "off" if not interval else f"every {interval:g} s"
-        detail += (f"; longest silence {longest:.2f} s against a proxy read timeout of {self.read_timeout:g} s with "
-                   f"server keep-alive {keep_alive}")  # fmt: skip
+        detail += (
+            f"; longest silence {longest:.2f} s against a proxy read timeout of {self.read_timeout:g} s with "
+            f"server keep-alive {keep_alive}"
+        )
         if not interval or interval >= self.read_timeout:
             detail += " (a keep-alive interval below the read timeout would keep these streams alive)"
         return GateResult(self.name, False, detail + _examples(pd.concat([timed_out, by_proxy])))
@@ -324,9 +326,14 @@ class HarnessKeptUp:
 
 
 ALWAYS_ON: tuple[Gate, ...] = (
-    RequestsCompleted(), OutcomesAsExpected(), NoHttp500(), NoInband500(), NoProtocolErrors(), NoHarnessErrors(),
+    RequestsCompleted(),
+    OutcomesAsExpected(),
+    NoHttp500(),
+    NoInband500(),
+    NoProtocolErrors(),
+    NoHarnessErrors(),
     TruncationHonoured(),
-)  # fmt: skip
+)
 
 
 def evaluate(tables: RunTables, gates: Iterable[Gate] = ()) -> list[GateResult]:

@@ -253,8 +253,10 @@ def _headline_section(summary: dict[str, Any], requests: pd.DataFrame, sample_ra
         f"{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.get('gates') or [])}"
         f"<h3>Settings</h3>{_settings_table(summary.get('settings') or {})}"
     )
-    how = ("The verdict is PASSED only when every gate below passed, on at least one request, and the run was not "
-           "interrupted (a signal ended it before its planned duration); each gate line gives its figure.")  # fmt: skip
+    how = (
+        "The verdict is PASSED only when every gate below passed, on at least one request, and the run was not "
+        "interrupted (a signal ended it before its planned duration); each gate line gives its figure."
+    )
     return _section(f"sse-soak run: {summary.get('scenario', 'run')}", how, body, level=1)
 
 
@@ -449,12 +451,15 @@ def _gap_figure(any_gaps: np.ndarray, data_gaps: np.ndarray, settings: dict[str,
     high = max(high * 1.05, low * 10)
     bins = np.logspace(math.log10(low), math.log10(high), 60)
     figure, axes = _figure()
-    curves = ((any_gaps, "any bytes (frames.gap_s)", "#64b5f6", 3.2),
-              (data_gaps, "data only (data/error/done frames)", "#e65100", 1.2))  # fmt: skip
+    curves = (
+        (any_gaps, "any bytes (frames.gap_s)", "#64b5f6", 3.2),
+        (data_gaps, "data only (data/error/done frames)", "#e65100", 1.2),
+    )
     for values, label, colour, width in curves:
         if values.size:
-            axes.hist(values, bins=bins, histtype="step", linewidth=width, color=colour,
-                      label=f"{label}, n={values.size}")  # fmt: skip
+            axes.hist(
+                values, bins=bins, histtype="step", linewidth=width, color=colour, label=f"{label}, n={values.size}"
+            )
     _gap_reference_lines(axes, settings)
     axes.set_xscale("log")
     axes.set_yscale("log")
@@ -468,12 +473,14 @@ def _gap_figure(any_gaps: np.ndarray, data_gaps: np.ndarray, settings: dict[str,
 def _gap_reference_lines(axes: Axes, settings: dict[str, Any]) -> None:
     interval = _keep_alive_interval(settings)
     if interval is not None:
-        axes.axvline(interval, color="#2e7d32", linestyle="--", linewidth=1,
-                     label=f"keep-alive interval {interval:g} s")  # fmt: skip
+        axes.axvline(
+            interval, color="#2e7d32", linestyle="--", linewidth=1, label=f"keep-alive interval {interval:g} s"
+        )
     read_timeout = _number(settings.get("proxy_read_timeout"))
     if settings.get("proxy") not in (None, "none") and read_timeout is not None and read_timeout > 0:
-        axes.axvline(read_timeout, color="#c62828", linestyle=":", linewidth=1.2,
-                     label=f"proxy read timeout {read_timeout:g} s")  # fmt: skip
+        axes.axvline(
+            read_timeout, color="#c62828", linestyle=":", linewidth=1.2, label=f"proxy read timeout {read_timeout:g} s"
+        )
 
 
 # --- 5. keep-alive against silence -----------------------------------------------------------
@@ -501,13 +508,21 @@ def _keepalive_figure(points: pd.DataFrame, interval: float | None) -> Figure:
     figure, axes = _figure()
     for outcome in _outcome_order(list(points["outcome"].unique())):
         group = points[points["outcome"].astype(object) == outcome]
-        axes.scatter(group["x"], group["y"], s=16, alpha=0.6, color=_colour(outcome), edgecolors="none",
-                     label=f"{outcome} ({len(group)})")  # fmt: skip
+        axes.scatter(
+            group["x"],
+            group["y"],
+            s=16,
+            alpha=0.6,
+            color=_colour(outcome),
+            edgecolors="none",
+            label=f"{outcome} ({len(group)})",
+        )
     if interval is not None:
         right = max(float(points["x"].max()), interval)
         xs = np.linspace(0.0, right, 50)
-        axes.plot(xs, xs / interval, linestyle="--", color="#424242", linewidth=1,
-                  label=f"expected: x / {interval:g} s")  # fmt: skip
+        axes.plot(
+            xs, xs / interval, linestyle="--", color="#424242", linewidth=1, label=f"expected: x / {interval:g} s"
+        )
     axes.set_xlabel("silence before the first token (s)")
     axes.set_ylabel("keep-alive frames in the stream")
     axes.set_ylim(bottom=-0.5, top=max(float(points["y"].max()), 1.0) + 0.5)
@@ -549,8 +564,14 @@ def _timeline_figure(spans: pd.DataFrame) -> Figure:
     width = min(4.0, max(1.2, 300.0 / len(spans)))
     for outcome in _outcome_order(list(spans["outcome"].unique())):
         mask = spans["outcome"] == outcome
-        axes.hlines(spans.index[mask], begin[mask], end[mask], colors=_colour(outcome), linewidth=width,
-                    label=f"{outcome} ({int(mask.sum())})")  # fmt: skip
+        axes.hlines(
+            spans.index[mask],
+            begin[mask],
+            end[mask],
+            colors=_colour(outcome),
+            linewidth=width,
+            label=f"{outcome} ({int(mask.sum())})",
+        )
     axes.set_xlim(-extent * 0.01, extent * 1.01)
     axes.set_ylim(len(spans) - 0.5, -0.5)
     axes.set_xlabel("seconds since the first request")
@@ -695,17 +716,30 @@ def _read_late(wait: Any) -> str:
 
 # --- soak windows ------------------------------------------------------------------------------
 
-_WINDOW_COLUMNS = (("window", "window"), ("start_s", "from s"), ("end_s", "to s"), ("requests", "requests"),
-                   ("ok", "ok"), ("http_500", "HTTP 500"), ("inband_500", "in-band 500"), ("cut", "cut"),
-                   ("ttft_p50_s", "TTFT p50 s"), ("ttft_p95_s", "TTFT p95 s"), ("max_gap_p99_s", "max gap p99 s"),
-                   ("keepalive_per_silent_s", "keep-alives per silent s"), ("harness_rss_mb", "harness MiB"),
-                   ("server_rss_mb", "server MiB"))  # fmt: skip
+_WINDOW_COLUMNS = (
+    ("window", "window"),
+    ("start_s", "from s"),
+    ("end_s", "to s"),
+    ("requests", "requests"),
+    ("ok", "ok"),
+    ("http_500", "HTTP 500"),
+    ("inband_500", "in-band 500"),
+    ("cut", "cut"),
+    ("ttft_p50_s", "TTFT p50 s"),
+    ("ttft_p95_s", "TTFT p95 s"),
+    ("max_gap_p99_s", "max gap p99 s"),
+    ("keepalive_per_silent_s", "keep-alives per silent s"),
+    ("harness_rss_mb", "harness MiB"),
+    ("server_rss_mb", "server MiB"),
+)
 
 
 def _soak_section(soak: dict[str, Any]) -> str:
     windows = pd.DataFrame(soak.get("windows") or [])
-    how = ("The run cut into equal windows by request start time: drift shows as a trend down the table, and the "
-           "memory plot shows whether harness or server memory keeps growing after the first window.")  # fmt: skip
+    how = (
+        "The run cut into equal windows by request start time: drift shows as a trend down the table, and the "
+        "memory plot shows whether harness or server memory keeps growing after the first window."
+    )
     if windows.empty:
         return _section("Soak windows", how, _empty("No windows: the run recorded no requests."))
     header = "".join(f"<th>{_text(label)}</th>" for _, label in _WINDOW_COLUMNS)
@@ -731,8 +765,11 @@ def _window_cell(value: Any) -> str:
 
 
 def _memory_plot(windows: pd.DataFrame) -> str:
-    series = {label: windows[column] for column, label in (("harness_rss_mb", "harness"), ("server_rss_mb", "server"))
-              if column in windows and windows[column].notna().any()}  # fmt: skip
+    series = {
+        label: windows[column]
+        for column, label in (("harness_rss_mb", "harness"), ("server_rss_mb", "server"))
+        if column in windows and windows[column].notna().any()
+    }
     if not series:
         return _empty("No memory samples (memory is sampled by python -m loadtests soak).")
     figure, axes = _figure()

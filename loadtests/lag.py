@@ -35,8 +35,9 @@ LAG_INTERVAL_S = 0.01
 DEFAULT_LAG_LIMIT_MS = 5.0
 """The ``harness_kept_up`` gate's default: the p99 of each process's lag samples at most this."""
 LAG_COLUMNS = ("worker", "time", "t_mono", "lag_s")
-LAG_SCHEMA = pa.schema([("worker", pa.string()), ("time", pa.float64()), ("t_mono", pa.float64()),
-                        ("lag_s", pa.float64())])  # fmt: skip
+LAG_SCHEMA = pa.schema(
+    [("worker", pa.string()), ("time", pa.float64()), ("t_mono", pa.float64()), ("lag_s", pa.float64())]
+)
 """lag.parquet: the process (``local``, ``master``, ``worker-N``), wall-clock and monotonic time of
 the wake, and how late it was (seconds)."""
 _RESOLUTION_S = 1e-4
@@ -112,8 +113,9 @@ def lag_summary(lag: pd.DataFrame, limit_ms: float = DEFAULT_LAG_LIMIT_MS) -> di
     loop spent in stalls longer than ``limit_ms``, and the same per process (the gate judges each
     process: one overloaded worker is enough to distort its streams)."""
     summary: dict[str, Any] = {"limit_ms": limit_ms, **_figures(lag["lag_s"], limit_ms)}
-    summary["by_worker"] = {str(worker): _figures(rows["lag_s"], limit_ms)
-                            for worker, rows in lag.groupby("worker", sort=True)}  # fmt: skip
+    summary["by_worker"] = {
+        str(worker): _figures(rows["lag_s"], limit_ms) for worker, rows in lag.groupby("worker", sort=True)
+    }
     return summary
 
 

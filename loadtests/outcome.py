@@ -40,8 +40,18 @@ import orjson
 
 from loadtests.sse import KEEP_ALIVE_TEXT, Frame
 
-OUTCOMES = ("ok", "rejected", "http_5xx", "inband_error", "protocol_error", "cut", "timeout", "connect_error",
-            "harness_error", "stopped")  # fmt: skip
+OUTCOMES = (
+    "ok",
+    "rejected",
+    "http_5xx",
+    "inband_error",
+    "protocol_error",
+    "cut",
+    "timeout",
+    "connect_error",
+    "harness_error",
+    "stopped",
+)
 FAILURE_OUTCOMES = ("http_5xx", "inband_error", "protocol_error", "cut", "timeout", "connect_error", "harness_error")
 """Outcomes that are failures whatever a spec expects (``rejected`` can be what a spec asks for)."""
 MAX_TEXT = 500
@@ -387,18 +397,36 @@ class StreamTracker:
         plan = self.plan
         comments = self._sees_comments
         return RequestRow(
-            request_id=plan.request_id, name=plan.name, route=plan.route, client=plan.client, worker=self.worker,
-            start_time=self.start_time, prompt_tokens=plan.prompt_tokens, max_tokens=plan.max_tokens,
-            truncate_prompt_tokens=plan.truncate_prompt_tokens, expected=plan.expected, status=self.status,
-            outcome=outcome, error_code=_clip(code), error_param=_clip(error.get("param")),
+            request_id=plan.request_id,
+            name=plan.name,
+            route=plan.route,
+            client=plan.client,
+            worker=self.worker,
+            start_time=self.start_time,
+            prompt_tokens=plan.prompt_tokens,
+            max_tokens=plan.max_tokens,
+            truncate_prompt_tokens=plan.truncate_prompt_tokens,
+            expected=plan.expected,
+            status=self.status,
+            outcome=outcome,
+            error_code=_clip(code),
+            error_param=_clip(error.get("param")),
             error_message=message or _clip(error.get("message")),
-            usage_prompt_tokens=prompt_tokens, usage_completion_tokens=completion_tokens,
+            usage_prompt_tokens=prompt_tokens,
+            usage_completion_tokens=completion_tokens,
             raw_usage=None if fits else _clip(json.dumps(self._usage, default=str)),
-            ttfb_s=self.ttfb, ttft_s=self._ttft, duration_s=t, data_frames=self._data,
-            keepalive_frames=self._keepalive if comments else None, comment_frames=self._comment if comments else None,
-            bytes=self.bytes, max_gap_s=self._max_gap if comments else None, max_data_gap_s=self._max_data_gap,
-            silence_before_first_token_s=None if self.ttfb is None else (self._ttft or t) - self.ttfb, done=self.done,
-        )  # fmt: skip
+            ttfb_s=self.ttfb,
+            ttft_s=self._ttft,
+            duration_s=t,
+            data_frames=self._data,
+            keepalive_frames=self._keepalive if comments else None,
+            comment_frames=self._comment if comments else None,
+            bytes=self.bytes,
+            max_gap_s=self._max_gap if comments else None,
+            max_data_gap_s=self._max_data_gap,
+            silence_before_first_token_s=None if self.ttfb is None else (self._ttft or t) - self.ttfb,
+            done=self.done,
+        )
 
     def _outcome(self, failure: str | None) -> str:
         if self._harness_error is not None:

@@ -55,8 +55,10 @@ def base_url(host: str) -> tuple[str, tuple[str, ...]]:
     notices: tuple[str, ...] = ()
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
-        notices = (f"sse-soak: --host {host} ends in /v1; using {parts.scheme}://{parts.netloc}{path} "
-                   "(the harness adds /v1 itself)",)  # fmt: skip
+        notices = (
+            f"sse-soak: --host {host} ends in /v1; using {parts.scheme}://{parts.netloc}{path} "
+            "(the harness adds /v1 itself)",
+        )
     return f"{parts.scheme}://{parts.netloc}{path}", notices
 
 
@@ -70,8 +72,10 @@ def preflight(host: str, api_key: str | None, model: str | None, timeout: float 
     try:
         response = httpx.get(models_url, headers=headers, timeout=timeout)
     except httpx.TimeoutException:
-        raise PreflightError(f"no answer from {models_url} within {timeout:g} s: is the server up and "
-                             "serving? (--preflight-timeout sets the wait)") from None  # fmt: skip
+        raise PreflightError(
+            f"no answer from {models_url} within {timeout:g} s: is the server up and "
+            "serving? (--preflight-timeout sets the wait)"
+        ) from None
     except httpx.HTTPError as exc:
         reason = _reason(exc)
         raise PreflightError(f"cannot reach {models_url} ({reason}): is the server running? check --host") from None
@@ -79,23 +83,30 @@ def preflight(host: str, api_key: str | None, model: str | None, timeout: float 
         fix = "the key given was refused: check --api-key" if api_key else API_KEY_HINT
         raise PreflightError(f"HTTP {response.status_code} from {models_url}: {fix}")
     if response.status_code == 404:
-        raise PreflightError(f"HTTP 404 from {models_url}: no OpenAI-compatible API at --host {url} (a server "
-                             "behind a path prefix needs the prefix in --host)")  # fmt: skip
+        raise PreflightError(
+            f"HTTP 404 from {models_url}: no OpenAI-compatible API at --host {url} (a server "
+            "behind a path prefix needs the prefix in --host)"
+        )
     if response.status_code != 200:
-        raise PreflightError(f"HTTP {response.status_code} from {models_url}: the server cannot list its models; "
-                             f"{_excerpt(response)}")  # fmt: skip
+        raise PreflightError(
+            f"HTTP {response.status_code} from {models_url}: the server cannot list its models; {_excerpt(response)}"
+        )
     served = _model_ids(response)
     if served is None:
         content_type = response.headers.get("content-type", "no content type")
-        raise PreflightError(f"{models_url} answered {content_type!r}, not the OpenAI list of models "
-                             f"({_excerpt(response)}): is --host an OpenAI-compatible server?")  # fmt: skip
+        raise PreflightError(
+            f"{models_url} answered {content_type!r}, not the OpenAI list of models "
+            f"({_excerpt(response)}): is --host an OpenAI-compatible server?"
+        )
     if model is None:
         if not served:
             raise PreflightError(f"{models_url} lists no model: pass --model")
         return Target(url, served[0], notices)
     if served and model not in served:
-        notices += (f"sse-soak: --model {model} is not among the models {models_url} lists "
-                    f"({', '.join(served[:5])}); requesting it anyway",)  # fmt: skip
+        notices += (
+            f"sse-soak: --model {model} is not among the models {models_url} lists "
+            f"({', '.join(served[:5])}); requesting it anyway",
+        )
     return Target(url, model, notices)
 
 

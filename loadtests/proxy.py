@@ -74,9 +74,11 @@ class ProxyStats:
     refused: int = 0
 
     def line(self) -> str:
-        return (f"proxy: {self.requests} requests, {self.timeouts_before_headers} read timeouts before headers (504), "
-                f"{self.cuts_after_headers} after headers (cut), {self.bad_gateway} bad gateway (502), "
-                f"{self.refused} bad requests answered by the proxy")  # fmt: skip
+        return (
+            f"proxy: {self.requests} requests, {self.timeouts_before_headers} read timeouts before headers (504), "
+            f"{self.cuts_after_headers} after headers (cut), {self.bad_gateway} bad gateway (502), "
+            f"{self.refused} bad requests answered by the proxy"
+        )
 
 
 class BadRequest(Exception):

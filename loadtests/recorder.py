@@ -34,9 +34,16 @@ def _arrow_type(annotation: object) -> pa.DataType:
 REQUEST_SCHEMA = pa.schema([(name, _arrow_type(t)) for name, t in typing.get_type_hints(RequestRow).items()])
 """requests.parquet: one column per ``RequestRow`` field, in field order."""
 FRAME_SCHEMA = pa.schema(
-    [("request_id", pa.string()), ("seq", pa.int32()), ("kind", pa.string()), ("t_s", pa.float64()),
-     ("gap_s", pa.float64()), ("bytes", pa.int32()), ("wait_s", pa.float64())]
-)  # fmt: skip
+    [
+        ("request_id", pa.string()),
+        ("seq", pa.int32()),
+        ("kind", pa.string()),
+        ("t_s", pa.float64()),
+        ("gap_s", pa.float64()),
+        ("bytes", pa.int32()),
+        ("wait_s", pa.float64()),
+    ]
+)
 """frames.parquet. ``wait_s``: how long the read's last bytes lay in the kernel before the harness
 read them (its own lateness for that frame); null where the arrival is not stamped (openai SDK, TLS)."""
 assert tuple(FRAME_SCHEMA.names) == FRAME_COLUMNS

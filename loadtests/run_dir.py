@@ -95,8 +95,15 @@ class Manifest:
         specs = data.get("gate_specs", [])
         if not isinstance(data.get("settings", {}), dict) or not all(isinstance(s, dict) for s in specs):
             raise TypeError("settings must be an object and gate_specs a list of objects")
-        return cls(str(data["scenario"]), str(data["started_at"]), dict(data.get("settings", {})), list(specs),
-                   services, int(data.get("workers", 0)), dict(data.get("versions", {})))  # fmt: skip
+        return cls(
+            str(data["scenario"]),
+            str(data["started_at"]),
+            dict(data.get("settings", {})),
+            list(specs),
+            services,
+            int(data.get("workers", 0)),
+            dict(data.get("versions", {})),
+        )
 
 
 def versions() -> dict[str, str]:

@@ -192,8 +192,9 @@ class RunWriter:
         with path.open("a") as file:
             for record in records:
                 file.write(json.dumps(record, default=repr) + "\n")
-        logger.error("sse-soak: %d record(s) did not fit the parquet schema (%s); kept as text in %s",
-                     len(records), error, path)  # fmt: skip
+        logger.error(
+            "sse-soak: %d record(s) did not fit the parquet schema (%s); kept as text in %s", len(records), error, path
+        )
 
     @staticmethod
     def _write(table: pa.Table, path: Path) -> None:

@@ -140,8 +140,10 @@ def run_scenario() -> Scenario:
             chosen = [scenario for scenario in _declared if scenario._declared_in in loaded]
             if len(chosen) != 1:
                 declared = ", ".join(f"{scenario.name} ({scenario._declared_in})" for scenario in _declared)
-                _refuse(f"{len(chosen) or 'none'} of the scenarios declared in this process ({declared}) are "
-                        "declared in the locustfile: a locustfile declares exactly one Scenario")  # fmt: skip
+                _refuse(
+                    f"{len(chosen) or 'none'} of the scenarios declared in this process ({declared}) are "
+                    "declared in the locustfile: a locustfile declares exactly one Scenario"
+                )
             _run = chosen[0]
     return _run
 
@@ -158,8 +160,10 @@ def require_a_scenario(environment: Any, user_classes: Sequence[type]) -> None:
     """Refuse, in one line, a run whose sse-soak users run with no scenario declared."""
     if user_classes and not _declared:
         names = ", ".join(sorted(user.__name__ for user in user_classes))
-        _refuse(f"{names} run in no scenario: declare one in the locustfile, e.g. "
-                "scenario = Scenario(name=\"my_scenario\") (declaring it installs it)")  # fmt: skip
+        _refuse(
+            f"{names} run in no scenario: declare one in the locustfile, e.g. "
+            'scenario = Scenario(name="my_scenario") (declaring it installs it)'
+        )
 
 
 EARLY_S = 1.0
@@ -296,9 +300,13 @@ class Scenario:
             help="reverse proxy in front of the server: none, embedded (asyncio, nginx's "
             f"read-timeout semantics) or nginx (started by the run) (default: {self.proxy})",
         )
-        group.add_argument("--proxy-read-timeout", type=float, default=self.proxy_read_timeout,
-                           help="the proxy's read timeout in seconds, as nginx's proxy_read_timeout "
-                                f"(default: {self.proxy_read_timeout:g})")  # fmt: skip
+        group.add_argument(
+            "--proxy-read-timeout",
+            type=float,
+            default=self.proxy_read_timeout,
+            help="the proxy's read timeout in seconds, as nginx's proxy_read_timeout "
+            f"(default: {self.proxy_read_timeout:g})",
+        )
         group.add_argument(
             "--frame-sample-rate",
             type=float,
@@ -306,17 +314,29 @@ class Scenario:
             help="share of ok streams whose frame records are kept (0-1); request rows and the "
             "frames of every other outcome are always kept (default: 1)",
         )
-        group.add_argument("--flush-interval", type=float, default=2.0,
-                           help="seconds between writes of recorded rows to the run directory (and between "
-                                "worker -> master batches) (default: 2)")  # fmt: skip
-        group.add_argument("--preflight-timeout", type=float, default=DEFAULT_PREFLIGHT_TIMEOUT,
-                           help="seconds the target may take to answer GET /v1/models before the run starts; a "
-                                "target that does not is refused in one line "
-                                f"(default: {DEFAULT_PREFLIGHT_TIMEOUT:g})")  # fmt: skip
-        group.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES,
-                           help="longest SSE line the harness reads; a longer one is a protocol_error and the "
-                                f"stream is closed, so a hostile server cannot grow its memory "
-                                f"(default: {DEFAULT_MAX_LINE_BYTES}, 1 MiB)")  # fmt: skip
+        group.add_argument(
+            "--flush-interval",
+            type=float,
+            default=2.0,
+            help="seconds between writes of recorded rows to the run directory (and between "
+            "worker -> master batches) (default: 2)",
+        )
+        group.add_argument(
+            "--preflight-timeout",
+            type=float,
+            default=DEFAULT_PREFLIGHT_TIMEOUT,
+            help="seconds the target may take to answer GET /v1/models before the run starts; a "
+            "target that does not is refused in one line "
+            f"(default: {DEFAULT_PREFLIGHT_TIMEOUT:g})",
+        )
+        group.add_argument(
+            "--max-line-bytes",
+            type=int,
+            default=DEFAULT_MAX_LINE_BYTES,
+            help="longest SSE line the harness reads; a longer one is a protocol_error and the "
+            f"stream is closed, so a hostile server cannot grow its memory "
+            f"(default: {DEFAULT_MAX_LINE_BYTES}, 1 MiB)",
+        )
         group.add_argument(
             "--harness-lag-limit-ms",
             type=float,
@@ -327,9 +347,13 @@ class Scenario:
             f"generator's, not the server's; 0 turns the gate off (default: {DEFAULT_LAG_LIMIT_MS:g})",
         )
         if self.keep_alive_interval is not None:
-            group.add_argument("--keep-alive-interval", type=float, default=self.keep_alive_interval,
-                               help="the bundled server's --sse-keep-alive-interval in seconds; 0 turns keep-alive "
-                                    f"off (the negative control) (default: {self.keep_alive_interval:g})")  # fmt: skip
+            group.add_argument(
+                "--keep-alive-interval",
+                type=float,
+                default=self.keep_alive_interval,
+                help="the bundled server's --sse-keep-alive-interval in seconds; 0 turns keep-alive "
+                f"off (the negative control) (default: {self.keep_alive_interval:g})",
+            )
 
     def settings(self, options: Any) -> RunSettings:
         interval = getattr(options, "keep_alive_interval", None)
@@ -441,8 +465,9 @@ class Scenario:
         print(f"run directory: {run}", flush=True)
         if environment.host and isinstance(environment.runner, MasterRunner):  # a master sizes no prompt itself
             state = run_state(environment)
-            self._sizing_probe = gevent.spawn(probe_prompt_sizing, environment.host, state.api_key,
-                                              state.model_option, state.probe_timeout)  # fmt: skip
+            self._sizing_probe = gevent.spawn(
+                probe_prompt_sizing, environment.host, state.api_key, state.model_option, state.probe_timeout
+            )
 
     def _next_run_dir(self, report_dir: str) -> RunDir:
         """The directory the soak job made for this run (``SSE_SOAK_RUN_DIR``, its first test only),
@@ -532,24 +557,38 @@ class Scenario:
         run = test.writer.run
         ended, interrupted = test.how_it_ended(self._guard.received)
         options = environment.parsed_options
-        recorded = {**settings.as_dict(), "prompt_sizing": self._prompt_sizing(environment),
-                    "max_line_bytes": options.max_line_bytes}  # fmt: skip
+        recorded = {
+            **settings.as_dict(),
+            "prompt_sizing": self._prompt_sizing(environment),
+            "max_line_bytes": options.max_line_bytes,
+        }
         with self._guard.deferred():  # the summary and the verdict line are never cut
             gates = self.gate_list(settings, options.harness_lag_limit_ms)
-            summary = judge(run, gates, scenario=self.name, settings=recorded,
-                            frame_sample_rate=options.frame_sample_rate, ended=ended, interrupted=interrupted,
-                            html=False)  # fmt: skip
+            summary = judge(
+                run,
+                gates,
+                scenario=self.name,
+                settings=recorded,
+                frame_sample_rate=options.frame_sample_rate,
+                ended=ended,
+                interrupted=interrupted,
+                html=False,
+            )
             outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary.outcomes.items() if n)
             print(f"requests: {summary.requests} ({outcomes or 'none'})")
             causes = summary.causes
-            print(f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
-                  f"{causes['cut_after_headers']} streams cut after headers, "
-                  f"statuses {causes['status'] or '{}'}")  # fmt: skip
+            print(
+                f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
+                f"{causes['cut_after_headers']} streams cut after headers, "
+                f"statuses {causes['status'] or '{}'}"
+            )
             for gate in summary.gates:
                 print(gate.line())
             if test.writer.rows_unwritable or test.writer.rows_pending:
-                print(f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "
-                      f"{test.writer.rows_pending} rows not written (the disk refused them): not judged")  # fmt: skip
+                print(
+                    f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "
+                    f"{test.writer.rows_pending} rows not written (the disk refused them): not judged"
+                )
             print(f"ended: {ended}")
             print(summary.verdict_line(), flush=True)
             if not summary.passed:
@@ -558,6 +597,5 @@ class Scenario:
             with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
                 write_html_files(run, summary)
         except KeyboardInterrupt:
-            print(f"sse-soak: report.html was not written (interrupted); python -m loadtests report {run} "
-                  "writes it")  # fmt: skip
+            print(f"sse-soak: report.html was not written (interrupted); python -m loadtests report {run} writes it")
         print(f"report: {run}", flush=True)

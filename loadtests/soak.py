@@ -83,12 +83,15 @@ def _whole_seconds(text: str, total: Fraction) -> int:
     if total == 0:
         raise ValueError(f"{text!r}: a duration must be positive")
     if total < 1:
-        raise ValueError(f"{text!r} is under 1 s, the resolution of Locust's -t (which reads 0s as no limit); "
-                         "use at least 1s")  # fmt: skip
+        raise ValueError(
+            f"{text!r} is under 1 s, the resolution of Locust's -t (which reads 0s as no limit); use at least 1s"
+        )
     if total.denominator != 1:
         low = math.floor(total)
-        raise ValueError(f"{text!r} is {float(total):g} s, not a whole number of seconds (the resolution of "
-                         f"Locust's -t); use {low}s or {low + 1}s")  # fmt: skip
+        raise ValueError(
+            f"{text!r} is {float(total):g} s, not a whole number of seconds (the resolution of "
+            f"Locust's -t); use {low}s or {low + 1}s"
+        )
     return int(total)
 
 
@@ -111,9 +114,25 @@ class SoakPlan:
     def command(self) -> list[str]:
         if not (self.duration_s >= 1 and float(self.duration_s).is_integer()):  # Locust reads -t 0s as no limit
             raise ValueError(f"the duration must be a whole number of seconds, at least 1, got {self.duration_s}")
-        command = [sys.executable, "-m", "locust", "-f", str(self.scenario), "--headless", "-u", str(self.users),
-                   "-r", f"{self.spawn_rate:g}", "-t", f"{int(self.duration_s)}s", "--report-dir",
-                   self.report_dir, "--only-summary", "--stop-timeout", "5"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(self.scenario),
+            "--headless",
+            "-u",
+            str(self.users),
+            "-r",
+            f"{self.spawn_rate:g}",
+            "-t",
+            f"{int(self.duration_s)}s",
+            "--report-dir",
+            self.report_dir,
+            "--only-summary",
+            "--stop-timeout",
+            "5",
+        ]
         if self.processes:
             command += ["--processes", str(self.processes)]
         if self.host:
@@ -140,9 +159,15 @@ class Soak:
         started = time.monotonic()
         self.run_dir = RunDir.create(self.plan.report_dir, self.plan.scenario.stem)
         environment = {**os.environ, RUN_DIR_ENV: str(self.run_dir)}
-        self._locust = subprocess.Popen(self.plan.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                                        env=environment)  # fmt: skip
+        self._locust = subprocess.Popen(
+            self.plan.command(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            env=environment,
+        )
         self._sampler = ResourceSampler(self._locust.pid)
         self._sampler.path = self.run_dir.resources
         reader = threading.Thread(target=self._read_output, daemon=True)
@@ -231,8 +256,11 @@ class Soak:
         if not self.run_dir.manifest.exists() and locust_code == USAGE_ERROR:  # an option refused: no run
             with contextlib.suppress(OSError):
                 self.run_dir.path.rmdir()
-            print(f"python -m loadtests soak: locust refused to start: {self._last_error or 'see its output above'}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"python -m loadtests soak: locust refused to start: {self._last_error or 'see its output above'}",
+                file=sys.stderr,
+                flush=True,
+            )
             return USAGE_ERROR
         if not self.run_dir.holds_results():
             self.printer.print("verdict: FAIL (the run wrote no results)")

@@ -63,8 +63,9 @@ class ChildService:
         """Start ``argv`` and wait for its ready line (``<name> ready: URL``) on stdout. The child
         stops itself if this process dies (its stdin pipe closes)."""
         child_env = {**(os.environ if env is None else env), _EXIT_ON_STDIN_EOF: "1"}
-        process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
-                                   start_new_session=True, env=child_env)  # fmt: skip
+        process = subprocess.Popen(
+            list(argv), stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, start_new_session=True, env=child_env
+        )
         try:
             url = _wait_for_ready_line(process, name, timeout)
         except BaseException:
@@ -131,8 +132,18 @@ class TargetServerProcess(ChildService):
 
 def start_embedded_proxy(upstream: str, read_timeout: float, timeout: float = 30.0) -> ChildService:
     """``python -m loadtests proxy`` in front of ``upstream``, on a free loopback port."""
-    argv = [sys.executable, "-m", "loadtests", "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream,
-            "--read-timeout", repr(read_timeout)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "loadtests",
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        upstream,
+        "--read-timeout",
+        repr(read_timeout),
+    ]
     return ChildService.launch(argv, "embedded proxy", timeout)
 
 
@@ -187,8 +198,14 @@ def start_nginx(upstream: str, read_timeout: float, timeout: float = 30.0) -> Ch
     (directory / "nginx.conf").write_text(nginx_config(directory, port, upstream, read_timeout))
     nginx = [binary, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-e", str(directory / "error.log")]
     argv = [sys.executable, "-m", "loadtests._parent_watch", "--remove", str(directory), "--", *nginx]
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)  # fmt: skip
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
     def cleanup() -> None:
         shutil.rmtree(directory, ignore_errors=True)

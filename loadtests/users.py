@@ -119,8 +119,9 @@ class _StreamingUser:
         message = _describe(exc)
         if message not in _harness_errors_logged:
             _harness_errors_logged.add(message)
-            logger.error("sse-soak: harness error (logged once, counted as harness_error rows): %s", message,
-                         exc_info=exc)  # fmt: skip
+            logger.error(
+                "sse-soak: harness error (logged once, counted as harness_error rows): %s", message, exc_info=exc
+            )
         if tracker is None:
             tracker = StreamTracker(plan, time.time(), self.harness.worker, self.sees_comments)
         tracker.harness_error(message)
@@ -157,9 +158,15 @@ class _StreamingUser:
     def _unprepared_plan(self) -> RequestPlan:
         """The plan of a request that could not be built: named after the mix's first spec."""
         spec = self.mix.specs[0]
-        return RequestPlan(uuid.uuid4().hex, f"{spec.route}:{spec.label}", spec.route, self.client_kind,
-                           max_tokens=spec.max_tokens, truncate_prompt_tokens=spec.truncate_prompt_tokens,
-                           expected=spec.expected)  # fmt: skip
+        return RequestPlan(
+            uuid.uuid4().hex,
+            f"{spec.route}:{spec.label}",
+            spec.route,
+            self.client_kind,
+            max_tokens=spec.max_tokens,
+            truncate_prompt_tokens=spec.truncate_prompt_tokens,
+            expected=spec.expected,
+        )
 
     def report(self, row: RequestRow, frames: list[Any] | None, url: str) -> None:
         """Record the row and report it to Locust: success iff the outcome is the expected one."""
@@ -174,10 +181,16 @@ class _StreamingUser:
             why = f": {row.error_message}" if row.outcome in ("protocol_error", "harness_error") else ""
             exception = UnexpectedOutcome(f"{row.outcome} (HTTP {row.status}{what}), expected {row.expected}{why}")
         self.environment.events.request.fire(
-            request_type=REQUEST_TYPE, name=row.name, response_time=row.duration_s * 1000.0,
-            response_length=row.bytes, response=None, exception=exception, url=url, start_time=row.start_time,
+            request_type=REQUEST_TYPE,
+            name=row.name,
+            response_time=row.duration_s * 1000.0,
+            response_length=row.bytes,
+            response=None,
+            exception=exception,
+            url=url,
+            start_time=row.start_time,
             context={"request_id": row.request_id, "outcome": row.outcome},
-        )  # fmt: skip
+        )
 
 
 response_end.install()  # a response ends where its framing says, as it does for the openai client
@@ -203,14 +216,25 @@ class SSEUser(_StreamingUser, FastHttpUser):
     # network_timeout (the client idle timeout) is set per run from --client-idle-timeout.
 
     def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> str | None:
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-                   "Accept-Encoding": "identity", "X-Request-Id": tracker.plan.request_id}  # fmt: skip
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            "Accept-Encoding": "identity",
+            "X-Request-Id": tracker.plan.request_id,
+        }
         if self.harness.api_key:
             headers["Authorization"] = f"Bearer {self.harness.api_key}"
         payload = json.dumps(request.stream_body(self.harness.model))
         # catch_response without a with-block: Locust reports nothing; report() does, at the end.
-        response = self.client.request("POST", request.path, data=payload, headers=headers, stream=True,
-                                       catch_response=True, name=tracker.plan.name)  # fmt: skip
+        response = self.client.request(
+            "POST",
+            request.path,
+            data=payload,
+            headers=headers,
+            stream=True,
+            catch_response=True,
+            name=tracker.plan.name,
+        )
         return self._read(response, tracker, started, self.harness.max_line_bytes)
 
     @staticmethod
@@ -297,9 +321,13 @@ class OpenAISDKUser(_StreamingUser, User):
         self.wire = WireTap(self.harness.max_line_bytes)
         # one TLS context per process: each client building its own costs ~30 ms on the loop
         http_client = openai.DefaultHttpxClient(verify=shared_ssl_context(), event_hooks={"response": [self.wire]})
-        self.sdk = openai.OpenAI(base_url=f"{self.host}/v1", api_key=self.harness.api_key or "unused", max_retries=0,
-                                 timeout=openai.Timeout(self.harness.client_idle_timeout, connect=10.0),
-                                 http_client=http_client)  # fmt: skip
+        self.sdk = openai.OpenAI(
+            base_url=f"{self.host}/v1",
+            api_key=self.harness.api_key or "unused",
+            max_retries=0,
+            timeout=openai.Timeout(self.harness.client_idle_timeout, connect=10.0),
+            http_client=http_client,
+        )
 
     def on_stop(self) -> None:
         self.sdk.close()
@@ -319,8 +347,9 @@ class OpenAISDKUser(_StreamingUser, User):
     def _read(create: Any, body: dict[str, Any], tracker: StreamTracker, started: float) -> str | None:
         extra = {key: body.pop(key) for key in ("truncate_prompt_tokens",) if key in body}
         try:
-            with create(**body, extra_body=extra or None,
-                        extra_headers={"X-Request-Id": tracker.plan.request_id}) as stream:  # fmt: skip
+            with create(
+                **body, extra_body=extra or None, extra_headers={"X-Request-Id": tracker.plan.request_id}
+            ) as stream:
                 response = stream.response
                 tracker.headers(response.status_code, time.monotonic() - started, response.headers.get("content-type"))
                 if tracker.broken:

@@ -154,8 +154,11 @@ def count_tokens(client: httpx.Client, model: str, route: Route, text: str, time
     shape = BODY_SHAPES[route]
     limit = client.timeout.read if timeout is None else timeout
     try:
-        response = client.post("/tokenize", json={"model": model, **_source(route, text)},
-                               timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout)  # fmt: skip
+        response = client.post(
+            "/tokenize",
+            json={"model": model, **_source(route, text)},
+            timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+        )
     except httpx.TimeoutException:
         raise TokenizeError(f"/tokenize did not answer vLLM's request body ({shape}) within {limit:g} s") from None
     except httpx.HTTPError as exc:

@@ -68,9 +68,14 @@ class Exchange:
 
     def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         chat = self.route == "chat"
-        return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{self.request_id}",
-                "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": self.created, "model": MODEL, "choices": choices, **extra}  # fmt: skip
+        return {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{self.request_id}",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": self.created,
+            "model": MODEL,
+            "choices": choices,
+            **extra,
+        }
 
     def token(self, text: str, finish_reason: str | None = None) -> dict[str, Any]:
         if self.route == "chat":
@@ -302,12 +307,32 @@ async def huge_usage(ex: Exchange) -> bool:
     return await ex.stream(ex.frames(usage=usage))
 
 
-MODES: dict[str, Mode] = {mode.__name__: mode for mode in (
-    ok, crlf_ok, close_delimited_ok, no_done, html_200, non_json_frame, non_object_frame, invalid_utf8,
-    long_line, headers_then_silence, content_length_short, content_length_short_one_read, excess_after_done,
-    reset_mid_frame, error_frame_no_done, inband_500,
-    http_500, not_http, malformed_usage, huge_usage, keepalive_ok,
-)}  # fmt: skip
+MODES: dict[str, Mode] = {
+    mode.__name__: mode
+    for mode in (
+        ok,
+        crlf_ok,
+        close_delimited_ok,
+        no_done,
+        html_200,
+        non_json_frame,
+        non_object_frame,
+        invalid_utf8,
+        long_line,
+        headers_then_silence,
+        content_length_short,
+        content_length_short_one_read,
+        excess_after_done,
+        reset_mid_frame,
+        error_frame_no_done,
+        inband_500,
+        http_500,
+        not_http,
+        malformed_usage,
+        huge_usage,
+        keepalive_ok,
+    )
+}
 
 
 async def unacked_drained(sock: Any, limit_s: float = 2.0) -> None:

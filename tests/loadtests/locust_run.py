@@ -75,10 +75,23 @@ def rejudged_alike(run_dir: Path) -> dict[str, Any]:
 def run_locust(scenario: str, report_dir: Path, *args: str, users: int = 4, seconds: int = 4) -> LocustRun:
     """Headless run of ``scenarios/<scenario>.py`` for ``seconds``; never longer than 3 minutes."""
     command = [
-        sys.executable, "-m", "locust", "-f", str(ROOT / "scenarios" / f"{scenario}.py"), "--headless",
-        "-u", str(users), "-r", str(users), "-t", f"{seconds}s", "--report-dir", str(report_dir),
-        "--only-summary", *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(ROOT / "scenarios" / f"{scenario}.py"),
+        "--headless",
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        f"{seconds}s",
+        "--report-dir",
+        str(report_dir),
+        "--only-summary",
+        *args,
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=ROOT, stdin=subprocess.DEVNULL)
     output = result.stdout + result.stderr
     match = REPORT_LINE.search(result.stdout)
@@ -94,10 +107,26 @@ class LiveLocust:
     workers and the services it started, by their ids, whatever state a failed test left."""
 
     def __init__(self, scenario: str, report_dir: Path, *args: str) -> None:
-        command = [sys.executable, "-m", "locust", "-f", str(ROOT / "scenarios" / f"{scenario}.py"),
-                   "--report-dir", str(report_dir), "--only-summary", *args]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(ROOT / "scenarios" / f"{scenario}.py"),
+            "--report-dir",
+            str(report_dir),
+            "--only-summary",
+            *args,
+        ]
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.lines: list[str] = []
         self._ended = False
         self._changed = threading.Condition()

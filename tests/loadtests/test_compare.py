@@ -17,11 +17,14 @@ from tests.loadtests.locust_run import ROOT, run_locust
 
 def summary(**changes: Any) -> dict[str, Any]:
     base = {
-        "requests": 1000, "http_500": 0, "inband_500": 0, "passed": True,
+        "requests": 1000,
+        "http_500": 0,
+        "inband_500": 0,
+        "passed": True,
         "outcomes": {"ok": 900, "rejected": 100, "stopped": 0},
         "latency": {"ttft_s": {"p50": 0.2, "p95": 0.4}, "duration_s": {"p95": 1.0}, "max_gap_s": {"p99": 0.5}},
         "keepalive_per_stream": {"mean": 4.0},
-    }  # fmt: skip
+    }
     result = copy.deepcopy(base)
     for dotted, value in changes.items():
         target = result

@@ -45,9 +45,22 @@ def assert_nothing_lost(run: LocustRun, stats_file: Path, workers: set[str]) -> 
 def test_processes_2_loses_no_row_and_both_workers_appear(tmp_path: Path) -> None:
     port = free_port()
     stats = tmp_path / "stats"
-    run = run_locust("mixed_truncate", tmp_path, "--processes", "2", "--master-bind-port", str(port),
-                     "--master-port", str(port), "--json-file", str(stats), "--harness-lag-limit-ms", "1000",
-                     users=6, seconds=6)  # fmt: skip
+    run = run_locust(
+        "mixed_truncate",
+        tmp_path,
+        "--processes",
+        "2",
+        "--master-bind-port",
+        str(port),
+        "--master-port",
+        str(port),
+        "--json-file",
+        str(stats),
+        "--harness-lag-limit-ms",
+        "1000",
+        users=6,
+        seconds=6,
+    )
     assert_nothing_lost(run, stats.with_suffix(".json"), {"worker-0", "worker-1"})
     # Each process measured its own loop for the whole run, and the master judged them all.
     lag = run.lag
@@ -63,11 +76,35 @@ def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
     port = free_port()
     stats = tmp_path / "stats"
     master = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", SCENARIO, "--master", "--headless", "--expect-workers", "2",
-         "-u", "6", "-r", "6", "-t", "6s", "--master-bind-port", str(port), "--report-dir", str(tmp_path),
-         "--only-summary", "--json-file", str(stats)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            SCENARIO,
+            "--master",
+            "--headless",
+            "--expect-workers",
+            "2",
+            "-u",
+            "6",
+            "-r",
+            "6",
+            "-t",
+            "6s",
+            "--master-bind-port",
+            str(port),
+            "--report-dir",
+            str(tmp_path),
+            "--only-summary",
+            "--json-file",
+            str(stats),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
     workers = [
         subprocess.Popen(
             [sys.executable, "-m", "locust", "-f", SCENARIO, "--worker", "--master-port", str(port)],

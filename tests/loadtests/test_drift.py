@@ -20,11 +20,19 @@ LIMITS = DriftLimits(windows=5)
 def requests_over(seconds: int, ttft: np.ndarray | None = None) -> pd.DataFrame:
     count = seconds * 2
     start = 1_700_000_000.0 + np.arange(count) / 2
-    return pd.DataFrame({
-        "start_time": start, "duration_s": 0.2, "outcome": "ok", "status": pd.array([200] * count, dtype="Int64"),
-        "error_code": None, "ttft_s": ttft if ttft is not None else np.full(count, 0.1), "max_gap_s": 0.1,
-        "keepalive_frames": 2, "silence_before_first_token_s": 1.0,
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "start_time": start,
+            "duration_s": 0.2,
+            "outcome": "ok",
+            "status": pd.array([200] * count, dtype="Int64"),
+            "error_code": None,
+            "ttft_s": ttft if ttft is not None else np.full(count, 0.1),
+            "max_gap_s": 0.1,
+            "keepalive_frames": 2,
+            "silence_before_first_token_s": 1.0,
+        }
+    )
 
 
 def memory(seconds: int, harness: np.ndarray, server: np.ndarray) -> pd.DataFrame:
@@ -56,11 +64,13 @@ def test_a_one_off_jump_that_does_not_keep_rising_is_not_steady_growth() -> None
 
 def test_latency_drift_fails_beyond_both_limits() -> None:
     rising = np.linspace(0.1, 0.4, 200)
-    assert not latency_drift(windows_table(requests_over(100, rising), memory(100, np.ones(5), np.ones(5)), 5),
-                             LIMITS).passed  # fmt: skip
+    assert not latency_drift(
+        windows_table(requests_over(100, rising), memory(100, np.ones(5), np.ones(5)), 5), LIMITS
+    ).passed
     small = np.linspace(0.010, 0.030, 200)  # tripled, but by 20 ms only
-    assert latency_drift(windows_table(requests_over(100, small), memory(100, np.ones(5), np.ones(5)), 5),
-                         LIMITS).passed  # fmt: skip
+    assert latency_drift(
+        windows_table(requests_over(100, small), memory(100, np.ones(5), np.ones(5)), 5), LIMITS
+    ).passed
 
 
 def test_no_requests_means_no_windows_and_passing_gates() -> None:

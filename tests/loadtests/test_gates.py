@@ -57,8 +57,10 @@ def test_a_502_is_not_a_500() -> None:
 
 
 def test_no_inband_500_needs_the_500_code() -> None:
-    rows = table({"status": 200, "outcome": "inband_error", "error_code": "500"},
-                 {"status": 200, "outcome": "inband_error", "error_code": "400"})  # fmt: skip
+    rows = table(
+        {"status": 200, "outcome": "inband_error", "error_code": "500"},
+        {"status": 200, "outcome": "inband_error", "error_code": "400"},
+    )
     result = NoInband500().evaluate(rows)
     assert not result.passed and result.detail.startswith("1 in-band errors with code 500")
 
@@ -80,8 +82,10 @@ def test_truncation_without_usage_is_not_judged() -> None:
 
 def test_expect_fails_on_a_violation_and_names_what_happened_instead() -> None:
     gate = Expect("overlong_rejected", where="expected == 'rejected'", require="status == 400")
-    rows = table({"expected": "rejected", "status": 400, "outcome": "rejected"},
-                 {"expected": "rejected", "status": 500, "outcome": "http_5xx"})  # fmt: skip
+    rows = table(
+        {"expected": "rejected", "status": 400, "outcome": "rejected"},
+        {"expected": "rejected", "status": 500, "outcome": "http_5xx"},
+    )
     result = gate.evaluate(rows)
     assert not result.passed
     assert "1/2 rows" in result.detail and "1 http_5xx/500" in result.detail and "r1" in result.detail
@@ -94,8 +98,10 @@ def test_expect_never_passes_on_too_few_rows() -> None:
 
 
 def test_stopped_streams_are_left_out_of_every_gate() -> None:
-    rows = table({"status": 200, "outcome": "stopped", "truncate": 1000, "usage_prompt_tokens": 5},
-                 {"status": 200, "outcome": "ok"})  # fmt: skip
+    rows = table(
+        {"status": 200, "outcome": "stopped", "truncate": 1000, "usage_prompt_tokens": 5},
+        {"status": 200, "outcome": "ok"},
+    )
     results = evaluate(
         RunTables(rows), [Expect("all_ok", where="status == 200", require="outcome == 'ok'", min_rows=0)]
     )
@@ -108,8 +114,16 @@ def test_evaluate_runs_always_on_gates_first() -> None:
         r.name
         for r in evaluate(RunTables(table({"status": 200, "outcome": "ok"})), [Expect("x", "status == 200", "done")])
     ]
-    assert names == ["requests_completed", "outcomes_as_expected", "no_http_500", "no_inband_500",
-                     "no_protocol_errors", "no_harness_errors", "truncation_honoured", "x"]  # fmt: skip
+    assert names == [
+        "requests_completed",
+        "outcomes_as_expected",
+        "no_http_500",
+        "no_inband_500",
+        "no_protocol_errors",
+        "no_harness_errors",
+        "truncation_honoured",
+        "x",
+    ]
 
 
 def test_an_empty_run_fails_and_nothing_else_passes_vacuously() -> None:
@@ -122,26 +136,35 @@ def test_an_empty_run_fails_and_nothing_else_passes_vacuously() -> None:
 
 
 def test_outcomes_as_expected_names_what_came_instead() -> None:
-    rows = table({"status": 200, "outcome": "ok"}, {"status": 400, "outcome": "rejected", "expected": "rejected"},
-                 {"status": 200, "outcome": "cut"}, {"status": 200, "outcome": "cut"},
-                 {"status": 200, "outcome": "ok", "expected": "rejected"})  # fmt: skip
+    rows = table(
+        {"status": 200, "outcome": "ok"},
+        {"status": 400, "outcome": "rejected", "expected": "rejected"},
+        {"status": 200, "outcome": "cut"},
+        {"status": 200, "outcome": "cut"},
+        {"status": 200, "outcome": "ok", "expected": "rejected"},
+    )
     result = OutcomesAsExpected().evaluate(rows)
     assert not result.passed
-    assert result.detail == "2/5 requests ended as their spec expects; instead: 2 cut (expected ok), " \
-                            "1 ok (expected rejected) (e.g. r2, r3, r4)"  # fmt: skip
+    assert (
+        result.detail == "2/5 requests ended as their spec expects; instead: 2 cut (expected ok), "
+        "1 ok (expected rejected) (e.g. r2, r3, r4)"
+    )
     assert OutcomesAsExpected().evaluate(rows.iloc[:2]).passed
 
 
 def test_protocol_and_harness_errors_fail_with_their_messages_counted() -> None:
-    rows = table({"status": 200, "outcome": "protocol_error", "error_message": "data frame 3 is not JSON: 'x'"},
-                 {"status": 200, "outcome": "protocol_error", "error_message": "data frame 3 is not JSON: 'x'"},
-                 {"status": 200, "outcome": "protocol_error", "error_message": "line longer than 1 MiB"},
-                 {"status": None, "outcome": "harness_error", "error_message": "KeyError: 'model'"},
-                 {"status": 200, "outcome": "ok"})  # fmt: skip
+    rows = table(
+        {"status": 200, "outcome": "protocol_error", "error_message": "data frame 3 is not JSON: 'x'"},
+        {"status": 200, "outcome": "protocol_error", "error_message": "data frame 3 is not JSON: 'x'"},
+        {"status": 200, "outcome": "protocol_error", "error_message": "line longer than 1 MiB"},
+        {"status": None, "outcome": "harness_error", "error_message": "KeyError: 'model'"},
+        {"status": 200, "outcome": "ok"},
+    )
     protocol = NoProtocolErrors().evaluate(rows)
     assert not protocol.passed
-    assert protocol.detail.startswith("3 protocol errors of 5 requests: 2x data frame 3 is not JSON: 'x'; "
-                                      "1x line longer than 1 MiB (e.g. r0, r1, r2)")  # fmt: skip
+    assert protocol.detail.startswith(
+        "3 protocol errors of 5 requests: 2x data frame 3 is not JSON: 'x'; 1x line longer than 1 MiB (e.g. r0, r1, r2)"
+    )
     harness = NoHarnessErrors().evaluate(rows)
     assert (
         not harness.passed

@@ -75,8 +75,15 @@ def record(
     expected: str = "ok",
 ) -> None:
     """One request, sent ``len(recorder)`` half-seconds after the run started."""
-    plan = RequestPlan(request_id, f"{route}:{'truncated' if truncate else 'plain'}", route, prompt_tokens=10_000,
-                       max_tokens=16, truncate_prompt_tokens=truncate, expected=expected)  # fmt: skip
+    plan = RequestPlan(
+        request_id,
+        f"{route}:{'truncated' if truncate else 'plain'}",
+        route,
+        prompt_tokens=10_000,
+        max_tokens=16,
+        truncate_prompt_tokens=truncate,
+        expected=expected,
+    )
     stream = StreamTracker(plan, RUN_START + 0.5 * len(recorder))
     stream.headers(status, ttfb, "text/event-stream")
     if body is not None:
@@ -98,10 +105,12 @@ def build_run() -> tuple[pd.DataFrame, pd.DataFrame]:
     for index, (route, truncate) in enumerate([("chat", 1000), ("chat", None), ("completions", None)] * 2):
         arrivals = [*tokens(route, 0.1 + 0.01 * index, 4), (0.3, usage(truncate or 2000, 4)), (0.31, done())]
         record(recorder, f"ok-{index}", route, truncate, arrivals, 0.32)
-    rejection = json.dumps({"error": {"message": "prompt too long", "type": "BadRequestError",
-                                      "param": "input_tokens", "code": 400}})  # fmt: skip
-    record(recorder, "rejected-1", "completions", None, [], 1.51, status=400, ttfb=1.5, body=rejection,
-           expected="rejected")  # fmt: skip
+    rejection = json.dumps(
+        {"error": {"message": "prompt too long", "type": "BadRequestError", "param": "input_tokens", "code": 400}}
+    )
+    record(
+        recorder, "rejected-1", "completions", None, [], 1.51, status=400, ttfb=1.5, body=rejection, expected="rejected"
+    )
     record(recorder, "cut-1", "chat", 1000, tokens("chat", 0.2, 3), 0.5)
     errored = [*tokens("completions", 0.1, 2), (0.15, inband_error()), (0.151, done())]
     record(recorder, "inband-1", "completions", None, errored, 0.16)

@@ -25,20 +25,36 @@ from tests.misbehaving_server import MODES
 pytestmark = pytest.mark.smoke
 
 EXPECTED = {
-    "ok": "ok", "crlf_ok": "ok", "close_delimited_ok": "ok", "keepalive_ok": "ok",
-    "no_done": "cut", "content_length_short": "cut", "content_length_short_one_read": "cut", "reset_mid_frame": "cut",
+    "ok": "ok",
+    "crlf_ok": "ok",
+    "close_delimited_ok": "ok",
+    "keepalive_ok": "ok",
+    "no_done": "cut",
+    "content_length_short": "cut",
+    "content_length_short_one_read": "cut",
+    "reset_mid_frame": "cut",
     "excess_after_done": "ok",
-    "html_200": "protocol_error", "non_json_frame": "protocol_error", "non_object_frame": "protocol_error",
-    "invalid_utf8": "protocol_error", "long_line": "protocol_error", "not_http": "protocol_error",
+    "html_200": "protocol_error",
+    "non_json_frame": "protocol_error",
+    "non_object_frame": "protocol_error",
+    "invalid_utf8": "protocol_error",
+    "long_line": "protocol_error",
+    "not_http": "protocol_error",
     "headers_then_silence": "timeout",
-    "error_frame_no_done": "inband_error", "inband_500": "inband_error",
+    "error_frame_no_done": "inband_error",
+    "inband_500": "inband_error",
     "http_500": "http_5xx",
-    "malformed_usage": "ok", "huge_usage": "ok",
-}  # fmt: skip
+    "malformed_usage": "ok",
+    "huge_usage": "ok",
+}
 PROTOCOL_REASONS = {
-    "html_200": "content-type", "non_json_frame": "not json", "non_object_frame": "not a json object",
-    "invalid_utf8": "utf-8", "long_line": "longer than", "not_http": "malformed http response",
-}  # fmt: skip
+    "html_200": "content-type",
+    "non_json_frame": "not json",
+    "non_object_frame": "not a json object",
+    "invalid_utf8": "utf-8",
+    "long_line": "longer than",
+    "not_http": "malformed http response",
+}
 CLIENTS = ("raw", "openai")
 READY_PREFIX = "listening on "
 
@@ -71,8 +87,17 @@ class MisbehavingServer:
 
 def start_misbehaving_server(log: Path, lifetime: float = 180.0, timeout: float = 30.0) -> MisbehavingServer:
     """Start it on a free loopback port and wait for its ready line (it exits by itself after ``lifetime``)."""
-    argv = [sys.executable, "-m", "tests.misbehaving_server", "--modes", ",".join(MODES), "--log", str(log),
-            "--lifetime", str(lifetime)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.misbehaving_server",
+        "--modes",
+        ",".join(MODES),
+        "--log",
+        str(log),
+        "--lifetime",
+        str(lifetime),
+    ]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=ROOT)
     server = MisbehavingServer(process, "", log)
     assert process.stdout is not None
@@ -114,10 +139,27 @@ def misbehaving_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mis
 def run(misbehaving_server: MisbehavingServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
     report_dir = tmp_path_factory.mktemp("reports")
     command = [
-        sys.executable, "-m", "locust", "-f", str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
-        "--headless", "-u", "6", "-r", "6", "-t", "12s", "--host", misbehaving_server.url,
-        "--client-idle-timeout", "2", "--stop-timeout", "5", "--report-dir", str(report_dir),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
+        "--headless",
+        "-u",
+        "6",
+        "-r",
+        "6",
+        "-t",
+        "12s",
+        "--host",
+        misbehaving_server.url,
+        "--client-idle-timeout",
+        "2",
+        "--stop-timeout",
+        "5",
+        "--report-dir",
+        str(report_dir),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL)
     output = result.stdout + result.stderr
     match = REPORT_LINE.search(result.stdout)
@@ -171,10 +213,30 @@ def test_the_line_limit_is_an_option_and_both_clients_stop_at_it(
     misbehaving_server: MisbehavingServer, tmp_path: Path
 ) -> None:
     command = [
-        sys.executable, "-m", "locust", "-f", str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
-        "--headless", "-u", "2", "-r", "2", "-t", "4s", "--host", misbehaving_server.url, "--max-line-bytes", "64",
-        "--client-idle-timeout", "2", "--stop-timeout", "5", "--report-dir", str(tmp_path), "--only-summary",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
+        "--headless",
+        "-u",
+        "2",
+        "-r",
+        "2",
+        "-t",
+        "4s",
+        "--host",
+        misbehaving_server.url,
+        "--max-line-bytes",
+        "64",
+        "--client-idle-timeout",
+        "2",
+        "--stop-timeout",
+        "5",
+        "--report-dir",
+        str(tmp_path),
+        "--only-summary",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL)
     output = result.stdout + result.stderr
     match = REPORT_LINE.search(result.stdout)
@@ -188,9 +250,22 @@ def test_the_line_limit_is_an_option_and_both_clients_stop_at_it(
 
 
 def test_a_too_small_line_limit_is_refused_in_one_line(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "locust", "-f", str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
-               "--headless", "-t", "1s", "--host", "http://127.0.0.1:9", "--max-line-bytes", "0",
-               "--report-dir", str(tmp_path)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
+        "--headless",
+        "-t",
+        "1s",
+        "--host",
+        "http://127.0.0.1:9",
+        "--max-line-bytes",
+        "0",
+        "--report-dir",
+        str(tmp_path),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
     assert result.returncode != 0
     assert "sse-soak: --max-line-bytes must be at least 1, got 0" in result.stderr

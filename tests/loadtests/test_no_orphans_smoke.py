@@ -100,8 +100,9 @@ def test_kill_9_of_locust_stops_every_service_it_started(tmp_path: Path, proxy: 
 def watchdog(*command: str) -> Iterator[subprocess.Popen[bytes]]:
     """``python -m loadtests._parent_watch -- COMMAND`` with a stdin pipe from this test; ended by
     its id afterwards if a failed test left it running."""
-    process = subprocess.Popen([sys.executable, "-m", "loadtests._parent_watch", "--", *command],
-                               stdin=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "loadtests._parent_watch", "--", *command], stdin=subprocess.PIPE, start_new_session=True
+    )
     try:
         yield process
     finally:

@@ -91,8 +91,10 @@ def test_a_token_that_mentions_error_is_still_data() -> None:
     assert frame_kind(token('"error" is just a word here')) == "data"
 
 
-@pytest.mark.parametrize(("status", "outcome"), [(400, "rejected"), (404, "rejected"), (429, "rejected"),
-                                                 (500, "http_5xx"), (504, "http_5xx")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [(400, "rejected"), (404, "rejected"), (429, "rejected"), (500, "http_5xx"), (504, "http_5xx")],
+)
 def test_error_statuses_and_their_bodies(status: int, outcome: str) -> None:
     stream = tracker()
     stream.headers(status, 0.01, "text/event-stream")
@@ -111,9 +113,14 @@ def test_a_non_json_error_body_keeps_its_text() -> None:
 
 @pytest.mark.parametrize(
     ("status", "failure", "outcome"),
-    [(None, None, "connect_error"), (None, "timeout", "timeout"), (200, "timeout", "timeout"),
-     (200, "stopped", "stopped"), (200, None, "cut")],
-)  # fmt: skip
+    [
+        (None, None, "connect_error"),
+        (None, "timeout", "timeout"),
+        (200, "timeout", "timeout"),
+        (200, "stopped", "stopped"),
+        (200, None, "cut"),
+    ],
+)
 def test_streams_the_client_ended(status: int | None, failure: str | None, outcome: str) -> None:
     stream = tracker()
     if status is not None:
@@ -167,11 +174,16 @@ def test_the_event_stream_media_type_is_matched_without_case_or_parameters() -> 
 
 @pytest.mark.parametrize(
     ("bad", "reason"),
-    [(data("hello world"), "data frame 2 is not JSON: 'hello world'"),
-     (data("[1, 2]"), "data frame 2 is not a JSON object: [1, 2]"),
-     (data('"text"'), 'data frame 2 is not a JSON object: "text"'),
-     (Frame(t=0.0, nbytes=9, data="\ufffd\ufffd", invalid_utf8=True), "bytes that are not UTF-8 in the event stream")],
-)  # fmt: skip
+    [
+        (data("hello world"), "data frame 2 is not JSON: 'hello world'"),
+        (data("[1, 2]"), "data frame 2 is not a JSON object: [1, 2]"),
+        (data('"text"'), 'data frame 2 is not a JSON object: "text"'),
+        (
+            Frame(t=0.0, nbytes=9, data="\ufffd\ufffd", invalid_utf8=True),
+            "bytes that are not UTF-8 in the event stream",
+        ),
+    ],
+)
 def test_a_frame_that_is_not_a_json_object_breaks_the_stream_even_before_done(bad: Frame, reason: str) -> None:
     stream = streamed(token(), bad, DONE)
     row = stream.finish(1.0)
@@ -199,9 +211,14 @@ def test_an_error_that_is_not_an_object_is_an_error_frame_too() -> None:
 
 @pytest.mark.parametrize(
     "usage",
-    [{"prompt_tokens": "abc", "completion_tokens": 2}, {"prompt_tokens": 2**64, "completion_tokens": 2},
-     {"prompt_tokens": -1, "completion_tokens": 2}, {"prompt_tokens": True, "completion_tokens": 2}, "lots"],
-)  # fmt: skip
+    [
+        {"prompt_tokens": "abc", "completion_tokens": 2},
+        {"prompt_tokens": 2**64, "completion_tokens": 2},
+        {"prompt_tokens": -1, "completion_tokens": 2},
+        {"prompt_tokens": True, "completion_tokens": 2},
+        "lots",
+    ],
+)
 def test_usage_values_that_do_not_fit_are_null_with_the_raw_text_kept(usage: object) -> None:
     row = streamed(token(), data({"choices": [], "usage": usage}), DONE).finish(1.0)
     assert row.outcome == "ok" and row.usage_prompt_tokens is None
@@ -210,8 +227,9 @@ def test_usage_values_that_do_not_fit_are_null_with_the_raw_text_kept(usage: obj
 
 
 def test_fitting_usage_keeps_no_raw_text() -> None:
-    row = streamed(token(), data({"choices": [], "usage": {"prompt_tokens": 2**63 - 1, "completion_tokens": 0}}),
-                   DONE).finish(1.0)  # fmt: skip
+    row = streamed(
+        token(), data({"choices": [], "usage": {"prompt_tokens": 2**63 - 1, "completion_tokens": 0}}), DONE
+    ).finish(1.0)
     assert (row.usage_prompt_tokens, row.usage_completion_tokens, row.raw_usage) == (2**63 - 1, 0, None)
 
 

@@ -47,8 +47,10 @@ def _count_words(body: dict[str, Any]) -> Answer:
 def _prompt_only(body: dict[str, Any]) -> Answer:
     """Counts prompts, refuses chat messages: sizing fails only on the chat route."""
     if "prompt" not in body:
-        return _json(400, {"error": {"message": "prompt: Field required", "type": "BadRequestError",
-                                     "param": "prompt", "code": 400}})  # fmt: skip
+        return _json(
+            400,
+            {"error": {"message": "prompt: Field required", "type": "BadRequestError", "param": "prompt", "code": 400}},
+        )
     return _count_words(body)
 
 
@@ -123,25 +125,32 @@ def foreign() -> Iterator[Callable[[Tokenize | None], ForeignServer]]:
 
 NO_COUNT = """/tokenize answered 200 without vLLM's integer "count" (got {})"""
 FOREIGN_ANSWERS: dict[str, tuple[Tokenize | None, str]] = {
-    "404": (lambda _: _json(404, {"detail": "Not Found"}),
-            """/tokenize answered 404 to vLLM's request body ({"model", "prompt"})"""),
-    "405": (lambda _: _json(405, {"detail": "Method Not Allowed"}),
-            """/tokenize answered 405 to vLLM's request body ({"model", "prompt"})"""),
-    "400 for vLLM's body": (lambda _: _json(400, {"error": {"message": "text: Field required", "code": 400}}),
-                            """/tokenize answered 400 to vLLM's request body ({"model", "prompt"})"""),
-    "503": (lambda _: (503, "text/plain", b"overloaded"),
-            """/tokenize answered 503 to vLLM's request body ({"model", "prompt"})"""),
-    "tokens without a count": (lambda _: _json(200, {"tokens": [1, 2, 3]}),
-                               NO_COUNT.format("keys ['tokens']")),
-    "a count that is not an integer": (lambda _: _json(200, {"count": "3"}),
-                                       NO_COUNT.format("keys ['count']")),
-    "a JSON list": (lambda _: _json(200, [1, 2, 3]),
-                    NO_COUNT.format("a JSON list")),
-    "not JSON": (lambda _: (200, "text/html", b"<html>login</html>"),
-                 "/tokenize answered 200 with a body that is not JSON (text/html)"),
+    "404": (
+        lambda _: _json(404, {"detail": "Not Found"}),
+        """/tokenize answered 404 to vLLM's request body ({"model", "prompt"})""",
+    ),
+    "405": (
+        lambda _: _json(405, {"detail": "Method Not Allowed"}),
+        """/tokenize answered 405 to vLLM's request body ({"model", "prompt"})""",
+    ),
+    "400 for vLLM's body": (
+        lambda _: _json(400, {"error": {"message": "text: Field required", "code": 400}}),
+        """/tokenize answered 400 to vLLM's request body ({"model", "prompt"})""",
+    ),
+    "503": (
+        lambda _: (503, "text/plain", b"overloaded"),
+        """/tokenize answered 503 to vLLM's request body ({"model", "prompt"})""",
+    ),
+    "tokens without a count": (lambda _: _json(200, {"tokens": [1, 2, 3]}), NO_COUNT.format("keys ['tokens']")),
+    "a count that is not an integer": (lambda _: _json(200, {"count": "3"}), NO_COUNT.format("keys ['count']")),
+    "a JSON list": (lambda _: _json(200, [1, 2, 3]), NO_COUNT.format("a JSON list")),
+    "not JSON": (
+        lambda _: (200, "text/html", b"<html>login</html>"),
+        "/tokenize answered 200 with a body that is not JSON (text/html)",
+    ),
     "a zero count": (lambda _: _json(200, {"count": 0}), "/tokenize counted 0 tokens for 8 words of filler"),
     "no answer": (None, """/tokenize did not answer vLLM's request body ({"model", "prompt"}) within 0.5 s"""),
-}  # fmt: skip
+}
 
 
 def test_the_bundled_server_sizes_exactly(default_server: Any, client: httpx.Client) -> None:
@@ -194,8 +203,10 @@ def test_a_run_against_a_foreign_tokenize_probes_once_prepares_estimates_and_say
     tokenize, reason = FOREIGN_ANSWERS[case]
     server = foreign(tokenize)
     state = RunState(probe_timeout=0.5)
-    mixes = [RequestMix([RequestSpec("long", route, 1000), RequestSpec("short", route, 10)])
-             for route in ("completions", "chat")]  # fmt: skip
+    mixes = [
+        RequestMix([RequestSpec("long", route, 1000), RequestSpec("short", route, 10)])
+        for route in ("completions", "chat")
+    ]
     for mix in mixes * 3:
         prepared = state.prepared_mix(mix, server.url)
         assert [r.prompt_tokens for r in prepared.requests] == [None, None]
@@ -211,8 +222,9 @@ def test_a_failure_after_the_probe_estimates_the_rest_and_says_so_once(
 ) -> None:
     server = foreign(_prompt_only)
     state = RunState()
-    mix = RequestMix([RequestSpec("p", "completions", 200), RequestSpec("c", "chat", 200),
-                      RequestSpec("p2", "completions", 300)])  # fmt: skip
+    mix = RequestMix(
+        [RequestSpec("p", "completions", 200), RequestSpec("c", "chat", 200), RequestSpec("p2", "completions", 300)]
+    )
     prepared = {r.spec.label: r for r in state.prepared_mix(mix, server.url).requests}
     assert prepared["p"].prompt_tokens == 200  # measured before the failure: exact and kept
     assert prepared["c"].prompt_tokens is None and prepared["p2"].prompt_tokens is None

@@ -175,19 +175,29 @@ def test_the_proxy_command_counts_what_it_did_when_stopped(silent_upstream: Sile
 
 @pytest.mark.parametrize(
     ("args", "complaint"),
-    [(["--upstream", "ftp://x"], "http:// URL"), (["--upstream", "http://x", "--read-timeout", "0"],
-     "number of seconds"), (["--listen", "nowhere", "--upstream", "http://x"], "expected HOST:PORT")],
-)  # fmt: skip
+    [
+        (["--upstream", "ftp://x"], "http:// URL"),
+        (["--upstream", "http://x", "--read-timeout", "0"], "number of seconds"),
+        (["--listen", "nowhere", "--upstream", "http://x"], "expected HOST:PORT"),
+    ],
+)
 def test_proxy_command_line_errors_are_one_line(args: list[str], complaint: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "loadtests", "proxy", *args], capture_output=True, text=True,
-                            timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests", "proxy", *args], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode != 0 and complaint in result.stderr.strip().splitlines()[-1]
 
 
 def test_nginx_config_is_sse_ready(tmp_path: Path) -> None:
     config = nginx_config(tmp_path, 8080, "http://127.0.0.1:9000/", 2.5)
-    for line in ("listen 127.0.0.1:8080;", "proxy_pass http://127.0.0.1:9000;", "proxy_http_version 1.1;",
-                 "proxy_buffering off;", "proxy_read_timeout 2500ms;", "daemon off;"):  # fmt: skip
+    for line in (
+        "listen 127.0.0.1:8080;",
+        "proxy_pass http://127.0.0.1:9000;",
+        "proxy_http_version 1.1;",
+        "proxy_buffering off;",
+        "proxy_read_timeout 2500ms;",
+        "daemon off;",
+    ):
         assert line in config
 
 

@@ -112,9 +112,17 @@ def test_a_request_line_over_the_limit_is_a_414(proxy: ChildService) -> None:
 
 @pytest.mark.parametrize(
     "request_line",
-    [MARK, b"GET /" + MARK, b"GET /" + MARK + b" HTTP/1.1 extra", b"GET  /x HTTP/1.1", b"GET /x http/1.1",
-     b"GET /x HTTP/1.1 ", b"G(E)T /x HTTP/1.1", b"GET /x\x00 HTTP/1.1"],
-)  # fmt: skip
+    [
+        MARK,
+        b"GET /" + MARK,
+        b"GET /" + MARK + b" HTTP/1.1 extra",
+        b"GET  /x HTTP/1.1",
+        b"GET /x http/1.1",
+        b"GET /x HTTP/1.1 ",
+        b"G(E)T /x HTTP/1.1",
+        b"GET /x\x00 HTTP/1.1",
+    ],
+)
 def test_a_malformed_request_line_is_a_400(proxy: ChildService, request_line: bytes) -> None:
     response = exchange(proxy.url, request_line + b"\r\nHost: 127.0.0.1\r\n\r\n")
     refusal(response, b"400 Bad Request", request_line)
@@ -127,9 +135,15 @@ def test_http_2_in_the_request_line_is_a_505(proxy: ChildService) -> None:
 
 @pytest.mark.parametrize(
     "header_line",
-    [b"X-No-Colon " + MARK, b"X-Space-Before-Colon : " + MARK, b" folded " + MARK, b"\tfolded " + MARK,
-     b": no name " + MARK, b"X(bad)name: " + MARK],
-)  # fmt: skip
+    [
+        b"X-No-Colon " + MARK,
+        b"X-Space-Before-Colon : " + MARK,
+        b" folded " + MARK,
+        b"\tfolded " + MARK,
+        b": no name " + MARK,
+        b"X(bad)name: " + MARK,
+    ],
+)
 def test_a_malformed_header_line_is_a_400(proxy: ChildService, header_line: bytes) -> None:
     response = exchange(proxy.url, b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n" + header_line + b"\r\n\r\n")
     refusal(response, b"400 Bad Request", header_line)

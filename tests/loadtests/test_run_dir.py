@@ -36,9 +36,17 @@ print(run_dir.RunDir.create(sys.argv[1], "race"), flush=True)
 
 
 def test_eight_processes_in_the_same_second_get_eight_directories(tmp_path: Path) -> None:
-    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-                for _ in range(RUNS)]  # fmt: skip
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(tmp_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for _ in range(RUNS)
+    ]
     try:
         for child in children:  # every one imported and waiting: then all go at once
             assert child.stdout is not None and child.stdout.readline() == "ready\n", child.stderr

@@ -110,8 +110,11 @@ def test_report_fails_a_run_that_never_wrote_its_summary_as_interrupted(tmp_path
     result = report_command(directory)
     assert result.returncode == 1
     line = result.stdout.splitlines()[0]
-    assert re.fullmatch(r"verdict: FAIL \(interrupted: the run ended before writing its summary; "
-                        r"(\d+)/\1 gates passed on 3 requests judged\)", line), line  # fmt: skip
+    assert re.fullmatch(
+        r"verdict: FAIL \(interrupted: the run ended before writing its summary; "
+        r"(\d+)/\1 gates passed on 3 requests judged\)",
+        line,
+    ), line
     summary = json.loads((directory / "summary.json").read_text())
     assert summary["interrupted"] == "the run ended before writing its summary"
     assert summary["gates_passed"] is True and summary["passed"] is False
@@ -211,9 +214,24 @@ def test_ctrl_c_ends_a_run_without_run_time_without_failing_it(tmp_path: Path) -
 @pytest.mark.smoke
 def test_sigterm_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path) -> None:
     port, trace = free_port(), tmp_path / "trace.jsonl"
-    with LiveLocust("mixed_truncate", tmp_path / "reports", *HEADLESS, "-u", "4", "-r", "4", "-t", "15s",
-                    "--processes", "2", "--master-bind-port", str(port), "--master-port", str(port),
-                    f"--server-args=--trace-file {trace}") as locust:  # fmt: skip
+    with LiveLocust(
+        "mixed_truncate",
+        tmp_path / "reports",
+        *HEADLESS,
+        "-u",
+        "4",
+        "-r",
+        "4",
+        "-t",
+        "15s",
+        "--processes",
+        "2",
+        "--master-bind-port",
+        str(port),
+        "--master-port",
+        str(port),
+        f"--server-args=--trace-file {trace}",
+    ) as locust:
         run_dir = Path(locust.wait_for(RUN_DIR)[1])
         wait_for_parts(run_dir, 4)
         locust.signal(signal.SIGTERM)  # the master only, as a job scheduler would
@@ -259,8 +277,9 @@ class WebUI:
 
 def web_locust(tmp_path: Path) -> tuple[LiveLocust, WebUI]:
     port = free_port()
-    locust = LiveLocust("mixed_truncate", tmp_path, "--web-host", "127.0.0.1", "--web-port", str(port),
-                        "--flush-interval", "1")  # fmt: skip
+    locust = LiveLocust(
+        "mixed_truncate", tmp_path, "--web-host", "127.0.0.1", "--web-port", str(port), "--flush-interval", "1"
+    )
     try:
         return locust, WebUI(port)
     except BaseException:

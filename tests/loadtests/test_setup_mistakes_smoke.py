@@ -66,15 +66,22 @@ def silent_server() -> Iterator[str]:
 
 def test_nothing_listening_is_one_line_not_a_traceback_per_task(tmp_path: Path) -> None:
     run = run_locust("mixed_truncate", tmp_path / "r", "--host", "http://127.0.0.1:1", seconds=3)
-    refused(run, "sse-soak: cannot reach http://127.0.0.1:1/v1/models (connection refused): is the server "
-                 "running? check --host", tmp_path / "r")  # fmt: skip
+    refused(
+        run,
+        "sse-soak: cannot reach http://127.0.0.1:1/v1/models (connection refused): is the server running? check --host",
+        tmp_path / "r",
+    )
 
 
 def test_a_server_answering_html_to_everything_is_named(tmp_path: Path, html_server: str) -> None:
     run = run_locust("mixed_truncate", tmp_path / "r", "--host", html_server, seconds=3)
-    refused(run, f"sse-soak: {html_server}/v1/models answered 'text/html; charset=utf-8', not the OpenAI list "
-                 "of models (body starts '<!doctype html><title>Sign in</title><form>login</form>'): is --host an "
-                 "OpenAI-compatible server?", tmp_path / "r")  # fmt: skip
+    refused(
+        run,
+        f"sse-soak: {html_server}/v1/models answered 'text/html; charset=utf-8', not the OpenAI list "
+        "of models (body starts '<!doctype html><title>Sign in</title><form>login</form>'): is --host an "
+        "OpenAI-compatible server?",
+        tmp_path / "r",
+    )
 
 
 def test_a_host_ending_in_v1_is_stripped_with_a_notice_and_the_run_goes_on(
@@ -97,17 +104,25 @@ def test_a_host_without_scheme_is_refused_with_the_fix(tmp_path: Path) -> None:
 def test_a_server_that_wants_a_key_names_the_option(tmp_path: Path, start_server: StartServer) -> None:
     server = start_server("--api-key", "s3cret")
     run = run_locust("mixed_truncate", tmp_path / "r", "--host", server.url, seconds=3)
-    refused(run, f"sse-soak: HTTP 401 from {server.url}/v1/models: pass --api-key or set SSE_SOAK_API_KEY",
-            tmp_path / "r")  # fmt: skip
+    refused(
+        run, f"sse-soak: HTTP 401 from {server.url}/v1/models: pass --api-key or set SSE_SOAK_API_KEY", tmp_path / "r"
+    )
     wrong = run_locust("mixed_truncate", tmp_path / "r", "--host", server.url, "--api-key", "nope", seconds=3)
-    refused(wrong, f"sse-soak: HTTP 401 from {server.url}/v1/models: the key given was refused: check --api-key",
-            tmp_path / "r")  # fmt: skip
+    refused(
+        wrong,
+        f"sse-soak: HTTP 401 from {server.url}/v1/models: the key given was refused: check --api-key",
+        tmp_path / "r",
+    )
 
 
 def test_a_server_that_never_answers_is_given_up_on_in_bounded_time(tmp_path: Path, silent_server: str) -> None:
     run = run_locust("mixed_truncate", tmp_path / "r", "--host", silent_server, "--preflight-timeout", "1", seconds=3)
-    refused(run, f"sse-soak: no answer from {silent_server}/v1/models within 1 s: is the server up and serving? "
-                 "(--preflight-timeout sets the wait)", tmp_path / "r")  # fmt: skip
+    refused(
+        run,
+        f"sse-soak: no answer from {silent_server}/v1/models within 1 s: is the server up and serving? "
+        "(--preflight-timeout sets the wait)",
+        tmp_path / "r",
+    )
 
 
 def test_a_nan_keepalive_interval_means_off_as_in_vllm_and_judges_cleanly(tmp_path: Path) -> None:
@@ -123,16 +138,29 @@ def test_a_nan_keepalive_interval_means_off_as_in_vllm_and_judges_cleanly(tmp_pa
 
 @pytest.mark.parametrize(
     ("args", "line"),
-    [(("--keep-alive-interval", "-1"), "--keep-alive-interval must not be negative, got -1 (0 turns keep-alive off)"),
-     (("--client-idle-timeout", "0"), "--client-idle-timeout must be a positive number of seconds, got 0"),
-     (("--proxy-read-timeout", "inf"), "--proxy-read-timeout must be a positive number of seconds, got inf"),
-     (("--flush-interval", "nan"), "--flush-interval must be a positive number of seconds, got nan"),
-     (("--frame-sample-rate", "1.5"), "--frame-sample-rate must be a share from 0 to 1, got 1.5"),
-     (("--server-args=--model 'abc",),
-      "--server-args \"--model 'abc\": No closing quotation (quote as a shell would)")],
-    ids=["keepalive_negative", "client_idle_timeout_zero", "proxy_read_timeout_inf", "flush_interval_nan",
-         "frame_sample_rate_above_1", "server_args_unbalanced_quote"],
-)  # fmt: skip
+    [
+        (
+            ("--keep-alive-interval", "-1"),
+            "--keep-alive-interval must not be negative, got -1 (0 turns keep-alive off)",
+        ),
+        (("--client-idle-timeout", "0"), "--client-idle-timeout must be a positive number of seconds, got 0"),
+        (("--proxy-read-timeout", "inf"), "--proxy-read-timeout must be a positive number of seconds, got inf"),
+        (("--flush-interval", "nan"), "--flush-interval must be a positive number of seconds, got nan"),
+        (("--frame-sample-rate", "1.5"), "--frame-sample-rate must be a share from 0 to 1, got 1.5"),
+        (
+            ("--server-args=--model 'abc",),
+            '--server-args "--model \'abc": No closing quotation (quote as a shell would)',
+        ),
+    ],
+    ids=[
+        "keepalive_negative",
+        "client_idle_timeout_zero",
+        "proxy_read_timeout_inf",
+        "flush_interval_nan",
+        "frame_sample_rate_above_1",
+        "server_args_unbalanced_quote",
+    ],
+)
 def test_bad_option_values_are_refused_where_parsed(tmp_path: Path, args: tuple[str, ...], line: str) -> None:
     run = run_locust("slow_prefill", tmp_path / "r", *args, users=1, seconds=2)
     refused(run, f"sse-soak: {line}", tmp_path / "r")

@@ -19,8 +19,21 @@ pytestmark = pytest.mark.smoke
 
 
 def soak_command(report_dir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "loadtests", "soak", "--report-dir", str(report_dir), "--progress-interval", "2",
-            "--checkpoint-interval", "5", "--windows", "3", *args]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "loadtests",
+        "soak",
+        "--report-dir",
+        str(report_dir),
+        "--progress-interval",
+        "2",
+        "--checkpoint-interval",
+        "5",
+        "--windows",
+        "3",
+        *args,
+    ]
 
 
 def run_soak(report_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -87,9 +87,20 @@ def test_a_cut_stream_leaves_a_partial_frame() -> None:
 
 
 FIELD_LINES = st.sampled_from(
-    [b"data: {\"x\": 1}", b"data:plain", b"data:", b": keep-alive", b":", b"event: e", b"id: 3", b"retry: 5",
-     b"data: caf\xc3\xa9", b"unknown: field", b"data"]
-)  # fmt: skip
+    [
+        b'data: {"x": 1}',
+        b"data:plain",
+        b"data:",
+        b": keep-alive",
+        b":",
+        b"event: e",
+        b"id: 3",
+        b"retry: 5",
+        b"data: caf\xc3\xa9",
+        b"unknown: field",
+        b"data",
+    ]
+)
 LINE_ENDS = st.sampled_from([b"\n", b"\r\n", b"\r"])
 
 

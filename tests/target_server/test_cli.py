@@ -62,11 +62,26 @@ def test_a_server_that_cannot_start_is_reported_not_waited_on() -> None:
 def test_the_command_line_defaults_are_the_config_defaults_and_options_parse_to_fields() -> None:
     assert ServerConfig.from_args([]) == ServerConfig()
     parsed = ServerConfig.from_args(
-        ["--max-model-len", "4096", "--sse-keep-alive-interval", "0.25", "--failure-types", "stall", "disconnect",
-         "--api-key", "k", "--inter-token-latency", "12.5"]
-    )  # fmt: skip
+        [
+            "--max-model-len",
+            "4096",
+            "--sse-keep-alive-interval",
+            "0.25",
+            "--failure-types",
+            "stall",
+            "disconnect",
+            "--api-key",
+            "k",
+            "--inter-token-latency",
+            "12.5",
+        ]
+    )
     assert (parsed.max_model_len, parsed.sse_keep_alive_interval, parsed.failure_types, parsed.api_key) == (
-        4096, 0.25, ("stall", "disconnect"), "k")  # fmt: skip
+        4096,
+        0.25,
+        ("stall", "disconnect"),
+        "k",
+    )
     assert parsed.inter_token_latency == 12.5
 
 

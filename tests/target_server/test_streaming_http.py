@@ -19,8 +19,9 @@ SLACK = 0.25  # scheduling jitter allowed on a loaded 2-core machine (without ke
 
 
 def test_keep_alive_covers_queueing_and_prefill(start_server: StartServer) -> None:
-    server = start_server("--max-num-seqs", "1", "--time-to-first-token", "600",
-                          "--sse-keep-alive-interval", str(INTERVAL))  # fmt: skip
+    server = start_server(
+        "--max-num-seqs", "1", "--time-to-first-token", "600", "--sse-keep-alive-interval", str(INTERVAL)
+    )
     body = {"prompt": "hi", "max_tokens": 2}
     with (
         httpx.Client(base_url=server.url, timeout=30) as client,
@@ -44,19 +45,24 @@ def test_no_comment_when_tokens_flow_faster_than_the_interval(start_server: Star
 
 @pytest.mark.parametrize("route", ["chat", "completions"])
 def test_openai_client_streams_through_keep_alive_comments(start_server: StartServer, route: str) -> None:
-    server = start_server("--time-to-first-token", "400", "--inter-token-latency", "150",
-                          "--sse-keep-alive-interval", "0.05")  # fmt: skip
+    server = start_server(
+        "--time-to-first-token", "400", "--inter-token-latency", "150", "--sse-keep-alive-interval", "0.05"
+    )
     sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
     if route == "chat":
         chunks = sdk.chat.completions.create(
-            model="sse-soak/tiny-sim", messages=[{"role": "user", "content": "hi"}], max_tokens=4, stream=True,
+            model="sse-soak/tiny-sim",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=4,
+            stream=True,
             stream_options={"include_usage": True},
-        )  # fmt: skip
+        )
         pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
         usage = None
     else:
-        chunks = sdk.completions.create(model="sse-soak/tiny-sim", prompt="hi", max_tokens=4, stream=True,
-                                        stream_options={"include_usage": True})  # fmt: skip
+        chunks = sdk.completions.create(
+            model="sse-soak/tiny-sim", prompt="hi", max_tokens=4, stream=True, stream_options={"include_usage": True}
+        )
         collected = list(chunks)
         pieces = [c.choices[0].text for c in collected if c.choices]
         usage = collected[-1].usage
@@ -82,8 +88,16 @@ def test_metrics_count_what_was_sent(start_server: StartServer) -> None:
 
 def test_trace_file_records_every_frame_the_client_received(start_server: StartServer, tmp_path: Path) -> None:
     trace = tmp_path / "frames.jsonl"
-    server = start_server("--trace-file", str(trace), "--time-to-first-token", "250",
-                          "--sse-keep-alive-interval", "0.1", "--inter-token-latency", "10")  # fmt: skip
+    server = start_server(
+        "--trace-file",
+        str(trace),
+        "--time-to-first-token",
+        "250",
+        "--sse-keep-alive-interval",
+        "0.1",
+        "--inter-token-latency",
+        "10",
+    )
     with httpx.Client(base_url=server.url, timeout=30) as client:
         result = stream(client, "/v1/completions", {"prompt": "hi", "max_tokens": 5}, **{"X-Request-Id": "traced"})
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
