@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
     sys.path.insert(0, str(ROOT))
 
+from loadtests.run_dir import RunDir  # noqa: E402
 from loadtests.soak import parse_duration  # noqa: E402
 
 STOP_GRACE_S = 30.0
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         print("the soak wrote no report")
         return 1
     run_dir = Path(report[-1].split(": ", 1)[1])
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = json.loads(RunDir(run_dir).summary.read_text())
     figures = _figures(summary, wall)
     _print(summary, figures, run_dir, result.stdout.strip().splitlines()[-1])
     if options.json:

@@ -108,7 +108,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` 
 
 from soak_memory import run_bounded  # noqa: E402 - bench/ is on sys.path as the script's folder
 
-from loadtests.run_writer import read_table  # noqa: E402
+from loadtests.run_dir import RunDir  # noqa: E402
 from loadtests.stack import API_KEY_ENV, ServerStartError, TargetServerProcess  # noqa: E402
 
 SCENARIO = REPO_ROOT / "scenarios" / "mixed_truncate.py"
@@ -305,7 +305,7 @@ def run_load(load: Load, duration_s: int, workdir: Path) -> Run:
 def judged_streams(run_dir: Path, skip_first_s: float) -> pd.DataFrame:
     """Raw-client ``ok`` rows started after the first ``skip_first_s`` seconds of the run."""
     columns = ["request_id", "client", "outcome", "start_time", "worker"]
-    requests = read_table(run_dir / "requests.parquet", columns=columns)
+    requests = RunDir(run_dir).read_requests(columns)
     if requests.empty:
         return requests
     after = requests["start_time"] >= requests["start_time"].min() + skip_first_s
@@ -322,7 +322,7 @@ def read_trace(path: Path, request_ids: pd.Series) -> pd.DataFrame:
 
 
 def read_recorded(run_dir: Path, request_ids: pd.Series) -> pd.DataFrame:
-    frames = read_table(run_dir / "frames.parquet")
+    frames = RunDir(run_dir).read_frames()
     if "wait_s" not in frames:  # a harness that did not stamp arrivals
         frames["wait_s"] = np.nan
     frames = frames[["request_id", "seq", "kind", "t_s", "wait_s"]]
@@ -383,7 +383,7 @@ def compare_gaps(run: Run, skip_first_s: float, mono_offsets: dict[str, float]) 
 
 def read_lag(run_dir: Path) -> pd.DataFrame | None:
     """``lag.parquet`` (worker, time, t_mono, lag_s), or None when the run has none."""
-    path = run_dir / "lag.parquet"
+    path = RunDir(run_dir).lag
     if not path.exists():
         return None
     return pd.read_parquet(path, columns=["worker", "time", "t_mono", "lag_s"])

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.outcome import FAILURE_OUTCOMES
+from loadtests.run_dir import RunDir
 from loadtests.summary import SummaryError
 
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
@@ -129,7 +130,7 @@ def load_summary(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise SummaryError(f"{path}: no such file or directory")
-    file = path / "summary.json" if path.is_dir() else path
+    file = RunDir(path).summary if path.is_dir() else path
     if path.is_dir() and not file.exists():
         raise SummaryError(f"{path}: no summary.json in this directory (not a run directory, or one still running)")
     summary = read_json_object(file)

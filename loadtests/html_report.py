@@ -33,6 +33,7 @@ from matplotlib.ticker import MaxNLocator
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.outcome import FAILURE_OUTCOMES, OUTCOMES, RequestRow
 from loadtests.recorder import FRAME_COLUMNS
+from loadtests.run_dir import RunDir
 
 OUTCOME_COLOURS = {
     "ok": "#2e7d32",
@@ -121,14 +122,14 @@ def write_html_report(
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_text(title)}</title>'
         f"<style>{CSS}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n"
     )
-    path = Path(directory) / "report.html"
+    path = Path(directory) / RunDir.REPORT
     _write_atomically(path, lambda temporary: temporary.write_text(page, encoding="utf-8"))
     return path
 
 
 def write_requests_csv(directory: Path, requests: pd.DataFrame) -> Path:
     """Write ``directory / "requests.csv"`` (the request table, same columns) and return its path."""
-    path = Path(directory) / "requests.csv"
+    path = Path(directory) / RunDir.REQUESTS_CSV
     _write_atomically(path, lambda temporary: requests.to_csv(temporary, index=False))
     return path
 
