@@ -295,6 +295,44 @@ class NoProxyTimeouts:
 
 
 @dataclass(frozen=True)
+class KeepAliveCovered:
+    """Keep-alive covered every long silence: each raw stream (the SDK cannot see comments) silent
+    before its first token for longer than the server's keep-alive ``interval`` plus a tolerance got
+    at least one keep-alive frame per ``interval + tolerance`` of that silence. The scenario adds it
+    whenever the run knows the interval (the bundled server's, or one declared for ``--host``)."""
+
+    interval: float
+    name: str = "keepalive_covered"
+
+    @property
+    def tolerance(self) -> float:
+        """Timers fire a little late, and the silence is measured from the headers' arrival."""
+        return 0.1 + 0.1 * self.interval
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        period = self.interval + self.tolerance
+        raw = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]
+        silence = raw["silence_before_first_token_s"]
+        silent = raw[silence > period]
+        implied = (silence[silent.index] // period).astype(int)
+        short = silent[silent["keepalive_frames"] < implied]
+        frames = int(silent["keepalive_frames"].sum())
+        detail = (
+            f"{len(silent) - len(short)}/{len(silent)} raw streams silent over {period:.2f} s (keep-alive every "
+            f"{self.interval:g} s + {self.tolerance:.2f} s) got a keep-alive per {period:.2f} s of silence "
+            f"({frames} keep-alive frames on them)"
+        )
+        if not short.empty:
+            first = short.iloc[0]
+            detail += (
+                f"; {first['request_id']} was silent {silence[short.index[0]]:.2f} s with "
+                f"{int(first['keepalive_frames'])} keep-alive frames, {implied[short.index[0]]} implied"
+                f"{_examples(short)}"
+            )
+        return GateResult(self.name, short.empty, detail)
+
+
+@dataclass(frozen=True)
 class HarnessKeptUp:
     """The load generator kept up: in every process, the p99 of its event loop's lag samples
     (``loadtests.lag``) is at most ``limit_ms``. Judged on ``lag.parquet``, not on the requests:

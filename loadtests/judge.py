@@ -23,6 +23,7 @@ from loadtests.gates import (
     Expect,
     Gate,
     HarnessKeptUp,
+    KeepAliveCovered,
     NoHarnessErrors,
     NoHttp500,
     NoInband500,
@@ -52,6 +53,7 @@ GATE_TYPES: dict[str, type] = {
         Expect,
         NoProxyTimeouts,
         HarnessKeptUp,
+        KeepAliveCovered,
         MemoryGrowth,
         LatencyDrift,
     )

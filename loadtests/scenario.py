@@ -51,7 +51,7 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRu
 from loadtests import arrival_clock
 from loadtests._signals import SignalGuard
 from loadtests.collect import Collector
-from loadtests.gates import Gate, HarnessKeptUp, for_run
+from loadtests.gates import Gate, HarnessKeptUp, KeepAliveCovered, for_run
 from loadtests.judge import gate_spec, judge, write_html_files
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.loop_hygiene import settle_after_setup
@@ -367,9 +367,12 @@ class Scenario:
 
     def gate_list(self, settings: RunSettings, harness_lag_limit_ms: float = 0.0) -> Sequence[Gate]:
         """The scenario's gates with the run's settings filled in (so each is stored with concrete
-        figures), then ``harness_kept_up`` with its limit (none when the limit is 0)."""
+        figures), then ``keepalive_covered`` when the run knows the server's keep-alive interval, then
+        ``harness_kept_up`` with its limit (none when the limit is 0)."""
         declared = self.gates(settings) if callable(self.gates) else self.gates
         gates = [for_run(gate, settings) for gate in declared]
+        if settings.keep_alive_interval:
+            gates.append(KeepAliveCovered(settings.keep_alive_interval))
         return [*gates, HarnessKeptUp(harness_lag_limit_ms)] if harness_lag_limit_ms > 0 else gates
 
     def _on_init(self, environment: Any, **_: Any) -> None:

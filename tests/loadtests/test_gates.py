@@ -10,6 +10,7 @@ import pytest
 
 from loadtests.gates import (
     Expect,
+    KeepAliveCovered,
     NoHarnessErrors,
     NoHttp500,
     NoInband500,
@@ -214,3 +215,31 @@ def test_no_proxy_timeouts_declared_bare_reads_the_run_settings_and_is_stored_co
         NoProxyTimeouts().evaluate(table({"status": 200, "outcome": "ok"}))
     with pytest.raises(TypeError, match="for_run"):
         gate_spec(NoProxyTimeouts())
+
+
+def raw_stream(silence: float, keepalives: int | None) -> dict[str, Any]:
+    """A 200 stream silent ``silence`` s before its first token; ``None`` keep-alives: an SDK row."""
+    return {"status": 200, "outcome": "ok", "silence_before_first_token_s": silence, "keepalive_frames": keepalives}
+
+
+def test_keepalive_covered_wants_one_frame_per_interval_and_tolerance_of_silence() -> None:
+    gate = KeepAliveCovered(0.25)  # tolerance 0.125 s: one keep-alive per 0.375 s of silence
+    covered = table(raw_stream(0.3, 0), raw_stream(0.8, 2), raw_stream(2.0, 5), raw_stream(5.0, None))
+    result = gate.evaluate(covered)
+    assert result.passed and result.detail.startswith("2/2 raw streams silent over 0.38 s")
+    starved = gate.evaluate(table(raw_stream(0.8, 2), raw_stream(2.0, 4)))  # 2.0 s implies 5
+    assert not starved.passed
+    assert "r1 was silent 2.00 s with 4 keep-alive frames, 5 implied" in starved.detail
+
+
+def test_keepalive_covered_fails_a_server_without_keep_alive() -> None:
+    """The negative control: long silences, no comment at all."""
+    result = KeepAliveCovered(1.0).evaluate(table(raw_stream(3.5, 0), raw_stream(0.5, 0)))
+    assert not result.passed and result.detail.startswith("0/1 raw streams silent over 1.20 s")
+
+
+def test_keepalive_covered_ignores_what_it_cannot_judge() -> None:
+    """SDK rows (no comment counts), rejected requests and short silences judge nothing."""
+    rows = table(raw_stream(9.0, None), {"status": 400, "outcome": "rejected"}, raw_stream(0.1, 0))
+    result = KeepAliveCovered(0.5).evaluate(rows)
+    assert result.passed and result.detail.startswith("0/0 raw streams")

@@ -24,7 +24,10 @@ def test_mixed_truncate_passes_on_the_bundled_server(tmp_path: Path) -> None:
     assert summary["scenario"] == "mixed_truncate"
     assert "harness_kept_up" not in [gate["name"] for gate in summary["gates"]]  # off in the suite (conftest)
     assert summary["harness_lag_ms"]["samples"] == len(run.lag) > 0
-    assert summary["settings"]["keep_alive_interval"] == 1.0  # from the profile's --sse-keep-alive-interval 1
+    assert summary["settings"]["keep_alive_interval"] == 0.25  # from the profile's --sse-keep-alive-interval
+    covered = run.gate("keepalive_covered")  # the main job exercises keep-alive: queueing and prefill are silent
+    assert covered["passed"] and summary["keepalive_frames"] > 0, covered["detail"]
+    assert int(covered["detail"].split("/")[0]) > 0  # streams silent longer than the interval, each covered
     assert summary["settings"]["prompt_sizing"] == "exact" and summary["settings"]["max_line_bytes"] == 1 << 20
     assert summary["requests"] == sum(summary["outcomes"].values()) == len(run.requests)
     assert summary["outcomes"]["ok"] > 0 and summary["outcomes"]["rejected"] > 0
