@@ -30,7 +30,7 @@ from typing import Any
 
 from loadtests.outcome import FAILURE_OUTCOMES
 from loadtests.run_dir import RunDir
-from loadtests.summary import SummaryError
+from loadtests.summary import SummaryError, is_count
 
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
 LATENCY_FLOOR_S = 0.005
@@ -89,10 +89,6 @@ def _fmt(value: float | None) -> str:
 _COUNTS = ("requests", "http_500", "inband_500")
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _number_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
 
@@ -109,9 +105,9 @@ def summary_problem(summary: dict[str, Any]) -> str | None:
     missing = [key for key in (*_COUNTS, "outcomes", "passed") if key not in summary]
     if missing:
         return f"not a run summary (no {', '.join(repr(key) for key in missing)})"
-    wrong = [key for key in _COUNTS if not _count(summary[key])]
+    wrong = [key for key in _COUNTS if not is_count(summary[key])]
     outcomes = summary["outcomes"]
-    if not isinstance(outcomes, dict) or not all(_count(n) for n in outcomes.values()):
+    if not isinstance(outcomes, dict) or not all(is_count(n) for n in outcomes.values()):
         wrong.append("outcomes")
     wrong += [key for key in ("passed", "gates_passed") if key in summary and not isinstance(summary[key], bool)]
     latency = summary.get("latency", {})

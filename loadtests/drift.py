@@ -18,8 +18,9 @@ report`` like any other); the soak job adds them to the run it watches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -120,15 +121,6 @@ def latency_drift(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
     return GateResult(name, not failed, detail)
 
 
-def judge_drift(
-    requests: pd.DataFrame, resources: pd.DataFrame, limits: DriftLimits
-) -> tuple[pd.DataFrame, list[GateResult]]:
-    windows = windows_table(requests, resources, limits.windows)
-    if windows.empty:
-        return windows, [GateResult(name, True, "no requests") for name in DRIFT_GATES]
-    return windows, [memory_growth(windows, limits), latency_drift(windows, limits)]
-
-
 @dataclass(frozen=True)
 class _DriftGate:
     """A drift check as a gate over the run's requests and memory samples (``RunTables``)."""
@@ -139,27 +131,30 @@ class _DriftGate:
         if isinstance(self.limits, dict):  # rebuilt from its spec in summary.json
             object.__setattr__(self, "limits", DriftLimits(**self.limits))
 
+    rule: ClassVar[Callable[[pd.DataFrame, DriftLimits], GateResult]]
+
     def windows(self, tables: RunTables) -> pd.DataFrame:
         resources = tables.resources if tables.resources is not None else pd.DataFrame()
         return windows_table(tables.requests, resources, self.limits.windows)
+
+    def evaluate_run(self, tables: RunTables) -> GateResult:
+        """Passes, saying so, when there are no requests (so no windows) to judge."""
+        windows = self.windows(tables)
+        return (
+            type(self).rule(windows, self.limits) if not windows.empty else GateResult(self.name, True, "no requests")
+        )
 
 
 @dataclass(frozen=True)
 class MemoryGrowth(_DriftGate):
     name: str = DRIFT_GATES[0]
-
-    def evaluate_run(self, tables: RunTables) -> GateResult:
-        windows = self.windows(tables)
-        return memory_growth(windows, self.limits) if not windows.empty else GateResult(self.name, True, "no requests")
+    rule = staticmethod(memory_growth)
 
 
 @dataclass(frozen=True)
 class LatencyDrift(_DriftGate):
     name: str = DRIFT_GATES[1]
-
-    def evaluate_run(self, tables: RunTables) -> GateResult:
-        windows = self.windows(tables)
-        return latency_drift(windows, self.limits) if not windows.empty else GateResult(self.name, True, "no requests")
+    rule = staticmethod(latency_drift)
 
 
 def drift_gates(limits: DriftLimits) -> list[_DriftGate]:

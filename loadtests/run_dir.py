@@ -186,9 +186,6 @@ class RunDir:
             raise RunDirError(f"--report-dir {root}: cannot create a run directory ({exc.strerror or exc})") from None
 
     # -- paths ------------------------------------------------------------------------------------
-    def __truediv__(self, name: str) -> Path:
-        return self.path / name
-
     @property
     def requests(self) -> Path:
         return self.path / self.REQUESTS

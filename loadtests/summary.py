@@ -165,7 +165,8 @@ def _optional(kind: type | tuple[type, ...]) -> Callable[[Any], bool]:
     return lambda value: value is None or isinstance(value, kind)
 
 
-def _count(value: Any) -> bool:
+def is_count(value: Any) -> bool:
+    """A JSON count: a non-negative integer, not a boolean."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -176,10 +177,10 @@ def _share(value: Any) -> bool:
 _REQUIRED = ("scenario", "requests", "outcomes", "http_500", "inband_500")
 _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "scenario": (lambda v: isinstance(v, str), "a string"),
-    "requests": (_count, "a count"),
-    "outcomes": (lambda v: isinstance(v, dict) and all(map(_count, v.values())), "an object of counts"),
-    "http_500": (_count, "a count"),
-    "inband_500": (_count, "a count"),
+    "requests": (is_count, "a count"),
+    "outcomes": (lambda v: isinstance(v, dict) and all(map(is_count, v.values())), "an object of counts"),
+    "http_500": (is_count, "a count"),
+    "inband_500": (is_count, "a count"),
     "gate_specs": (lambda v: isinstance(v, list) and all(isinstance(s, dict) for s in v), "a list of objects"),
     "gates": (lambda v: isinstance(v, list) and all(isinstance(g, dict) for g in v), "a list of objects"),
     "settings": (_optional(dict), "an object"),

@@ -72,14 +72,15 @@ def rejudged_alike(run_dir: Path) -> dict[str, Any]:
     return written
 
 
+def locust_command(locustfile: str | Path, *args: str) -> list[str]:
+    """``python -m locust -f <locustfile> <args>``: how every test starts Locust."""
+    return [sys.executable, "-m", "locust", "-f", str(locustfile), *args]
+
+
 def run_locust(scenario: str, report_dir: Path, *args: str, users: int = 4, seconds: int = 4) -> LocustRun:
     """Headless run of ``scenarios/<scenario>.py`` for ``seconds``; never longer than 3 minutes."""
-    command = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(ROOT / "scenarios" / f"{scenario}.py"),
+    command = locust_command(
+        ROOT / "scenarios" / f"{scenario}.py",
         "--headless",
         "-u",
         str(users),
@@ -91,7 +92,7 @@ def run_locust(scenario: str, report_dir: Path, *args: str, users: int = 4, seco
         str(report_dir),
         "--only-summary",
         *args,
-    ]
+    )
     result = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=ROOT, stdin=subprocess.DEVNULL)
     output = result.stdout + result.stderr
     match = REPORT_LINE.search(result.stdout)
@@ -107,17 +108,9 @@ class LiveLocust:
     workers and the services it started, by their ids, whatever state a failed test left."""
 
     def __init__(self, scenario: str, report_dir: Path, *args: str) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "locust",
-            "-f",
-            str(ROOT / "scenarios" / f"{scenario}.py"),
-            "--report-dir",
-            str(report_dir),
-            "--only-summary",
-            *args,
-        ]
+        command = locust_command(
+            ROOT / "scenarios" / f"{scenario}.py", "--report-dir", str(report_dir), "--only-summary", *args
+        )
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,

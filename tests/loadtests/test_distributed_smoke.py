@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, run_locust
+from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
 
 pytestmark = pytest.mark.smoke
 SCENARIO = str(ROOT / "scenarios" / "mixed_truncate.py")
@@ -76,11 +76,7 @@ def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
     port = free_port()
     stats = tmp_path / "stats"
     master = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "locust",
-            "-f",
+        locust_command(
             SCENARIO,
             "--master",
             "--headless",
@@ -99,7 +95,7 @@ def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
             "--only-summary",
             "--json-file",
             str(stats),
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

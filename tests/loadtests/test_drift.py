@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests.drift import DriftLimits, judge_drift, latency_drift, memory_growth, windows_table
+from loadtests.drift import DriftLimits, drift_gates, latency_drift, memory_growth, windows_table
+from loadtests.gates import RunTables
 from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.run_dir import RunDir
 from loadtests.soak import parse_duration
@@ -74,8 +75,9 @@ def test_latency_drift_fails_beyond_both_limits() -> None:
 
 
 def test_no_requests_means_no_windows_and_passing_gates() -> None:
-    windows, results = judge_drift(requests_over(0), memory(1, np.ones(1), np.ones(1)), LIMITS)
-    assert windows.empty and all(r.passed for r in results)
+    tables = RunTables(requests_over(0), resources=memory(1, np.ones(1), np.ones(1)))
+    assert drift_gates(LIMITS)[0].windows(tables).empty
+    assert all(gate.evaluate_run(tables).passed for gate in drift_gates(LIMITS))
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("20m", 1200), ("8h", 28800), ("1h30m", 5400), ("45", 45)])

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.loadtests.locust_run import REPORT_LINE, ROOT
+from tests.loadtests.locust_run import REPORT_LINE, ROOT, locust_command
 from tests.misbehaving_server import MODES
 
 pytestmark = pytest.mark.smoke
@@ -57,6 +57,7 @@ PROTOCOL_REASONS = {
 }
 CLIENTS = ("raw", "openai")
 READY_PREFIX = "listening on "
+MISBEHAVING_LOCUSTFILE = ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"
 
 
 def test_every_mode_has_an_expected_outcome() -> None:
@@ -138,12 +139,8 @@ def misbehaving_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mis
 @pytest.fixture(scope="module")
 def run(misbehaving_server: MisbehavingServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
     report_dir = tmp_path_factory.mktemp("reports")
-    command = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
+    command = locust_command(
+        MISBEHAVING_LOCUSTFILE,
         "--headless",
         "-u",
         "6",
@@ -159,7 +156,7 @@ def run(misbehaving_server: MisbehavingServer, tmp_path_factory: pytest.TempPath
         "5",
         "--report-dir",
         str(report_dir),
-    ]
+    )
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL)
     output = result.stdout + result.stderr
     match = REPORT_LINE.search(result.stdout)
@@ -212,12 +209,8 @@ def test_each_misbehaviour_ends_in_its_outcome(run: Run, mode: str, client: str)
 def test_the_line_limit_is_an_option_and_both_clients_stop_at_it(
     misbehaving_server: MisbehavingServer, tmp_path: Path
 ) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
+    command = locust_command(
+        MISBEHAVING_LOCUSTFILE,
         "--headless",
         "-u",
         "2",
@@ -236,7 +229,7 @@ def test_the_line_limit_is_an_option_and_both_clients_stop_at_it(
         "--report-dir",
         str(tmp_path),
         "--only-summary",
-    ]
+    )
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL)
     output = result.stdout + result.stderr
     match = REPORT_LINE.search(result.stdout)
@@ -250,12 +243,8 @@ def test_the_line_limit_is_an_option_and_both_clients_stop_at_it(
 
 
 def test_a_too_small_line_limit_is_refused_in_one_line(tmp_path: Path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"),
+    command = locust_command(
+        MISBEHAVING_LOCUSTFILE,
         "--headless",
         "-t",
         "1s",
@@ -265,7 +254,7 @@ def test_a_too_small_line_limit_is_refused_in_one_line(tmp_path: Path) -> None:
         "0",
         "--report-dir",
         str(tmp_path),
-    ]
+    )
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
     assert result.returncode != 0
     assert "sse-soak: --max-line-bytes must be at least 1, got 0" in result.stderr
