@@ -265,10 +265,10 @@ async def chat_completions(request: Request) -> Response:
 async def tokenize(request: Request) -> Response:
     """vLLM's ``/tokenize``; decoding, checks and rendering run off the loop, in ``intake.prepare``."""
     answer = functools.partial(_vllm_tokenize_answer, _server(request))
-    return Response(await intake.prepare(request, answer), media_type="application/json")
+    return json_pieces_response(await intake.prepare(request, answer))
 
 
-def _vllm_tokenize_answer(server: TargetServer, raw: bytes) -> bytes:
+def _vllm_tokenize_answer(server: TargetServer, raw: bytes) -> list[bytes]:
     body, ids = intake.tokenize(raw)
     server.check_model(body.model)
     head = {"count": len(ids), "max_model_len": server.config.max_model_len, "token_strs": None}
@@ -277,24 +277,31 @@ def _vllm_tokenize_answer(server: TargetServer, raw: bytes) -> bytes:
 
 async def tokenize_text(request: Request) -> Response:
     """The foreign ``/tokenize``: ``{"text"}`` in, bare ``tokens`` out."""
-    body = await intake.prepare(request, _text_tokenize_answer)
-    return Response(body, media_type="application/json")
+    return json_pieces_response(await intake.prepare(request, _text_tokenize_answer))
 
 
-def _text_tokenize_answer(raw: bytes) -> bytes:
+def _text_tokenize_answer(raw: bytes) -> list[bytes]:
     return json_with_ids({}, "tokens", intake.tokenize_text(raw))
 
 
-def json_with_ids(head: dict[str, Any], key: str, ids: list[int]) -> bytes:
-    """``head`` with ``key: ids`` as JSON, the ids written a slice at a time: a 5-million-id list
-    as one ``json.dumps`` call would hold the interpreter for half a second, loop included."""
-    parts = [json.dumps(head)[:-1], ", " if head else "", json.dumps(key), ": ["]
+def json_with_ids(head: dict[str, Any], key: str, ids: list[int]) -> list[bytes]:
+    """``head`` with ``key: ids`` as JSON, in pieces of ``ID_SLICE`` ids each rendered by one short
+    call: a 5-million-id list as one ``json.dumps`` call held the interpreter, loop included, for
+    half a second, and as one 30 MB body the event loop copied it whole on its way out."""
+    parts = [(json.dumps(head)[:-1] + (", " if head else "") + json.dumps(key) + ": [").encode()]
     parts.extend(
-        ("," if start else "") + ",".join(map(str, ids[start : start + ID_SLICE]))
+        (("," if start else "") + ",".join(map(str, ids[start : start + ID_SLICE]))).encode()
         for start in range(0, len(ids), ID_SLICE)
     )
-    parts.append("]}")
-    return "".join(parts).encode()
+    parts.append(b"]}")
+    return parts
+
+
+def json_pieces_response(pieces: list[bytes]) -> Response:
+    """The pieces as one JSON body of known length, written a piece at a time (each written waits
+    for the client to take it, so the loop never holds or copies the whole body)."""
+    length = str(sum(len(piece) for piece in pieces))
+    return StreamingResponse(iter(pieces), media_type="application/json", headers={"Content-Length": length})
 
 
 def _install_error_handlers(app: FastAPI) -> None:
