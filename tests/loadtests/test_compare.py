@@ -91,7 +91,9 @@ def run_compare(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.smoke
 def test_compare_flags_a_faulty_run_against_a_clean_one(tmp_path: Path) -> None:
     clean = run_locust("mixed_truncate", tmp_path, seconds=4)
-    faults = "--server-args=--failure-injection-rate 15 --failure-types inband_error disconnect"
+    # Fault draws are seeded (--seed 0): at 40% the first in-band error is the 8th request, so even a
+    # 4 s run with mixed_truncate's slow prefill (about 30 requests) has one. At 15% it was the 33rd.
+    faults = "--server-args=--failure-injection-rate 40 --failure-types inband_error disconnect"
     faulty = run_locust("mixed_truncate", tmp_path, faults, seconds=4)
     assert clean.run_dir and faulty.run_dir
     flagged = run_compare(str(clean.run_dir), str(faulty.run_dir))

@@ -126,7 +126,8 @@ def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
 
 
 def test_frame_sampling_keeps_every_row_and_the_frames_of_a_share(tmp_path: Path) -> None:
-    server_args = "--server-args=--failure-injection-rate 10 --failure-types disconnect"
+    # seeded draws: at 30% the 4th request is cut (at 10% the 36th, past the end of a short run)
+    server_args = "--server-args=--failure-injection-rate 30 --failure-types disconnect"
     run = run_locust("mixed_truncate", tmp_path, "--frame-sample-rate", "0.2", server_args, seconds=5)
     requests, frames = run.requests, run.frames
     sampled = set(frames["request_id"])
