@@ -70,7 +70,7 @@ def test_a_soak_with_injected_failures_fails_with_the_counts_and_against_its_bas
     tmp_path: Path, clean_soak: subprocess.CompletedProcess[str]
 ) -> None:
     baseline = run_dir_of(clean_soak.stdout)
-    faults = "--server-args=--failure-injection-rate 20 --failure-types server_error inband_error"
+    faults = "--server-args=--failure-injection-rate 40 --failure-types server_error inband_error"
     result = run_soak(tmp_path, "--duration", "15s", "--baseline", str(baseline), "--", faults)
     assert result.returncode == 1
     last = result.stdout.strip().splitlines()[-1]
