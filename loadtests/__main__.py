@@ -1,6 +1,7 @@
 """``python -m loadtests <command>``: the harness's command line.
 
-Commands: ``soak`` (the nightly soak job), ``proxy`` (the embedded reverse proxy with nginx's
+Commands: ``scenarios`` (list the shipped scenarios), ``run`` (run one with Locust), ``soak`` (the
+nightly soak job), ``proxy`` (the embedded reverse proxy with nginx's
 read-timeout semantics), ``report`` (rebuild a run's summary and HTML report from its parquet
 files; exit 1 unless the verdict is PASS), ``compare`` (base run against new run; exit 1 on
 regression). Also installed as the ``sse-soak`` command. Bad input exits 2 with one line naming it.
@@ -180,7 +181,30 @@ def parser() -> argparse.ArgumentParser:
             help=f"{_THRESHOLD_KIND.get(name, 'a number >= 0')}, inf never flags (default {getattr(defaults, name):g})",
         )
     _add_soak_parser(commands)
+    commands.add_parser(
+        "scenarios",
+        help="list the scenarios that ship with sse-soak: name, locustfile and what it runs",
+        description="Lists each shipped scenario's name, its locustfile (in the installed package, or scenarios/ in "
+        "a clone) and the first line of its docstring. Run one with: run NAME [locust options].",
+    )
+    run = commands.add_parser(
+        "run",
+        help="run a shipped scenario (by name) or a locustfile with Locust, e.g. run mixed_truncate --headless -t 20s",
+        description="Runs Locust on the scenario: python -m locust -f <its locustfile> [locust options], with Locust's "
+        "exit code. Every option after the name goes to Locust unchanged (the web UI without --headless).",
+    )
+    run.add_argument("scenario", type=_scenario, help="a shipped scenario's name (see: scenarios) or a locustfile path")
+    run.add_argument("locust_args", nargs=argparse.REMAINDER, help="Locust's options and the scenario's")
     return root
+
+
+def _scenario(text: str) -> Path:
+    from loadtests.catalog import CatalogError, locate
+
+    try:
+        return locate(text)
+    except CatalogError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _duration(text: str) -> int:
@@ -205,7 +229,12 @@ def _add_soak_parser(commands: Any) -> None:
         "Arguments after -- go to locust unchanged.",
     )
     limits = DriftLimits()
-    soak.add_argument("--scenario", type=Path, default=DEFAULT_SCENARIO, help="locustfile (default scenarios/soak.py)")
+    soak.add_argument(
+        "--scenario",
+        type=_scenario,
+        default=DEFAULT_SCENARIO,
+        help="a shipped scenario's name or a locustfile path (default: soak)",
+    )
     soak.add_argument(
         "--duration",
         type=_duration,
@@ -274,13 +303,10 @@ def _add_soak_parser(commands: Any) -> None:
 
 
 def _check_soak_files(options: argparse.Namespace) -> None:
-    """What the parser cannot see: the scenario file, the report directory, the baseline. Checked
-    before anything starts, and without writing anything."""
+    """What the parser cannot see: the report directory, the baseline. Checked before anything
+    starts, and without writing anything."""
     from loadtests.run_dir import report_root_problem
 
-    if not options.scenario.is_file():
-        problem = "no such file" if not options.scenario.exists() else "not a file"
-        _refuse("soak", f"--scenario {options.scenario}: {problem} (a locustfile, e.g. scenarios/soak.py)")
     problem = report_root_problem(options.report_dir)
     if problem is not None:
         _refuse("soak", f"--report-dir {options.report_dir}: {problem}")
@@ -381,9 +407,29 @@ def _run_proxy(options: argparse.Namespace) -> None:
         _refuse("proxy", refused[0])
 
 
+def _list_scenarios() -> None:
+    from loadtests.catalog import shipped
+
+    scenarios = shipped()
+    width = max((len(scenario.name) for scenario in scenarios), default=0)
+    for scenario in scenarios:
+        print(f"{scenario.name:<{width}}  {scenario.path}\n{'':<{width}}  {scenario.summary}")
+
+
+def _run_locust(options: argparse.Namespace) -> NoReturn:
+    """Become Locust on the scenario: its signals, output and exit code are the command's own."""
+    command = [sys.executable, "-m", "locust", "-f", str(options.scenario), *options.locust_args]
+    sys.stdout.flush()
+    os.execv(sys.executable, command)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     options = parser().parse_args(argv)
-    if options.command == "proxy":
+    if options.command == "scenarios":
+        _list_scenarios()
+    elif options.command == "run":
+        _run_locust(options)
+    elif options.command == "proxy":
         _run_proxy(options)
     elif options.command == "report":
         sys.exit(_run_report(options))

@@ -8,8 +8,11 @@ readers of one run never disagree on what a 500 or a judged request is.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
+
+from loadtests.outcome import FAILURE_OUTCOMES
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -50,3 +53,25 @@ def quantiles(values: pd.Series, percentiles: Sequence[int] = PERCENTILES, digit
     if not len(present):
         return [None] * len(percentiles)
     return [round(float(present.quantile(p / 100)), digits) for p in percentiles]
+
+
+WORST_BY_GAP = 5
+WORST_TOTAL = 15
+
+
+def worst_streams(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Up to ``WORST_BY_GAP`` streams (2xx responses) with the longest ``max_gap_s``, then the failed streams taken
+    in turn from each failure outcome (longest gap first), ``WORST_TOTAL`` in all; and how many
+    qualifying streams were left out."""
+    ranked = requests.assign(_gap=pd.to_numeric(requests["max_gap_s"], errors="coerce"))
+    ranked = ranked.sort_values("_gap", ascending=False, na_position="last", kind="stable")
+    status = pd.to_numeric(ranked["status"], errors="coerce")
+    streams = ranked["_gap"].notna() & (status >= 200) & (status < 300)
+    chosen = list(ranked.index[streams][:WORST_BY_GAP])
+    queues = [list(ranked.index[ranked["outcome"] == outcome]) for outcome in FAILURE_OUTCOMES]
+    failed: list[Any] = []
+    while any(queues):
+        failed += [queue.pop(0) for queue in queues if queue]
+    candidates = chosen + [index for index in failed if index not in chosen]
+    shown = candidates[:WORST_TOTAL]
+    return requests.loc[shown], len(candidates) - len(shown)

@@ -30,8 +30,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from loadtests import figures
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
-from loadtests.outcome import FAILURE_OUTCOMES, OUTCOMES, RequestRow
+from loadtests.outcome import OUTCOMES, RequestRow
 from loadtests.recorder import FRAME_COLUMNS
 from loadtests.run_dir import RunDir
 
@@ -53,8 +54,6 @@ PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 TIMING_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
 DATA_KINDS = ("data", "error", "done")
 GAP_FLOOR_S = 1e-4
-WORST_BY_GAP = 5
-WORST_TOTAL = 15
 FRAMES_PER_STREAM = 40
 READ_LATE_SHOWN_S = 0.001
 """A frame whose bytes waited this long in the kernel before the harness read them is marked in its chip."""
@@ -639,33 +638,15 @@ def _lag_figure(lag: pd.DataFrame, origin: float, limit_ms: float) -> Figure:
 # --- 8. worst streams ------------------------------------------------------------------------
 
 
-def _worst_selection(requests: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """Up to ``WORST_BY_GAP`` streams (2xx responses) with the longest ``max_gap_s``, then the failed streams taken
-    in turn from each failure outcome (longest gap first), ``WORST_TOTAL`` in all; and how many
-    qualifying streams were left out."""
-    ranked = requests.assign(_gap=pd.to_numeric(requests["max_gap_s"], errors="coerce"))
-    ranked = ranked.sort_values("_gap", ascending=False, na_position="last", kind="stable")
-    status = pd.to_numeric(ranked["status"], errors="coerce")
-    streams = ranked["_gap"].notna() & (status >= 200) & (status < 300)
-    chosen = list(ranked.index[streams][:WORST_BY_GAP])
-    queues = [list(ranked.index[ranked["outcome"] == outcome]) for outcome in FAILURE_OUTCOMES]
-    failed: list[Any] = []
-    while any(queues):
-        failed += [queue.pop(0) for queue in queues if queue]
-    candidates = chosen + [index for index in failed if index not in chosen]
-    shown = candidates[:WORST_TOTAL]
-    return requests.loc[shown], len(candidates) - len(shown)
-
-
 def _worst_section(requests: pd.DataFrame, frames: pd.DataFrame, sample_rate: float) -> str:
     how = (
-        f"The {WORST_BY_GAP} streams (2xx) with the longest silence, then the failed ones taken in turn from each "
-        "failure outcome (cut, in-band error, protocol error, 5xx, timeout, ...); under each, its frames in "
+        f"The {figures.WORST_BY_GAP} streams (2xx) with the longest silence, then the failed ones taken in turn from "
+        "each failure outcome (cut, in-band error, protocol error, 5xx, timeout, ...); under each, its frames in "
         "order as kind, time since the request was sent (s), +gap since the "
         "previous arrival (s) and bytes."
     )
     title = "Worst streams"
-    selection, left_out = _worst_selection(requests)
+    selection, left_out = figures.worst_streams(requests)
     if selection.empty:
         return _section(title, how, _sample_note(sample_rate) + _empty("No streams to show."))
     wanted = frames[frames["request_id"].isin(selection["request_id"])]

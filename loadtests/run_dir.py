@@ -29,6 +29,9 @@ from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
 RUN_DIR_ENV = "SSE_SOAK_RUN_DIR"
 """An empty directory the next test writes into instead of making its own (the soak job makes it,
 so it knows where the run is without reading Locust's output)."""
+PLAN_ONLY_ENV = "SSE_SOAK_PLAN_ONLY"
+"""A directory where a scenario only writes the manifest it would start with (its settings and
+gates; no services) and exits 0, before it starts or contacts anything (``loadtests.launch.plan``)."""
 
 
 _SCHEMAS = {"requests": REQUEST_SCHEMA, "frames": FRAME_SCHEMA, "lag": LAG_SCHEMA}

@@ -56,7 +56,7 @@ from loadtests.judge import gate_spec, judge, write_html_files
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.loop_hygiene import settle_after_setup
 from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT, PreflightError, preflight
-from loadtests.run_dir import RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
+from loadtests.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
 from loadtests.run_options import UsageError, check_options, keep_alive_interval
 from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
 from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
@@ -396,6 +396,10 @@ class Scenario:
         if not isinstance(environment.runner, WorkerRunner):
             self._settings = self.settings(options)
             self._check_gates(self.gate_list(self._settings))  # a function's gates: checked once known
+            plan_only = os.environ.get(PLAN_ONLY_ENV)
+            if plan_only:
+                RunDir(plan_only).write_manifest(self._manifest(environment))
+                sys.exit(0)
             self._start_stack(environment, self._settings)
             self._preflight(environment, state)
         arrival_clock.keep_kernel_stamping_on()  # before the first stream, so its first frames are stamped

@@ -27,7 +27,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from loadtests import compare
+from loadtests import catalog, compare
 from loadtests.drift import DRIFT_GATES, DriftLimits
 from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.resources import ResourceSampler
@@ -39,7 +39,7 @@ _UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
 _EXPECTED = "expected e.g. 90s, 20m, 8h, 1h30m or plain seconds"
 SAMPLE_INTERVAL_S = 5.0
 USAGE_ERROR = 2  # Locust's (argparse's) code for a bad option, and ours
-DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "soak.py"
+DEFAULT_SCENARIO = catalog.locate("soak")
 
 
 def parse_duration(text: str) -> int:

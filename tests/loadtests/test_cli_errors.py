@@ -238,15 +238,26 @@ def test_soak_refuses_an_unwritable_report_dir(capsys: pytest.CaptureFixture[str
         (tmp_path / "locked").chmod(0o700)
 
 
+SHIPPED = "mixed_truncate, proxy_timeout, slow_prefill, soak"
+
+
 def test_soak_refuses_a_missing_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     line = usage_error(capsys, "soak", "--scenario", "scenarios/nope.py")
-    assert line == f"{SOAK}--scenario scenarios/nope.py: no such file (a locustfile, e.g. scenarios/soak.py)"
+    assert line == f"{SOAK}--scenario: scenarios/nope.py: no such file (a locustfile, or a shipped scenario: {SHIPPED})"
+    line = usage_error(capsys, "soak", "--scenario", "nope")
+    assert line == f"{SOAK}--scenario: nope: no such scenario (shipped: {SHIPPED}; or give a locustfile's path)"
 
 
 def test_soak_refuses_a_scenario_that_is_a_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "scenarios").mkdir()
     line = usage_error(capsys, "soak", "--scenario", "scenarios")
-    assert line == f"{SOAK}--scenario scenarios: not a file (a locustfile, e.g. scenarios/soak.py)"
+    assert line == f"{SOAK}--scenario: scenarios: not a file (a locustfile, or a shipped scenario: {SHIPPED})"
+
+
+def test_run_refuses_an_unknown_scenario_before_starting_locust(capsys: pytest.CaptureFixture[str]) -> None:
+    line = usage_error(capsys, "run", "mixed", "--headless")
+    unknown = f"mixed: no such scenario (shipped: {SHIPPED}; or give a locustfile's path)"
+    assert line == f"python -m loadtests run: scenario: {unknown}"
 
 
 def test_soak_refuses_a_missing_baseline_before_running(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

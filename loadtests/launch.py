@@ -1,0 +1,256 @@
+"""Run a scenario headless in a child process and read back its judged run.
+
+For Python callers that must not import Locust (it patches the process that imports it for
+gevent): the pytest plugin, a user's own script. The child is ``python -m locust -f <locustfile>
+--headless ...`` in its own session. The run directory is made here and handed to the child
+(``SSE_SOAK_RUN_DIR``), as the soak job does, so the result is read from the directory (manifest,
+summary, tables) and never from what the child prints; its output is kept for the record. The
+API key travels in the child's environment (``SSE_SOAK_API_KEY``), never on its command line.
+
+``plan`` asks a scenario for the manifest it would start with (settings and gates) without
+starting or contacting anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from loadtests import catalog, figures
+from loadtests.compare import read_json_object
+from loadtests.gates import ALWAYS_ON, GateResult
+from loadtests.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir
+from loadtests.summary import Summary, SummaryError
+
+STARTUP_AND_JUDGING_S = 180.0
+"""How long a run may take beyond its duration (starting the stack, judging, the report) before it
+is killed as hung."""
+INTERRUPT_GRACE_S = 60.0
+"""How long a run interrupted by Ctrl-C gets to write its summary before it is killed."""
+OUTPUT_TAIL_LINES = 30
+
+
+def option_arguments(options: Mapping[str, Any]) -> list[str]:
+    """Command-line options from keyword arguments: ``server_args="--seed 3"`` is ``--server-args
+    '--seed 3'``, ``True`` a bare flag, ``False`` or ``None`` leaves the option out, and a list or
+    tuple repeats it once per value."""
+    arguments: list[str] = []
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            arguments.append(flag)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                arguments += [flag, str(item)]
+        else:
+            arguments += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return arguments
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One headless run: a scenario (a shipped name or a locustfile) and its Locust options."""
+
+    scenario: str | Path
+    users: int = 4
+    duration_s: int = 5
+    spawn_rate: float | None = None
+    """Users started per second (default: all at once)."""
+    host: str | None = None
+    """The server under test; None starts the scenario's bundled stack."""
+    api_key: str | None = None
+    model: str | None = None
+    proxy: str | None = None
+    """none, embedded or nginx; None keeps the scenario's own."""
+    report_dir: Path = Path("reports")
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Any other option of the scenario or of Locust, as keywords (``option_arguments``)."""
+
+    @functools.cached_property
+    def locustfile(self) -> Path:
+        """The scenario's locustfile; ``catalog.CatalogError`` when there is none."""
+        return catalog.locate(self.scenario)
+
+    def command(self) -> list[str]:
+        if self.users < 1 or self.duration_s < 1:
+            raise ValueError(f"a run needs at least 1 user and 1 s, got {self.users} users for {self.duration_s} s")
+        rate = self.users if self.spawn_rate is None else self.spawn_rate
+        named = {"host": self.host, "model": self.model, "proxy": self.proxy, "report_dir": self.report_dir}
+        return [
+            *("-u", str(self.users), "-r", f"{rate:g}", "-t", f"{self.duration_s}s", "--headless", "--only-summary"),
+            *option_arguments({**named, **self.options}),
+        ]
+
+    def environment(self) -> dict[str, str]:
+        environment = dict(os.environ)
+        if self.api_key is not None:
+            environment["SSE_SOAK_API_KEY"] = self.api_key
+        return environment
+
+
+@dataclass
+class ScenarioRun:
+    """A finished run: its directory, Locust's exit code and output, and the summary it wrote
+    (None when it wrote none: refused at start, crashed, killed)."""
+
+    launch: Launch
+    run_dir: RunDir
+    returncode: int
+    output: str
+    summary: Summary | None
+    problem: str | None = None
+    """Why there is no summary, or why the run is not to be trusted, in one line."""
+
+    @property
+    def passed(self) -> bool:
+        """The run's verdict was PASS and Locust exited 0."""
+        return self.summary is not None and self.summary.passed and self.returncode == 0
+
+    @property
+    def gates(self) -> list[GateResult]:
+        return [] if self.summary is None else list(self.summary.gates)
+
+    def gate(self, name: str) -> GateResult:
+        """The result of the gate called ``name``; ``KeyError`` naming those there are."""
+        for gate in self.gates:
+            if gate.name == name:
+                return gate
+        raise KeyError(f"no gate {name!r} in this run (its gates: {', '.join(g.name for g in self.gates) or 'none'})")
+
+    @functools.cached_property
+    def requests(self) -> pd.DataFrame:
+        """One row per request (``reports/README.md`` lists the columns); empty when none was recorded."""
+        return self.run_dir.read_requests()
+
+    @functools.cached_property
+    def frames(self) -> pd.DataFrame:
+        """One row per SSE frame recorded (every frame of every stream unless frames were sampled)."""
+        return self.run_dir.read_frames()
+
+    def explain(self, gate: str | None = None) -> str:
+        """What a CI log needs to start debugging: the run directory, the failing gate lines (or
+        ``gate``'s line), the verdict, the worst streams as report.html shows them, and, when the run
+        wrote no summary, why and the end of its output."""
+        lines = [f"run directory: {self.run_dir}  (report: {self.run_dir.report_html})"]
+        if self.summary is None:
+            tail = "\n".join(self.output.rstrip("\n").splitlines()[-OUTPUT_TAIL_LINES:])
+            return "\n".join(
+                [*lines, f"no verdict: {self.problem}", f"Locust's output ends (exit {self.returncode}):", tail]
+            )
+        shown = [g for g in self.gates if g.name == gate] if gate else [g for g in self.gates if not g.passed]
+        lines += [result.line() for result in shown]
+        lines.append(
+            self.summary.verdict_line() + ("" if self.returncode in (0, 1) else f" (Locust exit {self.returncode})")
+        )
+        lines.append(worst_streams_text(self.requests))
+        return "\n".join(lines)
+
+    def assert_passed(self) -> None:
+        """Raise ``AssertionError`` with ``explain()`` unless the run passed."""
+        if not self.passed:
+            raise AssertionError(self.explain())
+
+
+WORST_COLUMNS = ["request_id", "name", "route", "outcome", "status", "max_gap_s", "keepalive_frames", "error_message"]
+ERROR_WIDTH = 80
+
+
+def worst_streams_text(requests: pd.DataFrame) -> str:
+    """The worst streams (``figures.worst_streams``, as report.html lists them) as a plain table."""
+    selection, left_out = figures.worst_streams(requests)
+    if selection.empty:
+        return "worst streams: none (no request was recorded)"
+    table = selection[WORST_COLUMNS].copy()
+    table["error_message"] = table["error_message"].map(lambda m: m if not isinstance(m, str) else m[:ERROR_WIDTH])
+    more = f"\n… and {left_out} more" if left_out else ""
+    return "worst streams (as in report.html):\n" + table.to_string(index=False, na_rep="-") + more
+
+
+def run(launch: Launch, timeout_s: float | None = None) -> ScenarioRun:
+    """Run ``launch`` to its end and read what it wrote. A run still going ``timeout_s`` after it
+    started (default: its duration plus ``STARTUP_AND_JUDGING_S``) is killed, with its process
+    group; Ctrl-C here reaches the run as SIGINT, which then gets ``INTERRUPT_GRACE_S`` to judge
+    what it recorded before ``KeyboardInterrupt`` goes on."""
+    locustfile = launch.locustfile
+    run_dir = RunDir.create(launch.report_dir, locustfile.stem)
+    command = [sys.executable, "-m", "locust", "-f", str(locustfile), *launch.command()]
+    environment = {**launch.environment(), RUN_DIR_ENV: str(run_dir)}
+    limit = launch.duration_s + STARTUP_AND_JUDGING_S if timeout_s is None else timeout_s
+    returncode, output, problem = _run_child(command, environment, limit)
+    summary = None
+    try:
+        summary = Summary.from_json(read_json_object(run_dir.summary)) if run_dir.summary.exists() else None
+    except SummaryError as exc:
+        problem = problem or str(exc)
+    if summary is None and problem is None:
+        problem = f"the run wrote no {RunDir.SUMMARY} (Locust exited {returncode})"
+    return ScenarioRun(launch, run_dir, returncode, output, summary, problem)
+
+
+def plan(launch: Launch) -> Manifest:
+    """The manifest ``launch`` would start with (its settings and gates; no services), from the
+    scenario itself, without starting or contacting anything. ``ValueError`` with the scenario's
+    own words when it refuses the options."""
+    with tempfile.TemporaryDirectory(prefix="sse-soak-plan-") as scratch:
+        options = {name: value for name, value in launch.options.items() if name != "processes"}  # no workers
+        alone = dataclasses.replace(launch, options=options)
+        command = [sys.executable, "-m", "locust", "-f", str(launch.locustfile), *alone.command()]
+        returncode, output, problem = _run_child(command, {**launch.environment(), PLAN_ONLY_ENV: scratch}, 120.0)
+        manifest = RunDir(scratch).read_manifest()
+    if manifest is None:
+        last = output.strip().splitlines()[-1:] or [problem or f"exit {returncode}"]
+        raise ValueError(f"{launch.locustfile}: no plan ({last[0]})")
+    return manifest
+
+
+def gate_names(manifest: Manifest) -> list[str]:
+    """Every gate a run with this manifest is judged by: the always-on ones, then its own."""
+    return [gate.name for gate in ALWAYS_ON] + [str(spec["name"]) for spec in manifest.gate_specs]
+
+
+def _run_child(command: list[str], environment: dict[str, str], timeout_s: float) -> tuple[int, str, str | None]:
+    """``(exit code, output, problem)`` of ``command`` run in its own session, stdout and stderr
+    together; ``problem`` says so when it had to be killed."""
+    with subprocess.Popen(
+        command,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    ) as child:
+        try:
+            output, _ = child.communicate(timeout=timeout_s)
+            return child.returncode, output, None
+        except subprocess.TimeoutExpired:
+            _kill_group(child)
+            output, _ = child.communicate()
+            return child.returncode, output, f"killed after {timeout_s:g} s: the run did not end by itself"
+        except KeyboardInterrupt:
+            child.send_signal(signal.SIGINT)
+            try:
+                child.communicate(timeout=INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _kill_group(child)
+            raise
+
+
+def _kill_group(child: subprocess.Popen[str]) -> None:
+    """Kill the child and the workers it forked; the services it started exit with it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
