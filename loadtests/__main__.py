@@ -141,6 +141,20 @@ def _threshold(name: str) -> Callable[[str], float]:
 def parser() -> argparse.ArgumentParser:
     root = _Parser(prog="python -m loadtests", description="sse-soak harness commands.")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser(
+        "scenarios",
+        help="list the scenarios that ship with sse-soak: name, locustfile and what it runs",
+        description="Lists each shipped scenario's name, its locustfile (in the installed package, or scenarios/ in "
+        "a clone) and the first line of its docstring. Run one with: run NAME [locust options].",
+    )
+    run = commands.add_parser(
+        "run",
+        help="run a shipped scenario (by name) or a locustfile with Locust, e.g. run mixed_truncate --headless -t 20s",
+        description="Runs Locust on the scenario: python -m locust -f <its locustfile> [locust options], with Locust's "
+        "exit code. Every option after the name goes to Locust unchanged (the web UI without --headless).",
+    )
+    run.add_argument("scenario", type=_scenario, help="a shipped scenario's name (see: scenarios) or a locustfile path")
+    run.add_argument("locust_args", nargs=argparse.REMAINDER, help="Locust's options and the scenario's")
     proxy = commands.add_parser(
         "proxy",
         help="run the embedded reverse proxy (nginx proxy_read_timeout semantics)",
@@ -181,20 +195,6 @@ def parser() -> argparse.ArgumentParser:
             help=f"{_THRESHOLD_KIND.get(name, 'a number >= 0')}, inf never flags (default {getattr(defaults, name):g})",
         )
     _add_soak_parser(commands)
-    commands.add_parser(
-        "scenarios",
-        help="list the scenarios that ship with sse-soak: name, locustfile and what it runs",
-        description="Lists each shipped scenario's name, its locustfile (in the installed package, or scenarios/ in "
-        "a clone) and the first line of its docstring. Run one with: run NAME [locust options].",
-    )
-    run = commands.add_parser(
-        "run",
-        help="run a shipped scenario (by name) or a locustfile with Locust, e.g. run mixed_truncate --headless -t 20s",
-        description="Runs Locust on the scenario: python -m locust -f <its locustfile> [locust options], with Locust's "
-        "exit code. Every option after the name goes to Locust unchanged (the web UI without --headless).",
-    )
-    run.add_argument("scenario", type=_scenario, help="a shipped scenario's name (see: scenarios) or a locustfile path")
-    run.add_argument("locust_args", nargs=argparse.REMAINDER, help="Locust's options and the scenario's")
     return root
 
 
