@@ -145,7 +145,10 @@ class ScenarioRun:
         """What a CI log needs to start debugging: the run directory, the failing gate lines (or
         ``gate``'s line), the verdict, the worst streams as report.html shows them, and, when the run
         wrote no summary, why and the end of its output."""
-        lines = [f"run directory: {self.run_dir}  (report: {self.run_dir.report_html})"]
+        if self.run_dir.path.is_dir():
+            lines = [f"run directory: {self.run_dir}  (report: {self.run_dir.report_html})"]
+        else:
+            lines = ["no run directory: the run ended before it started one"]
         if self.summary is None:
             tail = "\n".join(self.output.rstrip("\n").splitlines()[-OUTPUT_TAIL_LINES:])
             return "\n".join(
@@ -197,7 +200,10 @@ def run(launch: Launch, timeout_s: float | None = None) -> ScenarioRun:
     except SummaryError as exc:
         problem = problem or str(exc)
     if summary is None and problem is None:
-        problem = f"the run wrote no {RunDir.SUMMARY} (Locust exited {returncode})"
+        last = next((line for line in reversed(output.splitlines()) if line.strip()), "(no output)")
+        problem = f"the run wrote no {RunDir.SUMMARY} (Locust exited {returncode}); its last line: {last}"
+    with contextlib.suppress(OSError):  # refused before it started: leave no empty run directory behind
+        run_dir.path.rmdir()
     return ScenarioRun(launch, run_dir, returncode, output, summary, problem)
 
 
