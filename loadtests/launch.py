@@ -72,7 +72,8 @@ class Launch:
     """Users started per second (default: all at once)."""
     host: str | None = None
     """The server under test; None starts the scenario's bundled stack."""
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    """Never shown: a failing test prints the fixture, and CI logs are read by many."""
     model: str | None = None
     proxy: str | None = None
     """none, embedded or nginx; None keeps the scenario's own."""
@@ -141,31 +142,31 @@ class ScenarioRun:
         """One row per SSE frame recorded (every frame of every stream unless frames were sampled)."""
         return self.run_dir.read_frames()
 
-    def explain(self, gate: str | None = None) -> str:
-        """What a CI log needs to start debugging: the run directory, the failing gate lines (or
-        ``gate``'s line), the verdict, the worst streams as report.html shows them, and, when the run
-        wrote no summary, why and the end of its output."""
+    def explain(self, *gates: str) -> str:
+        """What a CI log needs to start debugging: the run directory, the lines of the failing gates
+        (or of ``gates``, when named), the verdict, the worst streams (failed ones first), and, when
+        the run wrote no summary, why and the end of its output."""
         if self.run_dir.path.is_dir():
             lines = [f"run directory: {self.run_dir}  (report: {self.run_dir.report_html})"]
         else:
             lines = ["no run directory: the run ended before it started one"]
         if self.summary is None:
             tail = "\n".join(self.output.rstrip("\n").splitlines()[-OUTPUT_TAIL_LINES:])
-            return "\n".join(
-                [*lines, f"no verdict: {self.problem}", f"Locust's output ends (exit {self.returncode}):", tail]
-            )
-        shown = [g for g in self.gates if g.name == gate] if gate else [g for g in self.gates if not g.passed]
-        lines += [result.line() for result in shown]
-        lines.append(
-            self.summary.verdict_line() + ("" if self.returncode in (0, 1) else f" (Locust exit {self.returncode})")
-        )
+            lines += [f"no verdict: {self.problem}", f"Locust's output ends (exit {self.returncode}):", tail]
+            return "\n".join(lines)
+        lines += [self.gate(name).line() for name in gates] or [g.line() for g in self.gates if not g.passed]
+        exit_note = "" if self.returncode in (0, 1) else f" (Locust exit {self.returncode})"
+        lines.append(self.summary.verdict_line() + exit_note)
         lines.append(worst_streams_text(self.requests))
         return "\n".join(lines)
 
-    def assert_passed(self) -> None:
-        """Raise ``AssertionError`` with ``explain()`` unless the run passed."""
-        if not self.passed:
-            raise AssertionError(self.explain())
+    def assert_passed(self, *gates: str) -> None:
+        """Raise ``AssertionError`` with ``explain()`` unless the run passed: its verdict, or, when
+        ``gates`` are named, each of those (``run.assert_passed("no_http_500", "no_inband_500")``)."""
+        __tracebackhide__ = True  # pytest shows the caller's line, not this one
+        failing = [name for name in gates if not self.gate(name).passed] if self.summary is not None else list(gates)
+        if failing if gates else not self.passed:
+            raise AssertionError(self.explain(*failing))
 
 
 WORST_COLUMNS = ["request_id", "name", "route", "outcome", "status", "max_gap_s", "keepalive_frames", "error_message"]
@@ -173,11 +174,14 @@ ERROR_WIDTH = 80
 
 
 def worst_streams_text(requests: pd.DataFrame) -> str:
-    """The worst streams (``figures.worst_streams``, as report.html lists them) as a plain table."""
+    """The worst streams (``figures.worst_streams``, as report.html lists them) as a plain table,
+    those that did not end as expected first (a stream the run stopped at its end is no failure)."""
     selection, left_out = figures.worst_streams(requests)
     if selection.empty:
         return "worst streams: none (no request was recorded)"
-    table = selection[WORST_COLUMNS].copy()
+    unexpected = selection["outcome"].ne(selection["expected"]) & selection.index.isin(figures.judged(selection).index)
+    failed_first = unexpected.sort_values(ascending=False, kind="stable")
+    table = selection.loc[failed_first.index, WORST_COLUMNS].copy()
     table["error_message"] = table["error_message"].map(lambda m: m if not isinstance(m, str) else m[:ERROR_WIDTH])
     more = f"\n… and {left_out} more" if left_out else ""
     return "worst streams (as in report.html):\n" + table.to_string(index=False, na_rep="-") + more

@@ -1,0 +1,131 @@
+"""The pytest plugin as a user meets it: a separate pytest, outside this project, with the plugin
+loaded from the installed package's ``pytest11`` entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loadtests.catalog import shipped
+from tests.conftest import StartServer
+
+pytestmark = pytest.mark.smoke
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = re.compile(r"::(?P<test>test_\w+)\[(?P<param>[^\]]+)\] (?P<outcome>PASSED|FAILED|ERROR|SKIPPED)")
+# the bundled server with mixed_truncate's limits, started by the test, not by the runs
+SEPARATE_SERVER = ("--max-model-len", "8192", "--max-num-seqs", "4", "--prefill-time-per-token", "0.2")
+
+
+def user_pytest(directory: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest ARGS`` in ``directory``, a project that knows nothing of sse-soak but
+    that it is installed (this checkout's, through PYTHONPATH, wherever it is installed from)."""
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        command, cwd=directory, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def outcomes(output: str) -> dict[tuple[str, str], str]:
+    """``(test, parameter) -> PASSED/FAILED/...`` from ``-v`` output."""
+    return {(match["test"], match["param"]): match["outcome"] for match in RESULT.finditer(output)}
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_smoke_mode_runs_every_shipped_scenario_with_one_test_per_gate(tmp_path: Path) -> None:
+    result = user_pytest(tmp_path, "--pyargs", "loadtests.smoke", "--sse-soak-report-dir", "runs")
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    seen = outcomes(result.stdout)
+    assert set(seen.values()) == {"PASSED"}
+    names = [scenario.name for scenario in shipped()]
+    run_dirs = sorted((tmp_path / "runs").iterdir())
+    assert [path.name.split("-", 1)[0] for path in run_dirs] == names  # one run each, in order
+    for name, run_dir in zip(names, run_dirs, strict=True):
+        judged = [gate["name"] for gate in summary_of(run_dir)["gates"]]
+        prefix = f"{name}-"
+        tested = [
+            param.removeprefix(prefix) for test, param in seen if test == "test_gate" and param.startswith(prefix)
+        ]
+        assert tested == judged  # the plan made at collection is what the run was judged by
+        assert ("test_verdict", name) in seen
+    mixed = summary_of(run_dirs[names.index("mixed_truncate")])
+    assert mixed["settings"]["host"] is None and mixed["keepalive_frames"] > 0  # the bundled server, keep-alive at work
+
+
+def test_smoke_mode_against_a_separately_started_server(tmp_path: Path, start_server: StartServer) -> None:
+    server = start_server(*SEPARATE_SERVER)
+    args = ("--pyargs", "loadtests.smoke", "-k", "mixed_truncate", "--sse-soak-report-dir", "runs")
+    result = user_pytest(tmp_path, *args, "--sse-soak-host", server.url, "--sse-soak-duration", "5")
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    seen = outcomes(result.stdout)
+    assert seen and set(seen.values()) == {"PASSED"} and all(param.startswith("mixed_truncate") for _, param in seen)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["settings"]["host"] == server.url and manifest["services"] == []  # it started nothing
+    assert ("test_gate", "mixed_truncate-keepalive_covered") not in seen  # that server's interval is not known
+    assert summary_of(run_dir)["requests"] > 0
+
+
+def readme_user_test() -> str:
+    section = re.search(r"^## Pytest: smoke mode.*?\n(.*?)^## ", (ROOT / "README.md").read_text(), re.DOTALL | re.M)
+    assert section, "the README has a section on pytest"
+    block = re.search(r"```python\n(.*?)```", section[1], re.DOTALL)
+    assert block, "the section shows the user's test in a python block"
+    return block[1]
+
+
+def test_the_readmes_user_test_passes_on_a_good_server_and_explains_a_bad_one(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    (tmp_path / "test_sse_soak.py").write_text(readme_user_test())
+    good = start_server(*SEPARATE_SERVER)
+    options = ("test_sse_soak.py", "--sse-soak-duration", "4", "--sse-soak-report-dir", "runs")
+    passed = user_pytest(tmp_path, *options, "--sse-soak-host", good.url)
+    assert passed.returncode == 0, passed.stdout[-5000:]
+    assert "test_sse_soak.py::test_concurrent_mixed_truncation_never_500s PASSED" in passed.stdout
+
+    earlier = set((tmp_path / "runs").iterdir())
+    faults = ("--failure-injection-rate", "40", "--failure-types", "inband_error")  # seeded: from the 8th request
+    bad = start_server(*SEPARATE_SERVER, *faults)
+    failed = user_pytest(tmp_path, *options, "--sse-soak-host", bad.url)
+    assert failed.returncode == 1, failed.stdout[-5000:]
+    (failing_run,) = set((tmp_path / "runs").iterdir()) - earlier
+    requests = pd.read_parquet(failing_run / "requests.parquet")
+    in_band = requests.loc[requests["outcome"] == "inband_error", "request_id"]
+    summary = summary_of(failing_run)
+    assert summary["inband_500"] == len(in_band) > 0
+    log = failed.stdout  # what a CI log shows: enough to start debugging
+    assert f"run directory: {failing_run}" in log
+    assert f"gate FAIL no_inband_500: {summary['inband_500']} in-band" in log
+    assert "worst streams (as in report.html):" in log and any(request_id in log for request_id in in_band)
+
+
+def test_bad_plugin_options_are_a_usage_error_and_help_lists_them(tmp_path: Path) -> None:
+    refused = user_pytest(tmp_path, "--sse-soak-users", "0")
+    assert refused.returncode == 4
+    assert "argument --sse-soak-users: expected a whole number >= 1, got '0'" in refused.stderr
+    helped = user_pytest(tmp_path, "--help")
+    for option in ("host", "api-key", "model", "duration", "users", "report-dir", "proxy"):
+        assert f"--sse-soak-{option}" in helped.stdout
+
+
+def test_the_plugin_leaves_trio_importable_in_pytests_process(tmp_path: Path) -> None:
+    pytest.importorskip("trio")  # sse-soak hides trio from httpcore where gevent runs, never here
+    (tmp_path / "test_trio.py").write_text(
+        "def test_plugin_loaded_and_trio_imports(request):\n"
+        "    assert request.config.pluginmanager.has_plugin('sse_soak')\n"
+        "    import trio  # noqa: F401\n"
+    )
+    result = user_pytest(tmp_path, "test_trio.py")
+    assert result.returncode == 0, result.stdout[-3000:]
