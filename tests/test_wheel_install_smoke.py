@@ -1,0 +1,88 @@
+"""An installed wheel, outside the clone: the scenarios ship in it, and the pytest plugin works from it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.smoke
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("pyproject.toml", "README.md", "loadtests", "target_server", "scenarios")
+SCENARIOS = ["mixed_truncate", "proxy_timeout", "slow_prefill", "soak"]
+
+
+def build_wheel(work: Path) -> Path:
+    """A wheel built from a copy of this checkout's sources (an in-tree build would leave build/
+    in the clone, whose stale files a later build would ship)."""
+    source = work / "source"
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            source.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    wheels = work / "dist"
+    pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)]
+    built = subprocess.run(pip, timeout=600, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = wheels.glob("sse_soak-*.whl")
+    return wheel
+
+
+def test_a_wheel_installed_in_a_fresh_venv_ships_the_scenarios_and_the_plugin(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path)
+    venv = tmp_path / "venv"
+    # isolated from this machine's site-packages: the wheel's declared dependencies must be enough
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python, sse_soak = venv / "bin" / "python", venv / "bin" / "sse-soak"
+    install = [python, "-m", "pip", "install", "-q", str(wheel), "pytest"]
+    installed = subprocess.run(install, timeout=900, capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+
+    def run(*command: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(part) for part in command],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    # what this venv imports, pytest's plugin included: the wheel's copy
+    where = "import loadtests, loadtests.soak as s; print(loadtests.__file__); print(s.DEFAULT_SCENARIO)"
+    site = run(python, "-c", where)
+    package, soak_default = (Path(line) for line in site.stdout.splitlines())
+    assert package.is_relative_to(venv) and not package.is_relative_to(ROOT), site.stdout
+    shipped = package.parent / "scenarios"
+    assert soak_default == shipped / "soak.py"
+
+    listed = run(sse_soak, "scenarios")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[:2] for line in listed.stdout.splitlines()[::2]] == [
+        [name, str(shipped / f"{name}.py")] for name in SCENARIOS
+    ]
+
+    scenario = run(sse_soak, "run", "mixed_truncate", "--headless", "-u", "4", "-r", "4", "-t", "4s", "--only-summary")
+    assert scenario.returncode == 0, scenario.stdout[-3000:] + scenario.stderr[-3000:]
+    assert "verdict: PASS" in scenario.stdout
+    (run_dir,) = (elsewhere / "reports").iterdir()
+    assert (run_dir / "summary.json").exists() and (run_dir / "report.html").exists()
+
+    only_mixed = ("--pyargs", "loadtests.smoke", "-k", "mixed_truncate", "--sse-soak-duration", "4")
+    smoke = run(python, "-m", "pytest", "-p", "no:cacheprovider", "-v", *only_mixed)
+    assert smoke.returncode == 0, smoke.stdout[-5000:] + smoke.stderr[-2000:]
+    assert "sse-soak-0.1.0" in smoke.stdout  # pytest found the plugin through the wheel's entry point
+    passed = [line.split()[0] for line in smoke.stdout.splitlines() if " PASSED " in line]
+    assert "::test_gate[mixed_truncate-no_http_500]" in passed and "::test_verdict[mixed_truncate]" in passed
+    assert len(list((elsewhere / "reports").iterdir())) == 2  # the plugin's run beside the command's
