@@ -21,10 +21,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
 
 from loadtests import compare as compare_module
 from loadtests.proxy import ProxySettings, serve
+from loadtests.run_options import http_url, target_url
 
 _THRESHOLDS = [field.name for field in dataclasses.fields(compare_module.Thresholds)]
 _THRESHOLD_KIND = {"max_keepalive_drop": "a share from 0 to 1 (0.5 = half)"}
@@ -69,25 +69,6 @@ def _host_port(text: str) -> tuple[str, int]:
             f"expected HOST:PORT with an IPv6 host in brackets, e.g. [::1]:8080, got {text!r}"
         )
     return host, int(port)
-
-
-def _http_url(text: str, schemes: tuple[str, ...] = ("http",)) -> str:
-    example = "http://127.0.0.1:8000"
-    parts = urlsplit(text)
-    if parts.scheme not in schemes or not parts.hostname:
-        expected = " or ".join(scheme + "://" for scheme in schemes)
-        raise argparse.ArgumentTypeError(f"expected an {expected} URL with a host, e.g. {example}, got {text!r}")
-    try:
-        port = parts.port
-    except ValueError:
-        port = 0
-    if port == 0:
-        raise argparse.ArgumentTypeError(f"the port of {text!r} must be a number from 1 to 65535")
-    return text
-
-
-def _target_url(text: str) -> str:
-    return _http_url(text, ("http", "https"))
 
 
 def _positive_seconds(text: str) -> float:
@@ -168,7 +149,7 @@ def parser() -> argparse.ArgumentParser:
         help="HOST:PORT to listen on; port 0 picks a free one (default 127.0.0.1:0)",
     )
     proxy.add_argument(
-        "--upstream", required=True, type=_http_url, help="base URL of the server to proxy, e.g. http://127.0.0.1:8000"
+        "--upstream", required=True, type=http_url, help="base URL of the server to proxy, e.g. http://127.0.0.1:8000"
     )
     proxy.add_argument(
         "--read-timeout",
@@ -250,7 +231,7 @@ def _add_soak_parser(commands: Any) -> None:
     )
     soak.add_argument(
         "--host",
-        type=_target_url,
+        type=target_url,
         default=None,
         help="target server, an http(s) URL (default: the scenario's bundled stack)",
     )

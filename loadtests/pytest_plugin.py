@@ -25,6 +25,7 @@ import pytest
 
 from loadtests import _gevent_compat, launch
 from loadtests.run_dir import Manifest
+from loadtests.run_options import target_url
 
 _gevent_compat.unhide_trio()  # this process never imports Locust
 
@@ -39,6 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--sse-soak-host",
         metavar="URL",
+        type=target_url,
         default=None,
         help="the server under test, e.g. http://127.0.0.1:8000 (default: each run starts the bundled server "
         "with its scenario's profile)",

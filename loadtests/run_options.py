@@ -17,13 +17,36 @@ anything starts or is written. Special values, decided once here:
 
 from __future__ import annotations
 
+import argparse
 import math
 import shlex
 from typing import Any
+from urllib.parse import urlsplit
 
 from loadtests.run_dir import report_root_problem
 
 MAX_FLUSH_INTERVAL_S = 3600.0
+
+
+def http_url(text: str, schemes: tuple[str, ...] = ("http",)) -> str:
+    """An argparse type: ``text`` if it is a URL with one of ``schemes``, a host and a usable port."""
+    example = "http://127.0.0.1:8000"
+    parts = urlsplit(text)
+    if parts.scheme not in schemes or not parts.hostname:
+        expected = " or ".join(scheme + "://" for scheme in schemes)
+        raise argparse.ArgumentTypeError(f"expected an {expected} URL with a host, e.g. {example}, got {text!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise argparse.ArgumentTypeError(f"the port of {text!r} must be a number from 1 to 65535")
+    return text
+
+
+def target_url(text: str) -> str:
+    """An argparse type: the URL of a server under test (http or https)."""
+    return http_url(text, ("http", "https"))
 
 
 class UsageError(Exception):

@@ -111,10 +111,35 @@ def test_the_readmes_user_test_passes_on_a_good_server_and_explains_a_bad_one(
     assert "worst streams (as in report.html):" in log and any(request_id in log for request_id in in_band)
 
 
+def test_key_model_and_proxy_options_reach_the_run_and_the_key_is_written_nowhere(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    key = "k3y-never-written"
+    server = start_server(*SEPARATE_SERVER, "--api-key", key, "--model", "acme/model-7")
+    (tmp_path / "test_sse_soak.py").write_text(readme_user_test())
+    common = ("test_sse_soak.py", "--sse-soak-host", server.url, "--sse-soak-duration", "3")
+    refused = user_pytest(tmp_path, *common, "--sse-soak-report-dir", "refused")
+    assert refused.returncode == 1 and list((tmp_path / "refused").iterdir()) == []  # refused: no run directory
+    assert f"HTTP 401 from {server.url}/v1/models: pass --api-key or set SSE_SOAK_API_KEY" in refused.stdout
+    options = ("--sse-soak-api-key", key, "--sse-soak-model", "acme/model-7", "--sse-soak-proxy", "embedded")
+    passed = user_pytest(tmp_path, *common, *options, "--sse-soak-report-dir", "runs")
+    assert passed.returncode == 0, passed.stdout[-5000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [service["name"] for service in manifest["services"]] == ["embedded proxy"]
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert len(requests) > 0 and (requests["status"] != 401).all()
+    assert not any(key in path.read_text(errors="replace") for path in run_dir.rglob("*") if path.is_file())
+    assert key not in passed.stdout + refused.stdout
+
+
 def test_bad_plugin_options_are_a_usage_error_and_help_lists_them(tmp_path: Path) -> None:
     refused = user_pytest(tmp_path, "--sse-soak-users", "0")
     assert refused.returncode == 4
     assert "argument --sse-soak-users: expected a whole number >= 1, got '0'" in refused.stderr
+    no_scheme = user_pytest(tmp_path, "--sse-soak-host", "localhost:8000")
+    assert no_scheme.returncode == 4
+    assert "argument --sse-soak-host: expected an http:// or https:// URL with a host" in no_scheme.stderr
     helped = user_pytest(tmp_path, "--help")
     for option in ("host", "api-key", "model", "duration", "users", "report-dir", "proxy"):
         assert f"--sse-soak-{option}" in helped.stdout
