@@ -3,11 +3,13 @@
 Modules, one concept each: ``sse`` (incremental frame parser), ``outcome`` (one stream's frames
 and its single outcome), ``workload`` (prompt sizes and request mixes), ``users`` (Locust users),
 ``recorder`` (rows and frames of a process, table schemas), ``run_writer`` (parquet parts as the
-run goes), ``collect`` (worker -> master batches), ``gates`` (pass/fail), ``report`` (summary and
-verdict files), ``html_report``, ``rebuild``, ``compare``, ``scenario`` (a locustfile's hooks into
+run goes), ``collect`` (worker -> master batches), ``gates`` (pass/fail), ``run_dir`` (a run
+directory and its manifest), ``summary`` (the typed verdict file), ``judge`` (one judgement of a
+run directory), ``figures``, ``html_report``, ``compare``, ``scenario`` (a locustfile's hooks into
 a Locust run), ``run_state`` (per-run objects), ``stack`` (services as child processes),
-``proxy`` (the embedded reverse proxy), and the soak job: ``soak``, ``progress``, ``resources``,
-``drift``.
+``proxy`` (the embedded reverse proxy), the soak job (``soak``, ``progress``, ``resources``,
+``drift``), and for callers without Locust: ``catalog`` (the shipped scenarios), ``launch`` (a
+run in a child process), ``pytest_plugin`` and ``smoke`` (pytest).
 
 Everything a locustfile needs is exported here. Names are re-exported lazily: importing Locust
 monkey-patches the process for gevent, so only a locustfile that asks for ``SSEUser`` or
