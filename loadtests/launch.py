@@ -43,9 +43,9 @@ OUTPUT_TAIL_LINES = 30
 
 
 def option_arguments(options: Mapping[str, Any]) -> list[str]:
-    """Command-line options from keyword arguments: ``server_args="--seed 3"`` is ``--server-args
-    '--seed 3'``, ``True`` a bare flag, ``False`` or ``None`` leaves the option out, and a list or
-    tuple repeats it once per value."""
+    """Command-line options from keyword arguments: ``server_args="--seed 3"`` is ``--server-args=--seed 3``
+    (joined by ``=``, so a value that starts with ``-`` is never read as an option), ``True`` a bare
+    flag, ``False`` or ``None`` leaves the option out, and a list or tuple repeats it once per value."""
     arguments: list[str] = []
     for name, value in options.items():
         flag = "--" + name.replace("_", "-")
@@ -54,10 +54,9 @@ def option_arguments(options: Mapping[str, Any]) -> list[str]:
         if value is True:
             arguments.append(flag)
         elif isinstance(value, list | tuple):
-            for item in value:
-                arguments += [flag, str(item)]
+            arguments += [f"{flag}={item}" for item in value]
         else:
-            arguments += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+            arguments.append(f"{flag}={value:g}" if isinstance(value, float) else f"{flag}={value}")
     return arguments
 
 
