@@ -280,6 +280,18 @@ def _add_soak_parser(commands: Any) -> None:
         help="TTFT p50 growth allowed, first to last window, a finite number >= 0 "
         f"(default {limits.max_latency_drift:g})",
     )
+    soak.add_argument(
+        "--rate",
+        type=_positive,
+        default=None,
+        help="open loop: requests a second started on schedule whatever the server does (default: closed loop)",
+    )
+    soak.add_argument(
+        "--arrival", choices=("poisson", "constant"), default="poisson", help="open loop: the schedule's spacing"
+    )
+    soak.add_argument(
+        "--max-in-flight", type=_at_least(1), default=None, help="open loop: requests open at once (default: --users)"
+    )
     soak.add_argument("locust_args", nargs="*", help="after --: extra locust options, e.g. -- --proxy nginx")
 
 
@@ -323,9 +335,24 @@ def _run_soak(options: argparse.Namespace) -> int:
         progress_interval=options.progress_interval,
         checkpoint_interval=options.checkpoint_interval,
         limits=limits,
-        locust_args=["--frame-sample-rate", f"{options.frame_sample_rate:g}", *options.locust_args],
+        locust_args=[
+            "--frame-sample-rate",
+            f"{options.frame_sample_rate:g}",
+            *_open_loop_args(options),
+            *options.locust_args,
+        ],
     )
     return Soak(plan).run()
+
+
+def _open_loop_args(options: argparse.Namespace) -> list[str]:
+    """The soak's open-loop options, as the scenario takes them; ``--max-in-flight`` only with ``--rate``."""
+    if options.rate is None:
+        if options.max_in_flight is not None:
+            _refuse("soak", "--max-in-flight limits an open-loop run: give --rate too")
+        return []
+    limit = [] if options.max_in_flight is None else [f"--max-in-flight={options.max_in_flight}"]
+    return [f"--rate={options.rate:g}", f"--arrival={options.arrival}", *limit]
 
 
 def _run_compare(options: argparse.Namespace) -> int:

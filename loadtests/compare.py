@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from loadtests.outcome import FAILURE_OUTCOMES
+from loadtests.outcome import FAILURE_OUTCOMES, UNJUDGED_OUTCOMES
 from loadtests.run_dir import RunDir
 from loadtests.summary import SummaryError, is_count
 
@@ -154,7 +154,7 @@ def read_json_object(file: Path) -> dict[str, Any]:
 
 
 def judged(summary: dict[str, Any]) -> int:
-    return summary["requests"] - summary["outcomes"].get("stopped", 0)
+    return summary["requests"] - sum(summary["outcomes"].get(outcome, 0) for outcome in UNJUDGED_OUTCOMES)
 
 
 def _rate(count: int, summary: dict[str, Any]) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests.outcome import FAILURE_OUTCOMES
+from loadtests.outcome import FAILURE_OUTCOMES, UNJUDGED_OUTCOMES
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -33,12 +33,13 @@ def count_500s(requests: pd.DataFrame) -> tuple[int, int]:
 
 
 def judged(requests: pd.DataFrame) -> pd.DataFrame:
-    """The rows a verdict judges: all but the streams the run itself stopped at its end."""
-    return requests[requests["outcome"] != "stopped"]
+    """The rows a verdict judges: all but the streams the run itself stopped at its end and the
+    scheduled requests it never sent."""
+    return requests[~requests["outcome"].isin(UNJUDGED_OUTCOMES)]
 
 
 def judged_count(requests: pd.DataFrame) -> int:
-    return int((requests["outcome"] != "stopped").sum())
+    return int((~requests["outcome"].isin(UNJUDGED_OUTCOMES)).sum())
 
 
 def quantile(values: pd.Series, q: float) -> float | None:

@@ -51,7 +51,11 @@ OUTCOMES = (
     "connect_error",
     "harness_error",
     "stopped",
+    "not_sent",
 )
+UNJUDGED_OUTCOMES = ("stopped", "not_sent")
+"""Rows that are no verdict on the server: streams the run itself stopped at its end, and requests
+an open-loop schedule asked for that never started (``loadtests.arrivals``)."""
 FAILURE_OUTCOMES = ("http_5xx", "inband_error", "protocol_error", "cut", "timeout", "connect_error", "harness_error")
 """Outcomes that are failures whatever a spec expects (``rejected`` can be what a spec asks for)."""
 MAX_TEXT = 500
@@ -98,6 +102,12 @@ class RequestRow:
     harness_lag_max_s: float | None = None
     """The worst lag of the harness's own event loop while this request was open (``loadtests.lag``):
     gaps and times of this row may be late by up to this much. Null when nothing was measured."""
+    scheduled_time: float | None = None
+    """Open loop (``--rate``): when the schedule asked this request to start (epoch seconds). Null in a
+    closed-loop run, where a request starts when its user's previous one ended."""
+    start_lateness_s: float | None = None
+    """Open loop: how late it started after ``scheduled_time`` (every sender busy, ``--max-in-flight``
+    reached); latency from the schedule is this plus the latency from the send."""
 
     def as_dict(self) -> dict[str, Any]:
         """The row as a plain dict (every field is a scalar, so a shallow copy is a whole one; 15x

@@ -13,6 +13,8 @@ anything starts or is written. Special values, decided once here:
 - ``--report-dir`` must be a directory, or creatable as one, that this process can write into
   (checked without writing anything).
 - ``--server-args`` must split as a shell would (balanced quotes).
+- ``--rate`` (open loop) is a positive finite number of requests a second; ``--max-in-flight`` at
+  least 1, and only with ``--rate``.
 """
 
 from __future__ import annotations
@@ -89,3 +91,16 @@ def check_options(options: Any) -> None:
     problem = report_root_problem(options.report_dir)
     if problem is not None:
         raise UsageError(f"--report-dir {options.report_dir}: {problem}")
+    _check_arrivals(options.rate, options.max_in_flight)
+
+
+def _check_arrivals(rate: float | None, max_in_flight: int | None) -> None:
+    """The open-loop options (``loadtests.arrivals``): a positive finite rate; a limit only with one."""
+    if rate is None:
+        if max_in_flight is not None:
+            raise UsageError("--max-in-flight limits an open-loop run: give --rate too")
+        return
+    if not (rate > 0 and math.isfinite(rate)):
+        raise UsageError(f"--rate must be a positive, finite number of requests a second, got {rate:g}")
+    if max_in_flight is not None and max_in_flight < 1:
+        raise UsageError(f"--max-in-flight must be at least 1, got {max_in_flight}")

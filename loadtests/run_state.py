@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from gevent.lock import Semaphore
 
+from loadtests.arrivals import ArrivalSchedule
 from loadtests.lag import LagMonitor
 from loadtests.loop_hygiene import shared_ssl_context
 from loadtests.recorder import Recorder
@@ -52,6 +53,8 @@ class RunState:
     lag: LagMonitor = field(default_factory=LagMonitor)
     """This process's lag monitor; started by the scenario for the whole run."""
     facts: ServerFacts | None = None
+    arrivals: ArrivalSchedule | None = None
+    """Open loop (``--rate``): this process's schedule for the test under way; None in a closed loop."""
     _mixes: dict[int, PreparedMix] = field(default_factory=dict)
     _lock: Semaphore = field(default_factory=Semaphore)
     _announced_estimate: bool = False

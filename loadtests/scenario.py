@@ -50,6 +50,7 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRu
 
 from loadtests import arrival_clock
 from loadtests._signals import SignalGuard
+from loadtests.arrivals import ARRIVAL_KINDS, START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
 from loadtests.collect import Collector
 from loadtests.gates import Gate, HarnessKeptUp, KeepAliveCovered, for_run
 from loadtests.judge import gate_spec, judge, write_html_files
@@ -62,6 +63,7 @@ from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
 from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.stack import PROXY_KINDS, ServerStartError, Stack, split_api_key
+from loadtests.summary import arrival_line
 from loadtests.workload import PROBE_TIMEOUT, probe_prompt_sizing
 
 REDACTED = "<redacted>"
@@ -78,6 +80,8 @@ class RunSettings:
     (the option, when the scenario declares one, comes last); None when unknown."""
     server_args: tuple[str, ...]
     host: str | None
+    open_loop: dict[str, Any] | None = None
+    """``--rate``'s schedule (``rate``, ``arrival``, ``seed``, ``max_in_flight``); None in a closed loop."""
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as recorded in summary.json and shown in report.html: a key in the server
@@ -164,6 +168,70 @@ def require_a_scenario(environment: Any, user_classes: Sequence[type]) -> None:
             f"{names} run in no scenario: declare one in the locustfile, e.g. "
             'scenario = Scenario(name="my_scenario") (declaring it installs it)'
         )
+
+
+def _add_arrival_options(group: Any) -> None:
+    group.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="open loop: requests a second, all users and processes together, started when the schedule says "
+        "whatever the server does; a request that finds every sender busy starts late and says by how much "
+        "(default: closed loop, each user sends its next request when its last one ends)",
+    )
+    group.add_argument(
+        "--arrival",
+        choices=ARRIVAL_KINDS,
+        default="poisson",
+        help="open loop: the schedule's spacing, poisson (random gaps, seeded) or constant (default: poisson)",
+    )
+    group.add_argument(
+        "--arrival-seed", type=int, default=0, help="open loop: the seed of a poisson schedule (default: 0)"
+    )
+    group.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=None,
+        help="open loop: requests open at once, all processes together; a scheduled request still waiting for "
+        "a free one when the run ends is a not_sent row (default: as many as users, -u)",
+    )
+
+
+ARRIVAL_PROCESSES = "sse_soak_arrival_processes"
+ARRIVAL_START = "sse_soak_arrival_start"
+"""Set on the master's parsed options at test start; Locust sends them to the workers with the spawn."""
+
+
+def _start_arrivals(environment: Any) -> None:
+    """Open loop: this process's schedule for the test starting. The master (or the single process)
+    fixes the shared start and the number of processes; each worker takes its part by its index."""
+    options = environment.parsed_options
+    state = run_state(environment)
+    state.arrivals = None
+    if getattr(options, "rate", None) is None:
+        return
+    runner = environment.runner
+    if isinstance(runner, MasterRunner):
+        setattr(options, ARRIVAL_PROCESSES, max(1, runner.worker_count))
+        setattr(options, ARRIVAL_START, time.time() + START_DELAY_S)
+        return  # the master sends no request
+    if isinstance(runner, WorkerRunner):
+        processes, start = getattr(options, ARRIVAL_PROCESSES), getattr(options, ARRIVAL_START)
+        index = runner.worker_index
+    else:
+        processes, start, index = 1, time.time(), 0
+    plan = ArrivalPlan(options.rate, options.arrival, options.arrival_seed, options.max_in_flight, processes, index)
+    state.arrivals = ArrivalSchedule(plan, start)
+
+
+def _close_arrivals(environment: Any) -> None:
+    """Open loop, as the test stops: the scheduled requests no user took are recorded as ``not_sent``."""
+    state = run_state(environment)
+    schedule = state.arrivals
+    if schedule is None or schedule.closed:
+        return
+    for ticket in schedule.unsent():
+        state.recorder.add(not_sent_row(ticket, state.worker), None)
 
 
 EARLY_S = 1.0
@@ -354,8 +422,10 @@ class Scenario:
                 help="the bundled server's --sse-keep-alive-interval in seconds; 0 turns keep-alive "
                 f"off (the negative control) (default: {self.keep_alive_interval:g})",
             )
+        _add_arrival_options(group)
 
     def settings(self, options: Any) -> RunSettings:
+        """The run's settings from its parsed options."""
         interval = getattr(options, "keep_alive_interval", None)
         server_args = [*self.server_args, *shlex.split(options.server_args)]
         if interval is not None:
@@ -363,7 +433,17 @@ class Scenario:
             server_args += ["--sse-keep-alive-interval", repr(interval)]
         if options.host is None:  # the bundled server runs these arguments: its interval is the last one
             interval = _last_keep_alive_interval(server_args)
-        return RunSettings(options.proxy, options.proxy_read_timeout, interval, tuple(server_args), options.host)
+        open_loop = None
+        if options.rate is not None:
+            open_loop = {
+                "rate": options.rate,
+                "arrival": options.arrival,
+                "seed": options.arrival_seed,
+                "max_in_flight": options.max_in_flight,
+            }
+        return RunSettings(
+            options.proxy, options.proxy_read_timeout, interval, tuple(server_args), options.host, open_loop
+        )
 
     def gate_list(self, settings: RunSettings, harness_lag_limit_ms: float = 0.0) -> Sequence[Gate]:
         """The scenario's gates with the run's settings filled in (so each is stored with concrete
@@ -454,6 +534,7 @@ class Scenario:
     def _on_test_start(self, environment: Any, **_: Any) -> None:
         self._guard.install()  # here, not at init: Locust installs its SIGTERM handler after init
         settle_after_setup()  # before any user spawns: one-time costs paid while no stream is open
+        _start_arrivals(environment)
         if isinstance(environment.runner, WorkerRunner):
             return
         assert self._collector is not None
@@ -507,6 +588,7 @@ class Scenario:
     def _on_test_stopping(self, environment: Any, **_: Any) -> None:
         if self._test is not None and self._test.stopping_at is None:
             self._test.stopping_at = time.monotonic()
+        _close_arrivals(environment)
 
     def _on_test_stop(self, environment: Any, **_: Any) -> None:
         if not isinstance(environment.runner, WorkerRunner):
@@ -583,6 +665,8 @@ class Scenario:
             )
             outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary.outcomes.items() if n)
             print(f"requests: {summary.requests} ({outcomes or 'none'})")
+            if summary.arrival is not None:
+                print(arrival_line(summary.arrival))
             causes = summary.causes
             print(
                 f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "

@@ -18,7 +18,7 @@ import pandas as pd
 from loadtests.figures import PERCENTILES, count_500s, quantiles
 from loadtests.gates import GateResult
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
-from loadtests.outcome import OUTCOMES
+from loadtests.outcome import OUTCOMES, UNJUDGED_OUTCOMES
 
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
@@ -45,6 +45,8 @@ class Summary:
     gate_specs: list[dict[str, Any]]
     gates: list[GateResult]
     harness_lag_ms: dict[str, Any] | None = None
+    arrival: dict[str, Any] | None = None
+    """Open loop (``--rate``): the schedule asked for against what was sent (``arrival``)."""
     ended: str | None = None
     interrupted: str | None = None
     """Why the run ended before its planned end (a signal, or no summary of its own): it fails."""
@@ -56,8 +58,9 @@ class Summary:
 
     @property
     def requests_judged(self) -> int:
-        """Requests the gates judged: every row but the streams the run itself stopped."""
-        return self.requests - self.outcomes.get("stopped", 0)
+        """Requests the gates judged: every row but the streams the run itself stopped and the
+        scheduled requests it never sent."""
+        return self.requests - sum(self.outcomes.get(outcome, 0) for outcome in UNJUDGED_OUTCOMES)
 
     @property
     def gates_passed(self) -> bool:
@@ -102,6 +105,8 @@ class Summary:
         }
         if self.harness_lag_ms is not None:
             data["harness_lag_ms"] = self.harness_lag_ms
+        if self.arrival is not None:
+            data["arrival"] = self.arrival
         data["gate_specs"] = self.gate_specs
         data["gates"] = [dataclasses.asdict(gate) for gate in self.gates]
         if self.soak is not None:
@@ -134,6 +139,7 @@ class Summary:
             gate_specs=data.get("gate_specs", []),
             gates=gates,
             harness_lag_ms=data.get("harness_lag_ms"),
+            arrival=data.get("arrival"),
             ended=data.get("ended"),
             interrupted=data.get("interrupted"),
             soak=data.get("soak"),
@@ -188,6 +194,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ended": (_optional(str), "a string"),
     "interrupted": (_optional(str), "a string"),
     "soak": (_optional(dict), "an object"),
+    "arrival": (_optional(dict), "an object"),
 }
 
 
@@ -274,4 +281,61 @@ def summarize(
         gate_specs=list(gate_specs),
         gates=list(gates),
         harness_lag_ms=None if lag is None else lag_summary(lag, lag_limit_ms),
+        arrival=arrival((settings or {}).get("open_loop"), requests),
     )
+
+
+LATE_S = 0.010
+"""A scheduled request that started later than this started late (``late`` in the arrival section)."""
+
+
+def arrival(open_loop: dict[str, Any] | None, requests: pd.DataFrame) -> dict[str, Any] | None:
+    """Open loop: the rate asked for, how many requests the schedule made due and how many were sent,
+    the rate achieved over the schedule's span, how late requests started, and TTFT measured from the
+    scheduled time (what a user arriving then waited) beside TTFT from the send. None in a closed loop."""
+    if not open_loop:
+        return None
+    rate = float(open_loop["rate"])
+    scheduled = requests[requests["scheduled_time"].notna()]
+    sent = scheduled[scheduled["outcome"] != "not_sent"]
+    span = (
+        float(scheduled["scheduled_time"].max() - scheduled["scheduled_time"].min()) + 1 / rate
+        if len(scheduled)
+        else 0.0
+    )
+    lateness = sent["start_lateness_s"].dropna()
+    from_schedule = (sent["start_lateness_s"] + sent["ttft_s"]).dropna()
+    return {
+        **open_loop,
+        "scheduled": len(scheduled),
+        "sent": len(sent),
+        "not_sent": len(scheduled) - len(sent),
+        "span_s": round(span, 3),
+        "rate_achieved": round(len(sent) / span, 3) if span else None,
+        "late": int((lateness > LATE_S).sum()),
+        "start_lateness_s": _spread(lateness),
+        "ttft_from_schedule_s": _spread(from_schedule),
+        "ttft_from_send_s": _spread(sent["ttft_s"].dropna()),
+    }
+
+
+def _spread(values: pd.Series) -> dict[str, float | None]:
+    """p50, p99 and max, rounded to the microsecond; None each when there are no values."""
+    p50, p99 = quantiles(values, (50, 99))
+    return {"p50": p50, "p99": p99, "max": round(float(values.max()), 6) if len(values) else None}
+
+
+def arrival_line(section: dict[str, Any]) -> str:
+    """The arrival section in one console line."""
+    achieved = "-" if section["rate_achieved"] is None else f"{section['rate_achieved']:g}"
+    lateness = section["start_lateness_s"]
+    spread = f"p99 {_seconds(lateness['p99'])}, max {_seconds(lateness['max'])}"
+    return (
+        f"arrivals: asked {section['rate']:g}/s ({section['arrival']}), {section['scheduled']} scheduled, "
+        f"{section['sent']} sent ({achieved}/s), {section['not_sent']} not sent; "
+        f"{section['late']} started over {LATE_S * 1000:g} ms late ({spread})"
+    )
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} s"

@@ -34,6 +34,7 @@ from locust import FastHttpUser, User, events
 from pydantic import BaseModel
 
 from loadtests import arrival_clock, response_end
+from loadtests.arrivals import Ticket
 from loadtests.loop_hygiene import shared_ssl_context
 from loadtests.outcome import INVALID_UTF8, RequestPlan, RequestRow, StreamTracker
 from loadtests.run_state import RunState, run_state
@@ -63,8 +64,18 @@ def _describe(exc: BaseException) -> str:
 
 
 def _send_next(user: _StreamingUser) -> None:
-    """The default task: the next request of the user's mix."""
-    user.send_next()
+    """The default task: the next request of the user's mix, at once (closed loop) or when the run's
+    arrival schedule says (open loop, ``loadtests.arrivals``)."""
+    schedule = user.harness.arrivals
+    if schedule is None or schedule.closed:
+        user.send_next()
+        return
+    user._ticket = schedule.acquire()
+    try:
+        user.send_next()
+    finally:
+        user._ticket = None
+        schedule.release()
 
 
 class _StreamingUser:
@@ -78,6 +89,8 @@ class _StreamingUser:
     """Locust collects a user class's tasks from its bases' ``tasks``: every subclass starts with this."""
     environment: Any
     host: str
+    _ticket: Ticket | None = None
+    """The open-loop ticket of the request under way, if any."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Invariant: a class's tasks are the default task alone, or only the tasks it (or a base
@@ -172,6 +185,9 @@ class _StreamingUser:
         """Record the row and report it to Locust: success iff the outcome is the expected one."""
         harness = self.harness
         row.harness_lag_max_s = harness.lag.worst_since(time.monotonic() - row.duration_s)
+        if self._ticket is not None:
+            row.scheduled_time = self._ticket.due_epoch
+            row.start_lateness_s = max(0.0, row.start_time - self._ticket.due_epoch)
         harness.recorder.add(row, frames if harness.keeps_frames(row.request_id, row.outcome) else None)
         if row.outcome == "stopped":
             return  # the run ended it; no verdict for Locust's statistics either
