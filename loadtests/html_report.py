@@ -35,6 +35,7 @@ from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.outcome import OUTCOMES, RequestRow
 from loadtests.recorder import FRAME_COLUMNS
 from loadtests.run_dir import RunDir
+from loadtests.summary import arrival_line
 
 OUTCOME_COLOURS = {
     "ok": "#2e7d32",
@@ -250,7 +251,7 @@ def _headline_section(summary: dict[str, Any], requests: pd.DataFrame, sample_ra
     seen = ", ".join(f"{n} {name}" for name, n in outcomes.items() if n) or "none"
     body = (
         f"{verdict}{_ending(summary)}<p><b>{_text(count)}</b> requests ({_text(seen)}){_run_span(requests)}</p>"
-        f"{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.get('gates') or [])}"
+        f"{_arrival(summary)}{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.get('gates') or [])}"
         f"<h3>Settings</h3>{_settings_table(summary.get('settings') or {})}"
     )
     how = (
@@ -258,6 +259,18 @@ def _headline_section(summary: dict[str, Any], requests: pd.DataFrame, sample_ra
         "interrupted (a signal ended it before its planned duration); each gate line gives its figure."
     )
     return _section(f"sse-soak run: {summary.get('scenario', 'run')}", how, body, level=1)
+
+
+def _arrival(summary: dict[str, Any]) -> str:
+    """Open loop: the rate asked against the rate achieved, as the console says it."""
+    section = summary.get("arrival")
+    if not isinstance(section, dict):
+        return ""
+    try:
+        line = arrival_line(section)
+    except (KeyError, TypeError, ValueError):
+        return ""  # a summary written by hand or by another version: nothing to show rather than no report
+    return f'<p class="arrival">{_text(line.removeprefix("arrivals: "))}</p>'
 
 
 def _ending(summary: dict[str, Any]) -> str:
