@@ -54,6 +54,14 @@ class ServerConfig:
     stall_seconds: float = _opt(
         90.0, "length of the mid-stream silence of the 'stall' fault (longer than nginx's 60 s default)"
     )
+    slowdown_after: float | None = _opt(
+        None,
+        "seconds after start at which prefill and decode slow down by --slowdown-factor (None: never)",
+        type=float,
+    )
+    slowdown_factor: float = _opt(
+        1.0, "how much slower prefill and decode become after --slowdown-after (a server degrading mid-run)"
+    )
     seed: int = _opt(0, "seed of the fault draws and of the generated text")
     api_key: str | None = _opt(
         None,
@@ -87,6 +95,10 @@ class ServerConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+        if self.slowdown_after is not None and not (math.isfinite(self.slowdown_after) and self.slowdown_after >= 0):
+            raise ValueError(f"--slowdown-after must be a finite number of seconds >= 0, got {self.slowdown_after}")
+        if not (math.isfinite(self.slowdown_factor) and self.slowdown_factor > 0):
+            raise ValueError(f"--slowdown-factor must be a finite number > 0, got {self.slowdown_factor}")
         if not 0 <= self.failure_injection_rate <= 100:
             raise ValueError(f"--failure-injection-rate is a percentage in 0..100, got {self.failure_injection_rate}")
         unknown = [kind for kind in self.failure_types if kind not in FAILURE_TYPES]
@@ -109,10 +121,10 @@ class ServerConfig:
         for spec in dataclasses.fields(cls):
             flag = "--" + spec.name.replace("_", "-")
             kwargs: dict[str, object] = {"default": spec.default, "help": spec.metadata["help"]}
-            for key in ("nargs", "choices"):
+            for key in ("nargs", "choices", "type"):
                 if key in spec.metadata:
                     kwargs[key] = spec.metadata[key]
-            if "nargs" not in spec.metadata and spec.default is not None:
+            if "nargs" not in spec.metadata and "type" not in spec.metadata and spec.default is not None:
                 kwargs["type"] = type(spec.default)
             parser.add_argument(flag, **kwargs)
         return parser

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -77,9 +78,18 @@ class Engine:
         self.scheduler = SlotScheduler(config.max_num_seqs)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self._started = time.monotonic()
+
+    def pace(self) -> float:
+        """How many times slower than configured the engine runs now: ``--slowdown-factor`` from
+        ``--slowdown-after`` seconds after the engine was made, else 1."""
+        after = self.config.slowdown_after
+        slowed = after is not None and time.monotonic() - self._started >= after
+        return self.config.slowdown_factor if slowed else 1.0
 
     def prefill_seconds(self, prompt_tokens: int) -> float:
-        return (self.config.time_to_first_token + prompt_tokens * self.config.prefill_time_per_token) / 1000.0
+        fixed, per_token = self.config.time_to_first_token, self.config.prefill_time_per_token
+        return (fixed + prompt_tokens * per_token) * self.pace() / 1000.0
 
     async def generate(self, job: Generation) -> AsyncIterator[str]:
         """Yield the text of each generated token, exactly ``job.max_tokens`` of them unless a
@@ -91,7 +101,7 @@ class Engine:
             deadline = loop.time() + self.prefill_seconds(job.prompt_tokens)
             await _sleep_until(loop, deadline)
             strike = strike_index(job.max_tokens) if job.fault and job.fault.strikes_mid_stream else -1
-            step = self.config.inter_token_latency / 1000.0
+            step = self.config.inter_token_latency * self.pace() / 1000.0
             seed = self.config.seed
             for index in range(job.max_tokens):
                 if index == strike:
