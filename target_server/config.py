@@ -56,7 +56,8 @@ class ServerConfig:
     )
     slowdown_after: float | None = _opt(
         None,
-        "seconds after start at which prefill and decode slow down by --slowdown-factor (None: never)",
+        "seconds after the first generation request at which prefill and decode slow down by --slowdown-factor "
+        "(None: never)",
         type=float,
     )
     slowdown_factor: float = _opt(

@@ -78,13 +78,13 @@ class Engine:
         self.scheduler = SlotScheduler(config.max_num_seqs)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
-        self._started = time.monotonic()
+        self._first_request: float | None = None
 
     def pace(self) -> float:
         """How many times slower than configured the engine runs now: ``--slowdown-factor`` from
-        ``--slowdown-after`` seconds after the engine was made, else 1."""
-        after = self.config.slowdown_after
-        slowed = after is not None and time.monotonic() - self._started >= after
+        ``--slowdown-after`` seconds after the first generation request, else 1."""
+        after, first = self.config.slowdown_after, self._first_request
+        slowed = after is not None and first is not None and time.monotonic() - first >= after
         return self.config.slowdown_factor if slowed else 1.0
 
     def prefill_seconds(self, prompt_tokens: int) -> float:
@@ -95,6 +95,8 @@ class Engine:
         """Yield the text of each generated token, exactly ``job.max_tokens`` of them unless a
         fault strikes. Holds a slot from the first token's prefill until the generator ends."""
         loop = asyncio.get_running_loop()
+        if self._first_request is None:
+            self._first_request = time.monotonic()
         await self.scheduler.acquire()
         try:
             self.prompt_tokens_total += job.prompt_tokens

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from target_server.config import ServerConfig
-from target_server.engine import Engine
+from target_server.engine import Engine, Generation
+
+
+async def first_token(engine: Engine, job: Generation) -> str:
+    async for token in engine.generate(job):
+        return token
+    raise AssertionError("no token")
 
 
 def test_the_engine_slows_down_by_the_factor_once_the_time_has_come() -> None:
@@ -13,7 +21,10 @@ def test_the_engine_slows_down_by_the_factor_once_the_time_has_come() -> None:
     not_yet = Engine(ServerConfig(**timing, slowdown_after=3600))
     assert not_yet.pace() == 1.0 and not_yet.prefill_seconds(100) == pytest.approx(0.2)
     slowed = Engine(ServerConfig(**timing, slowdown_after=0))
-    assert slowed.pace() == 3.0 and slowed.prefill_seconds(100) == pytest.approx(0.6)
+    assert slowed.pace() == 1.0  # its clock starts at the first request
+    job = Generation(prompt_tokens=100, max_tokens=1)
+    assert asyncio.run(first_token(slowed, job)) and slowed.pace() == 3.0
+    assert slowed.prefill_seconds(100) == pytest.approx(0.6)
     assert Engine(ServerConfig(**timing)).pace() == 1.0  # no time given: never
 
 
