@@ -131,3 +131,22 @@ def test_timing_fidelity_quick() -> None:
             r"\| \d+, \d+ \|$",
         ],
     )
+
+
+def test_open_loop_quick(tmp_path: Path) -> None:
+    output = run_bench("open_loop.py", "--report-dir", str(tmp_path))
+    phase = rf"\s+\d+\s+{NUM}\s+(?:{NUM}|-)\s+(?:{NUM}|-)\s+(?:{NUM}|-)\s+(?:{NUM}|-)$"
+    assert_figures(
+        output,
+        [
+            rf"^closed loop: 8 users; its rate before the slowdown: {NUM}/s -> the open loop's --rate$",
+            r"^server slows down x4 5 s after its first request; runs of 12 s$",
+            r"^run\s+phase\s+sent\s+sent/s\s+TTFT p99 s\s+from sched s\s+queue mean\s+queue max$",
+            rf"^closed\s+before{phase}",
+            rf"^closed\s+after{phase}",
+            rf"^open\s+before{phase}",
+            rf"^open\s+after{phase}",
+            rf"^open loop: asked {NUM}/s, achieved {NUM}/s, \d+ not sent, \d+ started late$",
+            rf"^sent/s after/before: closed {NUM}, open {NUM}$",
+        ],
+    )
