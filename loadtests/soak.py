@@ -196,7 +196,7 @@ class Soak:
             line = raw.rstrip("\n")
             if line.startswith("sse-soak: ") or "error: " in line:
                 self._last_error = line
-            if line.startswith(("gate ", "sse-soak:", "Traceback", "target server:", "run directory:")):
+            if line.startswith(("gate ", "arrivals: ", "sse-soak:", "Traceback", "target server:", "run directory:")):
                 self.printer.print(line)
 
     def _learn_services(self) -> None:

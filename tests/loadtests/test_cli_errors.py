@@ -496,3 +496,9 @@ def test_the_baseline_summary_is_read_with_the_compare_rules(
 def test_an_abbreviated_option_is_refused_not_guessed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     line = usage_error(capsys, "compare", str(tmp_path), str(tmp_path), "--max-latency", "0.1")
     assert line == "python -m loadtests: unrecognized arguments: --max-latency 0.1", line
+
+
+def test_soak_refuses_an_in_flight_limit_without_a_rate(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    line = usage_error(capsys, "soak", "--max-in-flight", "4")
+    assert line == f"{SOAK}--max-in-flight limits an open-loop run: give --rate too"
+    assert written(tmp_path) == []
