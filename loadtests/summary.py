@@ -45,6 +45,9 @@ class Summary:
     gate_specs: list[dict[str, Any]]
     gates: list[GateResult]
     harness_lag_ms: dict[str, Any] | None = None
+    server_metrics: dict[str, Any] | None = None
+    """The server's own figures from its ``/metrics`` (``loadtests.server_metrics.server_metrics_summary``),
+    or ``available: false`` and why."""
     ended: str | None = None
     interrupted: str | None = None
     """Why the run ended before its planned end (a signal, or no summary of its own): it fails."""
@@ -102,6 +105,8 @@ class Summary:
         }
         if self.harness_lag_ms is not None:
             data["harness_lag_ms"] = self.harness_lag_ms
+        if self.server_metrics is not None:
+            data["server_metrics"] = self.server_metrics
         data["gate_specs"] = self.gate_specs
         data["gates"] = [dataclasses.asdict(gate) for gate in self.gates]
         if self.soak is not None:
@@ -134,6 +139,7 @@ class Summary:
             gate_specs=data.get("gate_specs", []),
             gates=gates,
             harness_lag_ms=data.get("harness_lag_ms"),
+            server_metrics=data.get("server_metrics"),
             ended=data.get("ended"),
             interrupted=data.get("interrupted"),
             soak=data.get("soak"),
@@ -188,6 +194,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ended": (_optional(str), "a string"),
     "interrupted": (_optional(str), "a string"),
     "soak": (_optional(dict), "an object"),
+    "server_metrics": (_optional(dict), "an object"),
 }
 
 
