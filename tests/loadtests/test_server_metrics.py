@@ -60,6 +60,9 @@ vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 4.0
 vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 6.0
 vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 6.0
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.7
+# HELP pool_bucket A gauge whose name ends like a bucket.
+# TYPE pool_bucket gauge
+pool_bucket 2.0
 # HELP build_info An info sample with an odd label value.
 # TYPE build_info gauge
 build_info{version="1.0 \\"beta\\""} 1.0
@@ -90,7 +93,8 @@ def test_a_scrape_keeps_gauges_and_counters_and_only_the_sum_and_count_of_a_hist
         "vllm:time_to_first_token_seconds_count",
         "vllm:time_to_first_token_seconds_sum",
         "build_info",
-    }  # no bucket, no _created
+        "pool_bucket",
+    }  # no histogram bucket, no _created
     running = rows[rows["name"] == "vllm:num_requests_running"]
     assert list(running["labels"]) == ['engine="0",model_name="m"', 'engine="1",model_name="m"']
     assert list(running["value"]) == [3.0, 1.0]
