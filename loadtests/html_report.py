@@ -716,9 +716,10 @@ def _server_figure(series: pd.DataFrame, axis: RunAxis | None) -> Figure:
     """Running and waiting requests, and KV-cache usage on a second axis, against the run's time."""
     figure, axes = _figure()
     seconds = series.index.to_numpy() - (axis.origin if axis else float(series.index.min()))
-    for concept, label, colour in (("running", "running", "#1565c0"), ("waiting", "waiting", "#ef6c00")):
+    lines = (("running", "#1565c0", 3.0), ("waiting", "#ef6c00", 1.2))  # waiting drawn thin over running: both show
+    for concept, colour, width in lines:
         if concept in series:
-            axes.step(seconds, series[concept].to_numpy(), where="post", linewidth=1.2, color=colour, label=label)
+            axes.step(seconds, series[concept].to_numpy(), where="post", linewidth=width, color=colour, label=concept)
     axes.set_ylim(bottom=0)
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("seconds since the first request")
