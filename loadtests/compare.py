@@ -13,6 +13,10 @@ needs to keep only the last good summary. Regressions, each with a default thres
   ``max_keepalive_drop`` (relative, 0.5);
 - the base run passed its gates and the new one did not.
 
+The server's own figures from its ``/metrics`` (waiting requests p95 and max, KV-cache usage max;
+``SERVER_FIGURES``) are shown for information, never a regression: they describe the load as much
+as the server. A figure a summary lacks (no metrics, an older summary) is shown as ``-``.
+
 Thresholds are numbers >= 0; ``inf`` turns a check off (never flag). NaN and negative values are
 refused (``Thresholds`` raises ``ValueError``), and so is a keep-alive drop above 1 other than
 ``inf``: a share cannot fall by more than all of it. A file that is not a run summary raises
@@ -34,6 +38,7 @@ from loadtests.summary import SummaryError, is_count
 
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
 LATENCY_FLOOR_S = 0.005
+SERVER_FIGURES = (("waiting", "p95"), ("waiting", "max"), ("kv_cache_usage", "max"))
 
 
 def threshold_problem(name: str, value: float) -> str | None:
@@ -192,6 +197,9 @@ def compare(base: dict[str, Any], new: dict[str, Any], limits: Thresholds = Thre
     old_ka, new_ka = (s.get("keepalive_per_stream", {}).get("mean") for s in (base, new))
     dropped = old_ka is not None and old_ka >= 1 and (new_ka or 0) < old_ka * (1 - limits.max_keepalive_drop)
     rows.append(Row("keep-alive frames per raw stream", old_ka, new_ka, dropped, f"< -{limits.max_keepalive_drop:.0%}"))
+    for concept, stat in SERVER_FIGURES:
+        label = f"server {concept.replace('_', ' ').replace('kv', 'KV')} {stat}"
+        rows.append(Row(label, *(_server_figure(s, concept, stat) for s in (base, new)), False))
     gates = [bool(s.get("gates_passed", s["passed"])) for s in (base, new)]  # older summaries: passed
     rows.append(Row("gates passed", float(gates[0]), float(gates[1]), gates[0] and not gates[1], "pass -> fail"))
     rows.append(
@@ -204,6 +212,14 @@ def compare(base: dict[str, Any], new: dict[str, Any], limits: Thresholds = Thre
         )
     )
     return rows
+
+
+def _server_figure(summary: dict[str, Any], concept: str, stat: str) -> float | None:
+    """``summary``'s server figure, None when it has none (or not a number)."""
+    section = summary.get("server_metrics")
+    figures = section.get(concept) if isinstance(section, dict) else None
+    value = figures.get(stat) if isinstance(figures, dict) else None
+    return float(value) if _number_or_none(value) and value is not None else None
 
 
 def render(rows: list[Row], base_name: str, new_name: str) -> str:

@@ -2,8 +2,10 @@
 
 Each window covers an equal share of the run (by request start time) and reports its error
 counts, TTFT and gap percentiles, keep-alive cadence (keep-alive frames per second of silence
-before the first token, about 1/interval when keep-alive works) and the mean memory of the
-harness and of the bundled server sampled during it. Two gates, with defaults stated here:
+before the first token, about 1/interval when keep-alive works), the mean memory of the
+harness and of the bundled server sampled during it and, when the server's metrics were scraped
+(``loadtests.server_metrics``), its queue depth (waiting requests: mean and max) and running
+requests (mean) over the scrapes in the window. Two gates, with defaults stated here:
 
 - ``memory_growth``: fails when harness or server memory grows steadily: the last window is more
   than ``max_memory_growth`` (10%) above the second (the first is warm-up) AND memory rose in at
@@ -27,6 +29,7 @@ import pandas as pd
 
 from loadtests import figures
 from loadtests.gates import GateResult, RunTables
+from loadtests.server_metrics import concept_series
 
 DRIFT_GATES = ("memory_growth", "latency_drift")
 
@@ -43,10 +46,14 @@ class DriftLimits:
         return asdict(self)
 
 
-def windows_table(requests: pd.DataFrame, resources: pd.DataFrame, count: int) -> pd.DataFrame:
-    """One row per window: time span, error counts, latency, keep-alive cadence, memory."""
+def windows_table(
+    requests: pd.DataFrame, resources: pd.DataFrame, count: int, server_metrics: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per window: time span, error counts, latency, keep-alive cadence, memory, and the
+    server's queue when ``server_metrics`` has rows."""
     if requests.empty:
         return pd.DataFrame()
+    server = concept_series(server_metrics) if server_metrics is not None and not server_metrics.empty else None
     start, end = requests["start_time"].min(), (requests["start_time"] + requests["duration_s"]).max()
     edges = np.linspace(start, max(end, start + 1e-6), count + 1)
     index = np.clip(np.searchsorted(edges, requests["start_time"], side="right") - 1, 0, count - 1)
@@ -56,6 +63,8 @@ def windows_table(requests: pd.DataFrame, resources: pd.DataFrame, count: int) -
         row = {"window": number + 1, "start_s": edges[number] - start, "end_s": edges[number + 1] - start}
         row.update(_window_figures(chunk))
         row.update(_window_memory(resources, edges[number], edges[number + 1]))
+        if server is not None:
+            row.update(_window_server(server, edges[number], edges[number + 1]))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -85,6 +94,17 @@ def _window_memory(resources: pd.DataFrame, start: float, end: float) -> dict[st
     return {
         column: (float(inside[column].mean()) if inside[column].notna().any() else None)
         for column in ("harness_rss_mb", "server_rss_mb")
+    }
+
+
+def _window_server(series: pd.DataFrame, start: float, end: float) -> dict[str, float | None]:
+    """The server's waiting (mean, max) and running (mean) requests over its scrapes in ``[start, end)``."""
+    inside = series[(series.index >= start) & (series.index < end)]
+    waiting, running = (inside.get(concept, pd.Series(dtype=float)).dropna() for concept in ("waiting", "running"))
+    return {
+        "server_waiting_mean": float(waiting.mean()) if len(waiting) else None,
+        "server_waiting_max": float(waiting.max()) if len(waiting) else None,
+        "server_running_mean": float(running.mean()) if len(running) else None,
     }
 
 
@@ -133,9 +153,9 @@ class _DriftGate:
 
     rule: ClassVar[Callable[[pd.DataFrame, DriftLimits], GateResult]]
 
-    def windows(self, tables: RunTables) -> pd.DataFrame:
+    def windows(self, tables: RunTables, server_metrics: pd.DataFrame | None = None) -> pd.DataFrame:
         resources = tables.resources if tables.resources is not None else pd.DataFrame()
-        return windows_table(tables.requests, resources, self.limits.windows)
+        return windows_table(tables.requests, resources, self.limits.windows, server_metrics)
 
     def evaluate_run(self, tables: RunTables) -> GateResult:
         """Passes, saying so, when there are no requests (so no windows) to judge."""
@@ -161,8 +181,15 @@ def drift_gates(limits: DriftLimits) -> list[_DriftGate]:
     return [MemoryGrowth(limits), LatencyDrift(limits)]
 
 
-def soak_section(tables: RunTables, limits: DriftLimits, partial: bool, duration_s: float | None) -> dict[str, Any]:
-    """The summary's ``soak`` section: the drift windows of the run so far and what judged them."""
-    windows = _DriftGate(limits).windows(tables)
+def soak_section(
+    tables: RunTables,
+    limits: DriftLimits,
+    partial: bool,
+    duration_s: float | None,
+    server_metrics: pd.DataFrame | None = None,
+) -> dict[str, Any]:
+    """The summary's ``soak`` section: the drift windows of the run so far (with the server's queue
+    when its metrics were scraped) and what judged them."""
+    windows = _DriftGate(limits).windows(tables, server_metrics)
     records = windows.astype(object).where(windows.notna(), None).to_dict(orient="records")  # JSON null, not NaN
     return {"partial": partial, "duration_s": duration_s, "limits": limits.as_dict(), "windows": records}

@@ -3,9 +3,13 @@
 The parquet files and ``summary.json`` are for programs; this page answers, in order, what a
 person asks after a soak: did it pass and why (the gates), what happened to the requests (outcome
 and status counts), how fast (percentiles), what the wire looked like (gaps between frames, keep-
-alive against silence, a timeline), whether the load generator kept up (its own lag), and which
-streams to look at first (the worst ones, frame by frame). Frame-level parts may come from a
-sample of the ``ok`` streams; the page says so.
+alive against silence, a timeline), whether the load generator kept up (its own lag), what the
+server saw (its queue and KV cache, from its ``/metrics``), and which streams to look at first
+(the worst ones, frame by frame). Frame-level parts may come from a sample of the ``ok`` streams;
+the page says so.
+
+The timeline, the harness lag and the server's metrics share one time axis (``_run_axis``): seconds
+since the run's first request, over the span of its requests.
 
 Invariant: ``report.html`` is one self-contained file. Plots are PNGs embedded as base64 data URIs,
 the CSS is inline, there is no script and no external URL, so it opens from disk, from an archive
@@ -20,6 +24,7 @@ import io
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,7 @@ from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.outcome import OUTCOMES, RequestRow
 from loadtests.recorder import FRAME_COLUMNS
 from loadtests.run_dir import RunDir
+from loadtests.server_metrics import concept_series
 from loadtests.summary import arrival_line
 
 OUTCOME_COLOURS = {
@@ -100,8 +106,10 @@ def write_html_report(
     requests: pd.DataFrame,
     frames: pd.DataFrame,
     lag: pd.DataFrame | None = None,
+    server_metrics: pd.DataFrame | None = None,
 ) -> Path:
-    """Write ``directory / "report.html"`` and return its path; ``lag`` is the run's lag.parquet."""
+    """Write ``directory / "report.html"`` and return its path; ``lag`` is the run's lag.parquet,
+    ``server_metrics`` its server_metrics.parquet."""
     requests = _with_columns(requests, REQUEST_COLUMNS)
     frames = _with_columns(frames, FRAME_COLUMNS)
     sample_rate = _frame_sample_rate(summary)
@@ -113,6 +121,7 @@ def write_html_report(
         _keepalive_section(summary, requests),
         _timeline_section(requests),
         _lag_section(summary, requests, lag),
+        _server_section(summary, requests, server_metrics),
         _worst_section(requests, frames, sample_rate),
     ]
     if summary.get("soak"):
@@ -561,17 +570,41 @@ def _timeline_section(requests: pd.DataFrame) -> str:
             "outcome": requests["outcome"].astype(object),
         }
     ).dropna(subset=["start"])
-    if spans.empty:
+    axis = _run_axis(requests)
+    if spans.empty or axis is None:
         return _section("Timeline of requests by outcome", how, _empty("No requests to draw."))
-    return _section("Timeline of requests by outcome", how, _png(_timeline_figure(spans)))
+    return _section("Timeline of requests by outcome", how, _png(_timeline_figure(spans, axis)))
 
 
-def _timeline_figure(spans: pd.DataFrame) -> Figure:
+@dataclass(frozen=True)
+class RunAxis:
+    """The time axis the timeline, lag and server plots share: seconds since ``origin`` (the first
+    request's start, epoch s), drawn over the requests' span (``extent`` s) with a 1% margin."""
+
+    origin: float
+    extent: float
+
+    @property
+    def limits(self) -> tuple[float, float]:
+        return -self.extent * 0.01, self.extent * 1.01
+
+
+def _run_axis(requests: pd.DataFrame) -> RunAxis | None:
+    """The run's time axis; None without a request start to put it on."""
+    starts = pd.to_numeric(requests["start_time"], errors="coerce")
+    present = starts.notna()
+    if not present.any():
+        return None
+    origin = float(starts[present].min())
+    durations = pd.to_numeric(requests["duration_s"], errors="coerce").fillna(0.0).clip(lower=0.0)
+    return RunAxis(origin, max(float((starts[present] + durations[present]).max()) - origin, 1e-3))
+
+
+def _timeline_figure(spans: pd.DataFrame, axis: RunAxis) -> Figure:
     spans = spans.sort_values("start", kind="stable").reset_index(drop=True)
-    begin = spans["start"] - spans["start"].min()
+    begin = spans["start"] - axis.origin
     end = begin + spans["duration"]
-    extent = max(float(end.max()), 1e-3)
-    end = np.maximum(end, begin + extent * 0.006)
+    end = np.maximum(end, begin + axis.extent * 0.006)
     figure = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] + 1.0), dpi=DPI, layout="constrained")
     axes = figure.add_subplot()
     width = min(4.0, max(1.2, 300.0 / len(spans)))
@@ -585,7 +618,7 @@ def _timeline_figure(spans: pd.DataFrame) -> Figure:
             linewidth=width,
             label=f"{outcome} ({int(mask.sum())})",
         )
-    axes.set_xlim(-extent * 0.01, extent * 1.01)
+    axes.set_xlim(axis.limits)
     axes.set_ylim(len(spans) - 0.5, -0.5)
     axes.set_xlabel("seconds since the first request")
     axes.set_ylabel("request (by start)")
@@ -625,20 +658,21 @@ def _lag_section(summary: dict[str, Any], requests: pd.DataFrame, lag: pd.DataFr
         "<table><thead><tr><th>process</th><th>samples</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th>"
         f"<th>s in stalls over {limit:g} ms</th></tr></thead>{rows}</table>"
     )
-    starts = pd.to_numeric(requests["start_time"], errors="coerce").dropna()
-    origin = float(starts.min()) if not starts.empty else float(lag["time"].min())
-    return _section(title, how, table + _png(_lag_figure(lag, origin, limit)))
+    return _section(title, how, table + _png(_lag_figure(lag, _run_axis(requests), limit)))
 
 
-def _lag_figure(lag: pd.DataFrame, origin: float, limit_ms: float) -> Figure:
+def _lag_figure(lag: pd.DataFrame, axis: RunAxis | None, limit_ms: float) -> Figure:
+    """On the run's axis; without requests, from the first sample over all of them."""
     figure, axes = _figure()
-    seconds = lag["time"] - origin
+    seconds = lag["time"] - (axis.origin if axis else float(lag["time"].min()))
     width = max((float(seconds.max()) - float(seconds.min())) / LAG_PLOT_BINS, 1e-3)
     binned = lag.assign(bin=(seconds // width) * width, lag_ms=lag["lag_s"] * 1000.0)
     for worker, rows in binned.groupby("worker", sort=True):
         worst = rows.groupby("bin")["lag_ms"].max()
         axes.plot(worst.index, worst.to_numpy(), linewidth=0.8, label=str(worker))
     axes.axhline(limit_ms, color="#c0392b", linestyle="--", linewidth=1.0, label=f"limit {limit_ms:g} ms")
+    if axis is not None:
+        axes.set_xlim(axis.limits)
     axes.set_xlabel("seconds since the first request")
     axes.set_ylabel("loop lag (ms)")
     axes.set_yscale("symlog", linthresh=1.0)
@@ -648,7 +682,75 @@ def _lag_figure(lag: pd.DataFrame, origin: float, limit_ms: float) -> Figure:
     return figure
 
 
-# --- 8. worst streams ------------------------------------------------------------------------
+# --- 8. the server's metrics ----------------------------------------------------------------------
+
+_SERVER_FIGURES = (
+    ("running", "running requests"),
+    ("waiting", "waiting requests"),
+    ("kv_cache_usage", "KV-cache usage"),
+)
+
+
+def _server_section(summary: dict[str, Any], requests: pd.DataFrame, metrics: pd.DataFrame | None) -> str:
+    title = "Server: queue and KV cache"
+    how = (
+        "What the server said about itself at GET /metrics, scraped by the harness every --server-metrics-interval "
+        "seconds: requests "
+        "running and waiting for a slot (left axis) and, when the server exposes it, the share of its KV cache in "
+        "use (right axis), on the timeline's time axis. Waiting requests are queueing the server does, not the harness."
+    )
+    section = summary.get("server_metrics") or {}
+    series = concept_series(metrics) if metrics is not None and not metrics.empty else pd.DataFrame()
+    if not section.get("available") or series.empty:
+        reason = section.get("reason") or "the run recorded no server metrics"
+        return _section(title, how, _empty(f"No server metrics: {reason}."))
+    rows = "".join(
+        f"<tr><td>{_text(label)}</td>"
+        + "".join(
+            f'<td class="num">{_text((section.get(concept) or {}).get(key))}</td>' for key in ("mean", "p95", "max")
+        )
+        + "</tr>"
+        for concept, label in _SERVER_FIGURES
+        if section.get(concept)
+    )
+    tokens = ", ".join(
+        f"{label} {section[concept]:g}"
+        for concept, label in (("prompt_tokens", "prompt tokens"), ("generation_tokens", "generated tokens"))
+        if section.get(concept) is not None
+    )
+    table = (
+        f"<p>{_text(section.get('scrapes'))} scrapes{_text(f'; during the run: {tokens}') if tokens else ''}</p>"
+        f"<table><thead><tr><th>figure</th><th>mean</th><th>p95</th><th>max</th></tr></thead>{rows}</table>"
+    )
+    return _section(title, how, table + _png(_server_figure(series, _run_axis(requests))))
+
+
+def _server_figure(series: pd.DataFrame, axis: RunAxis | None) -> Figure:
+    """Running and waiting requests, and KV-cache usage on a second axis, against the run's time."""
+    figure, axes = _figure()
+    seconds = series.index.to_numpy() - (axis.origin if axis else float(series.index.min()))
+    lines = (("running", "#1565c0", 3.0), ("waiting", "#ef6c00", 1.2))  # waiting drawn thin over running: both show
+    for concept, colour, width in lines:
+        if concept in series:
+            axes.step(seconds, series[concept].to_numpy(), where="post", linewidth=width, color=colour, label=concept)
+    axes.set_ylim(bottom=0)
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("seconds since the first request")
+    axes.set_ylabel("requests")
+    axes.grid(True, alpha=0.3)
+    if "kv_cache_usage" in series:
+        usage = series["kv_cache_usage"].to_numpy()
+        right = axes.twinx()
+        right.plot(seconds, usage, linewidth=1.0, linestyle="--", color="#2e7d32", label="KV-cache usage")
+        right.set_ylim(0, max(1.0, float(np.nanmax(usage)) if len(usage) else 1.0))
+        right.set_ylabel("KV-cache usage (share)")
+    if axis is not None:
+        axes.set_xlim(axis.limits)
+    figure.legend(loc="outside right upper", fontsize=8)
+    return figure
+
+
+# --- 9. worst streams ------------------------------------------------------------------------
 
 
 def _worst_section(requests: pd.DataFrame, frames: pd.DataFrame, sample_rate: float) -> str:
@@ -726,6 +828,9 @@ _WINDOW_COLUMNS = (
     ("keepalive_per_silent_s", "keep-alives per silent s"),
     ("harness_rss_mb", "harness MiB"),
     ("server_rss_mb", "server MiB"),
+    ("server_waiting_mean", "server waiting mean"),
+    ("server_waiting_max", "server waiting max"),
+    ("server_running_mean", "server running mean"),
 )
 
 
@@ -737,11 +842,10 @@ def _soak_section(soak: dict[str, Any]) -> str:
     )
     if windows.empty:
         return _section("Soak windows", how, _empty("No windows: the run recorded no requests."))
-    header = "".join(f"<th>{_text(label)}</th>" for _, label in _WINDOW_COLUMNS)
+    shown = [(column, label) for column, label in _WINDOW_COLUMNS if column in windows]
+    header = "".join(f"<th>{_text(label)}</th>" for _, label in shown)
     body = "".join(
-        "<tr>"
-        + "".join(f"<td class='num'>{_window_cell(row.get(column))}</td>" for column, _ in _WINDOW_COLUMNS)
-        + "</tr>"
+        "<tr>" + "".join(f"<td class='num'>{_window_cell(row.get(column))}</td>" for column, _ in shown) + "</tr>"
         for row in windows.to_dict(orient="records")
     )
     partial = " (checkpoint: the run was still going)" if soak.get("partial") else ""

@@ -6,8 +6,9 @@ always-on gates and the run's own, and writes ``summary.json`` (and, with ``html
 requests.csv). The run's gates are stored with it as plain data (``gate_spec``): given to
 ``judge`` by the scenario, else those of the summary it already has, else those of its manifest
 (a soak checkpoint, a run killed before its summary), plus any ``add_gates`` not stored yet (the
-soak's drift gates). How it ended and its soak section are carried over the same way. So a
-re-judgement of any run, a failing soak included, gives the verdict, gates and sections it had.
+soak's drift gates). How it ended, its soak section and why it has no server metrics (if so) are
+carried over the same way. So a re-judgement of any run, a failing soak included, gives the
+verdict, gates and sections it had.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
+
+import pandas as pd
 
 from loadtests import figures
 from loadtests.compare import read_json_object
@@ -37,6 +40,7 @@ from loadtests.gates import (
 )
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.run_dir import Manifest, RunDir
+from loadtests.server_metrics import server_metrics_summary
 from loadtests.summary import Summary, SummaryError, check_fields, summarize
 
 NO_SUMMARY = "the run ended before writing its summary"
@@ -94,8 +98,9 @@ class Previous:
     ended: str | None
     interrupted: str | None
     soak: dict[str, Any] | None
+    server_metrics: dict[str, Any] | None
 
-    KEYS = ("scenario", "settings", "frame_sample_rate", "gate_specs", "ended", "interrupted", "soak")
+    KEYS = ("scenario", "settings", "frame_sample_rate", "gate_specs", "ended", "interrupted", "soak", "server_metrics")
 
     @classmethod
     def from_json(cls, data: dict[str, Any], source: str) -> Previous:
@@ -142,10 +147,12 @@ def judge(
     ended: str | None = None,
     interrupted: str | None = None,
     soak: SoakState | None = None,
+    server_metrics_unavailable: str | None = None,
     html: bool = True,
 ) -> Summary:
     """Judge ``run`` and write its summary; whatever is not given is what the run already said
-    (module docstring). Raises ``NotARunDirectory`` or ``SummaryError``."""
+    (module docstring); ``server_metrics_unavailable`` is why a run without server metrics has none
+    (its scraper's finding). Raises ``NotARunDirectory`` or ``SummaryError``."""
     previous = previous_summary(run)
     manifest = run.read_manifest()
     specs = _stored_specs(previous, manifest, gates)
@@ -166,7 +173,10 @@ def judge(
     )
     summary.ended = ended if ended is not None else previous.ended if previous else None
     summary.interrupted = interrupted or (previous.interrupted if previous else None)
-    summary.soak = _soak_section(tables, gates, soak, previous)
+    server_metrics = run.read_server_metrics()
+    summary.soak = _soak_section(tables, gates, soak, previous, server_metrics)
+    before = ((previous.server_metrics if previous else None) or {}).get("reason")
+    summary.server_metrics = server_metrics_summary(server_metrics, server_metrics_unavailable or before)
     run.write_json(RunDir.SUMMARY, summary.to_json())
     if html:
         write_html_files(run, summary)
@@ -201,7 +211,11 @@ def _gates_from(specs: list[dict[str, Any]], run: RunDir) -> list[Gate]:
 
 
 def _soak_section(
-    tables: RunTables, gates: Sequence[Gate], soak: SoakState | None, previous: Previous | None
+    tables: RunTables,
+    gates: Sequence[Gate],
+    soak: SoakState | None,
+    previous: Previous | None,
+    server_metrics: pd.DataFrame,
 ) -> dict[str, Any] | None:
     """The drift windows, when the run has drift gates; the soak's state as told, else as before."""
     drift = next((gate for gate in gates if isinstance(gate, (MemoryGrowth, LatencyDrift))), None)
@@ -211,7 +225,7 @@ def _soak_section(
     state = soak or SoakState(bool(before.get("partial", False)), before.get("duration_s"))
     limits: DriftLimits = drift.limits
     judged = dataclasses.replace(tables, requests=figures.judged(tables.requests))
-    return soak_section(judged, limits, state.partial, state.duration_s)
+    return soak_section(judged, limits, state.partial, state.duration_s, server_metrics)
 
 
 def write_html_files(run: RunDir, summary: Summary) -> None:
@@ -220,4 +234,6 @@ def write_html_files(run: RunDir, summary: Summary) -> None:
 
     requests = run.read_requests()
     write_requests_csv(run.path, requests)
-    write_html_report(run.path, summary.to_json(), requests, run.read_frames(), run.read_lag())
+    write_html_report(
+        run.path, summary.to_json(), requests, run.read_frames(), run.read_lag(), run.read_server_metrics()
+    )

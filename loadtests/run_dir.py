@@ -3,6 +3,7 @@
 ``<report-dir>/<scenario>-<UTC stamp>[-N]/`` holds, as reports/README.md describes:
 ``manifest.json`` (what ran: written at test start), ``requests.parquet/``, ``frames.parquet/`` and
 ``lag.parquet/`` (parquet parts written as the run goes, ``loadtests.run_writer``),
+``server_metrics.parquet/`` (the server's ``/metrics``, scraped as the run goes, ``loadtests.server_metrics``),
 ``resources.csv`` (memory samples of a soak), ``summary.json`` (the verdict), ``report.html``,
 ``requests.csv`` and, when the disk refused rows, ``unwritable-rows.jsonl``. No other module
 spells these names: they ask a ``RunDir``. Every whole-file write goes to a temporary name and is
@@ -25,6 +26,7 @@ import pyarrow.parquet as pq
 
 from loadtests.lag import LAG_SCHEMA
 from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
+from loadtests.server_metrics import SERVER_METRICS_SCHEMA
 
 RUN_DIR_ENV = "SSE_SOAK_RUN_DIR"
 """An empty directory the next test writes into instead of making its own (the soak job makes it,
@@ -34,7 +36,12 @@ PLAN_ONLY_ENV = "SSE_SOAK_PLAN_ONLY"
 gates; no services) and exits 0, before it starts or contacts anything (``loadtests.launch.plan``)."""
 
 
-_SCHEMAS = {"requests": REQUEST_SCHEMA, "frames": FRAME_SCHEMA, "lag": LAG_SCHEMA}
+_SCHEMAS = {
+    "requests": REQUEST_SCHEMA,
+    "frames": FRAME_SCHEMA,
+    "lag": LAG_SCHEMA,
+    "server_metrics": SERVER_METRICS_SCHEMA,
+}
 
 
 def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -144,6 +151,7 @@ class RunDir:
     REQUESTS = "requests.parquet"
     FRAMES = "frames.parquet"
     LAG = "lag.parquet"
+    SERVER_METRICS = "server_metrics.parquet"
     RESOURCES = "resources.csv"
     REPORT = "report.html"
     REQUESTS_CSV = "requests.csv"
@@ -202,6 +210,10 @@ class RunDir:
         return self.path / self.LAG
 
     @property
+    def server_metrics(self) -> Path:
+        return self.path / self.SERVER_METRICS
+
+    @property
     def resources(self) -> Path:
         return self.path / self.RESOURCES
 
@@ -238,6 +250,10 @@ class RunDir:
 
     def read_lag(self) -> pd.DataFrame:
         return read_table(self.lag)
+
+    def read_server_metrics(self) -> pd.DataFrame:
+        """The server's scraped metrics (``loadtests.server_metrics``); empty, with its columns, when none."""
+        return read_table(self.server_metrics)
 
     def read_resources(self) -> pd.DataFrame:
         """Memory samples (``t`` epoch seconds, RSS in MiB); empty when none were taken."""

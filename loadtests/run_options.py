@@ -7,7 +7,8 @@ anything starts or is written. Special values, decided once here:
 - ``--keep-alive-interval``: 0, NaN and inf turn keep-alive off, as vLLM does for any value not in
   (0, inf); the run records 0. A negative value is refused as a likely typo (0 turns it off).
 - timeouts and intervals (``--client-idle-timeout``, ``--proxy-read-timeout``, ``--flush-interval``,
-  ``--preflight-timeout``) must be positive and finite; ``--flush-interval`` at most an hour.
+  ``--preflight-timeout``, ``--server-metrics-interval``) must be positive and finite;
+  ``--flush-interval`` at most an hour.
 - ``--frame-sample-rate`` is a share in [0, 1]; ``--max-line-bytes`` at least 1.
 - ``--harness-lag-limit-ms``: 0 turns the ``harness_kept_up`` gate off; negative or NaN is refused.
 - ``--report-dir`` must be a directory, or creatable as one, that this process can write into
@@ -73,6 +74,7 @@ def check_options(options: Any) -> None:
     _positive_seconds("--proxy-read-timeout", options.proxy_read_timeout)
     _positive_seconds("--flush-interval", options.flush_interval, MAX_FLUSH_INTERVAL_S)
     _positive_seconds("--preflight-timeout", options.preflight_timeout)
+    _positive_seconds("--server-metrics-interval", options.server_metrics_interval)
     if not 0 <= options.frame_sample_rate <= 1:
         raise UsageError(f"--frame-sample-rate must be a share from 0 to 1, got {options.frame_sample_rate:g}")
     if options.max_line_bytes < 1:

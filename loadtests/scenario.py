@@ -56,11 +56,12 @@ from loadtests.gates import Gate, HarnessKeptUp, KeepAliveCovered, for_run
 from loadtests.judge import gate_spec, judge, write_html_files
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.loop_hygiene import settle_after_setup
-from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT, PreflightError, preflight
+from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT, PreflightError, base_url, preflight
 from loadtests.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
 from loadtests.run_options import UsageError, check_options, keep_alive_interval
 from loadtests.run_state import DEFAULT_CLIENT_IDLE_TIMEOUT, run_state
 from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
+from loadtests.server_metrics import DEFAULT_SCRAPE_INTERVAL_S, OFF, ServerMetricsScraper
 from loadtests.sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.stack import PROXY_KINDS, ServerStartError, Stack, split_api_key
 from loadtests.summary import arrival_line
@@ -253,6 +254,13 @@ class _Test:
     stopping_at: float | None = None
     judging: bool = False
     judged: Event = field(default_factory=Event)
+    scraper: ServerMetricsScraper | None = None
+    """Scraping the server's ``/metrics`` while the test runs; None when turned off."""
+
+    @property
+    def server_metrics_unavailable(self) -> str | None:
+        """Why the test has no server metrics; None when it has some."""
+        return OFF if self.scraper is None else self.scraper.unavailable
 
     def how_it_ended(self, signals: Sequence[tuple[str, float]]) -> tuple[str, str | None]:
         """``(ended, interrupted)``: how the test ended (the first signal received while it ran, else
@@ -414,6 +422,17 @@ class Scenario:
             "written to lag.parquet) must be at most this many ms, or the run's finer timings are the load "
             f"generator's, not the server's; 0 turns the gate off (default: {DEFAULT_LAG_LIMIT_MS:g})",
         )
+        group.add_argument(
+            "--server-metrics-interval",
+            type=float,
+            default=DEFAULT_SCRAPE_INTERVAL_S,
+            help="seconds between scrapes of the server's GET /metrics (the bundled server's, or --host's, never a "
+            "proxy's) into server_metrics.parquet: running and waiting requests, KV-cache usage, token counters "
+            f"(default: {DEFAULT_SCRAPE_INTERVAL_S:g})",
+        )
+        group.add_argument(
+            "--no-server-metrics", action="store_true", help="do not scrape the server's /metrics during the run"
+        )
         if self.keep_alive_interval is not None:
             group.add_argument(
                 "--keep-alive-interval",
@@ -551,11 +570,29 @@ class Scenario:
         self._test = _Test(writer, time.monotonic(), getattr(options, "run_time", None) or None)
         self._collector.begin(writer)
         print(f"run directory: {run}", flush=True)
+        if not options.no_server_metrics:
+            self._test.scraper = self._scrape_server_metrics(environment, run)
         if environment.host and isinstance(environment.runner, MasterRunner):  # a master sizes no prompt itself
             state = run_state(environment)
             self._sizing_probe = gevent.spawn(
                 probe_prompt_sizing, environment.host, state.api_key, state.model_option, state.probe_timeout
             )
+
+    def _scrape_server_metrics(self, environment: Any, run: RunDir) -> ServerMetricsScraper:
+        """Start scraping the server itself for this test: the bundled one, else ``--host`` (never a proxy)."""
+        options = environment.parsed_options
+        services = self._stack.services if self._stack is not None else []
+        bundled = next((service.url for service in services if service.name == "target server"), None)
+        key = run_state(environment).api_key
+        scraper = ServerMetricsScraper(
+            bundled or base_url(options.host)[0],
+            run.server_metrics,
+            options.server_metrics_interval,
+            options.flush_interval,
+            {"Authorization": f"Bearer {key}"} if key else None,
+        )
+        scraper.start()
+        return scraper
 
     def _next_run_dir(self, report_dir: str) -> RunDir:
         """The directory the soak job made for this run (``SSE_SOAK_RUN_DIR``, its first test only),
@@ -606,6 +643,8 @@ class Scenario:
         assert self._collector is not None
         try:
             self._collector.finish()
+            if test.scraper is not None:
+                test.scraper.stop()  # its last rows written before the judging reads them
             self._write_report(environment, test)
         finally:
             self._collector.end()
@@ -661,6 +700,7 @@ class Scenario:
                 frame_sample_rate=options.frame_sample_rate,
                 ended=ended,
                 interrupted=interrupted,
+                server_metrics_unavailable=test.server_metrics_unavailable,
                 html=False,
             )
             outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary.outcomes.items() if n)

@@ -47,6 +47,9 @@ class Summary:
     harness_lag_ms: dict[str, Any] | None = None
     arrival: dict[str, Any] | None = None
     """Open loop (``--rate``): the schedule asked for against what was sent (``arrival``)."""
+    server_metrics: dict[str, Any] | None = None
+    """The server's own figures from its ``/metrics`` (``loadtests.server_metrics.server_metrics_summary``),
+    or ``available: false`` and why."""
     ended: str | None = None
     interrupted: str | None = None
     """Why the run ended before its planned end (a signal, or no summary of its own): it fails."""
@@ -107,6 +110,8 @@ class Summary:
             data["harness_lag_ms"] = self.harness_lag_ms
         if self.arrival is not None:
             data["arrival"] = self.arrival
+        if self.server_metrics is not None:
+            data["server_metrics"] = self.server_metrics
         data["gate_specs"] = self.gate_specs
         data["gates"] = [dataclasses.asdict(gate) for gate in self.gates]
         if self.soak is not None:
@@ -140,6 +145,7 @@ class Summary:
             gates=gates,
             harness_lag_ms=data.get("harness_lag_ms"),
             arrival=data.get("arrival"),
+            server_metrics=data.get("server_metrics"),
             ended=data.get("ended"),
             interrupted=data.get("interrupted"),
             soak=data.get("soak"),
@@ -195,6 +201,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "interrupted": (_optional(str), "a string"),
     "soak": (_optional(dict), "an object"),
     "arrival": (_optional(dict), "an object"),
+    "server_metrics": (_optional(dict), "an object"),
 }
 
 

@@ -4,8 +4,10 @@ A request waits for a slot (first come, first served), holds it through prefill
 (``time_to_first_token + prompt_tokens * prefill_time_per_token``) and decode (one token every
 ``inter_token_latency``), and gives it back the moment its generator is closed or cancelled, so a
 client that disconnects frees its slot at once. Token times are scheduled against absolute
-deadlines, so delays do not accumulate drift. Invariant: ``running + free == max_num_seqs`` and
-``waiting`` counts exactly the requests blocked in ``acquire``.
+deadlines, so delays do not accumulate drift. Invariant: ``running + free == max_num_seqs``,
+``waiting`` counts exactly the requests blocked in ``acquire``, and ``kv_tokens_held`` is the prompt
+and generated tokens of the requests holding a slot (the simulated KV cache, vLLM's
+``kv_cache_usage_perc`` as ``kv_cache_usage``: at most 1, since a request fits in ``max_model_len``).
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class Engine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._first_request: float | None = None
+        self.kv_tokens_held = 0
 
     def pace(self) -> float:
         """How many times slower than configured the engine runs now: ``--slowdown-factor`` from
@@ -86,6 +89,11 @@ class Engine:
         after, first = self.config.slowdown_after, self._first_request
         slowed = after is not None and first is not None and time.monotonic() - first >= after
         return self.config.slowdown_factor if slowed else 1.0
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """Share of the simulated KV cache (``max_num_seqs * max_model_len`` tokens) in use, 0 to 1."""
+        return self.kv_tokens_held / (self.config.max_num_seqs * self.config.max_model_len)
 
     def prefill_seconds(self, prompt_tokens: int) -> float:
         fixed, per_token = self.config.time_to_first_token, self.config.prefill_time_per_token
@@ -98,6 +106,8 @@ class Engine:
         if self._first_request is None:
             self._first_request = time.monotonic()
         await self.scheduler.acquire()
+        held = job.prompt_tokens  # no await before the try: the finally always gives these back
+        self.kv_tokens_held += held
         try:
             self.prompt_tokens_total += job.prompt_tokens
             deadline = loop.time() + self.prefill_seconds(job.prompt_tokens)
@@ -113,10 +123,13 @@ class Engine:
                     deadline += step
                     await _sleep_until(loop, deadline)
                 self.generation_tokens_total += 1
+                self.kv_tokens_held += 1
+                held += 1
                 yield tokenizer.output_token(seed, index)
             if strike == job.max_tokens:
                 await self._strike(job.fault)
         finally:
+            self.kv_tokens_held -= held
             self.scheduler.release()
 
     async def _strike(self, fault: Fault | None) -> None:

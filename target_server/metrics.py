@@ -38,6 +38,11 @@ class _Collector:
         scheduler = self._engine.scheduler
         yield GaugeMetricFamily("vllm:num_requests_running", "Requests holding a slot.", scheduler.running)
         yield GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting for a slot.", scheduler.waiting)
+        yield GaugeMetricFamily(
+            "vllm:kv_cache_usage_perc",
+            "Share of the simulated KV cache held by running requests' tokens (0-1).",
+            self._engine.kv_cache_usage,
+        )
         yield CounterMetricFamily("vllm:prompt_tokens", "Prompt tokens prefilled.", self._engine.prompt_tokens_total)
         yield CounterMetricFamily("vllm:generation_tokens", "Tokens generated.", self._engine.generation_tokens_total)
         yield CounterMetricFamily(

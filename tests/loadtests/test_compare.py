@@ -237,3 +237,19 @@ def test_compare_exit_codes_are_0_for_no_regression_and_1_for_a_regression(tmp_p
     assert flagged.stdout.endswith("compare: REGRESSION: 500 rate (HTTP + in-band)\n")
     off = run_compare(str(base), str(worse), "--max-500-rate-increase=inf", "--max-failure-rate-increase", "inf")
     assert off.returncode == 0, off.stdout
+
+
+def test_the_servers_queue_and_kv_cache_are_shown_never_a_regression() -> None:
+    server = {"available": True, "waiting": {"p95": 3.0, "max": 5.0}, "kv_cache_usage": {"max": 0.4}}
+    worse = {"available": True, "waiting": {"p95": 30.0, "max": 50.0}, "kv_cache_usage": {"max": 1.0}}
+    rows = {row.metric: row for row in compare(summary(server_metrics=server), summary(server_metrics=worse))}
+    shown = {metric: (row.base, row.new, row.regressed) for metric, row in rows.items() if metric.startswith("server")}
+    assert shown == {
+        "server waiting p95": (3.0, 30.0, False),
+        "server waiting max": (5.0, 50.0, False),
+        "server KV cache usage max": (0.4, 1.0, False),
+    }
+    unavailable = {"available": False, "reason": "turned off with --no-server-metrics"}
+    older = {row.metric: row for row in compare(summary(), summary(server_metrics=unavailable))}
+    assert (older["server waiting max"].base, older["server waiting max"].new) == (None, None)
+    assert older["server waiting max"].cells()[1:3] == ["-", "-"]

@@ -13,6 +13,7 @@ from loadtests.drift import DriftLimits, drift_gates, latency_drift, memory_grow
 from loadtests.gates import RunTables
 from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.run_dir import RunDir
+from loadtests.server_metrics import parse_exposition
 from loadtests.soak import parse_duration
 
 LIMITS = DriftLimits(windows=5)
@@ -124,3 +125,20 @@ def test_progress_reads_only_new_parts(tmp_path: Path) -> None:
     line = progress.line(65, 3600, 120.4, None)
     assert line.startswith("soak 0:01:05 elapsed, 1:00:00 left | 2 requests: 0 ok")
     assert "1 HTTP 500" in line and "harness 120 MiB, server -" in line
+
+
+def test_windows_carry_the_servers_queue_when_its_metrics_were_scraped() -> None:
+    scrapes = [
+        pd.DataFrame(
+            parse_exposition(
+                f'vllm:num_requests_waiting{{engine="0"}} {second % 20}\nvllm:num_requests_running{{engine="0"}} 4\n',
+                1_700_000_000.0 + second,
+            )
+        )
+        for second in range(100)
+    ]
+    windows = windows_table(requests_over(100), memory(1, np.ones(1), np.ones(1)), 5, pd.concat(scrapes))
+    assert windows["server_waiting_mean"].tolist() == [9.5] * 5
+    assert windows["server_waiting_max"].tolist() == [19.0] * 5
+    assert windows["server_running_mean"].tolist() == [4.0] * 5
+    assert "server_waiting_mean" not in windows_table(requests_over(100), memory(1, np.ones(1), np.ones(1)), 5)

@@ -13,13 +13,22 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from loadtests.gates import ALWAYS_ON, Expect, RunTables, evaluate
-from loadtests.html_report import write_html_report, write_requests_csv
+from loadtests.html_report import (
+    _lag_figure,
+    _run_axis,
+    _server_figure,
+    _timeline_figure,
+    write_html_report,
+    write_requests_csv,
+)
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import FRAME_COLUMNS, Recorder
+from loadtests.server_metrics import concept_series, parse_exposition, server_metrics_summary
 from loadtests.sse import Frame
 from loadtests.summary import summarize
 from tests.loadtests.tables import frames_of, requests_of
@@ -291,3 +300,42 @@ def test_a_frame_read_late_says_so_in_its_chip(
     chips = re.findall(r'<span class="frame k-data">(.*?)</span>', stream.group(1))
     assert [chip.endswith("(read 0.0421 late)") for chip in chips] == [False, True, False]
     assert worst.count(" late)") == 1  # frames without a wait (the openai client's, old runs) are not marked
+
+
+def server_scrapes(start: float, seconds: int) -> pd.DataFrame:
+    """One vLLM-like scrape a second from ``start``: 4 running, a queue that grows, the KV cache filling."""
+    texts = [
+        f'vllm:num_requests_running{{engine="0"}} 4\nvllm:num_requests_waiting{{engine="0"}} {second}\n'
+        f'vllm:kv_cache_usage_perc{{engine="0"}} {second / seconds}\n'
+        for second in range(seconds)
+    ]
+    return pd.concat(
+        [pd.DataFrame(parse_exposition(text, start + second)) for second, text in enumerate(texts)], ignore_index=True
+    )
+
+
+def test_the_servers_queue_is_plotted_on_the_timelines_axis_or_its_absence_explained(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    metrics = server_scrapes(RUN_START - 1.0, 8)
+    with_metrics = {**summary, "server_metrics": server_metrics_summary(metrics)}
+    page = write_html_report(tmp_path, with_metrics, requests, frames, None, metrics).read_text(encoding="utf-8")
+    server = section(page, "Server: queue and KV cache")
+    assert server.count("<img") == 1 and "8 scrapes" in server
+    assert re.search(r"<td>waiting requests</td><td class=\"num\">3.5</td><td class=\"num\">[\d.]+</td>", server)
+    axis = _run_axis(requests)
+    assert axis is not None and axis.origin == RUN_START
+    spans = pd.DataFrame({"start": requests["start_time"], "duration": requests["duration_s"], "outcome": "ok"})
+    lag = pd.DataFrame({"worker": "local", "time": RUN_START + np.arange(0, 5, 0.01), "lag_s": 0.001})
+    limits = {
+        _timeline_figure(spans, axis).axes[0].get_xlim(),
+        _lag_figure(lag, axis, 5.0).axes[0].get_xlim(),
+        _server_figure(concept_series(metrics), axis).axes[0].get_xlim(),
+    }
+    assert limits == {axis.limits}  # one time axis: same origin, same range
+
+    reason = "turned off with --no-server-metrics"
+    unavailable = {**summary, "server_metrics": {"available": False, "reason": reason}}
+    page = write_html_report(tmp_path, unavailable, requests, frames).read_text(encoding="utf-8")
+    assert f"No server metrics: {reason}." in section(page, "Server: queue and KV cache")

@@ -148,6 +148,10 @@ def test_a_nan_keepalive_interval_means_off_as_in_vllm_and_judges_cleanly(tmp_pa
         (("--flush-interval", "nan"), "--flush-interval must be a positive number of seconds, got nan"),
         (("--frame-sample-rate", "1.5"), "--frame-sample-rate must be a share from 0 to 1, got 1.5"),
         (
+            ("--server-metrics-interval", "0"),
+            "--server-metrics-interval must be a positive number of seconds, got 0",
+        ),
+        (
             ("--server-args=--model 'abc",),
             '--server-args "--model \'abc": No closing quotation (quote as a shell would)',
         ),
@@ -158,6 +162,7 @@ def test_a_nan_keepalive_interval_means_off_as_in_vllm_and_judges_cleanly(tmp_pa
         "proxy_read_timeout_inf",
         "flush_interval_nan",
         "frame_sample_rate_above_1",
+        "server_metrics_interval_zero",
         "server_args_unbalanced_quote",
     ],
 )

@@ -93,3 +93,23 @@ def test_a_client_disconnect_frees_its_slot_at_once(start_server: StartServer) -
         while gauge(server.url, "vllm:num_requests_running") != 0:
             assert time.monotonic() < deadline, "slot still held after the client left"
             time.sleep(0.02)
+
+
+def test_kv_cache_usage_is_the_running_requests_tokens_over_the_cache_and_back_to_zero(
+    start_server: StartServer,
+) -> None:
+    """vLLM V1's gauge name; the simulated cache holds max_num_seqs * max_model_len tokens."""
+    server = start_server("--max-num-seqs", "2", "--max-model-len", "100", "--time-to-first-token", "2000")
+    assert gauge(server.url, "vllm:kv_cache_usage_perc") == 0.0
+    body = {"prompt": "w " * 40, "max_tokens": 2, "stream": True}
+    with (
+        httpx.Client(base_url=server.url, timeout=30) as client,
+        client.stream("POST", "/v1/completions", json=body) as response,
+    ):
+        assert response.status_code == 200  # headers come back before the slot is taken, and prefill
+        deadline = time.monotonic() + 1.5  # within the 2 s prefill: no token generated yet
+        while (usage := gauge(server.url, "vllm:kv_cache_usage_perc")) == 0.0 and time.monotonic() < deadline:
+            pass
+        assert usage == 40 / (2 * 100)
+        response.read()
+    assert gauge(server.url, "vllm:kv_cache_usage_perc") == 0.0  # released before [DONE] was sent
