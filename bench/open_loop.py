@@ -51,12 +51,13 @@ class Phase:
         return self.sent / self.seconds if self.seconds else float("nan")
 
 
-def phases(result: ScenarioRun, slowdown_after: float) -> tuple[Phase, Phase]:
-    """The run before and after its server slowed down (the split: its first request + ``slowdown_after``)."""
+def phases(result: ScenarioRun, slowdown_after: float, duration: float) -> tuple[Phase, Phase]:
+    """The run before and after its server slowed down: from its first request to ``slowdown_after``
+    seconds later, and from there to the end of its load (``duration`` seconds after the first request)."""
     requests = result.requests
-    sent = requests[~requests["outcome"].isin(["not_sent", "stopped"])]
+    sent = requests[requests["outcome"] != "not_sent"]  # streams the run stopped at its end were sent too
     first = float(sent["start_time"].min())
-    split, end = first + slowdown_after, float((sent["start_time"] + sent["duration_s"]).max())
+    split, end = first + slowdown_after, first + duration
     waiting = _waiting(result)
     made = []
     for low, high in ((first, split), (split, end)):
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slowdown-after", type=float, default=None, help="seconds (default 12; quick 5)")
     parser.add_argument("--slowdown-factor", type=float, default=4.0, help="how much slower (default 4)")
     parser.add_argument("--users", type=int, default=8, help="closed loop's users (default 8)")
-    parser.add_argument("--max-in-flight", type=int, default=64, help="open loop's limit (default 64)")
+    parser.add_argument("--max-in-flight", type=int, default=256, help="open loop's limit and users (default 256)")
     parser.add_argument("--report-dir", type=Path, default=Path("reports") / "bench-open-loop")
     options = parser.parse_args(argv)
     duration = options.duration or (12 if options.quick else 30)
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if closed.summary is None:
         print(closed.explain(), file=sys.stderr)
         return 1
-    closed_before, closed_after = phases(closed, after)
+    closed_before, closed_after = phases(closed, after, duration)
     rate = round(closed_before.rate, 2)
     print(f"closed loop: {options.users} users; its rate before the slowdown: {rate:g}/s -> the open loop's --rate")
     open_options = {"rate": rate, "max_in_flight": options.max_in_flight}
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if opened.summary is None:
         print(opened.explain(), file=sys.stderr)
         return 1
-    open_before, open_after = phases(opened, after)
+    open_before, open_after = phases(opened, after, duration)
     print(f"server slows down x{options.slowdown_factor:g} {after:g} s after its first request; runs of {duration} s")
     print_table(
         [
