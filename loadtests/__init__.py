@@ -7,7 +7,8 @@ run goes), ``collect`` (worker -> master batches), ``gates`` (pass/fail), ``run_
 directory and its manifest), ``summary`` (the typed verdict file), ``judge`` (one judgement of a
 run directory), ``figures``, ``html_report``, ``compare``, ``scenario`` (a locustfile's hooks into
 a Locust run), ``run_state`` (per-run objects), ``stack`` (services as child processes),
-``proxy`` (the embedded reverse proxy), the soak job (``soak``, ``progress``, ``resources``,
+``proxy`` (the embedded reverse proxy), ``arrivals`` (open-loop schedules), ``server_metrics`` (the
+server's ``/metrics`` during a run), the soak job (``soak``, ``progress``, ``resources``,
 ``drift``), and for callers without Locust: ``catalog`` (the shipped scenarios), ``launch`` (a
 run in a child process), ``pytest_plugin`` and ``smoke`` (pytest).
 
