@@ -128,3 +128,15 @@ def test_locust_refusing_its_options_is_a_usage_error_not_a_failed_soak(
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("python -m loadtests soak: locust refused to start: ") and refusal in line, line
     assert list(tmp_path.glob("reports/*")) == []  # no run directory
+
+
+def test_an_open_loop_soak_keeps_its_schedule_and_says_so(tmp_path: Path) -> None:
+    result = run_soak(tmp_path, "--duration", "8s", "--rate", "4", "--arrival", "constant", "--max-in-flight", "12")
+    run_dir = run_dir_of(result.stdout)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    section = summary["arrival"]
+    assert (section["rate"], section["arrival"], section["max_in_flight"]) == (4.0, "constant", 12)
+    assert section["scheduled"] == section["sent"] + section["not_sent"] > 0
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert requests["scheduled_time"].notna().all()  # every request of the soak followed the schedule
+    assert any(line.startswith("arrivals: asked 4/s (constant), ") for line in result.stdout.splitlines())
