@@ -62,7 +62,7 @@ def phases(result: ScenarioRun, slowdown_after: float, duration: float) -> tuple
     made = []
     for low, high in ((first, split), (split, end)):
         rows = sent[(sent["start_time"] >= low) & (sent["start_time"] < high)]
-        from_schedule = rows["start_lateness_s"] + rows["ttft_s"] if "start_lateness_s" in rows else rows["ttft_s"]
+        from_schedule = rows["start_lateness_s"] + rows["ttft_s"]  # null in the closed loop: no schedule
         queue = waiting[(waiting["time"] >= low) & (waiting["time"] < high)]["value"]
         made.append(
             Phase(

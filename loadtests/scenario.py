@@ -209,7 +209,7 @@ def _start_arrivals(environment: Any) -> None:
     options = environment.parsed_options
     state = run_state(environment)
     state.arrivals = None
-    if getattr(options, "rate", None) is None:
+    if options.rate is None:
         return
     runner = environment.runner
     if isinstance(runner, MasterRunner):

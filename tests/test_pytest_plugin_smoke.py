@@ -15,6 +15,7 @@ import pytest
 
 from loadtests.catalog import shipped
 from tests.conftest import StartServer
+from tests.test_readme import readme_python_block
 
 pytestmark = pytest.mark.smoke
 
@@ -77,18 +78,10 @@ def test_smoke_mode_against_a_separately_started_server(tmp_path: Path, start_se
     assert summary_of(run_dir)["requests"] > 0
 
 
-def readme_user_test() -> str:
-    section = re.search(r"^## Pytest: smoke mode.*?\n(.*?)^## ", (ROOT / "README.md").read_text(), re.DOTALL | re.M)
-    assert section, "the README has a section on pytest"
-    block = re.search(r"```python\n(.*?)```", section[1], re.DOTALL)
-    assert block, "the section shows the user's test in a python block"
-    return block[1]
-
-
 def test_the_readmes_user_test_passes_on_a_good_server_and_explains_a_bad_one(
     tmp_path: Path, start_server: StartServer
 ) -> None:
-    (tmp_path / "test_sse_soak.py").write_text(readme_user_test())
+    (tmp_path / "test_sse_soak.py").write_text(readme_python_block("Pytest: smoke mode"))
     good = start_server(*SEPARATE_SERVER)
     options = ("test_sse_soak.py", "--sse-soak-duration", "4", "--sse-soak-report-dir", "runs")
     passed = user_pytest(tmp_path, *options, "--sse-soak-host", good.url)
@@ -116,7 +109,7 @@ def test_key_model_and_proxy_options_reach_the_run_and_the_key_is_written_nowher
 ) -> None:
     key = "k3y-never-written"
     server = start_server(*SEPARATE_SERVER, "--api-key", key, "--model", "acme/model-7")
-    (tmp_path / "test_sse_soak.py").write_text(readme_user_test())
+    (tmp_path / "test_sse_soak.py").write_text(readme_python_block("Pytest: smoke mode"))
     common = ("test_sse_soak.py", "--sse-soak-host", server.url, "--sse-soak-duration", "3")
     refused = user_pytest(tmp_path, *common, "--sse-soak-report-dir", "refused")
     assert refused.returncode == 1 and list((tmp_path / "refused").iterdir()) == []  # refused: no run directory

@@ -14,6 +14,16 @@ def readme_commands() -> list[str]:
     return [line for line in block[1].splitlines() if line.strip()]
 
 
+def readme_python_block(heading: str) -> str:
+    """The first python block of the README's section whose heading starts with ``## heading``."""
+    pattern = rf"^## {re.escape(heading)}.*?\n(.*?)^## "
+    section = re.search(pattern, (ROOT / "README.md").read_text(), re.DOTALL | re.MULTILINE)
+    assert section, f"the README has a section '{heading}'"
+    block = re.search(r"```python\n(.*?)```", section[1], re.DOTALL)
+    assert block, f"the section '{heading}' shows a python block"
+    return block[1]
+
+
 def test_the_readme_starts_with_exactly_the_main_job_and_the_test_command() -> None:
     main_job, tests = readme_commands()
     assert main_job.startswith("pip install -e . && locust -f scenarios/mixed_truncate.py --headless")

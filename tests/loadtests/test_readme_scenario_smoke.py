@@ -11,21 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun
+from tests.test_readme import readme_python_block
 
 pytestmark = pytest.mark.smoke
 
 
-def readme_scenario() -> str:
-    section = re.search(r"^## Writing a scenario\n(.*?)^## ", (ROOT / "README.md").read_text(), re.DOTALL | re.M)
-    assert section, "the README has a section 'Writing a scenario'"
-    block = re.search(r"```python\n(.*?)```", section[1], re.DOTALL)
-    assert block, "the section shows a scenario in a python block"
-    return block[1]
-
-
 def test_the_readme_scenario_runs_and_passes_its_gates(tmp_path: Path) -> None:
     locustfile = tmp_path / "short_streams.py"
-    locustfile.write_text(readme_scenario())
+    locustfile.write_text(readme_python_block("Writing a scenario"))
     locust = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--only-summary"]
     command = [*locust, "-u", "4", "-r", "4", "-t", "6s", "--report-dir", str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's loadtests, wherever it is installed from
