@@ -233,7 +233,7 @@ def bounded_bare_user(mix: Any, streams: int, tally: Counter[str]) -> type:
             self.remaining = streams
             state = run_state(self.environment)
             request = state.prepared_mix(mix, self.host).requests[0]
-            self.path, self.body = request.path, json.dumps(request.stream_body(state.model)).encode()
+            self.path, self.body = request.path, request.stream_payload(state.model)
 
         @task
         def stream(self) -> None:

@@ -335,8 +335,9 @@ class KeepAliveCovered:
 @dataclass(frozen=True)
 class HarnessKeptUp:
     """The load generator kept up: in every process, the p99 of its event loop's lag samples
-    (``loadtests.lag``) is at most ``limit_ms``. Judged on ``lag.parquet``, not on the requests:
-    when it fails, timings finer than the lag measure the harness, not the server."""
+    (``loadtests.lag``) is at most ``limit_ms``. Judged on ``lag.parquet``'s samples while streams
+    were open (``judge`` passes ``lag.while_streams_open``), not on the requests: when it fails,
+    timings finer than the lag measure the harness, not the server."""
 
     limit_ms: float = DEFAULT_LAG_LIMIT_MS
     name: str = "harness_kept_up"

@@ -38,7 +38,7 @@ from loadtests.gates import (
     TruncationHonoured,
     evaluate,
 )
-from loadtests.lag import DEFAULT_LAG_LIMIT_MS
+from loadtests.lag import DEFAULT_LAG_LIMIT_MS, while_streams_open
 from loadtests.run_dir import Manifest, RunDir
 from loadtests.server_metrics import server_metrics_summary
 from loadtests.summary import Summary, SummaryError, check_fields, summarize
@@ -157,7 +157,8 @@ def judge(
     manifest = run.read_manifest()
     specs = _stored_specs(previous, manifest, gates)
     gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate_spec(gate) not in specs)]
-    tables = RunTables(run.read_requests(), run.read_lag(), run.read_resources())
+    requests, lag = run.read_requests(), run.read_lag()
+    tables = RunTables(requests, None if lag is None else while_streams_open(lag, requests), run.read_resources())
     results = evaluate(tables, gates)
     lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), DEFAULT_LAG_LIMIT_MS)
     said = [source for source in (previous, manifest) if source is not None]

@@ -10,7 +10,9 @@ during one stall and were read together: they share the last one's stamp.
 and records how late it woke: a sample ``(time, t_mono, lag_s)`` says the loop could not run
 anything over ``[t_mono - lag_s, t_mono]``. Samples go to ``lag.parquet`` with the rows of the
 same batch; ``lag_summary`` condenses them for summary.json and the ``harness_kept_up`` gate
-judges them.
+judges them. Both read only the samples ``while_streams_open``: a stall before the first request
+was sent (the process's setup, ``loop_hygiene.settle_after_setup``'s one full collection) or after
+the last one ended moved no timing.
 
 ``worst_since(t)`` answers, for a request that opened at monotonic time ``t``, the worst lag seen
 while it was open (``harness_lag_max_s`` on its row), including a stall still under way that the
@@ -106,6 +108,21 @@ class LagMonitor:
         taken = {"worker": [worker] * len(self._lag), "time": self._time, "t_mono": self._t_mono, "lag_s": self._lag}
         self._time, self._t_mono, self._lag = [], [], []
         return taken
+
+
+def while_streams_open(lag: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """The samples whose blocked window ``[time - lag_s, time]`` (wall clock) meets the span from the
+    first request's start to the last one's end (``start_time + duration_s``); all of them when no
+    request has both times, so a run that sent nothing is judged on what it has."""
+    if lag.empty or requests.empty or "start_time" not in requests or "duration_s" not in requests:
+        return lag
+    starts = requests["start_time"]
+    ends = starts + requests["duration_s"].fillna(0.0)
+    if starts.isna().all():
+        return lag
+    first, last = starts.min(), ends.max()
+    keep = (lag["time"] >= first) & (lag["time"] - lag["lag_s"] <= last)
+    return lag[keep]
 
 
 def lag_summary(lag: pd.DataFrame, limit_ms: float = DEFAULT_LAG_LIMIT_MS) -> dict[str, Any]:

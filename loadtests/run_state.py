@@ -58,19 +58,29 @@ class RunState:
     _mixes: dict[int, PreparedMix] = field(default_factory=dict)
     _lock: Semaphore = field(default_factory=Semaphore)
     _announced_estimate: bool = False
+    _worker: str | None = None
 
     @property
     def worker(self) -> str:
         """``worker-N`` on a Locust worker (its index is known only once it joined the master),
-        ``local`` in a standalone run (whose runner has a ``worker_index`` of 0 too)."""
+        ``local`` in a standalone run (whose runner has a ``worker_index`` of 0 too). Asked for every
+        request: remembered once it can no longer change."""
+        if self._worker is None:
+            name, final = self._worker_name()
+            if not final:
+                return name
+            self._worker = name
+        return self._worker
+
+    def _worker_name(self) -> tuple[str, bool]:
         if self.runner is None:
-            return "local"
+            return "local", False  # the runner is set at init
         from locust.runners import WorkerRunner  # here: importing Locust monkey-patches the process
 
         if not isinstance(self.runner, WorkerRunner):
-            return "local"
+            return "local", True
         index = getattr(self.runner, "worker_index", None)
-        return f"worker-{index}" if index is not None and index >= 0 else "local"
+        return (f"worker-{index}", True) if index is not None and index >= 0 else ("local", False)
 
     def keeps_frames(self, request_id: str, outcome: str) -> bool:
         """Frame sampling, decided per request (the same request id always decides the same way)."""

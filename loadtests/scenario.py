@@ -55,7 +55,7 @@ from loadtests.collect import Collector
 from loadtests.gates import Gate, HarnessKeptUp, KeepAliveCovered, for_run
 from loadtests.judge import gate_spec, judge, write_html_files
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
-from loadtests.loop_hygiene import settle_after_setup
+from loadtests.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT, PreflightError, base_url, preflight
 from loadtests.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
 from loadtests.run_options import UsageError, check_options, keep_alive_interval
@@ -475,6 +475,7 @@ class Scenario:
         return [*gates, HarnessKeptUp(harness_lag_limit_ms)] if harness_lag_limit_ms > 0 else gates
 
     def _on_init(self, environment: Any, **_: Any) -> None:
+        quiet_per_request_logging()
         options = environment.parsed_options
         try:
             check_options(options)

@@ -240,7 +240,7 @@ class SSEUser(_StreamingUser, FastHttpUser):
         }
         if self.harness.api_key:
             headers["Authorization"] = f"Bearer {self.harness.api_key}"
-        payload = json.dumps(request.stream_body(self.harness.model))
+        payload = request.stream_payload(self.harness.model)
         # catch_response without a with-block: Locust reports nothing; report() does, at the end.
         response = self.client.request(
             "POST",

@@ -14,9 +14,11 @@ Locust's statistics and a gate checks the rest.
 
 from __future__ import annotations
 
+import itertools
+import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
@@ -55,6 +57,7 @@ class PreparedRequest:
     body: dict[str, Any]
     prompt_tokens: int | None
     """Tokens the server counts for this prompt (chat template included); None when estimated."""
+    _payloads: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def path(self) -> str:
@@ -65,6 +68,14 @@ class PreparedRequest:
         if self.spec.include_usage:
             body["stream_options"] = {"include_usage": True}
         return body
+
+    def stream_payload(self, model: str) -> bytes:
+        """``stream_body(model)`` as JSON bytes, encoded once per model: a long prompt is tens of
+        kilobytes to encode, and the raw client sends the same body every time it draws this request."""
+        cached = self._payloads.get(model)
+        if cached is None:
+            cached = self._payloads[model] = json.dumps(self.stream_body(model)).encode()
+        return cached
 
 
 @dataclass
@@ -245,5 +256,8 @@ class PreparedMix:
     requests: list[PreparedRequest]
     rng: random.Random
 
+    def __post_init__(self) -> None:
+        self._cum_weights = list(itertools.accumulate(request.spec.weight for request in self.requests))
+
     def draw(self) -> PreparedRequest:
-        return self.rng.choices(self.requests, weights=[r.spec.weight for r in self.requests])[0]
+        return self.rng.choices(self.requests, cum_weights=self._cum_weights)[0]

@@ -22,6 +22,11 @@ from target_server.config import ServerConfig
 from target_server.faults import InjectedDisconnect
 
 READY_PREFIX = "target_server ready: "
+SWITCH_INTERVAL_S = 0.001
+"""The longest the event loop waits for the GIL while an intake thread (``intake.prepare``: JSON,
+validation, tokenization) runs Python. CPython's 5 ms default let one long prompt's tokenization
+hold every other stream's next frame up to 5 ms at a time, and made the frame trace's stamps early
+by as much."""
 
 
 class _HideInjectedDisconnects(logging.Filter):
@@ -63,6 +68,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
 def serve(config: ServerConfig) -> None:
     """Run until SIGINT/SIGTERM (or EOF on stdin, when the harness asked for that)."""
     exit_when_stdin_closes()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         sock = listening_socket(config.host, config.port)
     except OSError as exc:

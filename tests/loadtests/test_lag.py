@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import gevent
 import pandas as pd
 import pytest
 
 from loadtests.gates import HarnessKeptUp, RunTables, evaluate
-from loadtests.judge import gate_from_spec, gate_spec
-from loadtests.lag import LAG_COLUMNS, LagMonitor, lag_summary
+from loadtests.judge import gate_from_spec, gate_spec, judge
+from loadtests.lag import LAG_COLUMNS, LagMonitor, lag_summary, while_streams_open
+from loadtests.outcome import RequestPlan, StreamTracker
+from loadtests.recorder import Recorder
+from loadtests.run_dir import RunDir
+from loadtests.run_writer import RunWriter
+from loadtests.sse import Frame
+from loadtests.summary import Summary
 
 
 class FakeClock:
@@ -135,3 +142,63 @@ def test_gate_is_stored_and_judged_with_the_run_lag() -> None:
     )
     results = {r.name: r for r in evaluate(RunTables(requests, lag_table(local=[0.003] * 10)), [gate])}
     assert not results["harness_kept_up"].passed and results["requests_completed"].passed
+
+
+def timed_requests(*spans: tuple[float, float]) -> pd.DataFrame:
+    """Requests opened at ``start`` (wall clock) for ``duration`` seconds."""
+    return pd.DataFrame({"start_time": [s for s, _ in spans], "duration_s": [d for _, d in spans]})
+
+
+def test_only_stalls_that_meet_an_open_stream_are_kept() -> None:
+    lag = pd.DataFrame(
+        [
+            ("local", 5.0, 5.0, 0.300),  # setup, before the first request
+            ("local", 10.1, 10.1, 0.200),  # began before the first request, ended after it opened
+            ("local", 12.0, 12.0, 0.001),
+            ("local", 15.2, 15.2, 0.300),  # began while the last request was open
+            ("local", 16.0, 16.0, 0.400),  # teardown, after the last request ended
+        ],
+        columns=list(LAG_COLUMNS),
+    )
+    kept = while_streams_open(lag, timed_requests((10.0, 2.0), (11.0, 4.0)))
+    assert kept["time"].tolist() == [10.1, 12.0, 15.2]
+
+
+def test_without_timed_requests_every_sample_is_kept() -> None:
+    lag = lag_table(local=[0.001, 0.300])
+    assert while_streams_open(lag, pd.DataFrame()).equals(lag)
+    assert while_streams_open(lag, timed_requests((float("nan"), 1.0))).equals(lag)
+
+
+def test_a_stall_before_the_first_request_does_not_fail_the_run(tmp_path: Path) -> None:
+    """The gate and summary.json judge the same samples: those while streams were open."""
+    start = 1_000.0
+    in_run = [("local", start + 0.01 * i, 0.0, 0.001) for i in range(1, 60)]
+    setup_stall = ("local", start - 0.5, 0.0, 0.250)
+    run = run_with_lag(tmp_path / "demo-20260101T000000Z", start, [setup_stall, *in_run])
+    summary = judge(run, [HarnessKeptUp(5.0)], scenario="demo")
+    assert kept_up(summary)
+    assert summary.harness_lag_ms is not None and summary.harness_lag_ms["max"] == pytest.approx(1.0)
+    assert len(run.read_lag()) == 60  # the file keeps every sample; the report plots them all
+
+    stall_in_run = ("local", start + 0.5, 0.0, 0.250)
+    run = run_with_lag(tmp_path / "demo-20260101T000001Z", start, [stall_in_run, *in_run])
+    assert not kept_up(judge(run, [HarnessKeptUp(5.0)], scenario="demo"))
+
+
+def kept_up(summary: Summary) -> bool:
+    return next(gate.passed for gate in summary.gates if gate.name == "harness_kept_up")
+
+
+def run_with_lag(path: Path, start: float, samples: list[tuple[str, float, float, float]]) -> RunDir:
+    """A run of one ok stream opened at wall-clock ``start`` for 0.8 s, with these lag samples."""
+    recorder = Recorder()
+    stream = StreamTracker(RequestPlan("r0", "n", "chat"), start)
+    stream.headers(200, 0.01, "text/event-stream")
+    stream.frame(Frame(t=0, nbytes=14, data="[DONE]"), 0.7)
+    recorder.add(stream.finish(0.8), stream.frames)
+    batch = recorder.take_batch()
+    batch["lag"] = {column: [sample[i] for sample in samples] for i, column in enumerate(LAG_COLUMNS)}
+    run = RunDir(path)
+    RunWriter(run).write_batch(batch)
+    return run

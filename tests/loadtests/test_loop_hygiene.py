@@ -5,6 +5,7 @@ own interpreter: freezing or warming the pytest process would change it for ever
 from __future__ import annotations
 
 import json
+import logging
 import ssl
 import subprocess
 import sys
@@ -134,3 +135,16 @@ print(json.dumps({"caught_up": loop.now() - stale}))
 
 def test_timers_armed_after_settling_are_not_early() -> None:
     assert run(CLOCK)["caught_up"] >= 0.2  # type: ignore[operator]
+
+
+def test_per_request_loggers_are_quieted_unless_given_a_level() -> None:
+    """httpx logs a line per request at INFO, which Locust's root logger prints: WARNING instead,
+    but a level someone set on purpose stays."""
+    result = run(
+        "import json, logging\n"
+        "from loadtests.loop_hygiene import quiet_per_request_logging\n"
+        "logging.getLogger('httpx2').setLevel(logging.DEBUG)\n"
+        "quiet_per_request_logging()\n"
+        "print(json.dumps({n: logging.getLogger(n).level for n in ('httpx', 'httpx2')}))"
+    )
+    assert result == {"httpx": logging.WARNING, "httpx2": logging.DEBUG}

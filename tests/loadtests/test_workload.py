@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import collections
+import json
+import random
 
 import httpx
 import pytest
 
-from loadtests.workload import RequestMix, RequestSpec, ServerFacts, discover, sized_text
+from loadtests.workload import (
+    PreparedMix,
+    PreparedRequest,
+    RequestMix,
+    RequestSpec,
+    ServerFacts,
+    discover,
+    sized_text,
+)
 
 
 @pytest.mark.parametrize("route", ["completions", "chat"])
@@ -48,6 +58,19 @@ def test_a_mix_draws_by_weight_in_a_seeded_order(client: httpx.Client) -> None:
     assert prepared["b"].prompt_tokens == 20 and "messages" in prepared["b"].body
     body = prepared["a"].stream_body("m")
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True} and body["model"] == "m"
+    payload = prepared["a"].stream_payload("m")
+    assert json.loads(payload) == body and prepared["a"].stream_payload("m") is payload  # encoded once
+    assert json.loads(prepared["a"].stream_payload("other"))["model"] == "other"
+
+
+def test_draws_follow_the_seeded_weighted_order() -> None:
+    """The same sequence ``random.choices`` gives with the weights themselves, for the mix's seed."""
+    specs = [RequestSpec(label, "completions", 10, weight=weight) for label, weight in (("a", 3), ("b", 1), ("c", 2))]
+    requests = [PreparedRequest(spec, {}, 10) for spec in specs]
+    drawn = PreparedMix(requests, random.Random(7))
+    expected = random.Random(7)
+    for _ in range(200):
+        assert drawn.draw() is expected.choices(requests, weights=[3, 1, 2])[0]
 
 
 def test_truncation_is_sent_only_when_asked(client: httpx.Client) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -86,6 +88,17 @@ def test_metrics_count_what_was_sent(start_server: StartServer) -> None:
     assert float(metrics['http_requests_total{route="completions"}']) == 1
 
 
+def trace_lines_once_flushed(trace: Path, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """The trace's lines once it holds ``count`` (a stream's lines are flushed when it has ended on
+    the server, which may be just after its client read the last frame)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.01)
+
+
 def test_trace_file_records_every_frame_the_client_received(start_server: StartServer, tmp_path: Path) -> None:
     trace = tmp_path / "frames.jsonl"
     server = start_server(
@@ -100,7 +113,7 @@ def test_trace_file_records_every_frame_the_client_received(start_server: StartS
     )
     with httpx.Client(base_url=server.url, timeout=30) as client:
         result = stream(client, "/v1/completions", {"prompt": "hi", "max_tokens": 5}, **{"X-Request-Id": "traced"})
-    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    lines = trace_lines_once_flushed(trace, len(result.frames))
     assert {line["request_id"] for line in lines} == {"traced"}
     assert [line["kind"] for line in lines] == result.kinds()
     assert [line["bytes"] for line in lines] == [frame.nbytes for frame in result.frames]
