@@ -8,7 +8,6 @@ when the harness dies (``_parent_watch``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 import sys
@@ -79,7 +78,7 @@ def serve(config: ServerConfig) -> None:
         create_app(config), log_level=config.log_level, access_log=False, timeout_graceful_shutdown=2
     )
     logging.getLogger("uvicorn.error").addFilter(_HideInjectedDisconnects())
-    asyncio.run(_AnnouncingServer(uv_config, url, config.model).serve(sockets=[sock]))
+    _AnnouncingServer(uv_config, url, config.model).run(sockets=[sock])  # uvloop and httptools, as vLLM runs
 
 
 def main(argv: Sequence[str] | None = None) -> None:

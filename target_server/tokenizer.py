@@ -18,6 +18,8 @@ SLICE_CHARS = 1 << 14
 prompt hands the interpreter back to the event loop between calls (one call over 10 MB took 1 s)."""
 _PIECE = re.compile(r"\w+|[^\w\s]")
 _NOT_WORD = re.compile(r"\W")
+_SYMBOL = re.compile(r"[^\w\s]")
+"""A character that is a token by itself: neither a word character nor white space."""
 
 # Generated text cycles through these words; each is exactly one token.
 _OUTPUT_WORDS = (
@@ -46,8 +48,13 @@ def encode(text: str) -> list[int]:
 
 
 def count(text: str) -> int:
-    """Number of tokens in ``text`` without building the id list."""
-    return sum(len(_PIECE.findall(part)) for part in slices(text))
+    """Number of tokens in ``text`` without building the id list. A slice with no character that
+    is neither a word character nor white space (the filler prompts of a load test) holds one token
+    per white-space-separated field, which ``str.split`` counts 3.6 times faster than the regex
+    (10,000 tokens: 0.36 ms against 1.3 ms, on every request the server admits)."""
+    return sum(
+        len(part.split()) if _SYMBOL.search(part) is None else len(_PIECE.findall(part)) for part in slices(text)
+    )
 
 
 def slices(text: str, size: int = SLICE_CHARS) -> Iterator[str]:

@@ -11,7 +11,7 @@ from target_server import tokenizer
 
 WHOLE = re.compile(r"\w+|[^\w\s]")
 """The token rule, applied to the whole text at once: what the slices must add up to."""
-TEXT = st.text(alphabet=st.sampled_from("ab_9é字 \t\n.,!-\u00a0"), max_size=400)
+TEXT = st.text(alphabet=st.sampled_from("ab_9é字 \t\n.,!-\u00a0\x1c\u2028\u200b"), max_size=400)
 
 
 @settings(max_examples=1500, deadline=None)
@@ -31,3 +31,10 @@ def test_slices_are_bounded_unless_a_word_is_longer() -> None:
 def test_count_and_encode_agree_on_a_long_text() -> None:
     text = "the quick, brown fox! " * 5000  # many slices of the default size
     assert tokenizer.count(text) == len(tokenizer.encode(text)) == len(WHOLE.findall(text)) == 6 * 5000
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=TEXT)
+def test_count_is_the_number_of_tokens_encode_gives(text: str) -> None:
+    """Also where ``count`` takes its shortcut (no symbol: a token per white-space-separated field)."""
+    assert tokenizer.count(text) == len(tokenizer.encode(text)) == len(WHOLE.findall(text))
