@@ -2,6 +2,7 @@
 
 Modules, one concept each: ``sse`` (incremental frame parser), ``outcome`` (one stream's frames
 and its single outcome), ``workload`` (prompt sizes and request mixes), ``users`` (Locust users),
+``failure_cycles`` (what a failed request leaves freed without a collection),
 ``recorder`` (rows and frames of a process, table schemas), ``run_writer`` (parquet parts as the
 run goes), ``collect`` (worker -> master batches), ``gates`` (pass/fail), ``run_dir`` (a run
 directory and its manifest), ``summary`` (the typed verdict file), ``judge`` (one judgement of a

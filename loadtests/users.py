@@ -35,6 +35,7 @@ from pydantic import BaseModel
 
 from loadtests import arrival_clock, response_end
 from loadtests.arrivals import Ticket
+from loadtests.failure_cycles import forget_failure, forget_traceback
 from loadtests.loop_hygiene import shared_ssl_context
 from loadtests.outcome import INVALID_UTF8, RequestPlan, RequestRow, StreamTracker
 from loadtests.run_state import RunState, run_state
@@ -297,6 +298,7 @@ class SSEUser(_StreamingUser, FastHttpUser):
             return None  # the connection ended mid-body: the tracker sees no [DONE] and says "cut"
         finally:
             raw.release()  # back to the pool only when the body was read to its end; closed otherwise
+            forget_failure(response)
         return None
 
 
@@ -374,28 +376,38 @@ class OpenAISDKUser(_StreamingUser, User):
                     tracker.payload(_handed_over(chunk), time.monotonic() - started)
                     if tracker.broken:
                         return None
-        except openai.APIStatusError as exc:
-            tracker.headers(exc.status_code, time.monotonic() - started)
-            tracker.error_body(exc.response.content)
-        except openai.APITimeoutError:
-            return "timeout"
-        except openai.APIConnectionError as exc:
-            if tracker.status:
-                return None  # after the headers: a cut stream
-            if type(exc.__cause__).__name__ == "RemoteProtocolError":  # httpx's or httpx2's
-                tracker.protocol_error(f"malformed HTTP response: {exc.__cause__}")
-                return "protocol_error"
-            return "connect_error"
-        except openai.APIError as exc:  # an in-band error frame
-            error = exc.body if isinstance(exc.body, dict) else {"message": str(exc.body or exc.message)}
-            tracker.payload({"error": error}, time.monotonic() - started)
-        except json.JSONDecodeError as exc:  # the SDK could not decode a data frame
-            tracker.undecodable_payload(time.monotonic() - started, exc.doc)
-        except UnicodeDecodeError:
-            tracker.protocol_error(INVALID_UTF8)
-        except LineTooLong as exc:  # raised by the wire tap below the SDK
-            tracker.protocol_error(str(exc))
+        except (openai.APIError, json.JSONDecodeError, UnicodeDecodeError, LineTooLong) as exc:
+            failure = _sdk_failure(exc, tracker, time.monotonic() - started)
+            forget_traceback(exc)
+            return failure
         return None
+
+
+def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> str | None:
+    """Record what the SDK raised ``t`` seconds into the request; returns ``"timeout"``,
+    ``"connect_error"`` or ``"protocol_error"`` when the client, not the server, ended it."""
+    if isinstance(exc, openai.APIStatusError):
+        tracker.headers(exc.status_code, t)
+        tracker.error_body(exc.response.content)
+    elif isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    elif isinstance(exc, openai.APIConnectionError):
+        if tracker.status:
+            return None  # after the headers: a cut stream
+        if type(exc.__cause__).__name__ == "RemoteProtocolError":  # httpx's or httpx2's
+            tracker.protocol_error(f"malformed HTTP response: {exc.__cause__}")
+            return "protocol_error"
+        return "connect_error"
+    elif isinstance(exc, openai.APIError):  # an in-band error frame
+        error = exc.body if isinstance(exc.body, dict) else {"message": str(exc.body or exc.message)}
+        tracker.payload({"error": error}, t)
+    elif isinstance(exc, json.JSONDecodeError):  # the SDK could not decode a data frame
+        tracker.undecodable_payload(t, exc.doc)
+    elif isinstance(exc, UnicodeDecodeError):
+        tracker.protocol_error(INVALID_UTF8)
+    else:  # LineTooLong, raised by the wire tap below the SDK
+        tracker.protocol_error(str(exc))
+    return None
 
 
 def _handed_over(chunk: Any) -> Any:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.loop_hygiene import SWITCH_INTERVAL_S, shared_ssl_context
+from loadtests.loop_hygiene import FULL_COLLECTION_EVERY, SWITCH_INTERVAL_S, shared_ssl_context
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +48,8 @@ after_first = len(gc.get_objects()), gc.get_freeze_count()
 settle_after_setup()
 print(json.dumps({"before": before, "collected": after_first[0], "frozen": after_first[1],
                   "frozen_again": gc.get_freeze_count(), "enabled": gc.isenabled(),
-                  "garbage_freed": left_over() is None, "switch_interval": sys.getswitchinterval()}))
+                  "garbage_freed": left_over() is None, "switch_interval": sys.getswitchinterval(),
+                  "thresholds": gc.get_threshold()}))
 """
 
 
@@ -61,6 +62,7 @@ def test_setup_objects_leave_every_later_collection_and_garbage_is_not_frozen() 
     assert seen["enabled"] is True  # collections still run, for what the run allocates
     assert seen["garbage_freed"] is True  # collected first: no garbage cycle is frozen for good
     assert seen["switch_interval"] == pytest.approx(SWITCH_INTERVAL_S)
+    assert seen["thresholds"] == [700, 10, FULL_COLLECTION_EVERY]  # CPython's young ones; full ones rarer
 
 
 WARM = """
