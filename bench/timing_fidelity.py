@@ -53,34 +53,47 @@ three minutes here)::
 
 Measured 2026-12-03 on this 2-core machine (otherwise idle), server and harness on the same box,
 with ``python bench/timing_fidelity.py``: 30 s per load, first 5 s dropped; errors in ms, no
-stream miscounted. Before: main at ff8ffe6, frames timed when the harness read them (old flag
-rule: any overlapping stall). After: frames stamped with the kernel's arrival time (main at
-b036cad)::
+stream miscounted. First, frames timed when the harness read them (ff8ffe6) against frames stamped
+with the kernel's arrival time (b036cad)::
 
-                   ------------ before -------------   ------------------- after -------------------
+                   ------------ read time ------------   ---------------- kernel stamp ----------------
     users  procs   p99    max   >10 ms  flagged        p99   max   >10 ms  flagged      stamped late
        50      1   6.09   18.1      50   47 (94%)      0.22   5.4      0   none             0.03
       200      1  19.73   50.0   2,999  2,723 (91%)    0.29  61.3    206   206 (100%)       0.04
     1,000      1   0.17  172.5      36   20 (56%)      0.59   6.2      0   none             0.23
     1,000      2   5.04  285.8     405  343 (85%)      0.16   4.8      0   none             0.17
 
-How to read it: p50 (0.02-0.05 ms in every run) is what a frame's gap is off by normally; p99 and
+Then, later the same day, main at c69614d (the server by then tokenizing in a pool of intake
+threads, on asyncio and h11) against this code (the server on uvloop and httptools, as vLLM runs,
+with a 1 ms GIL switch interval and no trace write between stamp and send; the harness without a
+reference cycle per failed request and with full collections ten times rarer), two runs after::
+
+                   ------------- c69614d -------------   -------------- after (two runs) --------------
+    users  procs   p99    max   >10 ms  flagged        p99           max          >10 ms     flagged
+       50      1   0.99    4.9       0   none          0.14 / 0.13   2.4 / 1.1        0 / 0   none
+      200      1   4.90   57.2     219   177 (81%)    22.00 / 27.45  58.7 / 86.1   947 / 1,292   97% / 97%
+    1,000      1   0.37   84.6      85   80 (94%)      0.17 / 0.19  56.6 / 35.8     36 / 6     94% / 67%
+    1,000      2   0.43   46.8       8    2 (25%)      0.16 / 0.26 143.6 / 88.1     10 / 18   100% / 100%
+
+How to read it: p50 (0.01-0.05 ms in every run) is what a frame's gap is off by normally; p99 and
 max are the stalls. "stamped late" is the median of (recorded arrival - sent) on the monotonic
 clock: it must be small and positive (a check that the clocks line up); it was 3.13 ms at 200
-users before, when the harness stamped at the read. What remains after is frames that arrived
-while the loop was stalled longer than the 40 ms between two frames of a stream (at 200 users:
-4 windows of 50 ms, up to 53 streams each): they were read together and share the later stamp,
-and every one was flagged. In ten earlier runs of the same loads (kernel stamps, before ``wait_s``
-was recorded, so only the lag monitor could flag), 35 errors over 10 ms were frames whose own
-arrival stamp came 25-67 ms after the trace (27 of them in one 100 ms window at 200 users) and 7
-were frames sent apart that came in one read, all with no stall recorded: a stamp is taken by the
-kernel as the server's segment is queued to the receiver, so a late one means the sending side
-was late (the server wrote after its trace stamp, or its TCP stack held the segment). The table
-counts such errors as "not flagged (arrived late)"; the harness records them as they happened.
-At 1,000 users in one process both processes are saturated (TTFT
-seconds instead of 0.3 s): the harness stamps faithfully what a starved server sends, so that row
-is no figure of the nominal profile. The harness_kept_up gate fails at 200 users and up: its lag
-still says the loop is late, which still delays headers, SDK chunks and the requests themselves.
+users when the harness stamped at the read. With kernel stamps an error has one of two causes,
+which ``--keep`` and the frames' ``wait_s`` tell apart: frames sent apart that reached the socket
+while the loop was busy and were read together (the harness's share), or a frame whose bytes
+reached this machine late against its trace stamp and were read at once (the server's share: it
+sent after its stamp). The server's share fell with this code: at 200 users, the p99 over gaps of
+frames read one by one went from 1.4-1.9 ms to 0.15 ms. The harness's share did not: the faster
+server answers mixed_truncate's rejected requests sooner, so 200 users send about a third more
+requests and the two processes together keep both cores busy (server 85-95% of a core, Locust
+66-80%, 14-18% idle): reads fall behind by 5 ms at the median and 18-30 ms at the 99th percentile,
+and frames read together make the 22-27 ms p99. Over two worker processes the same 200 users gave
+6.4 ms (23.1 ms in one, same session). An error neither the lag monitor nor ``wait_s`` flags
+("not flagged (arrived late)") is the server's share: the harness read the bytes within 1 ms of
+their arrival. At 1,000 users in one process both processes are saturated (TTFT seconds instead
+of 0.3 s): the harness stamps faithfully what a starved server sends, so that row is no figure of
+the nominal profile. The harness_kept_up gate fails at 200 users and up: its lag still says the
+loop is late, which still delays headers, SDK chunks and the requests themselves.
 
 Exit status: 1 if a server or a Locust run failed to start, wrote no run directory or overran its
 bound, or if no gap could be compared; a failed verdict of the scenario itself is printed, not fatal.
