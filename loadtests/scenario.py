@@ -340,11 +340,13 @@ class Scenario:
         # Loopback unless told otherwise: Locust's master and web UI bind every interface by default.
         parser.set_defaults(master_bind_host="127.0.0.1", web_host="127.0.0.1")
         group = parser.add_argument_group("sse-soak", f"Options of the sse-soak scenario '{self.name}'.")
-        group.add_argument(
-            "--report-dir",
-            default="reports",
-            help="directory under which the run writes <scenario>-<UTC time>/ (default: reports)",
-        )
+        self._add_target_options(group)
+        self._add_stream_options(group)
+        self._add_recording_options(group)
+        _add_arrival_options(group)
+
+    def _add_target_options(self, group: Any) -> None:
+        """What is run against: the model, its key, the bundled server, the proxy."""
         group.add_argument(
             "--model", default=None, help="model to request (default: the first one the server lists in /v1/models)"
         )
@@ -356,18 +358,27 @@ class Scenario:
             "starts the bundled server); never written to the run directory",
         )
         group.add_argument(
-            "--client-idle-timeout",
-            type=float,
-            default=self.client_idle_timeout,
-            help="seconds of silence after which the client gives up on a stream; keep it above "
-            f"any proxy read timeout (default: {self.client_idle_timeout:g})",
-        )
-        group.add_argument(
             "--server-args",
             default="",
             help="extra options for the bundled target server, e.g. --server-args='--failure-"
             "injection-rate 5' (ignored with --host; the scenario's profile is: "
             f"{shlex.join(self.server_args) or 'defaults'})",
+        )
+        if self.keep_alive_interval is not None:
+            group.add_argument(
+                "--keep-alive-interval",
+                type=float,
+                default=self.keep_alive_interval,
+                help="the bundled server's --sse-keep-alive-interval in seconds; 0 turns keep-alive "
+                f"off (the negative control) (default: {self.keep_alive_interval:g})",
+            )
+        group.add_argument(
+            "--preflight-timeout",
+            type=float,
+            default=DEFAULT_PREFLIGHT_TIMEOUT,
+            help="seconds the target may take to answer GET /v1/models before the run starts; a "
+            "target that does not is refused in one line "
+            f"(default: {DEFAULT_PREFLIGHT_TIMEOUT:g})",
         )
         group.add_argument(
             "--proxy",
@@ -383,6 +394,32 @@ class Scenario:
             help="the proxy's read timeout in seconds, as nginx's proxy_read_timeout "
             f"(default: {self.proxy_read_timeout:g})",
         )
+
+    def _add_stream_options(self, group: Any) -> None:
+        """How the client reads a stream."""
+        group.add_argument(
+            "--client-idle-timeout",
+            type=float,
+            default=self.client_idle_timeout,
+            help="seconds of silence after which the client gives up on a stream; keep it above "
+            f"any proxy read timeout (default: {self.client_idle_timeout:g})",
+        )
+        group.add_argument(
+            "--max-line-bytes",
+            type=int,
+            default=DEFAULT_MAX_LINE_BYTES,
+            help="longest SSE line the harness reads; a longer one is a protocol_error and the "
+            f"stream is closed, so a hostile server cannot grow its memory "
+            f"(default: {DEFAULT_MAX_LINE_BYTES}, 1 MiB)",
+        )
+
+    def _add_recording_options(self, group: Any) -> None:
+        """What the run writes and how it measures itself and the server."""
+        group.add_argument(
+            "--report-dir",
+            default="reports",
+            help="directory under which the run writes <scenario>-<UTC time>/ (default: reports)",
+        )
         group.add_argument(
             "--frame-sample-rate",
             type=float,
@@ -396,22 +433,6 @@ class Scenario:
             default=2.0,
             help="seconds between writes of recorded rows to the run directory (and between "
             "worker -> master batches) (default: 2)",
-        )
-        group.add_argument(
-            "--preflight-timeout",
-            type=float,
-            default=DEFAULT_PREFLIGHT_TIMEOUT,
-            help="seconds the target may take to answer GET /v1/models before the run starts; a "
-            "target that does not is refused in one line "
-            f"(default: {DEFAULT_PREFLIGHT_TIMEOUT:g})",
-        )
-        group.add_argument(
-            "--max-line-bytes",
-            type=int,
-            default=DEFAULT_MAX_LINE_BYTES,
-            help="longest SSE line the harness reads; a longer one is a protocol_error and the "
-            f"stream is closed, so a hostile server cannot grow its memory "
-            f"(default: {DEFAULT_MAX_LINE_BYTES}, 1 MiB)",
         )
         group.add_argument(
             "--harness-lag-limit-ms",
@@ -433,15 +454,6 @@ class Scenario:
         group.add_argument(
             "--no-server-metrics", action="store_true", help="do not scrape the server's /metrics during the run"
         )
-        if self.keep_alive_interval is not None:
-            group.add_argument(
-                "--keep-alive-interval",
-                type=float,
-                default=self.keep_alive_interval,
-                help="the bundled server's --sse-keep-alive-interval in seconds; 0 turns keep-alive "
-                f"off (the negative control) (default: {self.keep_alive_interval:g})",
-            )
-        _add_arrival_options(group)
 
     def settings(self, options: Any) -> RunSettings:
         """The run's settings from its parsed options."""
