@@ -198,9 +198,6 @@ def _duration(text: str) -> int:
 
 
 def _add_soak_parser(commands: Any) -> None:
-    from loadtests.drift import DriftLimits
-    from loadtests.soak import DEFAULT_SCENARIO
-
     soak = commands.add_parser(
         "soak",
         help="run the nightly soak job: a long run with progress, checkpoints, drift gates and a baseline verdict",
@@ -209,7 +206,15 @@ def _add_soak_parser(commands: Any) -> None:
         "line and the exit code (0 pass, 1 fail); a bad option is one line and exit 2, before anything runs. "
         "Arguments after -- go to locust unchanged.",
     )
-    limits = DriftLimits()
+    _add_soak_load_options(soak)
+    _add_soak_judging_options(soak)
+    soak.add_argument("locust_args", nargs="*", help="after --: extra locust options, e.g. -- --proxy nginx")
+
+
+def _add_soak_load_options(soak: Any) -> None:
+    """What the soak runs, against what, and how hard."""
+    from loadtests.soak import DEFAULT_SCENARIO
+
     soak.add_argument(
         "--scenario",
         type=_scenario,
@@ -235,6 +240,25 @@ def _add_soak_parser(commands: Any) -> None:
         default=None,
         help="target server, an http(s) URL (default: the scenario's bundled stack)",
     )
+    soak.add_argument(
+        "--rate",
+        type=_positive,
+        default=None,
+        help="open loop: requests a second started on schedule whatever the server does (default: closed loop)",
+    )
+    soak.add_argument(
+        "--arrival", choices=("poisson", "constant"), default="poisson", help="open loop: the schedule's spacing"
+    )
+    soak.add_argument(
+        "--max-in-flight", type=_at_least(1), default=None, help="open loop: requests open at once (default: --users)"
+    )
+
+
+def _add_soak_judging_options(soak: Any) -> None:
+    """What the soak writes, how often, and what its verdict compares."""
+    from loadtests.drift import DriftLimits
+
+    limits = DriftLimits()
     soak.add_argument(
         "--report-dir",
         default="reports",
@@ -280,19 +304,6 @@ def _add_soak_parser(commands: Any) -> None:
         help="TTFT p50 growth allowed, first to last window, a finite number >= 0 "
         f"(default {limits.max_latency_drift:g})",
     )
-    soak.add_argument(
-        "--rate",
-        type=_positive,
-        default=None,
-        help="open loop: requests a second started on schedule whatever the server does (default: closed loop)",
-    )
-    soak.add_argument(
-        "--arrival", choices=("poisson", "constant"), default="poisson", help="open loop: the schedule's spacing"
-    )
-    soak.add_argument(
-        "--max-in-flight", type=_at_least(1), default=None, help="open loop: requests open at once (default: --users)"
-    )
-    soak.add_argument("locust_args", nargs="*", help="after --: extra locust options, e.g. -- --proxy nginx")
 
 
 def _check_soak_files(options: argparse.Namespace) -> None:
