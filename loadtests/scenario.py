@@ -301,6 +301,8 @@ class Scenario:
     _collector: Collector | None = field(default=None, init=False, repr=False)
     _test: _Test | None = field(default=None, init=False, repr=False)
     _sizing_probe: gevent.Greenlet | None = field(default=None, init=False, repr=False)
+    _target_host: str | None = field(default=None, init=False, repr=False)
+    """The URL the preflight accepted; a test the web UI starts with no host targets it."""
     _guard: SignalGuard = field(default_factory=SignalGuard, init=False, repr=False)
     _quitting: bool = field(default=False, init=False, repr=False)
     _quit_done: Event = field(default_factory=Event, init=False, repr=False)
@@ -554,7 +556,7 @@ class Scenario:
             _refuse(str(exc))
         for notice in target.notices:
             print(notice, flush=True)
-        environment.host = target.base_url
+        environment.host = self._target_host = target.base_url
         state.model_option = target.model
 
     def _stop_stack(self) -> None:
@@ -571,6 +573,7 @@ class Scenario:
             return
         assert self._collector is not None
         options = environment.parsed_options
+        self._use_host_of_this_test(environment)
         try:
             run = self._next_run_dir(options.report_dir)
         except RunDirError as exc:  # checked at start; something changed the directory since
@@ -590,6 +593,30 @@ class Scenario:
             self._sizing_probe = gevent.spawn(
                 probe_prompt_sizing, environment.host, state.api_key, state.model_option, state.probe_timeout
             )
+
+    def _use_host_of_this_test(self, environment: Any) -> None:
+        """The web UI's form sets the host for each test (before the users, or the workers' spawn
+        messages, read it): left empty, the test targets the run's own target (the bundled stack,
+        or ``--host``); another URL is checked as ``--host`` is and, if the check fails, still
+        used after one line that says why: its requests fail and are recorded, none is lost."""
+        host = environment.host
+        if host == self._target_host or self._target_host is None:
+            return
+        if not host:
+            environment.host = self._target_host
+            print(f"sse-soak: no host given for this test: it targets {self._target_host}", flush=True)
+            return
+        state = run_state(environment)
+        options = environment.parsed_options
+        try:
+            target = preflight(host, state.api_key, options.model, options.preflight_timeout)
+        except PreflightError as exc:
+            print(f"sse-soak: {exc}: this test's requests will fail", file=sys.stderr, flush=True)
+            return
+        for notice in target.notices:
+            print(notice, flush=True)
+        environment.host = self._target_host = target.base_url
+        state.model_option = target.model
 
     def _scrape_server_metrics(self, environment: Any, run: RunDir) -> ServerMetricsScraper:
         """Start scraping the server itself for this test: the bundled one, else ``--host`` (never a proxy)."""

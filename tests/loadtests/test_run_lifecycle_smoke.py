@@ -266,8 +266,12 @@ class WebUI:
             assert time.monotonic() < deadline, "the web UI never answered"
             time.sleep(0.1)
 
-    def start(self, users: int = 2) -> None:
-        answer = httpx.post(self.url + "/swarm", data={"user_count": users, "spawn_rate": users}, timeout=30)
+    def start(self, users: int = 2, host: str | None = None) -> None:
+        """POST /swarm; ``host`` is the form's host field, which the page sends as typed (or cleared)."""
+        form: dict[str, str | int] = {"user_count": users, "spawn_rate": users}
+        if host is not None:
+            form["host"] = host
+        answer = httpx.post(self.url + "/swarm", data=form, timeout=30)
         assert answer.json()["success"], answer.text
 
     def stop(self) -> None:
@@ -307,6 +311,34 @@ def test_web_ui_each_start_stop_is_a_run_directory_and_ctrl_c_quits(tmp_path: Pa
     assert_one_verdict_per_run(locust, summaries)
     assert code == (0 if all(s["passed"] for s in summaries) else 1)
     assert sorted(tmp_path.iterdir()) == sorted(run_dirs)  # quitting between tests judged nothing more
+
+
+@pytest.mark.smoke
+def test_web_ui_host_field_cleared_targets_the_run_and_a_dead_one_is_recorded(tmp_path: Path) -> None:
+    """A cleared host field runs against the bundled server, not against no host (every request
+    was a harness_error); an unreachable host says why in one line and its requests are rows."""
+    locust, ui = web_locust(tmp_path)
+    with locust:
+        ui.start(host="")
+        cleared = Path(locust.wait_for(RUN_DIR, count=1)[1])
+        wait_for_parts(cleared)
+        ui.stop()
+        locust.wait_for(REPORT, count=1)
+        dead = f"http://127.0.0.1:{free_port()}"
+        ui.start(host=dead)
+        unreachable = Path(locust.wait_for(RUN_DIR, count=2)[1])
+        wait_for_parts(unreachable)
+        ui.stop()
+        locust.wait_for(REPORT, count=2)
+        locust.signal(signal.SIGINT)
+        locust.wait(60)
+    assert locust.matching(r"^sse-soak: no host given for this test: it targets http://127\.0\.0\.1:\d+$")
+    first, second = complete(cleared), complete(unreachable)
+    assert first["outcomes"]["ok"] > 0 and first["outcomes"].get("harness_error", 0) == 0, first["outcomes"]
+    assert locust.matching(rf"^sse-soak: cannot reach {re.escape(dead)}/v1/models .*: this test's requests will fail$")
+    requests = pd.read_parquet(unreachable / "requests.parquet")
+    assert len(requests) > 0 and set(requests["outcome"]) <= {"connect_error", "stopped"}, set(requests["outcome"])
+    assert second["passed"] is False
 
 
 @pytest.mark.smoke
