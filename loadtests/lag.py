@@ -53,6 +53,7 @@ class LagMonitor:
         self._clock = clock
         self._due: float | None = None
         self._greenlet: gevent.Greenlet | None = None
+        self._excused = False
         self._time: list[float] = []
         self._t_mono: list[float] = []
         self._lag: list[float] = []
@@ -74,12 +75,20 @@ class LagMonitor:
             self._greenlet = None
             self._due = None
 
+    def excuse_current_wait(self) -> None:
+        """The loop was just blocked on purpose while no stream was open (``settle_after_setup`` at
+        test start): the wake under way records no sample."""
+        self._excused = True
+
     def _run(self) -> None:
         clock, interval = self._clock, self.interval
         while True:
             self._due = clock() + interval
             gevent.sleep(interval)
             now = clock()
+            if self._excused:
+                self._excused = False
+                continue
             self.record(now, time.time(), max(0.0, now - self._due))
 
     def record(self, t_mono: float, wall: float, lag: float) -> None:

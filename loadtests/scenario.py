@@ -568,6 +568,7 @@ class Scenario:
     def _on_test_start(self, environment: Any, **_: Any) -> None:
         self._guard.install()  # here, not at init: Locust installs its SIGTERM handler after init
         settle_after_setup()  # before any user spawns: one-time costs paid while no stream is open
+        run_state(environment).lag.excuse_current_wait()
         _start_arrivals(environment)
         if isinstance(environment.runner, WorkerRunner):
             return

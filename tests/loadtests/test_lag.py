@@ -47,6 +47,23 @@ def test_a_loop_blocked_by_a_call_is_seen_as_lag_of_that_length() -> None:
     assert (samples["worker"] == "local").all() and samples["t_mono"].is_monotonic_increasing
 
 
+def test_a_block_the_harness_excused_records_no_sample() -> None:
+    """Setup blocks the loop on purpose before any stream opens: that wake is not a stall."""
+    monitor = LagMonitor(interval=0.005)
+    monitor.start()
+    try:
+        gevent.sleep(0.03)
+        time.sleep(0.08)  # settle_after_setup's collection
+        monitor.excuse_current_wait()
+        gevent.sleep(0.03)
+        time.sleep(0.06)  # a stall nobody excused
+        gevent.sleep(0.03)
+    finally:
+        monitor.stop()
+    lags = pd.DataFrame(monitor.take("local"))["lag_s"]
+    assert (lags >= 0.05).sum() == 1 and lags.max() < 0.08  # the second block only
+
+
 def test_worst_since_covers_only_wakes_after_the_request_opened() -> None:
     clock = FakeClock()
     monitor = LagMonitor(clock=clock)
