@@ -13,6 +13,11 @@ means nobody is left to stop the service. Two ways to act on it:
   cannot watch a pipe (nginx). It runs COMMAND in the foreground, forwards SIGTERM/SIGINT to it as
   SIGTERM, stops it by pid at EOF on its own stdin (and then removes DIR, which no one else is left
   to remove), and exits as COMMAND exited, whether COMMAND was stopped or ended by itself.
+
+A Locust run started by a launcher (the soak job, ``launch``) has no pipe to watch: its stdin is
+not ours to read on an event loop. The launcher names itself in ``LAUNCHER_ENV`` and the run's
+``end_with_launcher()`` polls its own parent pid: once the launcher is gone, even by SIGKILL, the
+run SIGTERMs itself, which ends and judges it as interrupted, as a SIGTERM from the launcher would.
 """
 
 from __future__ import annotations
@@ -30,7 +35,35 @@ from types import FrameType
 
 from target_server._parent_watch import ENV_VAR, GRACE_S, exit_when_stdin_closes, wait_for_stdin_eof
 
-__all__ = ["ENV_VAR", "GRACE_S", "exit_when_stdin_closes", "main", "watchdog"]
+__all__ = ["ENV_VAR", "GRACE_S", "LAUNCHER_ENV", "end_with_launcher", "exit_when_stdin_closes", "main", "watchdog"]
+
+LAUNCHER_ENV = "SSE_SOAK_LAUNCHER_PID"
+"""The pid of the process that started this Locust run and waits for it."""
+LAUNCHER_POLL_S = 0.5
+
+
+def launcher_environment() -> dict[str, str]:
+    """What a launcher adds to the environment of the run it starts."""
+    return {LAUNCHER_ENV: str(os.getpid())}
+
+
+def end_with_launcher() -> bool:
+    """In a Locust process whose parent is the launcher named in ``LAUNCHER_ENV``: watch, from a
+    greenlet, for that parent to go, then SIGTERM this process. False (nothing watched) without a
+    launcher, or in a process another one forked (Locust's ``--processes`` workers: their parent is
+    the run's master, which they follow as Locust makes them)."""
+    named = os.environ.get(LAUNCHER_ENV, "")
+    if not named.isdigit() or os.getppid() != int(named):
+        return False
+    import gevent  # here: ``python -m loadtests._parent_watch`` (nginx's watchdog) runs without it
+
+    def watch(launcher: int) -> None:
+        while os.getppid() == launcher:
+            gevent.sleep(LAUNCHER_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    gevent.spawn(watch, int(named))
+    return True
 
 
 def watchdog(command: Sequence[str], remove: Sequence[str] = ()) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from loadtests import catalog, figures
+from loadtests._parent_watch import launcher_environment
 from loadtests.compare import read_json_object
 from loadtests.gates import ALWAYS_ON, GateResult
 from loadtests.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir
@@ -194,7 +195,7 @@ def run(launch: Launch, timeout_s: float | None = None) -> ScenarioRun:
     locustfile = launch.locustfile
     run_dir = RunDir.create(launch.report_dir, locustfile.stem)
     command = [sys.executable, "-m", "locust", "-f", str(locustfile), *launch.command()]
-    environment = {**launch.environment(), RUN_DIR_ENV: str(run_dir)}
+    environment = {**launch.environment(), RUN_DIR_ENV: str(run_dir), **launcher_environment()}
     limit = launch.duration_s + STARTUP_AND_JUDGING_S if timeout_s is None else timeout_s
     returncode, output, problem = _run_child(command, environment, limit)
     summary = None

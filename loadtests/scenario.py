@@ -49,6 +49,7 @@ from locust.argument_parser import parse_locustfile_option
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 from loadtests import arrival_clock
+from loadtests._parent_watch import end_with_launcher
 from loadtests._signals import SignalGuard
 from loadtests.arrivals import ARRIVAL_KINDS, START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
 from loadtests.collect import Collector
@@ -490,6 +491,7 @@ class Scenario:
 
     def _on_init(self, environment: Any, **_: Any) -> None:
         quiet_per_request_logging()
+        end_with_launcher()  # a soak or launch() that dies, even by SIGKILL, leaves no run behind
         options = environment.parsed_options
         try:
             check_options(options)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests import catalog, compare
+from loadtests._parent_watch import launcher_environment
 from loadtests.drift import DRIFT_GATES, DriftLimits
 from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.resources import ResourceSampler
@@ -158,7 +159,7 @@ class Soak:
     def run(self) -> int:
         started = time.monotonic()
         self.run_dir = RunDir.create(self.plan.report_dir, self.plan.scenario.stem)
-        environment = {**os.environ, RUN_DIR_ENV: str(self.run_dir)}
+        environment = {**os.environ, RUN_DIR_ENV: str(self.run_dir), **launcher_environment()}
         self._locust = subprocess.Popen(
             self.plan.command(),
             stdout=subprocess.PIPE,

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 
 from tests.loadtests.locust_run import ROOT, rejudged_alike
@@ -110,6 +111,36 @@ def test_sigterm_midway_still_leaves_a_readable_report(tmp_path: Path) -> None:
     assert summary["requests"] == len(pd.read_parquet(run_dir / "requests.parquet")) > 0
     assert summary["soak"]["partial"] is False and (run_dir / "report.html").exists()
     assert not list(run_dir.glob("**/.*.tmp"))  # no half-written part left behind
+
+
+def test_a_soak_killed_outright_leaves_no_run_behind_and_a_judged_report(tmp_path: Path) -> None:
+    """SIGKILL gives the soak no chance to stop its Locust run: the run sees its launcher gone,
+    ends itself as a SIGTERM would, and is judged interrupted."""
+    soak = subprocess.Popen(soak_command(tmp_path, "--duration", "10m"), stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert soak.stdout is not None
+        deadline = time.monotonic() + 120
+        for line in soak.stdout:  # wait until requests are being recorded
+            if line.startswith("run directory: "):
+                run_dir = Path(line.split(": ", 1)[1].strip())
+            if line.startswith("soak ") and " 0 requests" not in line:
+                break
+            assert time.monotonic() < deadline, "no progress"
+        runs = psutil.Process(soak.pid).children()
+        assert len(runs) == 1, runs
+        soak.kill()
+        soak.wait(timeout=30)
+        _, alive = psutil.wait_procs(runs, timeout=60)
+        assert not alive, f"the Locust run outlived its soak: {alive}"
+    finally:
+        if soak.poll() is None:
+            soak.kill()
+            soak.wait()
+        if soak.stdout is not None:
+            soak.stdout.close()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"].startswith("SIGTERM at ") and summary["passed"] is False
+    assert summary["requests"] == len(pd.read_parquet(run_dir / "requests.parquet")) > 0
 
 
 @pytest.mark.parametrize(
