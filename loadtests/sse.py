@@ -25,11 +25,13 @@ DEFAULT_MAX_LINE_BYTES = 1 << 20
 
 
 class LineTooLong(ValueError):
-    """A line of the event stream exceeded the parser's limit; the stream must not be read further."""
+    """A line of the event stream exceeded the parser's limit; the stream must not be read further.
+    ``frames`` are the frames the same ``feed`` completed before that line: they arrived whole."""
 
     def __init__(self, limit: int) -> None:
         size = f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit} bytes"
         super().__init__(f"line longer than {size}")
+        self.frames: list[Frame] = []
 
 
 @dataclass(slots=True)
@@ -71,7 +73,8 @@ class SSEParser:
 
     def feed(self, chunk: bytes, t: float) -> list[Frame]:
         """Parse ``chunk``, received at time ``t``; return the frames it completed, in order.
-        Raises ``LineTooLong`` when a line, finished or not, exceeds ``max_line_bytes``."""
+        Raises ``LineTooLong`` when a line, finished or not, exceeds ``max_line_bytes``, with the
+        frames completed before it."""
         frames: list[Frame] = []
         if not chunk:
             return frames
@@ -82,17 +85,21 @@ class SSEParser:
                 self._frame_bytes += 1
         data = self._buffer + chunk
         start = 0
-        if b"\r" not in data:  # the common case: LF line ends only
-            if self._frame is None and not self._frame_bytes and data.startswith(b"data: "):
-                start = self._leading_data_frames(data, t, frames)
-            while (end := data.find(b"\n", start)) >= 0:
-                self._line(data[start:end], end - start + 1, t, frames)
-                start = end + 1
-        else:
-            start = self._feed_with_cr(data, t, frames)
-        self._buffer = data[start:]
-        if len(self._buffer) > self.max_line_bytes:
-            raise LineTooLong(self.max_line_bytes)
+        try:
+            if b"\r" not in data:  # the common case: LF line ends only
+                if self._frame is None and not self._frame_bytes and data.startswith(b"data: "):
+                    start = self._leading_data_frames(data, t, frames)
+                while (end := data.find(b"\n", start)) >= 0:
+                    self._line(data[start:end], end - start + 1, t, frames)
+                    start = end + 1
+            else:
+                start = self._feed_with_cr(data, t, frames)
+            self._buffer = data[start:]
+            if len(self._buffer) > self.max_line_bytes:
+                raise LineTooLong(self.max_line_bytes)
+        except LineTooLong as exc:
+            exc.frames = frames
+            raise
         return frames
 
     def _leading_data_frames(self, data: bytes, t: float, frames: list[Frame]) -> int:

@@ -291,6 +291,8 @@ class SSEUser(_StreamingUser, FastHttpUser):
             if parser.invalid_utf8:  # in a frame the body ended before completing
                 tracker.protocol_error(INVALID_UTF8)
         except LineTooLong as exc:
+            for frame in exc.frames:  # whole frames that came in the same read, before the long line
+                on_frame(frame, t, wait)
             tracker.protocol_error(str(exc))
         except TimeoutError:
             return "timeout"

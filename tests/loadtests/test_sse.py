@@ -159,8 +159,9 @@ def test_reads_of_whole_frames_parse_as_a_byte_per_read(
         try:
             for piece, t in pieces:
                 got.extend(parser.feed(piece, t))
-        except LineTooLong as exc:  # frames a read completed before its too-long line are not handed over
-            return str(exc), parser.invalid_utf8
+        except LineTooLong as exc:  # with the frames its read completed before the too-long line
+            got.extend(exc.frames)
+            return str(exc), fields(got), [f.t for f in got], [f.nbytes for f in got], parser.invalid_utf8
         return fields(got), [f.t for f in got], [f.nbytes for f in got], parser.invalid_utf8
 
     by_frames = outcome([(read, float(index + 1)) for index, read in enumerate(reads)])
@@ -178,6 +179,16 @@ def test_a_line_longer_than_the_limit_raises_whole_or_in_pieces() -> None:
     pieces.feed(b"data: " + b"x" * 50, 0.0)  # 56 bytes buffered: still under the limit
     with pytest.raises(LineTooLong):
         pieces.feed(b"x" * 20, 1.0)  # no newline yet, but already longer than the limit
+
+
+def test_frames_before_a_too_long_line_in_the_same_read_are_kept() -> None:
+    parser = SSEParser(max_line_bytes=64)
+    with pytest.raises(LineTooLong) as raised:
+        parser.feed(b": keep-alive\n\ndata: 1\n\ndata: " + b"x" * 100 + b"\n\n", 2.0)
+    assert [(f.comments, f.data, f.t) for f in raised.value.frames] == [(["keep-alive"], None, 2.0), ([], "1", 2.0)]
+    with pytest.raises(LineTooLong) as raised:  # the shortcut for reads of data frames only
+        SSEParser(max_line_bytes=64).feed(b"data: 1\n\ndata: 2\n\ndata: " + b"x" * 100, 3.0)
+    assert [f.data for f in raised.value.frames] == ["1", "2"]
 
 
 def test_lines_up_to_the_limit_pass_and_the_default_is_one_mib() -> None:
