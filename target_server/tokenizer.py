@@ -19,7 +19,12 @@ prompt hands the interpreter back to the event loop between calls (one call over
 _PIECE = re.compile(r"\w+|[^\w\s]")
 _NOT_WORD = re.compile(r"\W")
 _SYMBOL = re.compile(r"[^\w\s]")
-"""A character that is a token by itself: neither a word character nor white space."""
+r"""A character that is a token by itself: neither a word character nor white space (every
+character is a word character, white space, or this; ``str.split`` and ``\s`` agree on white space)."""
+_SPARSE = 32
+"""Symbols are sparse below one per this many characters: counting by blanking them pays off."""
+_PROBE_CHARS = 512
+"""How much of a slice is looked at to tell sparse from dense."""
 
 # Generated text cycles through these words; each is exactly one token.
 _OUTPUT_WORDS = (
@@ -48,13 +53,19 @@ def encode(text: str) -> list[int]:
 
 
 def count(text: str) -> int:
-    """Number of tokens in ``text`` without building the id list. A slice with no character that
-    is neither a word character nor white space (the filler prompts of a load test) holds one token
-    per white-space-separated field, which ``str.split`` counts 3.6 times faster than the regex
-    (10,000 tokens: 0.36 ms against 1.3 ms, on every request the server admits)."""
-    return sum(
-        len(part.split()) if _SYMBOL.search(part) is None else len(_PIECE.findall(part)) for part in slices(text)
-    )
+    """Number of tokens in ``text`` without building the id list. Where symbols are sparse (a load
+    test's filler prompts, a chat template's markers), every symbol is a token and the runs of word
+    characters are the white-space-separated fields left once symbols are blanked: scans and a
+    ``str.split`` in C instead of a match object per token (10,000 filler tokens: 0.31 ms, not
+    1.2 ms, on every request the server admits). Dense symbols take the token regex itself."""
+    total = 0
+    for part in slices(text):
+        if len(_SYMBOL.findall(part, 0, _PROBE_CHARS)) * _SPARSE >= min(len(part), _PROBE_CHARS):
+            total += len(_PIECE.findall(part))  # dense, judged by the slice's start: either way is exact
+        else:
+            blanked, symbols = _SYMBOL.subn(" ", part)
+            total += symbols + len(blanked.split())
+    return total
 
 
 def slices(text: str, size: int = SLICE_CHARS) -> Iterator[str]:

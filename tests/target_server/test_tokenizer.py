@@ -38,3 +38,18 @@ def test_count_and_encode_agree_on_a_long_text() -> None:
 def test_count_is_the_number_of_tokens_encode_gives(text: str) -> None:
     """Also where ``count`` takes its shortcut (no symbol: a token per white-space-separated field)."""
     assert tokenizer.count(text) == len(tokenizer.encode(text)) == len(WHOLE.findall(text))
+
+
+WORD = st.text(alphabet=st.sampled_from("ab_9é字"), min_size=1, max_size=12)
+SPARSE_TEXT = st.lists(
+    st.tuples(WORD, st.integers(0, 40), st.sampled_from(".,!-|\u200b")).map(lambda w: w[0] if w[1] else w[2]),
+    max_size=400,
+).map(lambda words: " ".join(words))
+"""Words with a symbol now and then, as filler prompts and chat templates are: ``count``'s other branch."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=SPARSE_TEXT)
+def test_count_agrees_where_symbols_are_sparse(text: str) -> None:
+    assert tokenizer.count(text) == len(WHOLE.findall(text))
+    assert tokenizer.count(text.replace(" ", "\n", 3)) == len(WHOLE.findall(text))  # any white space
