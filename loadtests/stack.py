@@ -27,7 +27,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +51,6 @@ class ChildService:
     name: str
     _drainer: threading.Thread | None = None
     _cleanup: Callable[[], None] | None = field(default=None, repr=False)
-    _relay: threading.Thread | None = None
 
     @property
     def pid(self) -> int:
@@ -63,40 +61,27 @@ class ChildService:
         cls, argv: Sequence[str], name: str, timeout: float = 30.0, env: dict[str, str] | None = None
     ) -> ChildService:
         """Start ``argv`` and wait for its ready line (``<name> ready: URL``) on stdout. The child
-        stops itself if this process dies (its stdin pipe closes). Its stderr is passed on to ours
-        line by line; if it exits before it is ready, the error says its last stderr line (an
-        option it refused, a port it could not take)."""
+        stops itself if this process dies (its stdin pipe closes)."""
         child_env = {**(os.environ if env is None else env), _EXIT_ON_STDIN_EOF: "1"}
         process = subprocess.Popen(
-            list(argv),
-            stdout=subprocess.PIPE,
-            stdin=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            env=child_env,
+            list(argv), stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, start_new_session=True, env=child_env
         )
-        said: deque[str] = deque(maxlen=1)
-        relay = threading.Thread(target=_relay_stderr, args=(process, said), daemon=True)
-        relay.start()
         try:
-            url = _wait_for_ready_line(process, name, timeout, relay, said)
+            url = _wait_for_ready_line(process, name, timeout)
         except BaseException:
             _terminate(process)
-            relay.join(timeout)
             _close_pipes(process)
             raise
         # Keep draining stdout so the child can never block on a full pipe.
         drainer = threading.Thread(target=_drain, args=(process,), daemon=True)
         drainer.start()
-        return cls(process, url, name, drainer, _relay=relay)
+        return cls(process, url, name, drainer)
 
     def stop(self, grace: float = 5.0) -> int | None:
         """Stop by pid (SIGTERM, then SIGKILL), reap it, close its pipe; returns the exit code."""
         code = _terminate(self.process, grace)
-        for reader in (self._drainer, self._relay):
-            if reader is not None:
-                reader.join(grace)  # its pipe reaches EOF once the process is gone
+        if self._drainer is not None:
+            self._drainer.join(grace)  # the pipe reaches EOF once the process is gone
         _close_pipes(self.process)
         if self._cleanup is not None:
             self._cleanup()
@@ -255,11 +240,7 @@ def _wait_for_port(process: subprocess.Popen[str], port: int, timeout: float, lo
     raise ServerStartError(f"nginx did not accept connections on 127.0.0.1:{port} within {timeout:.0f} s")
 
 
-def _wait_for_ready_line(
-    process: subprocess.Popen[str], name: str, timeout: float, relay: threading.Thread, said: deque[str]
-) -> str:
-    """The URL of the ready line; a child that exits first is a ``ServerStartError`` naming its last
-    stderr line (``said``, filled by ``relay``), else what it printed on stdout."""
+def _wait_for_ready_line(process: subprocess.Popen[str], name: str, timeout: float) -> str:
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
     seen: list[str] = []
@@ -271,27 +252,12 @@ def _wait_for_ready_line(
             line = process.stdout.readline()
             if not line:
                 code = process.wait()
-                relay.join(timeout)  # stderr ends with the process
-                reason = said[-1] if said else repr("".join(seen))
-                raise ServerStartError(f"{name} exited with {code} before it was ready: {reason}")
+                raise ServerStartError(f"{name} exited with {code} before it was ready: {''.join(seen)!r}")
             seen.append(line)
             match = READY_LINE.match(line)
             if match:
                 return match["url"]
     raise ServerStartError(f"{name} printed no ready line within {timeout:.0f} s")
-
-
-def _relay_stderr(process: subprocess.Popen[str], said: deque[str]) -> None:
-    """Pass the child's stderr on to ours, remembering its last non-blank line in ``said``."""
-    assert process.stderr is not None
-    for line in process.stderr:
-        if line.strip():
-            said.append(line.strip())
-        try:
-            sys.stderr.write(line)
-            sys.stderr.flush()
-        except (OSError, ValueError):  # our stderr is gone: keep reading, so the child never blocks
-            pass
 
 
 def _drain(process: subprocess.Popen[str]) -> None:
