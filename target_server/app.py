@@ -44,8 +44,8 @@ from target_server.streaming import Reply, Route, full_body, sse_frames
 from target_server.trace import FrameTracer
 
 SSE_MEDIA_TYPE = "text/event-stream"  # Starlette appends "; charset=utf-8"
-ID_SLICE = 50_000
-"""Token ids rendered per call in a /tokenize answer (a few ms each)."""
+ID_SLICE = 10_000
+"""Token ids rendered per call in a /tokenize answer (2 ms each; 50,000 took 10 ms)."""
 
 
 def fit_prompt(prompt_tokens: int, max_tokens: int, truncate: int | None, max_model_len: int) -> int:
@@ -287,13 +287,17 @@ def _text_tokenize_answer(raw: bytes) -> list[bytes]:
 def json_with_ids(head: dict[str, Any], key: str, ids: list[int]) -> list[bytes]:
     """``head`` with ``key: ids`` as JSON, in pieces of ``ID_SLICE`` ids each rendered by one short
     call: a 5-million-id list as one ``json.dumps`` call held the interpreter, loop included, for
-    half a second, and as one 30 MB body the event loop copied it whole on its way out."""
+    half a second, and as one 30 MB body the event loop copied it whole on its way out. Consumes
+    ``ids``: it is emptied a slice at a time, since freeing 5 million ids in one call held the
+    interpreter 45 ms."""
     parts = [(json.dumps(head)[:-1] + (", " if head else "") + json.dumps(key) + ": [").encode()]
     parts.extend(
         (("," if start else "") + ",".join(map(str, ids[start : start + ID_SLICE]))).encode()
         for start in range(0, len(ids), ID_SLICE)
     )
     parts.append(b"]}")
+    while ids:
+        del ids[-ID_SLICE:]
     return parts
 
 
