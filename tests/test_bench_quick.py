@@ -112,7 +112,7 @@ def test_soak_memory_quick(tmp_path: Path) -> None:
 
 def test_timing_fidelity_quick() -> None:
     output = run_bench("timing_fidelity.py")
-    flagged = rf"(?:\d+ \({NUM}%\)|none to flag|n/a)"
+    flagged = rf"(?:[\d,]+ \({NUM}%\)|none to flag|n/a)"
     assert_figures(
         output,
         [
@@ -125,7 +125,7 @@ def test_timing_fidelity_quick() -> None:
             r".+|flagged share unavailable: .+)$",
             r"^bursts: \d+ gaps over 20 ms fell in \d+ windows of 50 ms, up to \d+ streams each$",
             r"^\| users \| processes \| gaps compared \| error p50 ms \| p99 ms \| max ms \| count mismatches "
-            r"\| errors >10 ms \| flagged by the harness \| not flagged \(arrived late\) "
+            r"\| errors >10 ms \| flagged by the harness \| not flagged "
             r"\| bursts \(50 ms windows >20 ms, max streams\) \|$",
             rf"^\| 20 \| 1 \| [\d,]+ \| {NUM} \| {NUM} \| {NUM} \| \d+ \| [\d,]+ \| {flagged} \| [\d,]+ "
             r"\| \d+, \d+ \|$",
