@@ -34,6 +34,8 @@ from pathlib import Path
 from loadtests._parent_watch import ENV_VAR as _EXIT_ON_STDIN_EOF
 
 READY_LINE = re.compile(r"^(?:target_server|proxy) ready: (?P<url>http://\S+)")
+REFUSAL_LINE = re.compile(r"^target_server failed: (?P<reason>.*)")
+"""Why the bundled server will not start, printed before it exits (``target_server._parent_watch``)."""
 PROXY_KINDS = ("none", "embedded", "nginx")
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM's name; the bundled server reads it too
 
@@ -241,6 +243,8 @@ def _wait_for_port(process: subprocess.Popen[str], port: int, timeout: float, lo
 
 
 def _wait_for_ready_line(process: subprocess.Popen[str], name: str, timeout: float) -> str:
+    """The URL of the child's ready line. A child that exits first is a ``ServerStartError`` that
+    quotes its refusal line if it printed one, else whatever it printed on stdout."""
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
     seen: list[str] = []
@@ -252,7 +256,9 @@ def _wait_for_ready_line(process: subprocess.Popen[str], name: str, timeout: flo
             line = process.stdout.readline()
             if not line:
                 code = process.wait()
-                raise ServerStartError(f"{name} exited with {code} before it was ready: {''.join(seen)!r}")
+                refusals = [match["reason"] for match in map(REFUSAL_LINE.match, seen) if match]
+                reason = refusals[-1] if refusals else repr("".join(seen))
+                raise ServerStartError(f"{name} exited with {code} before it was ready: {reason}")
             seen.append(line)
             match = READY_LINE.match(line)
             if match:

@@ -3,7 +3,8 @@
 The ready line, ``target_server ready: http://HOST:PORT (model MODEL)``, is printed only once the
 socket accepts connections, so a parent process can wait on it instead of sleeping. ``--port 0``
 binds a free port first and the line tells which. Started by the harness, the server also stops
-when the harness dies (``_parent_watch``).
+when the harness dies, and a refusal to start (a bad option, a port taken) is also printed on
+stdout as ``target_server failed: REASON`` for the harness to quote (``_parent_watch``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from target_server._parent_watch import exit_when_stdin_closes
+from target_server._parent_watch import announce_refusal, exit_when_stdin_closes
 from target_server.app import create_app
 from target_server.config import ServerConfig
 from target_server.faults import InjectedDisconnect
@@ -71,7 +72,9 @@ def serve(config: ServerConfig) -> None:
     try:
         sock = listening_socket(config.host, config.port)
     except OSError as exc:
-        sys.exit(f"target-server: cannot listen on {config.host}:{config.port}: {exc.strerror}")
+        reason = f"cannot listen on {config.host}:{config.port}: {exc.strerror}"
+        announce_refusal(reason)
+        sys.exit(f"target-server: {reason}")
     host, port = sock.getsockname()[:2]
     url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
     uv_config = uvicorn.Config(

@@ -1,4 +1,4 @@
-"""Exit when the process that started the server dies, even by SIGKILL.
+"""Exit when the process that started the server dies, even by SIGKILL; tell it why a start failed.
 
 A harness that starts the server as its child gives it a stdin pipe whose write end only the
 harness holds, and sets ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``. The kernel closes that end when the
@@ -18,6 +18,17 @@ import time
 
 ENV_VAR = "SSE_SOAK_EXIT_ON_STDIN_EOF"
 GRACE_S = 5.0
+LAUNCHED_BY_HARNESS = os.environ.get(ENV_VAR) == "1"
+"""Read at import, before ``exit_when_stdin_closes`` removes the variable."""
+REFUSAL_PREFIX = "target_server failed: "
+
+
+def announce_refusal(reason: str) -> None:
+    """Tell a harness that launched this server why it will not start: one line on stdout, the
+    channel it reads the ready line from (its error then names the reason, not only the exit
+    status). A server started by hand says it on stderr only, as any command does."""
+    if LAUNCHED_BY_HARNESS:
+        print(REFUSAL_PREFIX + " ".join(reason.split()), flush=True)
 
 
 def exit_when_stdin_closes() -> threading.Thread | None:

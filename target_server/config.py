@@ -16,6 +16,9 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
+
+from target_server._parent_watch import announce_refusal
 
 API_KEY_ENV = "VLLM_API_KEY"
 FAILURE_TYPES = ("server_error", "inband_error", "stall", "disconnect", "rate_limit")
@@ -24,6 +27,14 @@ TOKENIZE_APIS = ("vllm", "text", "none")
 
 def _opt(default: object, help: str, **extra: object) -> object:
     return field(default=default, metadata={"help": help, **extra})
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose refusals also reach a harness that launched the server (``announce_refusal``)."""
+
+    def error(self, message: str) -> NoReturn:
+        announce_refusal(message)
+        super().error(message)
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,7 @@ class ServerConfig:
 
     @classmethod
     def parser(cls) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(
+        parser = _Parser(
             prog="target-server",
             description="vLLM-faithful OpenAI-compatible streaming server for load and soak tests (no GPU).",
             formatter_class=argparse.ArgumentDefaultsHelpFormatter,

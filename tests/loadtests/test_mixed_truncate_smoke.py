@@ -139,7 +139,10 @@ def test_help_lists_the_scenario_options_beside_locusts() -> None:
 def test_a_bundled_server_that_cannot_start_is_one_line_and_nonzero(tmp_path: Path) -> None:
     run = run_locust("mixed_truncate", tmp_path, "--server-args=--max-num-seqs 0")
     assert run.returncode != 0
-    assert "sse-soak: the stack did not start: target server exited with 2" in run.output
+    assert (
+        "sse-soak: the stack did not start: target server exited with 2 before it was ready: "
+        "--max-num-seqs must be at least 1" in run.output
+    )
     assert "Traceback" not in run.output
 
 
