@@ -28,9 +28,9 @@ port, runs the ``mixed_truncate`` scenario against it as a real Locust subproces
   same process whose blocked window ``[t_mono - lag_s, t_mono]`` overlaps the interval from ``e``
   before the recorded time of frame i-1 to the recorded time of frame i (monotonic clock) is big
   enough to explain it, ``lag_s >= e - 10 ms``, or the blocked windows clipped to that interval add
-  up to as much (a saturated loop, behind at every sample). (A stall of length L delays a frame by at most L, so
-  it changes a gap by at most L; the monitor, asleep for up to one 10 ms interval when a stall
-  begins, reports at least L - 10 ms. The interval is widened by 10 ms at each end for the same
+  up to as much (a saturated loop, behind at every sample). (A stall of length L delays a frame by
+  at most L, so it changes a gap by at most L; the monitor, asleep for up to one 10 ms interval when
+  a stall begins, reports at least L - 10 ms. The interval is widened by 10 ms at each end for the same
   reason. It starts ``e`` early because a frame stamped ``e`` late arrived ``e`` before its stamp,
   and the stall that held it lies between the two.) (b) is what covers a frame that arrived during a
   stall and was read together with a later one: it carries the later frame's stamp and the wait of

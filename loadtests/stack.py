@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadtests._parent_watch import ENV_VAR as _EXIT_ON_STDIN_EOF
+from target_server._parent_watch import REFUSAL_PREFIX
 
 READY_LINE = re.compile(r"^(?:target_server|proxy) ready: (?P<url>http://\S+)")
-REFUSAL_LINE = re.compile(r"^target_server failed: (?P<reason>.*)")
+REFUSAL_LINE = re.compile("^" + re.escape(REFUSAL_PREFIX) + "(?P<reason>.*)")
 """Why the bundled server will not start, printed before it exits (``target_server._parent_watch``)."""
 PROXY_KINDS = ("none", "embedded", "nginx")
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM's name; the bundled server reads it too
