@@ -1,4 +1,5 @@
-"""Shared fixtures: real target servers on free loopback ports, always stopped."""
+"""Shared fixtures: real target servers on free loopback ports, always stopped; and the fast tier's
+promise checked: a test marked ``fast`` that starts a process fails."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from loadtests.stack import TargetServerProcess
+from tests.no_process import no_child_processes
 
 StartServer = Callable[..., TargetServerProcess]
 
@@ -17,6 +19,18 @@ StartServer = Callable[..., TargetServerProcess]
 # harness_kept_up gate (which judges this machine) is off in them unless a test turns it on with
 # --harness-lag-limit-ms, as the tests of the gate itself do. Every Locust child inherits this.
 os.environ.setdefault("SSE_SOAK_HARNESS_LAG_LIMIT_MS", "0")
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``fast`` fails if it starts a child process, even one whose error it caught."""
+    if request.node.get_closest_marker("fast") is None:
+        yield
+        return
+    with no_child_processes(request.node.nodeid) as refused:
+        yield
+    if refused:
+        pytest.fail("\n".join(refused), pytrace=False)
 
 
 @pytest.fixture
