@@ -20,6 +20,7 @@ def test_ruff_is_clean(command: list[str]) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.fast
 def test_target_server_all_lists_exactly_its_public_names() -> None:
     public = {name for name in vars(target_server) if not name.startswith("_")}
     modules = {name for name in public if type(getattr(target_server, name)).__name__ == "module"}

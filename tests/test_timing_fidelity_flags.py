@@ -12,6 +12,8 @@ from types import ModuleType
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.fast
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 

@@ -127,6 +127,7 @@ def first_segments_unstamped(holder: str, connections: int) -> int:
     return int(result.stdout)
 
 
+@pytest.mark.fast
 def test_tls_sockets_are_not_stamped() -> None:
     """TLS records are decrypted above the kernel: a stamp would not say when a frame's bytes came."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

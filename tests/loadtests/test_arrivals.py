@@ -14,6 +14,8 @@ from loadtests.arrivals import ArrivalPlan, ArrivalSchedule, not_sent_row, share
 from loadtests.recorder import REQUEST_SCHEMA, Recorder
 from loadtests.summary import arrival, arrival_line
 
+pytestmark = pytest.mark.fast
+
 
 def first(plan: ArrivalPlan, count: int) -> list[float]:
     return list(itertools.islice(plan.offsets(), count))

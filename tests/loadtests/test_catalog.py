@@ -14,6 +14,7 @@ from loadtests.catalog import CatalogError, locate, scenario_dir, shipped
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.fast
 def test_in_a_clone_the_shipped_scenarios_are_the_root_scenarios_directory() -> None:
     assert scenario_dir() == ROOT / "scenarios"
     on_disk = sorted(path.stem for path in (ROOT / "scenarios").glob("*.py"))
@@ -23,6 +24,7 @@ def test_in_a_clone_the_shipped_scenarios_are_the_root_scenarios_directory() -> 
         assert docstring and scenario.summary == docstring.splitlines()[0]
 
 
+@pytest.mark.fast
 def test_a_name_or_a_path_locates_a_locustfile(tmp_path: Path) -> None:
     assert locate("mixed_truncate") == ROOT / "scenarios" / "mixed_truncate.py"
     own = tmp_path / "mine.py"
@@ -30,6 +32,7 @@ def test_a_name_or_a_path_locates_a_locustfile(tmp_path: Path) -> None:
     assert locate(own) == own and locate(str(own)) == own
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("given", "problem"),
     [

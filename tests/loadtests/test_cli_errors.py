@@ -95,6 +95,7 @@ DURATIONS = [
 ]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("value", "message"), DURATIONS)
 def test_soak_refuses_a_bad_duration(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str, message: str
@@ -103,6 +104,7 @@ def test_soak_refuses_a_bad_duration(
     assert written(tmp_path) == []
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("value", "seconds"),
     [("90s", 90), ("1.5h", 5400), ("1h30m15s", 5415), ("0.5m", 30), ("45", 45), ("1s", 1), ("90.0s", 90)],
@@ -119,6 +121,7 @@ def test_soak_takes_a_whole_duration_and_gives_locust_exactly_it(
     assert command[command.index("-t") + 1] == f"{seconds}s"
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("duration", [0.4, 0.0, 1.5])
 def test_a_soak_plan_never_asks_locust_for_an_unbounded_or_rounded_run(duration: float) -> None:
     with pytest.raises(ValueError, match=r"whole number of seconds, at least 1"):
@@ -206,6 +209,7 @@ OPTIONS = [
 ]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("argv", "message"), OPTIONS)
 def test_soak_refuses_a_bad_option(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
@@ -214,6 +218,7 @@ def test_soak_refuses_a_bad_option(
     assert written(tmp_path) == []
 
 
+@pytest.mark.fast
 def test_soak_refuses_a_report_dir_that_is_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "reports").write_text("x")
     line = usage_error(capsys, "soak", "--duration", "5s")  # the default --report-dir, reports
@@ -221,6 +226,7 @@ def test_soak_refuses_a_report_dir_that_is_a_file(capsys: pytest.CaptureFixture[
     assert written(tmp_path) == ["reports"]
 
 
+@pytest.mark.fast
 def test_soak_refuses_a_report_dir_under_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "reports").write_text("x")
     line = usage_error(capsys, "soak", "--report-dir", "reports/nightly")
@@ -241,6 +247,7 @@ def test_soak_refuses_an_unwritable_report_dir(capsys: pytest.CaptureFixture[str
 SHIPPED = "mixed_truncate, proxy_timeout, slow_prefill, soak"
 
 
+@pytest.mark.fast
 def test_soak_refuses_a_missing_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     line = usage_error(capsys, "soak", "--scenario", "scenarios/nope.py")
     assert line == f"{SOAK}--scenario: scenarios/nope.py: no such file (a locustfile, or a shipped scenario: {SHIPPED})"
@@ -248,24 +255,28 @@ def test_soak_refuses_a_missing_scenario(capsys: pytest.CaptureFixture[str]) -> 
     assert line == f"{SOAK}--scenario: nope: no such scenario (shipped: {SHIPPED}; or give a locustfile's path)"
 
 
+@pytest.mark.fast
 def test_soak_refuses_a_scenario_that_is_a_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "scenarios").mkdir()
     line = usage_error(capsys, "soak", "--scenario", "scenarios")
     assert line == f"{SOAK}--scenario: scenarios: not a file (a locustfile, or a shipped scenario: {SHIPPED})"
 
 
+@pytest.mark.fast
 def test_run_refuses_an_unknown_scenario_before_starting_locust(capsys: pytest.CaptureFixture[str]) -> None:
     line = usage_error(capsys, "run", "mixed", "--headless")
     unknown = f"mixed: no such scenario (shipped: {SHIPPED}; or give a locustfile's path)"
     assert line == f"python -m loadtests run: scenario: {unknown}"
 
 
+@pytest.mark.fast
 def test_soak_refuses_a_missing_baseline_before_running(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     line = usage_error(capsys, "soak", "--baseline", "reports/last-good")
     assert line == f"{SOAK}--baseline reports/last-good: no such file or directory"
     assert written(tmp_path) == []
 
 
+@pytest.mark.fast
 def test_soak_refuses_a_baseline_that_is_not_a_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text("[]")
     line = usage_error(capsys, "soak", "--baseline", "summary.json")
@@ -290,6 +301,7 @@ def report_error(capsys: pytest.CaptureFixture[str], target: Path) -> str:
     return usage_error(capsys, "report", str(target)).removeprefix(REPORT)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("what", ["missing_path", "a_file", "an_empty_directory"])
 def test_report_refuses_what_is_not_a_run_directory(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, what: str
@@ -310,6 +322,7 @@ def run_dir_with_summary(tmp_path: Path, text: str) -> Path:
     return directory
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
@@ -436,6 +449,7 @@ PROXY_OPTIONS = [
 ]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("argv", "message"), PROXY_OPTIONS)
 def test_proxy_refuses_a_bad_option(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     assert usage_error(capsys, "proxy", *argv) == PROXY + message
@@ -467,22 +481,26 @@ def test_proxy_on_a_port_in_use_is_one_line_and_exit_2() -> None:
 # -- the parser's own errors --------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_an_unknown_command_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     line = usage_error(capsys, "soka")
     choices = "'scenarios', 'run', 'proxy', 'report', 'compare', 'soak'"
     assert line == f"python -m loadtests: COMMAND: invalid choice: 'soka' (choose from {choices})"
 
 
+@pytest.mark.fast
 def test_an_unknown_option_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     line = usage_error(capsys, "compare", "a", "b", "--bogus")
     assert line == "python -m loadtests: unrecognized arguments: --bogus"
 
 
+@pytest.mark.fast
 def test_an_option_without_its_value_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     line = usage_error(capsys, "compare", "a", "b", "--max-latency-increase")
     assert line == "python -m loadtests compare: --max-latency-increase: expected one argument"
 
 
+@pytest.mark.fast
 def test_the_baseline_summary_is_read_with_the_compare_rules(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -493,11 +511,13 @@ def test_the_baseline_summary_is_read_with_the_compare_rules(
     )
 
 
+@pytest.mark.fast
 def test_an_abbreviated_option_is_refused_not_guessed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     line = usage_error(capsys, "compare", str(tmp_path), str(tmp_path), "--max-latency", "0.1")
     assert line == "python -m loadtests: unrecognized arguments: --max-latency 0.1", line
 
 
+@pytest.mark.fast
 def test_soak_refuses_an_in_flight_limit_without_a_rate(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     line = usage_error(capsys, "soak", "--max-in-flight", "4")
     assert line == f"{SOAK}--max-in-flight limits an open-loop run: give --rate too"

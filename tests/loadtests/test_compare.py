@@ -42,10 +42,12 @@ def regressions(new: dict[str, Any], limits: Thresholds = DEFAULTS) -> list[str]
     return [row.metric for row in compare(summary(), new, limits) if row.regressed]
 
 
+@pytest.mark.fast
 def test_an_identical_run_is_no_regression() -> None:
     assert regressions(summary()) == []
 
 
+@pytest.mark.fast
 def test_a_single_new_500_is_a_regression() -> None:
     # 1 in 1000 is within the failure-rate threshold (0.001), but no 500 is tolerated.
     assert regressions(summary(inband_500=1, outcomes__inband_error=1, outcomes__ok=899)) == [
@@ -53,16 +55,19 @@ def test_a_single_new_500_is_a_regression() -> None:
     ]
 
 
+@pytest.mark.fast
 def test_cuts_beyond_the_failure_threshold_regress_and_within_do_not() -> None:
     assert regressions(summary(outcomes__cut=5, outcomes__ok=895)) == ["failure rate"]
     assert regressions(summary(outcomes__cut=5, outcomes__ok=895), Thresholds(max_failure_rate_increase=0.01)) == []
 
 
+@pytest.mark.fast
 def test_latency_growth_beyond_the_threshold_regresses() -> None:
     assert regressions(summary(latency__ttft_s__p95=0.6)) == ["ttft_s p95"]
     assert regressions(summary(latency__ttft_s__p95=0.45)) == []
 
 
+@pytest.mark.fast
 def test_a_keepalive_drop_and_a_lost_verdict_regress() -> None:
     assert regressions(summary(keepalive_per_stream__mean=1.0)) == ["keep-alive frames per raw stream"]
     verdict = "verdict passed (an interrupted run fails)"
@@ -71,11 +76,13 @@ def test_a_keepalive_drop_and_a_lost_verdict_regress() -> None:
     assert regressions(interrupted) == [verdict]
 
 
+@pytest.mark.fast
 def test_stopped_streams_are_not_judged() -> None:
     rows = compare(summary(), summary(requests=1100, outcomes__stopped=100))
     assert rows[0].base == rows[0].new == 1000
 
 
+@pytest.mark.fast
 def test_load_summary_takes_a_run_dir_or_the_file(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text(json.dumps(summary()))
     assert load_summary(tmp_path) == load_summary(tmp_path / "summary.json") == summary()
@@ -202,6 +209,7 @@ def test_compare_refuses_a_threshold_that_is_no_number_of_its_kind(
     assert bad_input(run_compare(str(tmp_path), str(tmp_path), f"{option}={value}")) == f"{option}: {problem}"
 
 
+@pytest.mark.fast
 def test_thresholds_refuse_nan_and_negative_when_built_in_code() -> None:
     with pytest.raises(
         ValueError, match=r"^max_latency_increase: expected a number >= 0, or inf \(never flag\), got nan$"
@@ -211,6 +219,7 @@ def test_thresholds_refuse_nan_and_negative_when_built_in_code() -> None:
         Thresholds(max_keepalive_drop=-1)
 
 
+@pytest.mark.fast
 def test_an_inf_threshold_never_flags() -> None:
     never = Thresholds(*(float("inf"),) * 4)
     worse = summary(
@@ -239,6 +248,7 @@ def test_compare_exit_codes_are_0_for_no_regression_and_1_for_a_regression(tmp_p
     assert off.returncode == 0, off.stdout
 
 
+@pytest.mark.fast
 def test_the_servers_queue_and_kv_cache_are_shown_never_a_regression() -> None:
     server = {"available": True, "waiting": {"p95": 3.0, "max": 5.0}, "kv_cache_usage": {"max": 0.4}}
     worse = {"available": True, "waiting": {"p95": 30.0, "max": 50.0}, "kv_cache_usage": {"max": 1.0}}

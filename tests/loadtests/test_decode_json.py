@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from loadtests.outcome import decode_json
 
+pytestmark = pytest.mark.fast
+
 
 def decoded(text: str) -> tuple[str, Any]:
     """("value", repr of it) or ("refused", None): repr tells 1 from 1.0 and keeps key order."""

@@ -16,6 +16,8 @@ from loadtests.run_dir import RunDir
 from loadtests.server_metrics import parse_exposition
 from loadtests.soak import parse_duration
 
+pytestmark = pytest.mark.fast
+
 LIMITS = DriftLimits(windows=5)
 
 

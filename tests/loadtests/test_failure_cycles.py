@@ -12,6 +12,8 @@ import pytest
 
 from loadtests.failure_cycles import forget_failure, forget_traceback
 
+pytestmark = pytest.mark.fast
+
 
 class Response:
     """As Locust's FastResponse after a non-2xx: ``error`` holds the exception that holds it."""

@@ -27,6 +27,8 @@ from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import Recorder
 from tests.loadtests.tables import requests_of
 
+pytestmark = pytest.mark.fast
+
 
 def table(*rows: dict[str, Any]) -> pd.DataFrame:
     """A request table with the real columns and dtypes, built through the recorder."""

@@ -33,6 +33,8 @@ from loadtests.sse import Frame
 from loadtests.summary import summarize
 from tests.loadtests.tables import frames_of, requests_of
 
+pytestmark = pytest.mark.fast
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 IMAGE = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 RUN_START = 1_800_000_000.0

@@ -19,6 +19,8 @@ from loadtests.run_writer import RunWriter
 from loadtests.sse import Frame
 from loadtests.summary import Summary
 
+pytestmark = pytest.mark.fast
+
 
 class FakeClock:
     def __init__(self) -> None:

@@ -19,12 +19,14 @@ from loadtests.launch import Launch, gate_names, option_arguments, plan, run
 from loadtests.run_dir import RunDir
 
 
+@pytest.mark.fast
 def test_keywords_become_options() -> None:
     given = {"server_args": "--seed 3", "only_summary": True, "tags": ("a", "b"), "model": None, "x": False, "r": 0.5}
     expected = ["--server-args=--seed 3", "--only-summary", "--tags=a", "--tags=b", "--r=0.5"]
     assert option_arguments(given) == expected
 
 
+@pytest.mark.fast
 def test_a_launch_is_a_headless_locust_command_with_the_key_out_of_it(tmp_path: Path) -> None:
     launch = Launch("mixed_truncate", users=3, duration_s=7, api_key="secret", report_dir=tmp_path, options={"a_b": 1})
     command = launch.command()

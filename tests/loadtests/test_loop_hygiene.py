@@ -89,6 +89,7 @@ def test_the_platform_facts_a_first_openai_request_reads_are_cached_by_setup() -
     assert seen["system"] and seen["platform"] and seen["machine"] and seen["python"]
 
 
+@pytest.mark.fast
 def test_one_verifying_tls_context_serves_every_client() -> None:
     context = shared_ssl_context()
     assert shared_ssl_context() is context

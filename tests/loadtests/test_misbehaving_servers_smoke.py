@@ -60,6 +60,7 @@ READY_PREFIX = "listening on "
 MISBEHAVING_LOCUSTFILE = ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"
 
 
+@pytest.mark.fast
 def test_every_mode_has_an_expected_outcome() -> None:
     assert set(EXPECTED) == set(MODES)
 

@@ -9,6 +9,8 @@ import pytest
 from loadtests.outcome import RequestPlan, StreamTracker, frame_kind
 from loadtests.sse import Frame
 
+pytestmark = pytest.mark.fast
+
 PLAN = RequestPlan("req-1", "completions:x", "completions", truncate_prompt_tokens=1000, expected="ok")
 
 

@@ -172,11 +172,13 @@ def test_the_probe_sends_the_api_key(start_server: StartServer, foreign: Callabl
     assert other.tokenize_authorizations == ["Bearer sesame"]
 
 
+@pytest.mark.fast
 def test_the_probe_never_raises_and_says_why_it_could_not_probe() -> None:
     sizing = probe_prompt_sizing("http://127.0.0.1:9", timeout=2)  # discard port: refused
     assert sizing.startswith("estimated (no model to probe /tokenize with: ConnectError")
 
 
+@pytest.mark.fast
 def test_vllms_answer_with_no_model_field_is_still_exact(foreign: Callable[..., ForeignServer]) -> None:
     server = foreign(_count_words)
     assert probe_prompt_sizing(server.url) == "exact"
@@ -186,6 +188,7 @@ def test_vllms_answer_with_no_model_field_is_still_exact(foreign: Callable[..., 
     assert (facts.prompt_sizing, counted, len(text.split())) == ("exact", 300, 300)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("case", FOREIGN_ANSWERS)
 def test_a_foreign_tokenize_turns_sizing_to_estimates_with_the_reason(
     foreign: Callable[..., ForeignServer], case: str
@@ -196,6 +199,7 @@ def test_a_foreign_tokenize_turns_sizing_to_estimates_with_the_reason(
     assert server.tokenize_calls == 1  # one probe
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("case", ["404", "not JSON", "a zero count", "no answer"])
 def test_a_run_against_a_foreign_tokenize_probes_once_prepares_estimates_and_says_so_once(
     foreign: Callable[..., ForeignServer], capsys: pytest.CaptureFixture[str], case: str
@@ -217,6 +221,7 @@ def test_a_run_against_a_foreign_tokenize_probes_once_prepares_estimates_and_say
     assert capsys.readouterr().out == f"{ESTIMATED_LINE}{reason}\n"
 
 
+@pytest.mark.fast
 def test_a_failure_after_the_probe_estimates_the_rest_and_says_so_once(
     foreign: Callable[..., ForeignServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -233,6 +238,7 @@ def test_a_failure_after_the_probe_estimates_the_rest_and_says_so_once(
     assert capsys.readouterr().out == f"{ESTIMATED_LINE}{reason}\n"
 
 
+@pytest.mark.fast
 def test_a_count_that_never_grows_is_caught_while_sizing_not_searched_forever(
     foreign: Callable[..., ForeignServer], capsys: pytest.CaptureFixture[str]
 ) -> None:

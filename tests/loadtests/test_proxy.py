@@ -188,6 +188,7 @@ def test_proxy_command_line_errors_are_one_line(args: list[str], complaint: str)
     assert result.returncode != 0 and complaint in result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.fast
 def test_nginx_config_is_sse_ready(tmp_path: Path) -> None:
     config = nginx_config(tmp_path, 8080, "http://127.0.0.1:9000/", 2.5)
     for line in (
@@ -201,6 +202,7 @@ def test_nginx_config_is_sse_ready(tmp_path: Path) -> None:
         assert line in config
 
 
+@pytest.mark.fast
 def test_missing_nginx_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ServerStartError, match="needs nginx installed"):

@@ -196,6 +196,7 @@ def test_expect_100_continue_is_answered_by_the_proxy(proxy: ChildService) -> No
     assert response.startswith(b"HTTP/1.1 200 OK\r\n") and b'"text"' in response
 
 
+@pytest.mark.fast
 def test_a_request_that_does_not_arrive_in_time_is_a_408() -> None:
     async def scenario() -> bytes:
         proxy = ReverseProxy(ProxySettings("127.0.0.1", 0, "http://127.0.0.1:9", 5.0, client_timeout=0.3))

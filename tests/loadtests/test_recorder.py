@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 
 import msgpack
+import pytest
 
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import FRAME_COLUMNS, Recorder
 from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.sse import Frame
 from tests.loadtests.tables import requests_of
+
+pytestmark = pytest.mark.fast
 
 
 def finished(request_id: str, frames: int) -> StreamTracker:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from loadtests.drift import DriftLimits, drift_gates
 from loadtests.gates import ALWAYS_ON, Expect
@@ -18,6 +19,8 @@ from loadtests.run_writer import RunWriter
 from loadtests.sse import Frame
 from loadtests.summary import KEEPALIVE_COUNTED_ON, Summary
 from tests.loadtests.tables import requests_of
+
+pytestmark = pytest.mark.fast
 
 
 def recorded() -> Recorder:

@@ -9,6 +9,8 @@ from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
 from loadtests.response_end import FramedResponse
 
+pytestmark = pytest.mark.fast
+
 BODY = b"data: 1\n\ndata: [DONE]\n\n"
 
 

@@ -68,6 +68,7 @@ def test_eight_processes_in_the_same_second_get_eight_directories(tmp_path: Path
     }
 
 
+@pytest.mark.fast
 def test_eight_threads_past_a_barrier_get_eight_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(run_dir.time, "gmtime", lambda *_: FIXED_SECOND)
     barrier, made, errors = threading.Barrier(RUNS), [], []
@@ -88,17 +89,20 @@ def test_eight_threads_past_a_barrier_get_eight_directories(tmp_path: Path, monk
     assert all(path.is_dir() for path in made)
 
 
+@pytest.mark.fast
 def test_a_taken_name_is_skipped_even_when_it_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(run_dir.time, "gmtime", lambda *_: FIXED_SECOND)
     (tmp_path / "demo-20260101T000000Z").write_text("not a run")
     assert new_run_dir(tmp_path, "demo") == tmp_path / "demo-20260101T000000Z-2"
 
 
+@pytest.mark.fast
 def test_a_missing_report_root_is_created(tmp_path: Path) -> None:
     directory = new_run_dir(tmp_path / "a" / "b", "demo")
     assert directory.parent == tmp_path / "a" / "b" and directory.is_dir()
 
 
+@pytest.mark.fast
 def test_a_report_root_that_is_a_file_is_one_line(tmp_path: Path) -> None:
     root = tmp_path / "reports"
     root.write_text("x")
@@ -109,6 +113,7 @@ def test_a_report_root_that_is_a_file_is_one_line(tmp_path: Path) -> None:
     assert root.read_text() == "x"
 
 
+@pytest.mark.fast
 def test_a_file_in_the_way_above_the_report_root_is_named(tmp_path: Path) -> None:
     (tmp_path / "reports").write_text("x")
     root = tmp_path / "reports" / "nightly"
@@ -130,6 +135,7 @@ def test_an_unwritable_report_root_is_one_line(tmp_path: Path) -> None:
         root.chmod(0o700)
 
 
+@pytest.mark.fast
 def test_a_mkdir_refused_by_the_system_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the checks cannot see (root on a read-only mount, an ACL) still ends as a ``RunDirError``."""
 

@@ -76,6 +76,7 @@ def written_ids(writer: RunWriter) -> list[str]:
     return list(writer.run.read_requests()["request_id"])
 
 
+@pytest.mark.fast
 def test_other_greenlets_keep_running_while_a_large_batch_is_written(tmp_path: Path) -> None:
     batch = batch_of(*(f"r{index}" for index in range(3000)), frames=12)
     writer = RunWriter(tmp_path)
@@ -89,6 +90,7 @@ def test_other_greenlets_keep_running_while_a_large_batch_is_written(tmp_path: P
     assert writer.rows_written == 3000 and len(writer.run.read_frames()) == 36_000
 
 
+@pytest.mark.fast
 def test_a_slow_disk_stalls_only_the_greenlet_that_writes(tmp_path: Path, slow_parts: threading.Event) -> None:
     writer = RunWriter(tmp_path)
     ticker = Ticker()
@@ -101,6 +103,7 @@ def test_a_slow_disk_stalls_only_the_greenlet_that_writes(tmp_path: Path, slow_p
     assert max(b - a for a, b in itertools.pairwise(during)) < 0.1  # on the loop: one gap of 0.2 s
 
 
+@pytest.mark.fast
 def test_batches_handed_over_together_are_each_written_once_in_order(
     tmp_path: Path, slow_parts: threading.Event
 ) -> None:
@@ -120,6 +123,7 @@ def writing(writer: RunWriter, request_id: str, slow_parts: threading.Event) -> 
     return greenlet
 
 
+@pytest.mark.fast
 def test_a_greenlet_killed_during_its_write_leaves_the_batch_written_once(
     tmp_path: Path, slow_parts: threading.Event
 ) -> None:
@@ -132,6 +136,7 @@ def test_a_greenlet_killed_during_its_write_leaves_the_batch_written_once(
     assert written_ids(writer) == ["a", "b"]
 
 
+@pytest.mark.fast
 def test_a_greenlet_killed_while_waiting_for_its_turn_still_gets_its_batch_written(
     tmp_path: Path, slow_parts: threading.Event
 ) -> None:
@@ -144,6 +149,7 @@ def test_a_greenlet_killed_while_waiting_for_its_turn_still_gets_its_batch_writt
     assert written_ids(writer) == ["a", "b"] and writer.rows_pending == 0
 
 
+@pytest.mark.fast
 def test_a_disk_error_keeps_the_batch_and_is_logged_not_printed_as_a_crash(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -162,6 +168,7 @@ def test_a_disk_error_keeps_the_batch_and_is_logged_not_printed_as_a_crash(
     assert written_ids(writer) == ["early", "later", "last"] and writer.rows_pending == 0
 
 
+@pytest.mark.fast
 def test_off_loop_runs_in_another_thread_and_raises_what_the_function_raised() -> None:
     assert _off_loop(threading.get_ident) != threading.get_ident()
     assert _off_loop(divmod, 7, 2) == (3, 1)
@@ -169,6 +176,7 @@ def test_off_loop_runs_in_another_thread_and_raises_what_the_function_raised() -
         _off_loop(divmod, 1, 0)
 
 
+@pytest.mark.fast
 def test_off_loop_called_from_the_hub_runs_in_place() -> None:
     seen: list[int] = []
     gevent.get_hub().loop.run_callback(lambda: seen.append(_off_loop(threading.get_ident)))

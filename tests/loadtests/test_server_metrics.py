@@ -79,6 +79,7 @@ def scrapes(*expositions: str, start: float = 1000.0) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True)
 
 
+@pytest.mark.fast
 def test_a_scrape_keeps_gauges_and_counters_and_only_the_sum_and_count_of_a_histogram() -> None:
     rows = pd.DataFrame(parse_exposition(exposition(), 1234.5))
     assert list(rows.columns) == SERVER_METRICS_SCHEMA.names
@@ -102,12 +103,14 @@ def test_a_scrape_keeps_gauges_and_counters_and_only_the_sum_and_count_of_a_hist
     assert rows.loc[rows["name"] == "vllm:time_to_first_token_seconds_sum", "value"].item() == 0.7
 
 
+@pytest.mark.fast
 def test_a_body_that_is_not_prometheus_text_is_refused() -> None:
     for body in ("<!doctype html><html>", '{"error": "Unauthorized"}', "Not Found"):
         with pytest.raises(ValueError):
             parse_exposition(body, 0.0)
 
 
+@pytest.mark.fast
 def test_concepts_sum_label_sets_average_shares_and_prefer_vllm_v1_names() -> None:
     series = concept_series(scrapes(exposition(waiting=2.0), exposition(waiting=5.0)))
     assert list(series.columns) == ["running", "waiting", "kv_cache_usage", "prompt_tokens", "generation_tokens"]
@@ -119,6 +122,7 @@ def test_concepts_sum_label_sets_average_shares_and_prefer_vllm_v1_names() -> No
     assert list(concept_series(older)["kv_cache_usage"]) == [0.9]  # only the pre-0.9 name: it is read
 
 
+@pytest.mark.fast
 def test_the_summary_gives_queue_spread_and_tokens_counted_through_a_restart() -> None:
     metrics = scrapes(
         exposition(waiting=0.0, prompt=100.0),
@@ -134,6 +138,7 @@ def test_the_summary_gives_queue_spread_and_tokens_counted_through_a_restart() -
     assert summary["names"]["kv_cache_usage"] == "vllm:kv_cache_usage_perc"
 
 
+@pytest.mark.fast
 def test_a_server_without_the_kv_gauge_has_none_and_no_rows_say_why() -> None:
     bare = scrapes("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 1\n")
     summary = server_metrics_summary(bare)
@@ -231,6 +236,7 @@ def refused_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
@@ -260,6 +266,7 @@ def test_a_target_without_metrics_is_said_once_and_scraping_stops(
     assert scraper.scrapes == 0 and not (tmp_path / "server_metrics.parquet").exists()
 
 
+@pytest.mark.fast
 def test_failures_after_a_good_scrape_are_skipped_and_counted(
     serve: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from loadtests.sse import Frame, LineTooLong, SSEParser
 
+pytestmark = pytest.mark.fast
+
 
 def parse(*reads: bytes) -> list[Frame]:
     parser = SSEParser()

@@ -63,6 +63,7 @@ def test_a_mix_draws_by_weight_in_a_seeded_order(client: httpx.Client) -> None:
     assert json.loads(prepared["a"].stream_payload("other"))["model"] == "other"
 
 
+@pytest.mark.fast
 def test_draws_follow_the_seeded_weighted_order() -> None:
     """The same sequence ``random.choices`` gives with the weights themselves, for the mix's seed."""
     specs = [RequestSpec(label, "completions", 10, weight=weight) for label, weight in (("a", 3), ("b", 1), ("c", 2))]
@@ -79,6 +80,7 @@ def test_truncation_is_sent_only_when_asked(client: httpx.Client) -> None:
     assert bodies["t"]["truncate_prompt_tokens"] == 5 and "truncate_prompt_tokens" not in bodies["u"]
 
 
+@pytest.mark.fast
 def test_an_empty_mix_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one spec"):
         RequestMix([])

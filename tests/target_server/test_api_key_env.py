@@ -27,6 +27,7 @@ def test_the_server_takes_its_key_from_vllm_api_key() -> None:
         server.stop()
 
 
+@pytest.mark.fast
 def test_the_command_line_key_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLLM_API_KEY", "env-key")
     assert ServerConfig.from_args(["--api-key", "cli-key"]).api_key == "cli-key"
@@ -36,11 +37,13 @@ def test_the_command_line_key_wins_over_the_environment(monkeypatch: pytest.Monk
     assert ServerConfig.from_args([]).api_key is None  # empty is unset, as in vLLM
 
 
+@pytest.mark.fast
 def test_help_names_the_variable_and_who_wins() -> None:
     text = " ".join(ServerConfig.parser().format_help().split())
     assert "also read from $VLLM_API_KEY" in text and "this option wins if both are given" in text
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("server_args", "expected"),
     [

@@ -79,6 +79,7 @@ def test_ready_line_names_a_url_that_answers(start_server: StartServer) -> None:
     assert httpx.get(server.url + "/v1/models").json()["data"][0]["id"] == "my/model"
 
 
+@pytest.mark.fast
 def test_the_command_line_defaults_are_the_config_defaults_and_options_parse_to_fields() -> None:
     assert ServerConfig.from_args([]) == ServerConfig()
     parsed = ServerConfig.from_args(
@@ -105,6 +106,7 @@ def test_the_command_line_defaults_are_the_config_defaults_and_options_parse_to_
     assert parsed.inter_token_latency == 12.5
 
 
+@pytest.mark.fast
 def test_accepted_connections_get_tcp_nodelay() -> None:
     """Without TCP_NODELAY each small SSE frame after the first waits for the client's delayed ACK."""
 

@@ -13,6 +13,8 @@ import pytest
 
 from target_server.keep_alive import KEEP_ALIVE_COMMENT, with_keep_alive
 
+pytestmark = pytest.mark.fast
+
 INTERVAL = 0.05
 
 

@@ -9,6 +9,8 @@ import pytest
 from target_server.config import ServerConfig
 from target_server.engine import Engine, Generation
 
+pytestmark = pytest.mark.fast
+
 
 async def first_token(engine: Engine, job: Generation) -> str:
     async for token in engine.generate(job):

@@ -13,6 +13,7 @@ VLLM_PROMPT = {"model": "sse-soak/tiny-sim", "prompt": "w w w"}
 VLLM_CHAT = {"model": "sse-soak/tiny-sim", "messages": [{"role": "user", "content": "w w w"}]}
 
 
+@pytest.mark.fast
 def test_vllm_is_the_default_and_the_option_parses_to_the_field() -> None:
     assert ServerConfig().tokenize_api == ServerConfig.from_args([]).tokenize_api == "vllm"
     assert ServerConfig.from_args(["--tokenize-api", "text"]).tokenize_api == "text"

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from target_server import tokenizer
+
+pytestmark = pytest.mark.fast
 
 WHOLE = re.compile(r"\w+|[^\w\s]")
 """The token rule, applied to the whole text at once: what the slices must add up to."""
