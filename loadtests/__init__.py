@@ -37,10 +37,11 @@ _EXPORTS = {
     "SSEParser": "loadtests.sse",
     "RequestMix": "loadtests.workload",
     "RequestSpec": "loadtests.workload",
-    "Scenario": "loadtests.scenario",
+    # What a locustfile runs comes through the run controller: importing it registers it with Locust.
+    "Scenario": "loadtests.run_controller",
     "RunSettings": "loadtests.scenario",
-    "SSEUser": "loadtests.users",
-    "OpenAISDKUser": "loadtests.users",
+    "SSEUser": "loadtests.run_controller",
+    "OpenAISDKUser": "loadtests.run_controller",
 }
 
 __all__ = [

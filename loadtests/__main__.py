@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import math
 import os
 import re
 import signal
@@ -23,8 +22,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from loadtests import compare as compare_module
+from loadtests.errors import UsageError
+from loadtests.options import REPORT_DIR, SECONDS, add_argparse_options, check_open_loop, locust_arguments, on
+from loadtests.options import Surface as _Surface
+from loadtests.options import http_url as _http_url
 from loadtests.proxy import ProxySettings, serve
-from loadtests.run_options import http_url, target_url
+
+SOAK_, LOCUST_ = _Surface.SOAK, _Surface.LOCUST
 
 _THRESHOLDS = [field.name for field in dataclasses.fields(compare_module.Thresholds)]
 _THRESHOLD_KIND = {"max_keepalive_drop": "a share from 0 to 1 (0.5 = half)"}
@@ -49,6 +53,18 @@ def _refuse(command: str, message: str) -> NoReturn:
     sys.exit(USAGE_ERROR)
 
 
+def _argparse(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``convert`` as an argparse type: its ``ValueError`` is the one line argparse prints."""
+
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
 def _number(text: str) -> float:
     try:
         return float(text)
@@ -69,43 +85,6 @@ def _host_port(text: str) -> tuple[str, int]:
             f"expected HOST:PORT with an IPv6 host in brackets, e.g. [::1]:8080, got {text!r}"
         )
     return host, int(port)
-
-
-def _positive_seconds(text: str) -> float:
-    value = _number(text)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = _number(text)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a positive, finite number, got {text!r}")
-    return value
-
-
-def _share(text: str) -> float:
-    value = _number(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
-    return value
-
-
-def _limit(text: str) -> float:
-    value = _number(text)
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
-
-
-def _at_least(minimum: int) -> Callable[[str], int]:
-    def whole(text: str) -> int:
-        if not re.fullmatch(r"\s*\+?\d+\s*", text, re.ASCII) or int(text) < minimum:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
-        return int(text)
-
-    return whole
 
 
 def _threshold(name: str) -> Callable[[str], float]:
@@ -149,11 +128,14 @@ def parser() -> argparse.ArgumentParser:
         help="HOST:PORT to listen on; port 0 picks a free one (default 127.0.0.1:0)",
     )
     proxy.add_argument(
-        "--upstream", required=True, type=http_url, help="base URL of the server to proxy, e.g. http://127.0.0.1:8000"
+        "--upstream",
+        required=True,
+        type=_argparse(_http_url),
+        help="base URL of the server to proxy, e.g. http://127.0.0.1:8000",
     )
     proxy.add_argument(
         "--read-timeout",
-        type=_positive_seconds,
+        type=_argparse(lambda text: SECONDS.parse(text)),
         default=60.0,
         help="longest silence from upstream in seconds, like nginx's proxy_read_timeout (default 60)",
     )
@@ -188,15 +170,6 @@ def _scenario(text: str) -> Path:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _duration(text: str) -> int:
-    from loadtests.soak import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _add_soak_parser(commands: Any) -> None:
     soak = commands.add_parser(
         "soak",
@@ -206,119 +179,34 @@ def _add_soak_parser(commands: Any) -> None:
         "line and the exit code (0 pass, 1 fail); a bad option is one line and exit 2, before anything runs. "
         "Arguments after -- go to locust unchanged.",
     )
-    _add_soak_load_options(soak)
-    _add_soak_judging_options(soak)
+    add_argparse_options(
+        soak.add_argument_group("load", "What the soak runs, against what, and how hard."),
+        SOAK_,
+        ("load", "target", "arrival"),
+    )
+    add_argparse_options(
+        soak.add_argument_group("judging", "What the soak writes, how often, and what its verdict compares."),
+        SOAK_,
+        ("recording", "judging"),
+    )
     soak.add_argument("locust_args", nargs="*", help="after --: extra locust options, e.g. -- --proxy nginx")
-
-
-def _add_soak_load_options(soak: Any) -> None:
-    """What the soak runs, against what, and how hard."""
-    from loadtests.soak import DEFAULT_SCENARIO
-
-    soak.add_argument(
-        "--scenario",
-        type=_scenario,
-        default=DEFAULT_SCENARIO,
-        help="a shipped scenario's name or a locustfile path (default: soak)",
-    )
-    soak.add_argument(
-        "--duration",
-        type=_duration,
-        default=300,
-        help="e.g. 90s, 20m, 8h, 1h30m, 1.5h or plain seconds (default 5m). Whole seconds, at least "
-        "1 s (Locust's -t resolution; it reads 0s as no limit): 0.4s or 1.5s is refused, never "
-        "rounded, and so is an ambiguous string such as 1h2, 1h1h or 30m1h",
-    )
-    soak.add_argument("--users", type=_at_least(1), default=12, help="concurrent users, >= 1 (default 12)")
-    soak.add_argument("--spawn-rate", type=_positive, default=12.0, help="users started per second, > 0 (default 12)")
-    soak.add_argument(
-        "--processes", type=_at_least(1), default=None, help="Locust worker processes, >= 1 (default: one process)"
-    )
-    soak.add_argument(
-        "--host",
-        type=target_url,
-        default=None,
-        help="target server, an http(s) URL (default: the scenario's bundled stack)",
-    )
-    soak.add_argument(
-        "--rate",
-        type=_positive,
-        default=None,
-        help="open loop: requests a second started on schedule whatever the server does (default: closed loop)",
-    )
-    soak.add_argument(
-        "--arrival", choices=("poisson", "constant"), default="poisson", help="open loop: the schedule's spacing"
-    )
-    soak.add_argument(
-        "--max-in-flight", type=_at_least(1), default=None, help="open loop: requests open at once (default: --users)"
-    )
-
-
-def _add_soak_judging_options(soak: Any) -> None:
-    """What the soak writes, how often, and what its verdict compares."""
-    from loadtests.drift import DriftLimits
-
-    limits = DriftLimits()
-    soak.add_argument(
-        "--report-dir",
-        default="reports",
-        help="where the run directory goes: a writable directory, or one that can be created (default reports)",
-    )
-    soak.add_argument(
-        "--baseline",
-        default=None,
-        help="a previous run directory or summary.json to compare with (checked before the run starts)",
-    )
-    soak.add_argument(
-        "--frame-sample-rate",
-        type=_share,
-        default=0.1,
-        help="share of ok streams whose frames are kept, 0 to 1; failures always keep theirs (default 0.1)",
-    )
-    soak.add_argument(
-        "--progress-interval",
-        type=_positive_seconds,
-        default=None,
-        help="seconds between progress lines (default 1 on a terminal, 10 otherwise)",
-    )
-    soak.add_argument(
-        "--checkpoint-interval",
-        type=_positive_seconds,
-        default=60.0,
-        help="seconds between rewrites of summary.json while running (default 60)",
-    )
-    soak.add_argument(
-        "--windows", type=_at_least(3), default=limits.windows, help=f"drift windows, >= 3 (default {limits.windows})"
-    )
-    soak.add_argument(
-        "--max-memory-growth",
-        type=_limit,
-        default=limits.max_memory_growth,
-        help="steady memory growth allowed, second to last window, a finite number >= 0 "
-        f"(default {limits.max_memory_growth:g})",
-    )
-    soak.add_argument(
-        "--max-latency-drift",
-        type=_limit,
-        default=limits.max_latency_drift,
-        help="TTFT p50 growth allowed, first to last window, a finite number >= 0 "
-        f"(default {limits.max_latency_drift:g})",
-    )
 
 
 def _check_soak_files(options: argparse.Namespace) -> None:
     """What the parser cannot see: the report directory, the baseline. Checked before anything
     starts, and without writing anything."""
-    from loadtests.run_dir import report_root_problem
-
-    problem = report_root_problem(options.report_dir)
+    problem = REPORT_DIR.problem(options.report_dir)
     if problem is not None:
-        _refuse("soak", f"--report-dir {options.report_dir}: {problem}")
+        _refuse("soak", f"--report-dir {problem}")
     if options.baseline is not None:
         try:
             compare_module.load_summary(options.baseline)
         except compare_module.SummaryError as exc:
             _refuse("soak", f"--baseline {exc}")
+    try:
+        check_open_loop(options.rate, options.max_in_flight)
+    except UsageError as exc:
+        _refuse("soak", str(exc))
 
 
 def _run_soak(options: argparse.Namespace) -> int:
@@ -334,6 +222,12 @@ def _run_soak(options: argparse.Namespace) -> int:
         max_memory_growth=options.max_memory_growth,
         max_latency_drift=options.max_latency_drift,
     )
+    # The soak's options that are the scenario's own go to Locust as they are; an open loop's
+    # spacing only with its rate.
+    handed = {item.name: getattr(options, item.name) for item in on(SOAK_) if LOCUST_ in item.surfaces}
+    handed.pop("report_dir")
+    if options.rate is None:
+        handed.pop("arrival")
     plan = SoakPlan(
         scenario=options.scenario,
         duration_s=options.duration,
@@ -346,24 +240,9 @@ def _run_soak(options: argparse.Namespace) -> int:
         progress_interval=options.progress_interval,
         checkpoint_interval=options.checkpoint_interval,
         limits=limits,
-        locust_args=[
-            "--frame-sample-rate",
-            f"{options.frame_sample_rate:g}",
-            *_open_loop_args(options),
-            *options.locust_args,
-        ],
+        locust_args=[*locust_arguments(handed), *options.locust_args],
     )
     return Soak(plan).run()
-
-
-def _open_loop_args(options: argparse.Namespace) -> list[str]:
-    """The soak's open-loop options, as the scenario takes them; ``--max-in-flight`` only with ``--rate``."""
-    if options.rate is None:
-        if options.max_in_flight is not None:
-            _refuse("soak", "--max-in-flight limits an open-loop run: give --rate too")
-        return []
-    limit = [] if options.max_in_flight is None else [f"--max-in-flight={options.max_in_flight}"]
-    return [f"--rate={options.rate:g}", f"--arrival={options.arrival}", *limit]
 
 
 def _run_compare(options: argparse.Namespace) -> int:

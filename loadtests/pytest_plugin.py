@@ -15,7 +15,6 @@ scenario's profile.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 from pathlib import Path
@@ -24,68 +23,15 @@ from typing import Any
 import pytest
 
 from loadtests import _gevent_compat, launch
+from loadtests.options import Surface, add_pytest_options, on
 from loadtests.run_dir import Manifest
-from loadtests.run_options import target_url
 
 _gevent_compat.unhide_trio()  # this process never imports Locust
-
-DEFAULT_DURATION_S = 10
-"""Long enough for the slowest shipped scenario (proxy_timeout: 5 s to the first token) to finish streams."""
-DEFAULT_USERS = 4
-PROXIES = ("none", "embedded", "nginx")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("sse-soak", "sse-soak: scenario runs against an OpenAI-compatible streaming server")
-    group.addoption(
-        "--sse-soak-host",
-        metavar="URL",
-        type=target_url,
-        default=None,
-        help="the server under test, e.g. http://127.0.0.1:8000 (default: each run starts the bundled server "
-        "with its scenario's profile)",
-    )
-    group.addoption(
-        "--sse-soak-api-key",
-        metavar="KEY",
-        default=None,
-        help="bearer token for the server (default: $SSE_SOAK_API_KEY); passed to each run in its environment",
-    )
-    group.addoption(
-        "--sse-soak-model", metavar="NAME", default=None, help="model to request (default: the first in /v1/models)"
-    )
-    group.addoption(
-        "--sse-soak-duration",
-        metavar="SECONDS",
-        type=_at_least_one,
-        default=DEFAULT_DURATION_S,
-        help=f"how long each run sends load, whole seconds >= 1 (default {DEFAULT_DURATION_S})",
-    )
-    group.addoption(
-        "--sse-soak-users",
-        metavar="N",
-        type=_at_least_one,
-        default=DEFAULT_USERS,
-        help=f"concurrent users of each run, >= 1 (default {DEFAULT_USERS})",
-    )
-    group.addoption(
-        "--sse-soak-report-dir",
-        metavar="DIR",
-        default="reports",
-        help="where run directories go, relative to where pytest was started (default reports)",
-    )
-    group.addoption(
-        "--sse-soak-proxy",
-        choices=PROXIES,
-        default=None,
-        help="reverse proxy the run starts in front of the server (default: each scenario's own)",
-    )
-
-
-def _at_least_one(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return int(text)
+    add_pytest_options(group)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -101,18 +47,10 @@ class SoakRunner:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> SoakRunner:
-        report_dir = config.invocation_params.dir / config.getoption("sse_soak_report_dir")
-        defaults = launch.Launch(
-            scenario="",
-            users=config.getoption("sse_soak_users"),
-            duration_s=config.getoption("sse_soak_duration"),
-            host=config.getoption("sse_soak_host"),
-            api_key=config.getoption("sse_soak_api_key") or os.environ.get("SSE_SOAK_API_KEY"),
-            model=config.getoption("sse_soak_model"),
-            proxy=config.getoption("sse_soak_proxy"),
-            report_dir=Path(report_dir),
-        )
-        return cls(defaults)
+        given = {item.name: config.getoption(f"sse_soak_{item.name}") for item in on(Surface.PYTEST)}
+        given["report_dir"] = Path(config.invocation_params.dir / given["report_dir"])
+        given["api_key"] = given["api_key"] or os.environ.get("SSE_SOAK_API_KEY")
+        return cls(launch.Launch(scenario="", duration_s=given.pop("duration"), **given))
 
     def launch(self, scenario: str | Path, **options: Any) -> launch.Launch:
         """The run of ``scenario`` (a shipped name or a locustfile) with these options over the

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import gevent
 import openai
 from geventhttpclient.response import HTTPParseError
-from locust import FastHttpUser, User, events
+from locust import FastHttpUser, User
 from pydantic import BaseModel
 
 from loadtests import arrival_clock, response_end
@@ -64,7 +64,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _send_next(user: _StreamingUser) -> None:
+def _send_next(user: StreamingUser) -> None:
     """The default task: the next request of the user's mix, at once (closed loop) or when the run's
     arrival schedule says (open loop, ``loadtests.arrivals``)."""
     schedule = user.harness.arrivals
@@ -79,7 +79,7 @@ def _send_next(user: _StreamingUser) -> None:
         schedule.release()
 
 
-class _StreamingUser:
+class StreamingUser:
     """What both users share: the mix they draw from, the default task, the life of one request,
     and its report. A subclass says how it streams, in ``_stream_into``."""
 
@@ -213,17 +213,7 @@ class _StreamingUser:
 response_end.install()  # a response ends where its framing says, as it does for the openai client
 
 
-def _needs_a_scenario(environment: Any, **_: Any) -> None:
-    """At Locust's init: users of ours with no scenario declared would run unjudged; refused."""
-    from loadtests.scenario import require_a_scenario  # only now: the users alone need no scenario
-
-    require_a_scenario(environment, [user for user in environment.user_classes if issubclass(user, _StreamingUser)])
-
-
-events.init.add_listener(_needs_a_scenario)
-
-
-class SSEUser(_StreamingUser, FastHttpUser):
+class SSEUser(StreamingUser, FastHttpUser):
     """Streams over raw HTTP; a subclass sets ``mix`` (and ``weight``, as any Locust user)."""
 
     abstract = True
@@ -330,7 +320,7 @@ def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float | None, float]:
     return chunk, arrived, time.monotonic()
 
 
-class OpenAISDKUser(_StreamingUser, User):
+class OpenAISDKUser(StreamingUser, User):
     """Streams through the official ``openai`` client; a subclass sets ``mix``."""
 
     abstract = True

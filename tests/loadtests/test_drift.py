@@ -14,7 +14,7 @@ from loadtests.gates import RunTables
 from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.run_dir import RunDir
 from loadtests.server_metrics import parse_exposition
-from loadtests.soak import parse_duration
+from loadtests.options import parse_duration
 
 pytestmark = pytest.mark.fast
 

@@ -1,0 +1,31 @@
+"""sse-soak's one exception hierarchy: every error the harness raises on purpose is an ``SseSoakError``.
+
+Its message is one line that names the cause and the fix. Only the entry points turn one into an
+exit code and a printed line: the command line (``python -m loadtests``), and the run controller's
+hooks into Locust (Locust is the entry point of a scenario run). Library code raises, never exits.
+Classes keep the builtin base their callers caught before (``ValueError``, ``OSError``...) beside it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RunFailed", "SseSoakError", "UsageError"]
+
+USAGE_EXIT_CODE = 2
+"""A usage error's exit code: distinct from 1, a failed verdict or a regression."""
+
+
+class SseSoakError(Exception):
+    """An error sse-soak raises on purpose; its message is the one line to print, and ``exit_code``
+    the code an entry point exits with."""
+
+    exit_code = USAGE_EXIT_CODE
+
+
+class UsageError(SseSoakError):
+    """Bad input from the user (an option's value, a file given): exit 2 before anything starts."""
+
+
+class RunFailed(SseSoakError):
+    """The run cannot go on for a reason that is no usage error (a service that would not start): exit 1."""
+
+    exit_code = 1

@@ -1,0 +1,592 @@
+"""The run controller: one Locust run of a scenario, from its options to its exit code.
+
+A locustfile declares a ``Scenario`` (``loadtests.scenario``: a frozen declaration). Importing
+sse-soak's Locust-facing names (``from loadtests import Scenario, SSEUser, OpenAISDKUser``) imports
+this module, whose ``register()`` hands Locust two listeners, once per process: at
+``init_command_line_parser`` the controller finds the locustfile's scenario (as Locust finds its
+users, among the names the locustfile's module defines: exactly one ``Scenario`` there, or the run
+is refused in one line) and declares its options (``loadtests.options``); at ``init`` it checks
+them and takes over the run's lifecycle.
+
+Without ``--host``, the master (or the single process) starts the bundled target server with the
+scenario's profile on a free loopback port; with ``--proxy embedded|nginx`` a proxy with
+``--proxy-read-timeout`` goes in front of it (or of ``--host``). It prints what it started and
+stops it all by pid at the end.
+
+Each Locust test (headless: the whole run; web UI: each Start..Stop) is one run directory: made
+and printed (``run directory: <path>``) at ``test_start``, judged at ``test_stop`` by the process
+that holds all results: its last rows collected, ``summary.json`` written, each gate's line and
+the verdict printed, then ``report.html`` and ``report: <path>``; a failed or interrupted test
+sets a non-zero exit code (never zero: Locust's own failures keep theirs). Quitting while a test
+runs stops and judges it; the judging runs once per test whoever asks (Locust's SIGTERM handler
+and its main greenlet can both enter ``shutdown()``). Ctrl-C and SIGTERM go through a
+``SignalGuard``: they end the run the way Ctrl-C does, wait while the summary is written, and
+may only cut report.html. In the web UI, each test re-reads the options its form may have changed.
+
+The controller's Locust hooks are an entry point: an ``SseSoakError`` raised below them becomes one
+line on stderr and exit 2 here (``_refusing``), and nowhere else.
+
+``locust -f scenarios/x.py --help`` cannot list our options: Locust 2.x prints its help before it
+loads the locustfile (locust issue #2917). ``python scenarios/x.py --help`` goes through Locust's
+parser after the scenario is loaded, so it lists Locust's options and ours.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+import gevent
+from gevent.event import Event
+from locust import FastHttpUser, events
+from locust.argument_parser import parse_locustfile_option
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
+
+from loadtests import arrival_clock
+from loadtests._parent_watch import end_with_launcher
+from loadtests._signals import SignalGuard
+from loadtests.arrivals import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
+from loadtests.collect import Collector
+from loadtests.errors import RunFailed, SseSoakError, UsageError
+from loadtests.judge import gate_spec, judge, write_html_files
+from loadtests.loop_hygiene import quiet_per_request_logging, settle_after_setup
+from loadtests.options import add_locust_options, check_locust_options
+from loadtests.preflight import PreflightError, base_url, preflight
+from loadtests.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
+from loadtests.run_state import run_state
+from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
+from loadtests.scenario import RunSettings, Scenario
+from loadtests.server_metrics import OFF, ServerMetricsScraper
+from loadtests.stack import ServerStartError, Stack, split_api_key
+from loadtests.summary import arrival_line
+from loadtests.users import OpenAISDKUser, SSEUser, StreamingUser
+from loadtests.workload import PROBE_TIMEOUT, probe_prompt_sizing
+
+__all__ = ["OpenAISDKUser", "RunController", "SSEUser", "Scenario", "find_scenario", "register"]
+
+_Hook = TypeVar("_Hook", bound=Callable[..., Any])
+
+
+def _refusing(hook: _Hook) -> _Hook:
+    """A Locust hook as an entry point: an ``SseSoakError`` is one line on stderr and exit 2."""
+
+    @functools.wraps(hook)
+    def refusing(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return hook(*args, **kwargs)
+        except SseSoakError as exc:
+            print(f"sse-soak: {exc}", file=sys.stderr, flush=True)
+            sys.exit(exc.exit_code)
+
+    return refusing  # type: ignore[return-value]  # same signature: functools.wraps keeps it
+
+
+def _locustfile_modules() -> list[ModuleType]:
+    """The modules this process loaded as locustfiles: those of ``-f`` (as Locust reads it: argument,
+    environment, config file; Locust names each module after its file) and the script run as
+    ``__main__`` (``python scenarios/x.py``)."""
+    args = [arg for arg in sys.argv[1:] if arg not in ("-h", "--help", "-V", "--version")]  # those would print
+    paths = {str(Path(path.strip()).resolve()) for path in str(parse_locustfile_option(args).locustfile).split(",")}
+    modules = []
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and (module.__name__ == "__main__" or str(Path(file).resolve()) in paths):
+            modules.append(module)
+    return modules
+
+
+def find_scenario(modules: Iterable[ModuleType]) -> Scenario | None:
+    """The one ``Scenario`` the locustfile modules define (a module imported by a locustfile, for its
+    mixes or gates, is not one of them); None when they define none; ``UsageError`` for several."""
+    found = {id(value): (value, module) for module in modules for value in vars(module).values()}
+    declared = [(value, module) for value, module in found.values() if isinstance(value, Scenario)]
+    if len(declared) > 1:
+        names = ", ".join(f"{scenario.name} ({module.__file__})" for scenario, module in declared)
+        raise UsageError(
+            f"{len(declared)} of the scenarios declared in this process ({names}) are declared in the locustfile: "
+            "a locustfile declares exactly one Scenario"
+        )
+    return declared[0][0] if declared else None
+
+
+_registered: list[RunController | None] = []
+"""The run's controller once Locust's command line asked for it (None: the locustfile declares no scenario)."""
+
+
+def register() -> None:
+    """Hand the controller to Locust, once per process: its options at ``init_command_line_parser``,
+    the run at ``init``."""
+    if getattr(register, "done", False):
+        return
+    register.done = True  # type: ignore[attr-defined]
+    events.init_command_line_parser.add_listener(_add_run_options)
+    events.init.add_listener(_init_run)
+
+
+@_refusing
+def _add_run_options(parser: Any) -> None:
+    scenario = find_scenario(_locustfile_modules())
+    controller = None if scenario is None else RunController(scenario)
+    _registered[:] = [controller]
+    if controller is not None:
+        controller.add_options(parser)
+
+
+@_refusing
+def _init_run(environment: Any, **kwargs: Any) -> None:
+    controller = _registered[0] if _registered else None
+    if controller is None:
+        ours = sorted(user.__name__ for user in environment.user_classes if issubclass(user, StreamingUser))
+        if ours:
+            raise UsageError(
+                f"{', '.join(ours)} run in no scenario: declare one in the locustfile, e.g. "
+                'scenario = Scenario(name="my_scenario") (declaring it installs it)'
+            )
+        return
+    controller.on_init(environment, **kwargs)
+
+
+ARRIVAL_PROCESSES = "sse_soak_arrival_processes"
+ARRIVAL_START = "sse_soak_arrival_start"
+"""Set on the master's parsed options at test start; Locust sends them to the workers with the spawn."""
+
+
+def _start_arrivals(environment: Any) -> None:
+    """Open loop: this process's schedule for the test starting. The master (or the single process)
+    fixes the shared start and the number of processes; each worker takes its part by its index."""
+    options = environment.parsed_options
+    state = run_state(environment)
+    state.arrivals = None
+    if options.rate is None:
+        return
+    runner = environment.runner
+    if isinstance(runner, MasterRunner):
+        setattr(options, ARRIVAL_PROCESSES, max(1, runner.worker_count))
+        setattr(options, ARRIVAL_START, time.time() + START_DELAY_S)
+        return  # the master sends no request
+    if isinstance(runner, WorkerRunner):
+        processes, start = getattr(options, ARRIVAL_PROCESSES), getattr(options, ARRIVAL_START)
+        index = runner.worker_index
+    else:
+        processes, start, index = 1, time.time(), 0
+    plan = ArrivalPlan(options.rate, options.arrival, options.arrival_seed, options.max_in_flight, processes, index)
+    state.arrivals = ArrivalSchedule(plan, start)
+
+
+def _close_arrivals(environment: Any) -> None:
+    """Open loop, as the test stops: the scheduled requests no user took are recorded as ``not_sent``."""
+    state = run_state(environment)
+    schedule = state.arrivals
+    if schedule is None or schedule.closed:
+        return
+    for ticket in schedule.unsent():
+        state.recorder.add(not_sent_row(ticket, state.worker), None)
+
+
+def _stack_of(settings: RunSettings) -> tuple[Any, ...]:
+    """What the stack a run starts depends on."""
+    return settings.proxy, settings.proxy_read_timeout, settings.keep_alive_interval, settings.server_args
+
+
+EARLY_S = 1.0
+"""A test stopped this long before its planned duration, by no signal, says so in ``ended`` (say,
+every worker gone); it is no interruption: only a signal is known to be one."""
+STOP_WAIT_S = 120.0
+"""How long quitting waits for a stop already under way elsewhere to judge the test itself."""
+
+
+@dataclass
+class _Test:
+    """One Locust test (headless: the run; web UI: one Start..Stop) and its run directory."""
+
+    writer: RunWriter
+    started: float
+    """``time.monotonic()`` at test_start."""
+    planned_s: float | None
+    """The planned duration (``-t``, or the web UI's run time), if any."""
+    stopping_at: float | None = None
+    judging: bool = False
+    judged: Event = field(default_factory=Event)
+    scraper: ServerMetricsScraper | None = None
+    """Scraping the server's ``/metrics`` while the test runs; None when turned off."""
+
+    @property
+    def server_metrics_unavailable(self) -> str | None:
+        """Why the test has no server metrics; None when it has some."""
+        return OFF if self.scraper is None else self.scraper.unavailable
+
+    def how_it_ended(self, signals: Sequence[tuple[str, float]]) -> tuple[str, str | None]:
+        """``(ended, interrupted)``: how the test ended (the first signal received while it ran, else
+        the stop), and, when a signal ended a test that had a planned duration, the same words."""
+        end = self.stopping_at or time.monotonic()
+        of = f" of {self.planned_s:g} s" if self.planned_s else ""
+        during = [(name, at) for name, at in signals if self.started <= at <= end]
+        if during:
+            name, at = during[0]
+            ended = f"{name} at {at - self.started:.1f} s{of}"
+            return ended, ended if self.planned_s else None
+        elapsed = end - self.started
+        if self.planned_s and elapsed >= self.planned_s - EARLY_S:
+            return f"run time of {self.planned_s:g} s reached", None
+        return f"stopped at {elapsed:.1f} s{of}", None  # the web UI's Stop, or every worker gone
+
+
+class RunController:
+    """One Locust run of ``scenario`` in this process: its options, the stack, the tests, the verdict."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._stack: Stack | None = None
+        self._settings: RunSettings | None = None
+        self._collector: Collector | None = None
+        self._test: _Test | None = None
+        self._sizing_probe: gevent.Greenlet | None = None
+        self._given_host: str | None = None
+        """``--host`` as the command line gave it (None: the bundled stack)."""
+        self._target_host: str | None = None
+        """The URL the preflight accepted; a test the web UI starts with no host targets it."""
+        self._guard = SignalGuard()
+        self._quitting = False
+        self._quit_done = Event()
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name
+
+    def add_options(self, parser: Any) -> None:
+        """The scenario's options (``loadtests.options``), checked first: its gates' queries."""
+        self.scenario.check()
+        # Loopback unless told otherwise: Locust's master and web UI bind every interface by default.
+        parser.set_defaults(master_bind_host="127.0.0.1", web_host="127.0.0.1")
+        add_locust_options(parser, f"Options of the sse-soak scenario '{self.name}'.", self.scenario)
+
+    def settings(self, options: Any) -> RunSettings:
+        return self.scenario.settings(options)
+
+    def gate_list(self, settings: RunSettings, harness_lag_limit_ms: float = 0.0) -> list[Any]:
+        return self.scenario.gate_list(settings, harness_lag_limit_ms)
+
+    def on_init(self, environment: Any, **_: Any) -> None:
+        quiet_per_request_logging()
+        end_with_launcher()  # a soak or launch() that dies, even by SIGKILL, leaves no run behind
+        options = environment.parsed_options
+        check_locust_options(options)
+        self._given_host = options.host
+        state = run_state(environment)
+        state.model_option = options.model
+        state.api_key = options.api_key
+        if state.api_key is None and options.host is None:  # the bundled server's own key, if it was given one
+            state.api_key = split_api_key(self.settings(options).server_args)[1]
+        state.client_idle_timeout = options.client_idle_timeout
+        state.frame_sample_rate = options.frame_sample_rate
+        state.max_line_bytes = options.max_line_bytes
+        state.runner = environment.runner
+        for user_class in environment.user_classes:
+            if issubclass(user_class, FastHttpUser):
+                user_class.network_timeout = options.client_idle_timeout
+        if not isinstance(environment.runner, WorkerRunner):
+            self._settings = self.settings(options)
+            self.scenario.check(self._settings)  # a function's gates: checked once known
+            plan_only = os.environ.get(PLAN_ONLY_ENV)
+            if plan_only:
+                RunDir(plan_only).write_manifest(self._manifest(environment))
+                sys.exit(0)
+            self._start_stack(environment, self._settings)
+            self._preflight(environment, state)
+        arrival_clock.keep_kernel_stamping_on()  # before the first stream, so its first frames are stamped
+        if environment.runner is None:
+            return  # run_single_user (debugging): Locust prints each request; no run directory
+        state.lag.start()  # for the whole run, in every process: its samples travel with the rows
+        self._collector = Collector(environment, options.flush_interval)
+        self._collector.start()
+        lifecycle = environment.events
+        lifecycle.test_start.add_listener(self._on_test_start)
+        lifecycle.test_stopping.add_listener(self._on_test_stopping)
+        lifecycle.test_stop.add_listener(self._on_test_stop)
+        lifecycle.quitting.add_listener(self._on_quitting)
+        lifecycle.quit.add_listener(lambda **_: self._guard.restore())
+        # libev times a timer from its cached clock, stale by however long startup blocked (imports,
+        # discovery): without this, Locust's -t timer, armed next, fires that much early.
+        gevent.get_hub().loop.update_now()
+
+    def _start_stack(self, environment: Any, settings: RunSettings) -> None:
+        if settings.host is not None and settings.proxy == "none":
+            return  # the server is given and nothing stands in front of it
+        try:
+            self._stack = Stack.start(settings.host, settings.server_args, settings.proxy, settings.proxy_read_timeout)
+        except (ServerStartError, ValueError) as exc:
+            raise RunFailed(f"the stack did not start: {exc}") from None
+        atexit.register(self._stop_stack)  # run_single_user never fires quitting
+        environment.host = self._stack.url
+        for line in self._stack.describe():
+            print(line, flush=True)
+
+    def _preflight(self, environment: Any, state: Any) -> None:
+        """Refuse, in one line and before any user starts, a target the run cannot use."""
+        host = environment.host
+        if host is None:
+            raise UsageError("no target: pass --host http://HOST:PORT (or leave it out to start the bundled server)")
+        try:
+            target = preflight(host, state.api_key, state.model_option, environment.parsed_options.preflight_timeout)
+        except PreflightError as exc:
+            self._stop_stack()
+            raise UsageError(str(exc)) from None
+        for notice in target.notices:
+            print(notice, flush=True)
+        environment.host = self._target_host = target.base_url
+        state.model_option = target.model
+
+    def _stop_stack(self) -> None:
+        if self._stack is not None:
+            self._stack.stop()
+            self._stack = None
+
+    # -- one test: run directory at test_start, judged at test_stop ------------------------------
+    def _on_test_start(self, environment: Any, **_: Any) -> None:
+        self._guard.install()  # here, not at init: Locust installs its SIGTERM handler after init
+        settle_after_setup()  # before any user spawns: one-time costs paid while no stream is open
+        run_state(environment).lag.excuse_current_wait()
+        if not isinstance(environment.runner, WorkerRunner) and not self._take_form_options(environment):
+            return
+        _start_arrivals(environment)
+        if isinstance(environment.runner, WorkerRunner):
+            return
+        assert self._collector is not None
+        options = environment.parsed_options
+        self._use_host_of_this_test(environment)
+        try:
+            run = self._next_run_dir(options.report_dir)
+        except RunDirError as exc:  # checked at start; something changed the directory since
+            print(f"sse-soak: {exc}: the test is not run", file=sys.stderr, flush=True)
+            environment.process_exit_code = 2
+            gevent.spawn(environment.runner.quit)
+            return
+        writer = RunWriter(run)
+        run.write_manifest(self._manifest(environment))
+        self._test = _Test(writer, time.monotonic(), getattr(options, "run_time", None) or None)
+        self._collector.begin(writer)
+        print(f"run directory: {run}", flush=True)
+        if not options.no_server_metrics:
+            self._test.scraper = self._scrape_server_metrics(environment, run)
+        if environment.host and isinstance(environment.runner, MasterRunner):  # a master sizes no prompt itself
+            state = run_state(environment)
+            self._sizing_probe = gevent.spawn(
+                probe_prompt_sizing, environment.host, state.api_key, state.model_option, state.probe_timeout
+            )
+
+    def _take_form_options(self, environment: Any) -> bool:
+        """The web UI's form may change any option for each test (as text): check them as the command
+        line's are, and when the stack's settings changed (the proxy, its read timeout, the keep-alive
+        interval, the server's arguments) restart the stack with them. A bad value stops this test in
+        one line and leaves the run waiting for the next; False then."""
+        options = environment.parsed_options
+        try:
+            check_locust_options(options)
+            as_given = copy.copy(options)
+            as_given.host = self._given_host  # the form's host field is the test's target, not --host
+            settings = self.settings(as_given)
+            if self._settings is not None and _stack_of(settings) != _stack_of(self._settings):
+                self._restart_stack(environment, settings)
+            self._settings = settings
+        except SseSoakError as exc:
+            print(f"sse-soak: {exc}: the test is not run", file=sys.stderr, flush=True)
+            gevent.spawn(environment.runner.stop)
+            return False
+        return True
+
+    def _restart_stack(self, environment: Any, settings: RunSettings) -> None:
+        print("sse-soak: the form changed the stack's settings: restarting it", flush=True)
+        self._stop_stack()
+        environment.host = settings.host
+        self._target_host = None
+        self._start_stack(environment, settings)
+        self._preflight(environment, run_state(environment))
+
+    def _use_host_of_this_test(self, environment: Any) -> None:
+        """The web UI's form sets the host for each test (before the users, or the workers' spawn
+        messages, read it): left empty, the test targets the run's own target (the bundled stack,
+        or ``--host``); another URL is checked as ``--host`` is and, if the check fails, still
+        used after one line that says why: its requests fail and are recorded, none is lost."""
+        host = environment.host
+        if host == self._target_host or self._target_host is None:
+            return
+        if not host:
+            environment.host = self._target_host
+            print(f"sse-soak: no host given for this test: it targets {self._target_host}", flush=True)
+            return
+        state = run_state(environment)
+        options = environment.parsed_options
+        try:
+            target = preflight(host, state.api_key, options.model, options.preflight_timeout)
+        except PreflightError as exc:
+            print(f"sse-soak: {exc}: this test's requests will fail", file=sys.stderr, flush=True)
+            return
+        for notice in target.notices:
+            print(notice, flush=True)
+        environment.host = self._target_host = target.base_url
+        state.model_option = target.model
+
+    def _scrape_server_metrics(self, environment: Any, run: RunDir) -> ServerMetricsScraper:
+        """Start scraping the server itself for this test: the bundled one, else ``--host`` (never a proxy)."""
+        options = environment.parsed_options
+        services = self._stack.services if self._stack is not None else []
+        bundled = next((service.url for service in services if service.name == "target server"), None)
+        key = run_state(environment).api_key
+        scraper = ServerMetricsScraper(
+            bundled or base_url(options.host)[0],
+            run.server_metrics,
+            options.server_metrics_interval,
+            options.flush_interval,
+            {"Authorization": f"Bearer {key}"} if key else None,
+        )
+        scraper.start()
+        return scraper
+
+    def _next_run_dir(self, report_dir: str) -> RunDir:
+        """The directory the soak job made for this run (``SSE_SOAK_RUN_DIR``, its first test only),
+        else a new one under ``report_dir``."""
+        given = os.environ.pop(RUN_DIR_ENV, None)
+        return RunDir(given) if given else RunDir.create(report_dir, self.name)
+
+    def _manifest(self, environment: Any) -> Manifest:
+        settings = self._settings or self.settings(environment.parsed_options)
+        gates = self.gate_list(settings, environment.parsed_options.harness_lag_limit_ms)
+        services = [] if self._stack is None else [Service(s.name, s.url, s.pid) for s in self._stack.services]
+        workers = environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        recorded = settings.as_dict()
+        return Manifest(self.name, started, recorded, [gate_spec(g) for g in gates], services, workers, versions())
+
+    def _prompt_sizing(self, environment: Any) -> str | None:
+        """What this process's users found about prompt sizing, else (on a master, which prepares
+        no mix) what its probe at test start found, else None."""
+        facts = run_state(environment).facts
+        if facts is not None:
+            return facts.prompt_sizing
+        probe, self._sizing_probe = self._sizing_probe, None
+        if probe is None:
+            return None
+        probe.join(timeout=PROBE_TIMEOUT + 5)
+        probe.kill(block=False)
+        return probe.value if probe.successful() else None
+
+    def _on_test_stopping(self, environment: Any, **_: Any) -> None:
+        if self._test is not None and self._test.stopping_at is None:
+            self._test.stopping_at = time.monotonic()
+        _close_arrivals(environment)
+
+    def _on_test_stop(self, environment: Any, **_: Any) -> None:
+        if not isinstance(environment.runner, WorkerRunner):
+            self._judge_test(environment)
+
+    def _judge_test(self, environment: Any) -> None:
+        """Collect the test's last rows and judge it, once; a second caller waits for the first."""
+        test = self._test
+        if test is None:
+            return
+        if test.judging:
+            test.judged.wait()
+            return
+        test.judging = True
+        assert self._collector is not None
+        try:
+            self._collector.finish()
+            if test.scraper is not None:
+                test.scraper.stop()  # its last rows written before the judging reads them
+            self._write_report(environment, test)
+        finally:
+            self._collector.end()
+            test.judged.set()
+            self._guard.release()
+
+    def _on_quitting(self, environment: Any, **_: Any) -> None:
+        """Locust is quitting: end the test under way (its rows, its verdict) and the stack, once."""
+        if self._quitting:
+            self._quit_done.wait()
+            return
+        self._quitting = self._guard.quitting = True
+        try:
+            if isinstance(environment.runner, WorkerRunner):
+                assert self._collector is not None
+                self._collector.stop_and_ship()
+            else:
+                self._end_test(environment)
+            if self._collector is not None:
+                self._collector.stop()
+            run_state(environment).lag.stop()
+        finally:
+            self._stop_stack()
+            self._quit_done.set()
+
+    def _end_test(self, environment: Any) -> None:
+        test = self._test
+        if test is None or test.judged.is_set():
+            return  # no test ever started (web UI), or it is judged already
+        if environment.runner.state in (STATE_SPAWNING, STATE_RUNNING):
+            environment.runner.stop()  # fires test_stop, which judges the test
+        elif not test.judging:
+            test.judged.wait(STOP_WAIT_S)  # a stop under way elsewhere fires test_stop when done
+        self._judge_test(environment)  # waits for the judging under way, or judges if none came
+
+    def _write_report(self, environment: Any, test: _Test) -> None:
+        settings = self._settings or self.settings(environment.parsed_options)
+        run = test.writer.run
+        ended, interrupted = test.how_it_ended(self._guard.received)
+        options = environment.parsed_options
+        recorded = {
+            **settings.as_dict(),
+            "prompt_sizing": self._prompt_sizing(environment),
+            "max_line_bytes": options.max_line_bytes,
+        }
+        with self._guard.deferred():  # the summary and the verdict line are never cut
+            gates = self.gate_list(settings, options.harness_lag_limit_ms)
+            summary = judge(
+                run,
+                gates,
+                scenario=self.name,
+                settings=recorded,
+                frame_sample_rate=options.frame_sample_rate,
+                ended=ended,
+                interrupted=interrupted,
+                server_metrics_unavailable=test.server_metrics_unavailable,
+                html=False,
+            )
+            outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary.outcomes.items() if n)
+            print(f"requests: {summary.requests} ({outcomes or 'none'})")
+            if summary.arrival is not None:
+                print(arrival_line(summary.arrival))
+            causes = summary.causes
+            print(
+                f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
+                f"{causes['cut_after_headers']} streams cut after headers, "
+                f"statuses {causes['status'] or '{}'}"
+            )
+            for gate in summary.gates:
+                print(gate.line())
+            if test.writer.rows_unwritable or test.writer.rows_pending:
+                print(
+                    f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "
+                    f"{test.writer.rows_pending} rows not written (the disk refused them): not judged"
+                )
+            print(f"ended: {ended}")
+            print(summary.verdict_line(), flush=True)
+            if not summary.passed:
+                environment.process_exit_code = 1
+        try:
+            with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
+                write_html_files(run, summary)
+        except KeyboardInterrupt:
+            print(f"sse-soak: report.html was not written (interrupted); python -m loadtests report {run} writes it")
+        print(f"report: {run}", flush=True)
+
+
+register()  # importing the controller is how a locustfile's ``from loadtests import Scenario, SSEUser`` reaches Locust

@@ -1,0 +1,119 @@
+"""One declaration of every option: each surface (Locust, the soak, pytest, launch) is made from it and
+refuses a bad value by the same rule."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+
+from loadtests.__main__ import parser as command_line
+from loadtests.errors import UsageError
+from loadtests.options import (
+    OPTIONS,
+    Surface,
+    add_argparse_options,
+    check_locust_options,
+    check_value,
+    locust_arguments,
+    on,
+    option,
+)
+from tests.loadtests.locust_run import ROOT
+
+
+def _soak_parser() -> argparse.ArgumentParser:
+    commands = command_line()._subparsers._group_actions[0]  # type: ignore[union-attr]
+    return commands.choices["soak"]
+
+
+@pytest.mark.fast
+def test_every_option_is_declared_once_and_each_surface_is_made_from_the_declaration() -> None:
+    names = [item.name for item in OPTIONS]
+    assert len(names) == len(set(names))
+    soak_flags = {action.dest for action in _soak_parser()._actions if action.option_strings} - {"help"}
+    assert soak_flags == {item.name for item in on(Surface.SOAK)}
+    assert {item.name for item in on(Surface.PYTEST)} <= {item.name for item in on(Surface.LAUNCH)}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("name", "bad", "soak_says", "locust_says"),
+    [
+        ("frame_sample_rate", 1.5, "expected a share from 0 to 1, got '1.5'", "must be a share from 0 to 1, got 1.5"),
+        ("max_in_flight", 0, "expected a whole number >= 1, got '0'", "must be at least 1, got 0"),
+        ("rate", math.inf, "expected a positive, finite number, got 'inf'", "must be a positive, finite number"),
+    ],
+)
+def test_a_value_is_refused_by_one_rule_on_every_surface(
+    name: str, bad: float, soak_says: str, locust_says: str
+) -> None:
+    item = option(name)
+    parser = argparse.ArgumentParser()
+    add_argparse_options(parser, Surface.SOAK)
+    with pytest.raises(argparse.ArgumentTypeError, match=soak_says):
+        parser._option_string_actions[item.flag].type(f"{bad:g}")  # type: ignore[misc]
+    with pytest.raises(ValueError, match=f"{item.flag}.*{locust_says}"):
+        check_value(name, bad)
+
+
+def _locust_namespace(**given: object) -> SimpleNamespace:
+    values = {item.name: item.default_on(Surface.LOCUST) for item in on(Surface.LOCUST)}
+    values["report_dir"] = None  # checked against the file system; not under test here
+    return SimpleNamespace(**{**values, **given})
+
+
+@pytest.mark.fast
+def test_the_web_uis_text_is_converted_and_checked_as_the_command_line_is() -> None:
+    form = _locust_namespace(rate="2.5", max_in_flight="3", arrival_seed="7", model="")
+    check_locust_options(form)
+    assert (form.rate, form.max_in_flight, form.arrival_seed) == (2.5, 3, 7)
+    with pytest.raises(UsageError, match=r"^--rate: expected a number, got 'fast'$"):
+        check_locust_options(_locust_namespace(rate="fast"))
+    with pytest.raises(UsageError, match=r"^--client-idle-timeout must be a positive number of seconds, got 0$"):
+        check_locust_options(_locust_namespace(client_idle_timeout="0"))
+    with pytest.raises(UsageError, match="give --rate too"):
+        check_locust_options(_locust_namespace(max_in_flight="2"))
+
+
+@pytest.mark.fast
+def test_a_launchers_command_line_comes_from_the_declaration() -> None:
+    given = {"duration": 7, "users": 3, "host": "http://h:1", "frame_sample_rate": 0.5, "no_server_metrics": True}
+    assert locust_arguments({**given, "tags": ("a", "b"), "model": None}) == [
+        "--run-time=7s",
+        "--users=3",
+        "--host=http://h:1",
+        "--frame-sample-rate=0.5",
+        "--no-server-metrics",
+        "--tags=a",
+        "--tags=b",
+    ]
+    with pytest.raises(ValueError, match="--api-key is secret"):
+        locust_arguments({"api_key": "s3cret"})
+
+
+def test_locusts_parser_and_web_ui_list_every_scenario_option() -> None:
+    """In a child: importing Locust patches the process for gevent."""
+    code = textwrap.dedent("""
+        import sys
+        sys.argv = ["locust", "-f", "scenarios/proxy_timeout.py"]
+        from locust.argument_parser import parse_locustfile_option, ui_extra_args_dict
+        from locust.util.load_locustfile import load_locustfile
+        load_locustfile("scenarios/proxy_timeout.py")
+        extra = ui_extra_args_dict(["-f", "scenarios/proxy_timeout.py"])
+        print(" ".join(sorted(extra)))
+        shown = extra["proxy"]["default_value"], extra["keep_alive_interval"]["default_value"]
+        print(*shown, extra["api_key"]["is_secret"])
+    """)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert result.returncode == 0, result.stderr
+    listed, defaults = result.stdout.splitlines()[-2:]
+    assert set(listed.split()) == {item.name for item in on(Surface.LOCUST)}
+    assert defaults == "embedded 0.5 True"  # the scenario's own profile; the key masked
