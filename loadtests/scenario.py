@@ -53,8 +53,8 @@ from loadtests._parent_watch import end_with_launcher
 from loadtests._signals import SignalGuard
 from loadtests.arrivals import ARRIVAL_KINDS, START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
 from loadtests.collect import Collector
-from loadtests.gates import Gate, HarnessKeptUp, KeepAliveCovered, for_run
-from loadtests.judge import gate_spec, judge, write_html_files
+from loadtests.gates import Gate, HarnessKeptUp, KeepAliveCovered
+from loadtests.judge import judge, write_html_files
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
 from loadtests.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT, PreflightError, base_url, preflight
@@ -484,7 +484,7 @@ class Scenario:
         figures), then ``keepalive_covered`` when the run knows the server's keep-alive interval, then
         ``harness_kept_up`` with its limit (none when the limit is 0)."""
         declared = self.gates(settings) if callable(self.gates) else self.gates
-        gates = [for_run(gate, settings) for gate in declared]
+        gates = [gate.for_run(settings) for gate in declared]
         if settings.keep_alive_interval:
             gates.append(KeepAliveCovered(settings.keep_alive_interval))
         return [*gates, HarnessKeptUp(harness_lag_limit_ms)] if harness_lag_limit_ms > 0 else gates
@@ -650,7 +650,7 @@ class Scenario:
         workers = environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         recorded = settings.as_dict()
-        return Manifest(self.name, started, recorded, [gate_spec(g) for g in gates], services, workers, versions())
+        return Manifest(self.name, started, recorded, [g.spec() for g in gates], services, workers, versions())
 
     def _prompt_sizing(self, environment: Any) -> str | None:
         """What this process's users found about prompt sizing, else (on a master, which prepares
