@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from loadtests import figures
-from loadtests.gates import GateResult, RunTables
+from loadtests.gates import Gate, GateResult, RunTables
 from loadtests.server_metrics import concept_series
 
 DRIFT_GATES = ("memory_growth", "latency_drift")
@@ -142,10 +142,12 @@ def latency_drift(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
 
 
 @dataclass(frozen=True)
-class _DriftGate:
-    """A drift check as a gate over the run's requests and memory samples (``RunTables``)."""
+class _DriftGate(Gate):
+    """A drift check as a gate over the run's requests and memory samples (``RunTables``); a base,
+    never stored itself (its name starts with ``_``)."""
 
     limits: DriftLimits = field(default_factory=DriftLimits)
+    name: str = "drift"
 
     def __post_init__(self) -> None:
         if isinstance(self.limits, dict):  # rebuilt from its spec in summary.json
@@ -156,6 +158,10 @@ class _DriftGate:
     def windows(self, tables: RunTables, server_metrics: pd.DataFrame | None = None) -> pd.DataFrame:
         resources = tables.resources if tables.resources is not None else pd.DataFrame()
         return windows_table(tables.requests, resources, self.limits.windows, server_metrics)
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        """Over the requests alone: no memory samples, so memory growth passes on too few windows."""
+        return self.evaluate_run(RunTables(requests))
 
     def evaluate_run(self, tables: RunTables) -> GateResult:
         """Passes, saying so, when there are no requests (so no windows) to judge."""

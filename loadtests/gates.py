@@ -12,9 +12,12 @@ never passes on an empty selection; its queries are checked against the request 
 when a scenario declares it (``Expect.check``). Rows of streams the run itself stopped (``outcome ==
 "stopped"``) are no verdict on the server and are left out of every gate.
 
-A gate that depends on the run's settings reads them itself: ``NoProxyTimeouts()`` is completed
-from the run's proxy read timeout and keep-alive interval by ``for_run`` when the scenario builds
-its gate list, so every gate judged or stored in ``summary.json`` has concrete figures.
+Every gate subclasses ``Gate``. A gate that depends on the run's settings reads them itself:
+``NoProxyTimeouts()`` is completed from the run's proxy read timeout and keep-alive interval by
+``Gate.for_run`` when the scenario builds its gate list, so every gate judged or stored in
+``summary.json`` has concrete figures. This module stores and loads gates (``Gate.spec``,
+``Gate.from_spec``): each gate class joins ``GATE_TYPES`` when it is defined, so a summary names
+its gates by class and old summaries load as long as the class keeps its name and fields.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -49,15 +53,6 @@ class GateResult:
 NOTHING_TO_JUDGE = "no requests to judge"
 
 
-class Gate(Protocol):
-    """A rule over the judged request rows; a gate that needs more of the run (its lag samples, its
-    memory samples) defines ``evaluate_run(tables)`` instead, and ``evaluate`` is not called."""
-
-    name: str
-
-    def evaluate(self, requests: pd.DataFrame) -> GateResult: ...
-
-
 @dataclass(frozen=True)
 class RunTables:
     """What a run recorded, as gates read it: ``requests`` are the judged rows (stopped streams left
@@ -78,10 +73,58 @@ class RunFigures(Protocol):
     def keep_alive_interval(self) -> float | None: ...
 
 
-def for_run(gate: Gate, settings: RunFigures) -> Gate:
-    """``gate`` with whatever it reads from the run's settings filled in (itself when it reads none)."""
-    complete = getattr(gate, "for_run", None)
-    return complete(settings) if complete is not None else gate
+GATE_TYPES: dict[str, type[Gate]] = {}
+"""Every gate type ``summary.json`` can store, by class name: a concrete subclass of ``Gate`` joins
+on its definition, so gates defined elsewhere (``loadtests.drift``) are stored like these."""
+
+
+class Gate(ABC):
+    """A rule over a run. Subclasses are frozen dataclasses whose fields are all their figures, so
+    ``spec()`` stores one as ``{"type": ClassName, **fields}`` and ``from_spec`` rebuilds it; a
+    class whose name starts with ``_`` is a base for others and is never stored."""
+
+    name: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__name__.startswith("_"):
+            GATE_TYPES[cls.__name__] = cls
+
+    @abstractmethod
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        """The result over the judged request rows."""
+
+    def evaluate_run(self, tables: RunTables) -> GateResult:
+        """The result over what the run recorded; a gate that needs more than the requests (lag or
+        memory samples) overrides this, and ``evaluate`` is then its judgement of requests alone."""
+        return self.evaluate(tables.requests)
+
+    def check(self) -> None:
+        """Raise ``ValueError`` (one line) when the gate cannot judge any run: checked when a scenario
+        declares it. Nothing to check by default."""
+        return None
+
+    def for_run(self, settings: RunFigures) -> Gate:
+        """The gate with whatever it reads from the run's settings filled in; itself when it reads none."""
+        return self
+
+    def spec(self) -> dict[str, Any]:
+        """The gate as plain data, so ``summary.json`` can carry it and a report can re-judge a run;
+        only concrete gates (settings filled in by ``for_run``) can be stored."""
+        kind = type(self).__name__
+        if GATE_TYPES.get(kind) is not type(self) or not dataclasses.is_dataclass(self):
+            raise TypeError(f"{kind} is not a gate type sse-soak can store")
+        return {"type": kind, **dataclasses.asdict(self)}
+
+    @staticmethod
+    def from_spec(spec: dict[str, Any]) -> Gate:
+        """The gate ``spec()`` stored; ``ValueError`` for a type no loaded module defines, ``TypeError``
+        for fields it does not take."""
+        fields = dict(spec)
+        kind = fields.pop("type")
+        if kind not in GATE_TYPES:
+            raise ValueError(f"unknown gate type {kind!r}; known: {', '.join(GATE_TYPES)}")
+        return GATE_TYPES[kind](**fields)
 
 
 def _examples(rows: pd.DataFrame, limit: int = 3) -> str:
@@ -97,7 +140,7 @@ def _by_message(rows: pd.DataFrame, limit: int = 3) -> str:
 
 
 @dataclass(frozen=True)
-class RequestsCompleted:
+class RequestsCompleted(Gate):
     """At least one request finished (stopped streams do not count): an empty run is no pass."""
 
     name: str = "requests_completed"
@@ -109,7 +152,7 @@ class RequestsCompleted:
 
 
 @dataclass(frozen=True)
-class OutcomesAsExpected:
+class OutcomesAsExpected(Gate):
     """Every finished request ended with the outcome its spec expects (``ok`` unless it says)."""
 
     name: str = "outcomes_as_expected"
@@ -135,7 +178,7 @@ def _no_outcome(name: str, requests: pd.DataFrame, outcome: str, counted: str) -
 
 
 @dataclass(frozen=True)
-class NoProtocolErrors:
+class NoProtocolErrors(Gate):
     """No 2xx stream broke the event-stream protocol (content type, JSON frames, UTF-8, line length)."""
 
     name: str = "no_protocol_errors"
@@ -145,7 +188,7 @@ class NoProtocolErrors:
 
 
 @dataclass(frozen=True)
-class NoHarnessErrors:
+class NoHarnessErrors(Gate):
     """sse-soak did not fail while handling any request (a failure of ours, not the server's)."""
 
     name: str = "no_harness_errors"
@@ -155,7 +198,7 @@ class NoHarnessErrors:
 
 
 @dataclass(frozen=True)
-class NoHttp500:
+class NoHttp500(Gate):
     name: str = "no_http_500"
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
@@ -164,7 +207,7 @@ class NoHttp500:
 
 
 @dataclass(frozen=True)
-class NoInband500:
+class NoInband500(Gate):
     name: str = "no_inband_500"
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
@@ -174,7 +217,7 @@ class NoInband500:
 
 
 @dataclass(frozen=True)
-class TruncationHonoured:
+class TruncationHonoured(Gate):
     """``usage.prompt_tokens`` equals the tokens kept: ``min(k, prompt tokens)`` for ``k > 0``."""
 
     name: str = "truncation_honoured"
@@ -200,7 +243,7 @@ class TruncationHonoured:
 
 
 @dataclass(frozen=True)
-class Expect:
+class Expect(Gate):
     """Every row matching ``where`` (all rows when it is None) must match ``require`` (pandas query
     syntax), and at least ``min_rows`` rows must match ``where``."""
 
@@ -245,7 +288,7 @@ class Expect:
 
 
 @dataclass(frozen=True)
-class NoProxyTimeouts:
+class NoProxyTimeouts(Gate):
     """No stream died of a proxy read timeout: no 504 before the headers, and no stream cut after
     them once silent for the read timeout. The detail names the cause: the longest silence against
     the read timeout and the keep-alive. Cuts after a shorter silence are not the proxy's doing
@@ -266,6 +309,13 @@ class NoProxyTimeouts:
         return dataclasses.replace(
             self, read_timeout=settings.proxy_read_timeout, keep_alive_interval=settings.keep_alive_interval
         )
+
+    def spec(self) -> dict[str, Any]:
+        if self.read_timeout is None:
+            raise TypeError(
+                "NoProxyTimeouts() without its read timeout cannot be stored: store for_run(settings) of it"
+            )
+        return super().spec()
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         if self.read_timeout is None:
@@ -295,7 +345,7 @@ class NoProxyTimeouts:
 
 
 @dataclass(frozen=True)
-class KeepAliveCovered:
+class KeepAliveCovered(Gate):
     """Keep-alive covered every long silence: each raw stream (the SDK cannot see comments) silent
     before its first token for longer than the server's keep-alive ``interval`` plus a tolerance got
     at least one keep-alive frame per ``interval + tolerance`` of that silence. The scenario adds it
@@ -333,7 +383,7 @@ class KeepAliveCovered:
 
 
 @dataclass(frozen=True)
-class HarnessKeptUp:
+class HarnessKeptUp(Gate):
     """The load generator kept up: in every process, the p99 of its event loop's lag samples
     (``loadtests.lag``) is at most ``limit_ms``. Judged on ``lag.parquet``'s samples while streams
     were open (``judge`` passes ``lag.while_streams_open``), not on the requests: when it fails,
@@ -341,6 +391,10 @@ class HarnessKeptUp:
 
     limit_ms: float = DEFAULT_LAG_LIMIT_MS
     name: str = "harness_kept_up"
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        """Requests alone hold no lag samples: skipped, saying so."""
+        return self.evaluate_run(RunTables(requests))
 
     def evaluate_run(self, tables: RunTables) -> GateResult:
         requests, lag = tables.requests, tables.lag
@@ -385,7 +439,5 @@ def evaluate(tables: RunTables, gates: Iterable[Gate] = ()) -> list[GateResult]:
             results.append(GateResult(gate.name, False, NOTHING_TO_JUDGE, skipped=True))
         else:
             results.append(gate.evaluate(tables.requests))
-    for gate in gates:
-        run_rule = getattr(gate, "evaluate_run", None)
-        results.append(run_rule(tables) if run_rule is not None else gate.evaluate(tables.requests))
+    results.extend(gate.evaluate_run(tables) for gate in gates)
     return results

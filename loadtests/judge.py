@@ -3,7 +3,7 @@ end of a soak, and ``python -m loadtests report``.
 
 ``judge(run)`` reads what the run wrote (requests, lag and memory samples), evaluates the
 always-on gates and the run's own, and writes ``summary.json`` (and, with ``html``, report.html and
-requests.csv). The run's gates are stored with it as plain data (``gate_spec``): given to
+requests.csv). The run's gates are stored with it as plain data (``Gate.spec``): given to
 ``judge`` by the scenario, else those of the summary it already has, else those of its manifest
 (a soak checkpoint, a run killed before its summary), plus any ``add_gates`` not stored yet (the
 soak's drift gates). How it ended, its soak section and why it has no server metrics (if so) are
@@ -22,68 +22,17 @@ import pandas as pd
 from loadtests import figures
 from loadtests.compare import read_json_object
 from loadtests.drift import DriftLimits, LatencyDrift, MemoryGrowth, soak_section
-from loadtests.gates import (
-    Expect,
-    Gate,
-    HarnessKeptUp,
-    KeepAliveCovered,
-    NoHarnessErrors,
-    NoHttp500,
-    NoInband500,
-    NoProtocolErrors,
-    NoProxyTimeouts,
-    OutcomesAsExpected,
-    RequestsCompleted,
-    RunTables,
-    TruncationHonoured,
-    evaluate,
-)
+from loadtests.gates import Gate, HarnessKeptUp, RunTables, evaluate
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS, while_streams_open
 from loadtests.run_dir import Manifest, RunDir
 from loadtests.server_metrics import server_metrics_summary
 from loadtests.summary import Summary, SummaryError, check_fields, summarize
 
 NO_SUMMARY = "the run ended before writing its summary"
-GATE_TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (
-        RequestsCompleted,
-        OutcomesAsExpected,
-        NoHttp500,
-        NoInband500,
-        NoProtocolErrors,
-        NoHarnessErrors,
-        TruncationHonoured,
-        Expect,
-        NoProxyTimeouts,
-        HarnessKeptUp,
-        KeepAliveCovered,
-        MemoryGrowth,
-        LatencyDrift,
-    )
-}
 
 
 class NotARunDirectory(FileNotFoundError):
     """The path holds no ``requests.parquet``: nothing a run wrote."""
-
-
-def gate_spec(gate: Gate) -> dict[str, Any]:
-    """A gate as plain data, so ``summary.json`` can carry it and a report can re-judge a run; only
-    concrete gates (settings filled in by ``gates.for_run``) can be stored."""
-    if type(gate).__name__ not in GATE_TYPES or not dataclasses.is_dataclass(gate):
-        raise TypeError(f"{type(gate).__name__} is not a gate type sse-soak can store")
-    if isinstance(gate, NoProxyTimeouts) and gate.read_timeout is None:
-        raise TypeError("NoProxyTimeouts() without its read timeout cannot be stored: store for_run(settings) of it")
-    return {"type": type(gate).__name__, **dataclasses.asdict(gate)}
-
-
-def gate_from_spec(spec: dict[str, Any]) -> Gate:
-    fields = dict(spec)
-    kind = fields.pop("type")
-    if kind not in GATE_TYPES:
-        raise ValueError(f"unknown gate type {kind!r}; known: {', '.join(GATE_TYPES)}")
-    return GATE_TYPES[kind](**fields)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +105,7 @@ def judge(
     previous = previous_summary(run)
     manifest = run.read_manifest()
     specs = _stored_specs(previous, manifest, gates)
-    gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate_spec(gate) not in specs)]
+    gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate.spec() not in specs)]
     requests, lag = run.read_requests(), run.read_lag()
     tables = RunTables(requests, None if lag is None else while_streams_open(lag, requests), run.read_resources())
     results = evaluate(tables, gates)
@@ -167,7 +116,7 @@ def judge(
         tables.requests,
         results,
         _first(settings, *(source.settings for source in said), {}),
-        [gate_spec(gate) for gate in gates],
+        [gate.spec() for gate in gates],
         _first(frame_sample_rate, previous.frame_sample_rate if previous else None, 1.0),
         tables.lag,
         lag_limit,
@@ -193,7 +142,7 @@ def _stored_specs(
     previous: Summary | None, manifest: Manifest | None, gates: Sequence[Gate] | None
 ) -> list[dict[str, Any]]:
     if gates is not None:
-        return [gate_spec(gate) for gate in gates]
+        return [gate.spec() for gate in gates]
     if previous is not None:
         return previous.gate_specs
     return manifest.gate_specs if manifest is not None else []
@@ -204,7 +153,7 @@ def _gates_from(specs: list[dict[str, Any]], run: RunDir) -> list[Gate]:
     gates = []
     for number, spec in enumerate(specs, 1):
         try:
-            gates.append(gate_from_spec(spec))
+            gates.append(Gate.from_spec(spec))
         except (KeyError, TypeError, ValueError) as exc:
             message = f"gate spec {number} cannot be rebuilt ({type(exc).__name__}: {exc})"
             raise SummaryError(f"{run.summary}: {message}") from None

@@ -57,7 +57,7 @@ from loadtests._signals import SignalGuard
 from loadtests.arrivals import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
 from loadtests.collect import Collector
 from loadtests.errors import RunFailed, SseSoakError, UsageError
-from loadtests.judge import gate_spec, judge, write_html_files
+from loadtests.judge import judge, write_html_files
 from loadtests.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.options import add_locust_options, check_locust_options
 from loadtests.preflight import PreflightError, base_url, preflight
@@ -464,7 +464,7 @@ class RunController:
         workers = environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         recorded = settings.as_dict()
-        return Manifest(self.name, started, recorded, [gate_spec(g) for g in gates], services, workers, versions())
+        return Manifest(self.name, started, recorded, [g.spec() for g in gates], services, workers, versions())
 
     def _prompt_sizing(self, environment: Any) -> str | None:
         """What this process's users found about prompt sizing, else (on a master, which prepares

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtests.errors import UsageError
-from loadtests.gates import Gate, HarnessKeptUp, KeepAliveCovered, for_run
+from loadtests.gates import Gate, HarnessKeptUp, KeepAliveCovered
 from loadtests.options import DEFAULT_CLIENT_IDLE_TIMEOUT, keep_alive_interval
 from loadtests.stack import split_api_key
 
@@ -125,7 +125,7 @@ class Scenario:
         figures), then ``keepalive_covered`` when the run knows the server's keep-alive interval, then
         ``harness_kept_up`` with its limit (none when the limit is 0)."""
         declared = self.gates(settings) if callable(self.gates) else self.gates
-        gates: list[Gate] = [for_run(gate, settings) for gate in declared]
+        gates: list[Gate] = [gate.for_run(settings) for gate in declared]
         if settings.keep_alive_interval:
             gates.append(KeepAliveCovered(settings.keep_alive_interval))
         if harness_lag_limit_ms > 0:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from loadtests.drift import DriftLimits, drift_gates, latency_drift, memory_growth, windows_table
-from loadtests.gates import RunTables
+from loadtests.gates import GATE_TYPES, Gate, RunTables
 from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.run_dir import RunDir
 from loadtests.server_metrics import parse_exposition
@@ -144,3 +144,11 @@ def test_windows_carry_the_servers_queue_when_its_metrics_were_scraped() -> None
     assert windows["server_waiting_max"].tolist() == [19.0] * 5
     assert windows["server_running_mean"].tolist() == [4.0] * 5
     assert "server_waiting_mean" not in windows_table(requests_over(100), memory(1, np.ones(1), np.ones(1)), 5)
+
+
+def test_drift_gates_register_themselves_and_load_back_from_their_specs() -> None:
+    stored = [gate.spec() for gate in drift_gates(LIMITS)]
+    assert [spec["type"] for spec in stored] == ["MemoryGrowth", "LatencyDrift"]
+    assert stored[0]["limits"] == LIMITS.as_dict()  # the shape summary.json has always held
+    assert [Gate.from_spec(spec) for spec in stored] == drift_gates(LIMITS)
+    assert "_DriftGate" not in GATE_TYPES  # a base, never stored

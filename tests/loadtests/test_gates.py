@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -9,7 +10,10 @@ import pandas as pd
 import pytest
 
 from loadtests.gates import (
+    GATE_TYPES,
     Expect,
+    Gate,
+    GateResult,
     KeepAliveCovered,
     NoHarnessErrors,
     NoHttp500,
@@ -20,9 +24,7 @@ from loadtests.gates import (
     RunTables,
     TruncationHonoured,
     evaluate,
-    for_run,
 )
-from loadtests.judge import gate_from_spec, gate_spec
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import Recorder
 from tests.loadtests.tables import requests_of
@@ -207,16 +209,46 @@ def test_expects_over_real_columns_pass_the_check() -> None:
 
 def test_no_proxy_timeouts_declared_bare_reads_the_run_settings_and_is_stored_concrete() -> None:
     settings = SimpleNamespace(proxy_read_timeout=2.0, keep_alive_interval=0.5)
-    gate = for_run(NoProxyTimeouts(), settings)
+    gate = NoProxyTimeouts().for_run(settings)
     assert gate == NoProxyTimeouts(2.0, 0.5)
-    assert gate_from_spec(gate_spec(gate)) == gate
+    assert Gate.from_spec(gate.spec()) == gate
     explicit = NoProxyTimeouts(10.0, None)
-    assert for_run(explicit, settings) is explicit  # figures given are kept
-    assert for_run(Expect("e", None, "outcome == 'ok'"), settings) == Expect("e", None, "outcome == 'ok'")
+    assert explicit.for_run(settings) is explicit  # figures given are kept
+    assert Expect("e", None, "outcome == 'ok'").for_run(settings) == Expect("e", None, "outcome == 'ok'")
     with pytest.raises(ValueError, match="for_run"):
         NoProxyTimeouts().evaluate(table({"status": 200, "outcome": "ok"}))
     with pytest.raises(TypeError, match="for_run"):
-        gate_spec(NoProxyTimeouts())
+        NoProxyTimeouts().spec()
+
+
+@dataclass(frozen=True)
+class FewRequests(Gate):
+    """A gate of the test's own: defining it is all it takes to be stored and loaded."""
+
+    most: int
+    name: str = "few_requests"
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        return GateResult(self.name, len(requests) <= self.most, f"{len(requests)} requests")
+
+
+def test_a_gate_class_joins_the_registry_and_round_trips_through_its_spec() -> None:
+    assert GATE_TYPES["FewRequests"] is FewRequests
+    gate = FewRequests(3)
+    assert gate.spec() == {"type": "FewRequests", "most": 3, "name": "few_requests"}
+    assert Gate.from_spec(gate.spec()) == gate
+    assert gate.for_run(SimpleNamespace()) is gate and gate.check() is None  # the defaults: nothing to fill in
+    rows = table({"status": 200, "outcome": "ok"})
+    assert evaluate(RunTables(rows), [gate])[-1] == GateResult("few_requests", True, "1 requests")
+
+
+def test_a_spec_of_an_unknown_type_or_a_base_class_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^unknown gate type 'Nope'; known: RequestsCompleted, "):
+        Gate.from_spec({"type": "Nope"})
+    with pytest.raises(TypeError, match="few"):
+        Gate.from_spec({"type": "FewRequests", "few": 3})
+    with pytest.raises(TypeError):
+        Gate()  # type: ignore[abstract]
 
 
 def raw_stream(silence: float, keepalives: int | None) -> dict[str, Any]:

@@ -9,8 +9,8 @@ import gevent
 import pandas as pd
 import pytest
 
-from loadtests.gates import HarnessKeptUp, RunTables, evaluate
-from loadtests.judge import gate_from_spec, gate_spec, judge
+from loadtests.gates import Gate, HarnessKeptUp, RunTables, evaluate
+from loadtests.judge import judge
 from loadtests.lag import LAG_COLUMNS, LagMonitor, lag_summary, while_streams_open
 from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import Recorder
@@ -148,7 +148,7 @@ def test_gate_without_samples_is_skipped_not_passed() -> None:
 
 
 def test_gate_is_stored_and_judged_with_the_run_lag() -> None:
-    gate = gate_from_spec(gate_spec(HarnessKeptUp(2.0)))
+    gate = Gate.from_spec(HarnessKeptUp(2.0).spec())
     assert gate == HarnessKeptUp(2.0)
     requests = requests_with_lag(0.001).assign(
         status=200,
