@@ -11,10 +11,10 @@ import pytest
 
 from loadtests.drift import DriftLimits, drift_gates, latency_drift, memory_growth, windows_table
 from loadtests.gates import GATE_TYPES, Gate, RunTables
+from loadtests.options import parse_duration
 from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.run_dir import RunDir
 from loadtests.server_metrics import parse_exposition
-from loadtests.options import parse_duration
 
 pytestmark = pytest.mark.fast
 
