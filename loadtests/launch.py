@@ -1,11 +1,11 @@
 """Run a scenario headless in a child process and read back its judged run.
 
 For Python callers that must not import Locust (it patches the process that imports it for
-gevent): the pytest plugin, a user's own script. The child is ``python -m locust -f <locustfile>
---headless ...`` in its own session. The run directory is made here and handed to the child
-(``SSE_SOAK_RUN_DIR``), as the soak job does, so the result is read from the directory (manifest,
-summary, tables) and never from what the child prints; its output is kept for the record. The
-API key travels in the child's environment (``SSE_SOAK_API_KEY``), never on its command line.
+gevent): the pytest plugin, a user's own script. The child is started by ``_child_run``, as the
+soak job's is: ``python -m locust -f <locustfile> --headless ...`` in its own session, handed the
+run directory made for it, the API key in its environment, never on its command line. So the
+result is read from the directory (manifest, summary, tables) and never from what the child
+prints; its output is kept for the record.
 
 ``plan`` asks a scenario for the manifest it would start with (settings and gates) without
 starting or contacting anything.
@@ -16,10 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,36 +25,17 @@ from typing import Any
 import pandas as pd
 
 from loadtests import catalog, figures
-from loadtests._parent_watch import launcher_environment
+from loadtests._child_run import HeadlessRun, run_to_end
+from loadtests._child_run import option_arguments as option_arguments  # re-exported: spells ``Launch.options``
 from loadtests.compare import read_json_object
 from loadtests.gates import ALWAYS_ON, GateResult
-from loadtests.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir
+from loadtests.run_dir import PLAN_ONLY_ENV, Manifest, RunDir
 from loadtests.summary import Summary, SummaryError
 
 STARTUP_AND_JUDGING_S = 180.0
 """How long a run may take beyond its duration (starting the stack, judging, the report) before it
 is killed as hung."""
-INTERRUPT_GRACE_S = 60.0
-"""How long a run interrupted by Ctrl-C gets to write its summary before it is killed."""
 OUTPUT_TAIL_LINES = 30
-
-
-def option_arguments(options: Mapping[str, Any]) -> list[str]:
-    """Command-line options from keyword arguments: ``server_args="--seed 3"`` is ``--server-args=--seed 3``
-    (joined by ``=``, so a value that starts with ``-`` is never read as an option), ``True`` a bare
-    flag, ``False`` or ``None`` leaves the option out, and a list or tuple repeats it once per value."""
-    arguments: list[str] = []
-    for name, value in options.items():
-        flag = "--" + name.replace("_", "-")
-        if value is None or value is False:
-            continue
-        if value is True:
-            arguments.append(flag)
-        elif isinstance(value, list | tuple):
-            arguments += [f"{flag}={item}" for item in value]
-        else:
-            arguments.append(f"{flag}={value:g}" if isinstance(value, float) else f"{flag}={value}")
-    return arguments
 
 
 @dataclass(frozen=True)
@@ -86,21 +63,28 @@ class Launch:
         """The scenario's locustfile; ``catalog.CatalogError`` when there is none."""
         return catalog.locate(self.scenario)
 
+    def headless(self) -> HeadlessRun:
+        """This run as the child runs it; ``catalog.CatalogError`` when the scenario has no locustfile."""
+        options = {"model": self.model, "proxy": self.proxy, **self.options}
+        processes = options.pop("processes", None)
+        return HeadlessRun(
+            self.locustfile,
+            self.users,
+            self.duration_s,
+            self.spawn_rate,
+            self.report_dir,
+            self.host,
+            processes,
+            options,
+            api_key=self.api_key,
+        )
+
     def command(self) -> list[str]:
-        if self.users < 1 or self.duration_s < 1:
-            raise ValueError(f"a run needs at least 1 user and 1 s, got {self.users} users for {self.duration_s} s")
-        rate = self.users if self.spawn_rate is None else self.spawn_rate
-        named = {"host": self.host, "model": self.model, "proxy": self.proxy, "report_dir": self.report_dir}
-        return [
-            *("-u", str(self.users), "-r", f"{rate:g}", "-t", f"{self.duration_s}s", "--headless", "--only-summary"),
-            *option_arguments({**named, **self.options}),
-        ]
+        """Locust's arguments after ``-f <locustfile>``: ``HeadlessRun.locust_arguments``."""
+        return self.headless().locust_arguments()
 
     def environment(self) -> dict[str, str]:
-        environment = dict(os.environ)
-        if self.api_key is not None:
-            environment["SSE_SOAK_API_KEY"] = self.api_key
-        return environment
+        return self.headless().environment()
 
 
 @dataclass
@@ -190,14 +174,12 @@ def worst_streams_text(requests: pd.DataFrame) -> str:
 def run(launch: Launch, timeout_s: float | None = None) -> ScenarioRun:
     """Run ``launch`` to its end and read what it wrote. A run still going ``timeout_s`` after it
     started (default: its duration plus ``STARTUP_AND_JUDGING_S``) is killed, with its process
-    group; Ctrl-C here reaches the run as SIGINT, which then gets ``INTERRUPT_GRACE_S`` to judge
-    what it recorded before ``KeyboardInterrupt`` goes on."""
-    locustfile = launch.locustfile
-    run_dir = RunDir.create(launch.report_dir, locustfile.stem)
-    command = [sys.executable, "-m", "locust", "-f", str(locustfile), *launch.command()]
-    environment = {**launch.environment(), RUN_DIR_ENV: str(run_dir), **launcher_environment()}
+    group; Ctrl-C here reaches the run as SIGINT, which then gets ``_child_run.INTERRUPT_GRACE_S``
+    to judge what it recorded before ``KeyboardInterrupt`` goes on."""
+    headless = launch.headless()
+    run_dir = headless.make_run_dir()
     limit = launch.duration_s + STARTUP_AND_JUDGING_S if timeout_s is None else timeout_s
-    returncode, output, problem = _run_child(command, environment, limit)
+    returncode, output, problem = run_to_end(headless, limit, run_dir)
     summary = None
     try:
         summary = Summary.from_json(read_json_object(run_dir.summary)) if run_dir.summary.exists() else None
@@ -216,10 +198,8 @@ def plan(launch: Launch) -> Manifest:
     scenario itself, without starting or contacting anything. ``ValueError`` with the scenario's
     own words when it refuses the options."""
     with tempfile.TemporaryDirectory(prefix="sse-soak-plan-") as scratch:
-        options = {name: value for name, value in launch.options.items() if name != "processes"}  # no workers
-        alone = dataclasses.replace(launch, options=options)
-        command = [sys.executable, "-m", "locust", "-f", str(launch.locustfile), *alone.command()]
-        returncode, output, problem = _run_child(command, {**launch.environment(), PLAN_ONLY_ENV: scratch}, 120.0)
+        alone = dataclasses.replace(launch.headless(), processes=None)  # no workers
+        returncode, output, problem = run_to_end(alone, 120.0, environment={PLAN_ONLY_ENV: scratch})
         manifest = RunDir(scratch).read_manifest()
     if manifest is None:
         last = output.strip().splitlines()[-1:] or [problem or f"exit {returncode}"]
@@ -230,37 +210,3 @@ def plan(launch: Launch) -> Manifest:
 def gate_names(manifest: Manifest) -> list[str]:
     """Every gate a run with this manifest is judged by: the always-on ones, then its own."""
     return [gate.name for gate in ALWAYS_ON] + [str(spec["name"]) for spec in manifest.gate_specs]
-
-
-def _run_child(command: list[str], environment: dict[str, str], timeout_s: float) -> tuple[int, str, str | None]:
-    """``(exit code, output, problem)`` of ``command`` run in its own session, stdout and stderr
-    together; ``problem`` says so when it had to be killed."""
-    with subprocess.Popen(
-        command,
-        env=environment,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    ) as child:
-        try:
-            output, _ = child.communicate(timeout=timeout_s)
-            return child.returncode, output, None
-        except subprocess.TimeoutExpired:
-            _kill_group(child)
-            output, _ = child.communicate()
-            return child.returncode, output, f"killed after {timeout_s:g} s: the run did not end by itself"
-        except KeyboardInterrupt:
-            child.send_signal(signal.SIGINT)
-            try:
-                child.communicate(timeout=INTERRUPT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                _kill_group(child)
-            raise
-
-
-def _kill_group(child: subprocess.Popen[str]) -> None:
-    """Kill the child and the workers it forked; the services it started exit with it."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGKILL)

@@ -1,26 +1,23 @@
 """The nightly soak job: one long Locust run, watched, checkpointed, judged for drift and baseline.
 
-``python -m loadtests soak`` runs ``locust -f <scenario> --headless`` as a child (its own process
-group, so Ctrl-C reaches only us, and we end Locust with SIGTERM, which makes it stop its users
-and write its report). While it runs we refresh a progress line from the run directory's parquet
-parts, sample the memory of the harness and of the bundled server into ``resources.csv``, and
-rewrite ``summary.json`` every checkpoint interval, so a run killed after hours still leaves a
-usable report. At the end we add the drift windows and gates, compare with ``--baseline`` when
-given, and print the verdict as the last line; the exit code says the same (0 pass, 1 fail). When
-Locust or the scenario refuses an option before any run starts (exit 2), we say so in one line on
-stderr and exit 2 too: a usage error, not a failed run.
+``python -m loadtests soak`` runs ``locust -f <scenario> --headless`` as a child, started as
+``launch`` starts one (``_child_run``: its own session, so Ctrl-C reaches only us, and we end
+Locust with SIGTERM, which makes it stop its users and write its report). While it runs we refresh
+a progress line from the run directory's parquet parts, sample the memory of the harness and of the
+bundled server into ``resources.csv``, and rewrite ``summary.json`` every checkpoint interval, so a
+run killed after hours still leaves a usable report. At the end we add the drift windows and gates,
+compare with ``--baseline`` when given, and print the verdict as the last line; the exit code says
+the same (0 pass, 1 fail). When Locust or the scenario refuses an option before any run starts
+(exit 2), we say so in one line on stderr and exit 2 too: a usage error, not a failed run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 import signal
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -28,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from loadtests import catalog, compare
-from loadtests._parent_watch import launcher_environment
+from loadtests._child_run import ChildRun, HeadlessRun
 from loadtests.drift import DRIFT_GATES, DriftLimits
 from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.resources import ResourceSampler
-from loadtests.run_dir import RUN_DIR_ENV, ManifestError, RunDir
+from loadtests.run_dir import ManifestError, RunDir
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([a-zA-Z]*)", re.ASCII)
 _UNITS = "hms"
@@ -112,93 +109,62 @@ class SoakPlan:
     thresholds: compare.Thresholds = field(default_factory=compare.Thresholds)
     locust_args: list[str] = field(default_factory=list)
 
-    def command(self) -> list[str]:
+    def headless(self) -> HeadlessRun:
+        """This soak's Locust run, as ``launch`` would describe the same run, plus ``--stop-timeout``:
+        at the end each user gets 5 s to finish the stream in hand before Locust stops it."""
         if not (self.duration_s >= 1 and float(self.duration_s).is_integer()):  # Locust reads -t 0s as no limit
             raise ValueError(f"the duration must be a whole number of seconds, at least 1, got {self.duration_s}")
-        command = [
-            sys.executable,
-            "-m",
-            "locust",
-            "-f",
-            str(self.scenario),
-            "--headless",
-            "-u",
-            str(self.users),
-            "-r",
-            f"{self.spawn_rate:g}",
-            "-t",
-            f"{int(self.duration_s)}s",
-            "--report-dir",
+        return HeadlessRun(
+            self.scenario,
+            self.users,
+            int(self.duration_s),
+            self.spawn_rate,
             self.report_dir,
-            "--only-summary",
-            "--stop-timeout",
-            "5",
-        ]
-        if self.processes:
-            command += ["--processes", str(self.processes)]
-        if self.host:
-            command += ["--host", self.host]
-        return command + self.locust_args
+            self.host or None,
+            self.processes or None,
+            {"stop_timeout": 5},
+            self.locust_args,
+        )
+
+    def command(self) -> list[str]:
+        return self.headless().command()
 
 
 class Soak:
-    """The soak job. It makes the run directory itself and hands it to Locust (``SSE_SOAK_RUN_DIR``),
-    and learns what the run started (the server's pid, for its memory) from the run's manifest:
-    nothing depends on the wording of Locust's output."""
+    """The soak job: the Locust run started by ``_child_run`` (which makes the run directory and
+    hands it over), and its watcher. It learns what the run started (the server's pid, for its
+    memory) from the run's manifest: nothing depends on the wording of Locust's output."""
 
     def __init__(self, plan: SoakPlan, printer: ProgressPrinter | None = None) -> None:
         self.plan = plan
         self.printer = printer or ProgressPrinter()
         self.run_dir: RunDir | None = None
         self.interrupted_by: str | None = None
-        self._locust: subprocess.Popen[str] | None = None
+        self._locust: ChildRun | None = None
         self._sampler: ResourceSampler | None = None
         self._services_known = False
         self._last_error: str | None = None
 
     def run(self) -> int:
         started = time.monotonic()
-        self.run_dir = RunDir.create(self.plan.report_dir, self.plan.scenario.stem)
-        environment = {**os.environ, RUN_DIR_ENV: str(self.run_dir), **launcher_environment()}
-        self._locust = subprocess.Popen(
-            self.plan.command(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-            env=environment,
-        )
-        self._sampler = ResourceSampler(self._locust.pid)
-        self._sampler.path = self.run_dir.resources
-        reader = threading.Thread(target=self._read_output, daemon=True)
-        reader.start()
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            self._watch(started)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            if self._locust.poll() is None:  # we are leaving early (an exception): never leave it behind
-                self._locust.kill()
-                self._locust.wait()
-        reader.join(10)
-        return self._finish(self._locust.returncode)
+        headless = self.plan.headless()
+        self.run_dir = headless.make_run_dir()
+        with ChildRun.start(headless, self.run_dir, on_line=self._on_line) as self._locust:
+            self._sampler = ResourceSampler(self._locust.pid)
+            self._sampler.path = self.run_dir.resources
+            # SIGTERM, not SIGINT, for either: Locust then stops its users and writes its report
+            with self._locust.forwarding((signal.SIGINT, signal.SIGTERM), signal.SIGTERM):
+                self._watch(started)
+            locust_code, _, _ = self._locust.wait()
+        self.interrupted_by = self._locust.interrupted_by
+        return self._finish(locust_code)
 
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.interrupted_by = signal.Signals(signum).name
-        if self._locust is not None and self._locust.poll() is None:
-            self._locust.send_signal(signal.SIGTERM)  # Locust stops its users and writes its report
-
-    def _read_output(self) -> None:
+    def _on_line(self, line: str) -> None:
         """Pass on the lines worth seeing; remember the last error, for a refusal before any run."""
-        assert self._locust is not None and self._locust.stdout is not None
-        for raw in self._locust.stdout:
-            line = raw.rstrip("\n")
-            if line.startswith("sse-soak: ") or "error: " in line:
-                self._last_error = line
-            if line.startswith(("gate ", "arrivals: ", "sse-soak:", "Traceback", "target server:", "run directory:")):
-                self.printer.print(line)
+        if line.startswith("sse-soak: ") or "error: " in line:
+            self._last_error = line
+        if line.startswith(("gate ", "arrivals: ", "sse-soak:", "Traceback", "target server:", "run directory:")):
+            self.printer.print(line)
 
     def _learn_services(self) -> None:
         """Once the run has written its manifest: sample the server's memory apart from the harness's."""
@@ -225,7 +191,7 @@ class Soak:
         next_checkpoint = started + self.plan.checkpoint_interval
         next_progress = started
         progress = RunProgress(self.run_dir)
-        while self._locust.poll() is None:
+        while self._locust.running():
             time.sleep(tick if self._services_known else min(tick, 0.5))
             if not self._services_known:
                 self._learn_services()
