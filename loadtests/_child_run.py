@@ -30,6 +30,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from loadtests._parent_watch import launcher_environment
+from loadtests.options import locust_arguments
 from loadtests.run_dir import RUN_DIR_ENV, RunDir
 
 INTERRUPT_GRACE_S = 60.0
@@ -37,24 +38,6 @@ INTERRUPT_GRACE_S = 60.0
 OUTPUT_DRAIN_S = 10.0
 """How long the output is read after the child ended. A service the run started shares its stderr
 and ends within seconds of the run (it watches a pipe); none may hold the launcher forever."""
-
-
-def option_arguments(options: Mapping[str, Any]) -> list[str]:
-    """Command-line options from keyword arguments: ``server_args="--seed 3"`` is ``--server-args=--seed 3``
-    (joined by ``=``, so a value that starts with ``-`` is never read as an option), ``True`` a bare
-    flag, ``False`` or ``None`` leaves the option out, and a list or tuple repeats it once per value."""
-    arguments: list[str] = []
-    for name, value in options.items():
-        flag = "--" + name.replace("_", "-")
-        if value is None or value is False:
-            continue
-        if value is True:
-            arguments.append(flag)
-        elif isinstance(value, list | tuple):
-            arguments += [f"{flag}={item}" for item in value]
-        else:
-            arguments.append(f"{flag}={value:g}" if isinstance(value, float) else f"{flag}={value}")
-    return arguments
 
 
 @dataclass(frozen=True)
@@ -72,7 +55,7 @@ class HeadlessRun:
     processes: int | None = None
     """Locust's worker processes; None runs in one process."""
     options: Mapping[str, Any] = field(default_factory=dict)
-    """Any other option of the scenario or of Locust, as keywords (``option_arguments``); these win
+    """Any other option of the scenario or of Locust, as keywords (``options.locust_arguments``); these win
     over the named fields above."""
     extra_args: Sequence[str] = ()
     """Arguments passed as they are, last, so they win over everything before them."""
@@ -88,7 +71,7 @@ class HeadlessRun:
         named = {"host": self.host, "processes": self.processes, "report_dir": self.report_dir}
         return [
             *("-u", str(self.users), "-r", f"{rate:g}", "-t", f"{self.duration_s}s", "--headless", "--only-summary"),
-            *option_arguments({**named, **self.options}),
+            *locust_arguments({**named, **self.options}),
             *self.extra_args,
         ]
 

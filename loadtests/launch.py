@@ -26,9 +26,9 @@ import pandas as pd
 
 from loadtests import catalog, figures
 from loadtests._child_run import HeadlessRun, run_to_end
-from loadtests._child_run import option_arguments as option_arguments  # re-exported: spells ``Launch.options``
 from loadtests.compare import read_json_object
 from loadtests.gates import ALWAYS_ON, GateResult
+from loadtests.options import OPTIONS, Surface, check_value, option
 from loadtests.run_dir import PLAN_ONLY_ENV, Manifest, RunDir
 from loadtests.summary import Summary, SummaryError
 
@@ -36,6 +36,7 @@ STARTUP_AND_JUDGING_S = 180.0
 """How long a run may take beyond its duration (starting the stack, judging, the report) before it
 is killed as hung."""
 OUTPUT_TAIL_LINES = 30
+KNOWN = {item.name for item in OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ class Launch:
     """One headless run: a scenario (a shipped name or a locustfile) and its Locust options."""
 
     scenario: str | Path
-    users: int = 4
-    duration_s: int = 5
+    users: int = option("users").default_on(Surface.LAUNCH)
+    duration_s: int = option("duration").default_on(Surface.LAUNCH)
     spawn_rate: float | None = None
     """Users started per second (default: all at once)."""
     host: str | None = None
@@ -56,7 +57,8 @@ class Launch:
     """none, embedded or nginx; None keeps the scenario's own."""
     report_dir: Path = Path("reports")
     options: Mapping[str, Any] = field(default_factory=dict)
-    """Any other option of the scenario or of Locust, as keywords (``option_arguments``)."""
+    """Any other option of the scenario or of Locust, as keywords (``options.locust_arguments``):
+    one of ours is checked by its declaration (``options.check_value``), Locust's are Locust's to check."""
 
     @functools.cached_property
     def locustfile(self) -> Path:
@@ -64,8 +66,12 @@ class Launch:
         return catalog.locate(self.scenario)
 
     def headless(self) -> HeadlessRun:
-        """This run as the child runs it; ``catalog.CatalogError`` when the scenario has no locustfile."""
+        """This run as the child runs it; ``catalog.CatalogError`` when the scenario has no locustfile,
+        ``ValueError`` in one line naming the option when a value of ours is refused."""
         options = {"model": self.model, "proxy": self.proxy, **self.options}
+        for name, value in {"spawn_rate": self.spawn_rate, "host": self.host, **options}.items():
+            if name in KNOWN and value is not None:
+                check_value(name, value)
         processes = options.pop("processes", None)
         return HeadlessRun(
             self.locustfile,
@@ -197,8 +203,12 @@ def plan(launch: Launch) -> Manifest:
     """The manifest ``launch`` would start with (its settings and gates; no services), from the
     scenario itself, without starting or contacting anything. ``ValueError`` with the scenario's
     own words when it refuses the options."""
+    try:
+        headless = launch.headless()
+    except ValueError as exc:  # refused by the option's declaration, in the words the scenario would use
+        raise ValueError(f"{launch.locustfile}: no plan (sse-soak: {exc})") from None
     with tempfile.TemporaryDirectory(prefix="sse-soak-plan-") as scratch:
-        alone = dataclasses.replace(launch.headless(), processes=None)  # no workers
+        alone = dataclasses.replace(headless, processes=None)  # no workers
         returncode, output, problem = run_to_end(alone, 120.0, environment={PLAN_ONLY_ENV: scratch})
         manifest = RunDir(scratch).read_manifest()
     if manifest is None:

@@ -396,7 +396,7 @@ OPTIONS: tuple[Option, ...] = (
         _whole(1),
         "Locust worker processes, >= 1 (default: one process)",
         None,
-        frozenset({S, A}),
+        frozenset({S}),  # launch() takes it among its options
         locust_flag="--processes",
         group="load",
     ),

@@ -58,9 +58,9 @@ class SoakRunner:
         ``model``, ``proxy``, ``report_dir``, and any other option of the scenario or of Locust as
         a keyword (``server_args="--seed 3"``, ``processes=2``, ``keep_alive_interval=0.5``)."""
         named = {"duration_s": options.pop("duration", self.defaults.duration_s)}
-        for name in ("users", "spawn_rate", "host", "api_key", "model", "proxy", "report_dir"):
-            if name in options:
-                named[name] = options.pop(name)
+        for item in on(Surface.LAUNCH):  # Launch's own fields; the rest are its options
+            if item.name in options:
+                named[item.name] = options.pop(item.name)
         return dataclasses.replace(self.defaults, scenario=scenario, options=options, **named)
 
     def run(self, scenario: str | Path, **options: Any) -> launch.ScenarioRun:

@@ -14,13 +14,10 @@ the same (0 pass, 1 fail). When Locust or the scenario refuses an option before 
 from __future__ import annotations
 
 import contextlib
-import math
-import re
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -31,66 +28,9 @@ from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.resources import ResourceSampler
 from loadtests.run_dir import ManifestError, RunDir
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([a-zA-Z]*)", re.ASCII)
-_UNITS = "hms"
-_UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
-_EXPECTED = "expected e.g. 90s, 20m, 8h, 1h30m or plain seconds"
 SAMPLE_INTERVAL_S = 5.0
 USAGE_ERROR = 2  # Locust's (argparse's) code for a bad option, and ours
 DEFAULT_SCENARIO = catalog.locate("soak")
-
-
-def parse_duration(text: str) -> int:
-    """Whole seconds from ``90s``, ``20m``, ``8h``, ``1h30m``, ``1.5h`` or plain seconds (``45``).
-
-    Locust's ``-t`` counts whole seconds and reads ``0s`` as no limit at all, so a duration under
-    1 s or with a fraction of a second is refused rather than rounded; so is anything ambiguous:
-    a number without a unit after a unit (``1h2``), a unit twice, units out of order (h, m, s),
-    an unknown unit, NaN, inf, zero, negative or empty. Raises ``ValueError`` saying which."""
-    stripped = text.strip()
-    if not stripped:
-        raise ValueError(f"empty; {_EXPECTED}")
-    if stripped.startswith("-"):
-        raise ValueError(f"{text!r}: a duration must be positive")
-    parts, position = [], 0
-    while position < len(stripped):
-        match = _DURATION_PART.match(stripped, position)
-        if match is None:
-            raise ValueError(f"{text!r} is not a duration; {_EXPECTED}")
-        parts.append((match[1], match[2]))
-        position = match.end()
-    total, units, before = Fraction(0), "", ""
-    for number, unit in parts:
-        if not unit and len(parts) > 1:
-            later = [f"{before}{number}{u}" for u in _UNITS[_UNITS.index(units[-1]) + 1 :]]
-            fix = f"write {' or '.join(later)}" if later else "each number needs a unit: h, m or s"
-            raise ValueError(f"{text!r}: {number} after {before} has no unit ({fix})")
-        unit = unit or "s"
-        if unit not in _UNIT_SECONDS:
-            raise ValueError(f"{text!r}: unknown unit {unit!r}; {_EXPECTED}")
-        if unit in units:
-            raise ValueError(f"{text!r}: the unit {unit} comes twice")
-        if units and _UNITS.index(unit) < _UNITS.index(units[-1]):
-            raise ValueError(f"{text!r}: units out of order (hours, then minutes, then seconds, e.g. 1h30m)")
-        units, before = units + unit, f"{before}{number}{unit}"
-        total += Fraction(number) * _UNIT_SECONDS[unit]
-    return _whole_seconds(text, total)
-
-
-def _whole_seconds(text: str, total: Fraction) -> int:
-    if total == 0:
-        raise ValueError(f"{text!r}: a duration must be positive")
-    if total < 1:
-        raise ValueError(
-            f"{text!r} is under 1 s, the resolution of Locust's -t (which reads 0s as no limit); use at least 1s"
-        )
-    if total.denominator != 1:
-        low = math.floor(total)
-        raise ValueError(
-            f"{text!r} is {float(total):g} s, not a whole number of seconds (the resolution of "
-            f"Locust's -t); use {low}s or {low + 1}s"
-        )
-    return int(total)
 
 
 @dataclass

@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from loadtests.gates import ALWAYS_ON
-from loadtests.launch import Launch, gate_names, option_arguments, plan, run
+from loadtests.launch import Launch, gate_names, plan, run
+from loadtests.options import locust_arguments as option_arguments
 from loadtests.run_dir import RunDir
 
 
