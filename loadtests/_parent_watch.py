@@ -4,11 +4,11 @@ Each service the harness starts gets a stdin pipe whose write end only the harne
 ``stack``). The kernel closes that end when the harness dies, however it dies, so EOF on stdin
 means nobody is left to stop the service. Two ways to act on it:
 
-- ``exit_when_stdin_closes()`` (from ``target_server._parent_watch``, shared with the bundled
-  server, which imports nothing from the harness): our own services run a daemon thread
-  that reads stdin and, at EOF, SIGTERMs its own process: the same graceful path as a normal stop,
-  with a SIGKILL of itself if that hangs. Opt-in through ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``, so a
-  proxy started by hand is not stopped by its terminal.
+- ``exit_when_stdin_closes()`` (from ``target_server.lifeline``, the bundled server's public
+  statement of this protocol; the server imports nothing from the harness): our own services run
+  a daemon thread that reads stdin and, at EOF, SIGTERMs its own process: the same graceful path
+  as a normal stop, with a SIGKILL of itself if that hangs. Opt-in through
+  ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``, so a proxy started by hand is not stopped by its terminal.
 - ``python -m loadtests._parent_watch [--remove DIR] -- COMMAND...``: a watchdog for programs that
   cannot watch a pipe (nginx). It runs COMMAND in the foreground, forwards SIGTERM/SIGINT to it as
   SIGTERM, stops it by pid at EOF on its own stdin (and then removes DIR, which no one else is left
@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from target_server._parent_watch import ENV_VAR, GRACE_S, exit_when_stdin_closes, wait_for_stdin_eof
+from target_server.lifeline import ENV_VAR, GRACE_S, exit_when_stdin_closes, wait_for_stdin_eof
 
 __all__ = ["ENV_VAR", "GRACE_S", "LAUNCHER_ENV", "end_with_launcher", "exit_when_stdin_closes", "main", "watchdog"]
 

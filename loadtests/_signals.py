@@ -97,7 +97,9 @@ class SignalGuard:
 
     def _interrupt_main(self) -> None:
         if not self.quitting:  # Locust's main greenlet is waiting for the run: Ctrl-C's own path
-            gevent.get_hub().parent.throw(KeyboardInterrupt)
+            main = gevent.get_hub().parent
+            assert main is not None  # the hub of the main thread always runs under its main greenlet
+            main.throw(KeyboardInterrupt)
 
 
 def _say(line: str) -> None:

@@ -37,9 +37,13 @@ LAG_INTERVAL_S = 0.01
 DEFAULT_LAG_LIMIT_MS = 5.0
 """The ``harness_kept_up`` gate's default: the p99 of each process's lag samples at most this."""
 LAG_COLUMNS = ("worker", "time", "t_mono", "lag_s")
-LAG_SCHEMA = pa.schema(
-    [("worker", pa.string()), ("time", pa.float64()), ("t_mono", pa.float64()), ("lag_s", pa.float64())]
-)
+_LAG_FIELDS: list[tuple[str, pa.DataType]] = [  # typed: a literal's mixed DataTypes would join to object
+    ("worker", pa.string()),
+    ("time", pa.float64()),
+    ("t_mono", pa.float64()),
+    ("lag_s", pa.float64()),
+]
+LAG_SCHEMA = pa.schema(_LAG_FIELDS)
 """lag.parquet: the process (``local``, ``master``, ``worker-N``), wall-clock and monotonic time of
 the wake, and how late it was (seconds)."""
 _RESOLUTION_S = 1e-4
@@ -114,7 +118,12 @@ class LagMonitor:
 
     def take(self, worker: str) -> dict[str, list[Any]]:
         """The samples since the last call, as plain lists (msgpack-safe); removed from the monitor."""
-        taken = {"worker": [worker] * len(self._lag), "time": self._time, "t_mono": self._t_mono, "lag_s": self._lag}
+        taken: dict[str, list[Any]] = {
+            "worker": [worker] * len(self._lag),
+            "time": self._time,
+            "t_mono": self._t_mono,
+            "lag_s": self._lag,
+        }
         self._time, self._t_mono, self._lag = [], [], []
         return taken
 

@@ -33,26 +33,31 @@ def _arrow_type(annotation: object) -> pa.DataType:
 
 REQUEST_SCHEMA = pa.schema([(name, _arrow_type(t)) for name, t in typing.get_type_hints(RequestRow).items()])
 """requests.parquet: one column per ``RequestRow`` field, in field order."""
-FRAME_SCHEMA = pa.schema(
-    [
-        ("request_id", pa.string()),
-        ("seq", pa.int32()),
-        ("kind", pa.string()),
-        ("t_s", pa.float64()),
-        ("gap_s", pa.float64()),
-        ("bytes", pa.int32()),
-        ("wait_s", pa.float64()),
-    ]
-)
+_FRAME_FIELDS: list[tuple[str, pa.DataType]] = [  # typed: a literal's mixed DataTypes would join to object
+    ("request_id", pa.string()),
+    ("seq", pa.int32()),
+    ("kind", pa.string()),
+    ("t_s", pa.float64()),
+    ("gap_s", pa.float64()),
+    ("bytes", pa.int32()),
+    ("wait_s", pa.float64()),
+]
+FRAME_SCHEMA = pa.schema(_FRAME_FIELDS)
 """frames.parquet. ``wait_s``: how long the read's last bytes lay in the kernel before the harness
 read them (its own lateness for that frame); null where the arrival is not stamped (openai SDK, TLS)."""
 assert tuple(FRAME_SCHEMA.names) == FRAME_COLUMNS
 assert tuple(REQUEST_SCHEMA.names) == tuple(f.name for f in dataclasses.fields(RequestRow))
 
 
+_NULLABLE_INTEGERS: dict[pa.DataType, pd.api.extensions.ExtensionDtype] = {
+    pa.int64(): pd.Int64Dtype(),
+    pa.int32(): pd.Int64Dtype(),
+}
+
+
 def to_pandas(table: pa.Table) -> pd.DataFrame:
     """An Arrow table as pandas, integer columns as nullable ``Int64`` (status may be missing)."""
-    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype()}.get)
+    return table.to_pandas(types_mapper=_NULLABLE_INTEGERS.get)
 
 
 class Recorder:

@@ -33,4 +33,5 @@ class FramedResponse(HTTPSocketPoolResponse):
 
 def install() -> None:
     """Make every geventhttpclient request in this process answer with a ``FramedResponse``."""
-    geventhttpclient.client.HTTPSocketPoolResponse = FramedResponse  # the name its request() builds
+    # Rebinding the class is the point: request() looks the name up each time it builds a response.
+    geventhttpclient.client.HTTPSocketPoolResponse = FramedResponse  # type: ignore[misc]

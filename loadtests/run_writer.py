@@ -31,7 +31,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import gevent
 import pyarrow as pa
@@ -63,7 +63,8 @@ def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
     interrupted: BaseException | None = None
     while True:
         try:
-            returned, value = done.get()
+            # a blocking get() returns the value, never the None the stub allows for get(block=False)
+            returned, value = cast("tuple[bool, Any]", done.get())
             break
         except BaseException as exc:  # thrown at this greenlet (kill, Timeout): fn runs on; wait for it
             interrupted = interrupted or exc

@@ -50,9 +50,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.figures import quantile
 
-SERVER_METRICS_SCHEMA = pa.schema(
-    [("time", pa.float64()), ("name", pa.string()), ("labels", pa.string()), ("value", pa.float64())]
-)
+_SERVER_METRICS_FIELDS: list[tuple[str, pa.DataType]] = [  # typed: a literal's mixed DataTypes would join to object
+    ("time", pa.float64()),
+    ("name", pa.string()),
+    ("labels", pa.string()),
+    ("value", pa.float64()),
+]
+SERVER_METRICS_SCHEMA = pa.schema(_SERVER_METRICS_FIELDS)
 """server_metrics.parquet: the wall-clock time (epoch s) the scrape's answer arrived, the sample's name as
 exposed, its labels as ``k="v"`` pairs sorted by key and comma-joined ("" for none), its value."""
 DEFAULT_SCRAPE_INTERVAL_S = 1.0

@@ -10,8 +10,9 @@ been reaped, and its files are gone.
 Nothing outlives the process that started it, even one killed by SIGKILL: every service's stdin
 is a pipe whose write end only this process holds, and the kernel closes it when this process
 dies. Our services see EOF and stop themselves; nginx, which cannot watch a pipe, runs under a
-watchdog that does it for it (``loadtests._parent_watch``). The bundled server's API key travels
-in its environment (``VLLM_API_KEY``), never on its command line, where ``ps`` would show it.
+watchdog that does it for it (``loadtests._parent_watch``); the pipe and the bundled server's
+refusal line are spoken as ``target_server.lifeline`` states them. The bundled server's API key
+travels in its environment (``VLLM_API_KEY``), never on its command line, where ``ps`` would show it.
 """
 
 from __future__ import annotations
@@ -31,12 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadtests._parent_watch import ENV_VAR as _EXIT_ON_STDIN_EOF
-from target_server._parent_watch import REFUSAL_PREFIX
+from target_server.lifeline import harness_environment, parse_refusal
 
 READY_LINE = re.compile(r"^(?:target_server|proxy) ready: (?P<url>http://\S+)")
-REFUSAL_LINE = re.compile("^" + re.escape(REFUSAL_PREFIX) + "(?P<reason>.*)")
-"""Why the bundled server will not start, printed before it exits (``target_server._parent_watch``)."""
 PROXY_KINDS = ("none", "embedded", "nginx")
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM's name; the bundled server reads it too
 
@@ -65,7 +63,7 @@ class ChildService:
     ) -> ChildService:
         """Start ``argv`` and wait for its ready line (``<name> ready: URL``) on stdout. The child
         stops itself if this process dies (its stdin pipe closes)."""
-        child_env = {**(os.environ if env is None else env), _EXIT_ON_STDIN_EOF: "1"}
+        child_env = {**(os.environ if env is None else env), **harness_environment()}
         process = subprocess.Popen(
             list(argv), stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, start_new_session=True, env=child_env
         )
@@ -257,7 +255,7 @@ def _wait_for_ready_line(process: subprocess.Popen[str], name: str, timeout: flo
             line = process.stdout.readline()
             if not line:
                 code = process.wait()
-                refusals = [match["reason"] for match in map(REFUSAL_LINE.match, seen) if match]
+                refusals = [reason for reason in map(parse_refusal, seen) if reason is not None]
                 reason = refusals[-1] if refusals else repr("".join(seen))
                 raise ServerStartError(f"{name} exited with {code} before it was ready: {reason}")
             seen.append(line)

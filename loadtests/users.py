@@ -89,7 +89,7 @@ class StreamingUser:
     tasks: ClassVar[list[Any]] = [_send_next]
     """Locust collects a user class's tasks from its bases' ``tasks``: every subclass starts with this."""
     environment: Any
-    host: str
+    host: str | None
     _ticket: Ticket | None = None
     """The open-loop ticket of the request under way, if any."""
 
@@ -153,8 +153,15 @@ class StreamingUser:
     def harness(self) -> RunState:
         return run_state(self.environment)
 
+    @property
+    def target(self) -> str:
+        """The run's base URL (Locust's ``host``), never None here: the scenario's preflight refuses
+        a run without one before any user starts."""
+        assert self.host is not None
+        return self.host
+
     def next_request(self) -> PreparedRequest:
-        return self.harness.prepared_mix(self.mix, self.host).draw()
+        return self.harness.prepared_mix(self.mix, self.target).draw()
 
     def plan(self, request: PreparedRequest) -> RequestPlan:
         spec = request.spec
@@ -236,7 +243,7 @@ class SSEUser(StreamingUser, FastHttpUser):
         response = self.client.request(
             "POST",
             request.path,
-            data=payload,
+            data=payload,  # type: ignore[arg-type]  # Locust annotates str | dict; its docstring and client take bytes
             headers=headers,
             stream=True,
             catch_response=True,
@@ -332,7 +339,7 @@ class OpenAISDKUser(StreamingUser, User):
         # one TLS context per process: each client building its own costs ~30 ms on the loop
         http_client = openai.DefaultHttpxClient(verify=shared_ssl_context(), event_hooks={"response": [self.wire]})
         self.sdk = openai.OpenAI(
-            base_url=f"{self.host}/v1",
+            base_url=f"{self.target}/v1",
             api_key=self.harness.api_key or "unused",
             max_retries=0,
             timeout=openai.Timeout(self.harness.client_idle_timeout, connect=10.0),

@@ -3,7 +3,9 @@
 Modules, one concept each: ``config`` (all knobs, also the CLI), ``protocol`` (request and
 error shapes), ``tokenizer``, ``engine`` (slots, FIFO queue, prefill and decode timing),
 ``streaming`` (chunk framing), ``keep_alive``, ``faults``, ``trace``, ``metrics``, ``app``
-(routes) and ``__main__`` (uvicorn on a socket, ready line).
+(routes), ``__main__`` (uvicorn on a socket, ready line) and ``lifeline`` (the process protocol
+with a harness that starts the server: its stdin pipe and refusal line; the one module the
+harness imports).
 """
 
 from target_server.app import create_app

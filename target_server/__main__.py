@@ -4,7 +4,7 @@ The ready line, ``target_server ready: http://HOST:PORT (model MODEL)``, is prin
 socket accepts connections, so a parent process can wait on it instead of sleeping. ``--port 0``
 binds a free port first and the line tells which. Started by the harness, the server also stops
 when the harness dies, and a refusal to start (a bad option, a port taken) is also printed on
-stdout as ``target_server failed: REASON`` for the harness to quote (``_parent_watch``).
+stdout as ``target_server failed: REASON`` for the harness to quote (``lifeline``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from target_server._parent_watch import announce_refusal, exit_when_stdin_closes
 from target_server.app import create_app
 from target_server.config import ServerConfig
 from target_server.faults import InjectedDisconnect
+from target_server.lifeline import announce_refusal, exit_when_stdin_closes
 
 READY_PREFIX = "target_server ready: "
 SWITCH_INTERVAL_S = 0.001

@@ -16,7 +16,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from typing import Any
@@ -182,9 +182,8 @@ def _truncated_json(headers: dict[str, str]) -> Response:
 def create_app(config: ServerConfig) -> FastAPI:
     """The ASGI app for ``config``; ``app.state.server`` holds its ``TargetServer``, which every
     route and error handler below reads from there (none closes over it)."""
-    app = FastAPI(title="sse-soak target server", lifespan=_lifespan)
+    app = FastAPI(title="sse-soak target server", lifespan=_lifespan, exception_handlers=_error_handlers())
     app.state.server = TargetServer(config)
-    _install_error_handlers(app)
     _install_auth(app, config)
     for path, endpoint, method in _routes(config):
         app.add_api_route(path, endpoint, methods=[method])
@@ -308,12 +307,16 @@ def json_pieces_response(pieces: list[bytes]) -> Response:
     return StreamingResponse(iter(pieces), media_type="application/json", headers={"Content-Length": length})
 
 
-def _install_error_handlers(app: FastAPI) -> None:
-    """Every error, the framework's included, answers in vLLM's body and is counted by status."""
-    app.add_exception_handler(APIError, api_error)
-    app.add_exception_handler(StarletteHTTPException, framework_error)
-    app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(Exception, internal_error)
+def _error_handlers() -> dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]]:
+    """Every error, the framework's included, answers in vLLM's body and is counted by status.
+    Given to ``FastAPI()``, whose parameter types each handler by the exception class it is keyed
+    by; ``add_exception_handler``'s stub wants handlers of any ``Exception`` instead."""
+    return {
+        APIError: api_error,
+        StarletteHTTPException: framework_error,
+        RequestValidationError: validation_error,
+        Exception: internal_error,
+    }
 
 
 def _error_response(request: Request, error: APIError) -> JSONResponse:

@@ -14,19 +14,30 @@ import argparse
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
-from target_server._parent_watch import announce_refusal
+from target_server.lifeline import announce_refusal
 
 API_KEY_ENV = "VLLM_API_KEY"
 FAILURE_TYPES = ("server_error", "inband_error", "stall", "disconnect", "rate_limit")
 TOKENIZE_APIS = ("vllm", "text", "none")
 
 
-def _opt(default: object, help: str, **extra: object) -> object:
-    return field(default=default, metadata={"help": help, **extra})
+_T = TypeVar("_T")
+
+
+def _opt(
+    default: _T,
+    help: str,
+    *,
+    nargs: str | None = None,
+    choices: Sequence[str] | None = None,
+    type: Callable[[str], Any] | None = None,
+) -> _T:
+    """A field whose metadata holds its option's help and argparse settings; None is argparse's default."""
+    return field(default=default, metadata={"help": help, "nargs": nargs, "choices": choices, "type": type})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -132,13 +143,18 @@ class ServerConfig:
         )
         for spec in dataclasses.fields(cls):
             flag = "--" + spec.name.replace("_", "-")
-            kwargs: dict[str, object] = {"default": spec.default, "help": spec.metadata["help"]}
-            for key in ("nargs", "choices", "type"):
-                if key in spec.metadata:
-                    kwargs[key] = spec.metadata[key]
-            if "nargs" not in spec.metadata and "type" not in spec.metadata and spec.default is not None:
-                kwargs["type"] = type(spec.default)
-            parser.add_argument(flag, **kwargs)
+            meta = spec.metadata
+            convert = meta["type"]
+            if convert is None and meta["nargs"] is None and spec.default is not None:
+                convert = type(spec.default)  # a single value parses as its default's type
+            parser.add_argument(
+                flag,
+                default=spec.default,
+                help=meta["help"],
+                nargs=meta["nargs"],
+                choices=meta["choices"],
+                type=convert,
+            )
         return parser
 
     @classmethod

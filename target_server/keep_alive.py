@@ -190,20 +190,20 @@ class _InlineStep:
         if self._coro is None:
             return
         coro, self._coro = self._coro, None
-        if self._blocked_on is not None and self._blocked_on.cancel():
-            resume, argument = coro.send, None  # the cancelled future raises at upstream's await
-        else:
-            resume, argument = coro.throw, asyncio.CancelledError()
+        # A future that takes the cancel raises it at upstream's await once resumed; else it is thrown in.
+        thrown: asyncio.CancelledError | None = None
+        if self._blocked_on is None or not self._blocked_on.cancel():
+            thrown = asyncio.CancelledError()
         while True:
             try:
-                yielded = resume(argument)
+                yielded = coro.send(None) if thrown is None else coro.throw(thrown)
             except (StopIteration, StopAsyncIteration, asyncio.CancelledError):
                 return
             if yielded is None:
                 await asyncio.sleep(0)
             else:
                 await asyncio.wait([_as_awaited_future(yielded)])
-            resume, argument = coro.send, None
+            thrown = None  # delivered once; its cleanup's awaits resume normally
 
 
 def _step_factory(upstream: AsyncIterator[T]) -> Callable[[], Generator[Any, None, T]]:

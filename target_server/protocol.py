@@ -8,9 +8,11 @@ HTTP status.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import ErrorDetails
 
 _ERROR_TYPES = {
     400: "BadRequestError",
@@ -144,7 +146,7 @@ class TokenizeChatRequest(_Request):
     add_generation_prompt: bool = True
 
 
-def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
+def validation_message(errors: Sequence[ErrorDetails]) -> tuple[str, str | None]:
     """A one-line message and the offending parameter, from pydantic's error list."""
     first = errors[0]
     location = [str(part) for part in first.get("loc", ()) if part not in ("body",)]

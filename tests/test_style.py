@@ -1,4 +1,4 @@
-"""The code base stays ruff-clean and the packages export what they document."""
+"""The code base stays ruff-clean and type-checked, and the packages export what they document."""
 
 from __future__ import annotations
 
@@ -17,6 +17,17 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]])
 def test_ruff_is_clean(command: list[str]) -> None:
     result = subprocess.run([sys.executable, "-m", "ruff", *command, "."], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 22: loadtests modules under rewrite (compare, drift, gates, html_report, judge, outcome, "
+    "pytest_plugin, scenario, soak) still have errors; strict once they land",
+)
+def test_mypy_is_clean() -> None:
+    """mypy over the files and settings of pyproject's ``[tool.mypy]``: no error."""
+    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
