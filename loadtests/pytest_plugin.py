@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from loadtests import _gevent_compat, launch
+from loadtests import _gevent_compat
+from loadtests.launch import Launch, ScenarioRun, plan, run
 from loadtests.options import Surface, add_pytest_options, on
 from loadtests.run_dir import Manifest
 
@@ -42,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
 class SoakRunner:
     """Runs scenarios with the session's ``--sse-soak-*`` options as defaults."""
 
-    defaults: launch.Launch
+    defaults: Launch
     """The options every run starts from (its scenario is a placeholder)."""
 
     @classmethod
@@ -50,9 +51,9 @@ class SoakRunner:
         given = {item.name: config.getoption(f"sse_soak_{item.name}") for item in on(Surface.PYTEST)}
         given["report_dir"] = Path(config.invocation_params.dir / given["report_dir"])
         given["api_key"] = given["api_key"] or os.environ.get("SSE_SOAK_API_KEY")
-        return cls(launch.Launch(scenario="", duration_s=given.pop("duration"), **given))
+        return cls(Launch(scenario="", duration_s=given.pop("duration"), **given))
 
-    def launch(self, scenario: str | Path, **options: Any) -> launch.Launch:
+    def launch(self, scenario: str | Path, **options: Any) -> Launch:
         """The run of ``scenario`` (a shipped name or a locustfile) with these options over the
         session's: ``users``, ``duration`` (seconds), ``spawn_rate``, ``host``, ``api_key``,
         ``model``, ``proxy``, ``report_dir``, and any other option of the scenario or of Locust as
@@ -63,15 +64,15 @@ class SoakRunner:
                 named[item.name] = options.pop(item.name)
         return dataclasses.replace(self.defaults, scenario=scenario, options=options, **named)
 
-    def run(self, scenario: str | Path, **options: Any) -> launch.ScenarioRun:
+    def run(self, scenario: str | Path, **options: Any) -> ScenarioRun:
         """Run ``scenario`` to its end (see ``launch``) and return the judged run: ``summary``,
         ``gates``, ``gate(name)``, ``requests`` and ``frames`` (DataFrames), ``run_dir``,
         ``passed``, ``explain()`` and ``assert_passed()``."""
-        return launch.run(self.launch(scenario, **options))
+        return run(self.launch(scenario, **options))
 
     def plan(self, scenario: str | Path, **options: Any) -> Manifest:
         """The settings and gates ``run`` would use, without running anything."""
-        return launch.plan(self.launch(scenario, **options))
+        return plan(self.launch(scenario, **options))
 
 
 @pytest.fixture(scope="session")

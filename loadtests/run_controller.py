@@ -95,7 +95,8 @@ def _locustfile_modules() -> list[ModuleType]:
     environment, config file; Locust names each module after its file) and the script run as
     ``__main__`` (``python scenarios/x.py``)."""
     args = [arg for arg in sys.argv[1:] if arg not in ("-h", "--help", "-V", "--version")]  # those would print
-    paths = {str(Path(path.strip()).resolve()) for path in str(parse_locustfile_option(args).locustfile).split(",")}
+    given: Any = parse_locustfile_option(args)  # a Namespace: Locust's annotation (a tuple) is wrong
+    paths = {str(Path(path.strip()).resolve()) for path in str(given.locustfile).split(",")}
     modules = []
     for module in list(sys.modules.values()):
         file = getattr(module, "__file__", None)

@@ -90,9 +90,12 @@ class Scenario:
     def check(self, settings: RunSettings | None = None) -> None:
         """Raise ``UsageError`` (one line naming the scenario and the gate) when a gate's queries are
         not ones the request table can answer; a function's gates are checked once ``settings`` are known."""
-        if callable(self.gates) and settings is None:
+        if settings is not None:
+            gates: Sequence[Gate] = self.gate_list(settings)
+        elif callable(self.gates):
             return
-        gates = self.gate_list(settings) if settings is not None else self.gates
+        else:
+            gates = self.gates
         for gate in gates:
             try:
                 gate.check()
