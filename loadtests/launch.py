@@ -30,7 +30,6 @@ import pandas as pd
 
 from loadtests import catalog, figures
 from loadtests._parent_watch import launcher_environment
-from loadtests.compare import read_json_object
 from loadtests.gates import ALWAYS_ON, GateResult
 from loadtests.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir
 from loadtests.summary import Summary, SummaryError
@@ -200,7 +199,7 @@ def run(launch: Launch, timeout_s: float | None = None) -> ScenarioRun:
     returncode, output, problem = _run_child(command, environment, limit)
     summary = None
     try:
-        summary = Summary.from_json(read_json_object(run_dir.summary)) if run_dir.summary.exists() else None
+        summary = Summary.read(run_dir.summary) if run_dir.summary.exists() else None
     except SummaryError as exc:
         problem = problem or str(exc)
     if summary is None and problem is None:
