@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from loadtests.outcome import FAILURE_OUTCOMES
+from loadtests.outcome import FAILURE_OUTCOMES, Outcome
 from loadtests.summary import Summary
 
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
@@ -114,7 +114,7 @@ def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> l
             f"> +{limits.max_failure_rate_increase:g}",
         )
     )
-    for outcome in ("ok", "rejected", *FAILURE_OUTCOMES):
+    for outcome in (Outcome.OK, Outcome.REJECTED, *FAILURE_OUTCOMES):
         rows.append(Row(f"rate {outcome}", *(_rate(s.outcomes.get(outcome, 0), s) for s in (base, new)), False))
     for column, stat in LATENCY_FIGURES:
         old, now = (s.latency.get(column, {}).get(stat) for s in (base, new))

@@ -37,23 +37,23 @@ from matplotlib.ticker import MaxNLocator
 
 from loadtests import figures
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
-from loadtests.outcome import OUTCOMES, RequestRow
+from loadtests.outcome import OUTCOMES, Outcome, RequestRow
 from loadtests.recorder import FRAME_COLUMNS
 from loadtests.run_dir import RunDir
 from loadtests.server_metrics import concept_series
 from loadtests.summary import arrival_line
 
 OUTCOME_COLOURS = {
-    "ok": "#2e7d32",
-    "rejected": "#9e9e9e",
-    "http_5xx": "#d32f2f",
-    "inband_error": "#7b1fa2",
-    "cut": "#ef6c00",
-    "timeout": "#795548",
-    "connect_error": "#000000",
-    "protocol_error": "#ad1457",
-    "harness_error": "#4a148c",
-    "stopped": "#81d4fa",
+    Outcome.OK: "#2e7d32",
+    Outcome.REJECTED: "#9e9e9e",
+    Outcome.HTTP_5XX: "#d32f2f",
+    Outcome.INBAND_ERROR: "#7b1fa2",
+    Outcome.CUT: "#ef6c00",
+    Outcome.TIMEOUT: "#795548",
+    Outcome.CONNECT_ERROR: "#000000",
+    Outcome.PROTOCOL_ERROR: "#ad1457",
+    Outcome.HARNESS_ERROR: "#4a148c",
+    Outcome.STOPPED: "#81d4fa",
 }
 OTHER_COLOUR = "#607d8b"
 REQUEST_COLUMNS = tuple(RequestRow.__dataclass_fields__)

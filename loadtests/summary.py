@@ -25,7 +25,7 @@ import pandas as pd
 from loadtests.figures import PERCENTILES, count_500s, quantiles
 from loadtests.gates import GateResult
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
-from loadtests.outcome import OUTCOMES, UNJUDGED_OUTCOMES
+from loadtests.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests.run_dir import RunDir
 
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
@@ -317,9 +317,9 @@ def causes(requests: pd.DataFrame) -> dict[str, Any]:
     return {
         "status": {str(code): int(n) for code, n in statuses.items()},
         "proxy_timeouts_before_headers": int((requests["status"] == 504).sum()),
-        "cut_after_headers": int((requests["outcome"] == "cut").sum()),
-        "protocol_errors": _messages(requests[requests["outcome"] == "protocol_error"]),
-        "harness_errors": _messages(requests[requests["outcome"] == "harness_error"]),
+        "cut_after_headers": int((requests["outcome"] == Outcome.CUT).sum()),
+        "protocol_errors": _messages(requests[requests["outcome"] == Outcome.PROTOCOL_ERROR]),
+        "harness_errors": _messages(requests[requests["outcome"] == Outcome.HARNESS_ERROR]),
         "malformed_usage": int(requests["raw_usage"].notna().sum()),
         "keepalive_vs_silence": [
             {
@@ -379,7 +379,7 @@ def summarize(
         settings=settings or {},
         frame_sample_rate=frame_sample_rate,
         requests=len(requests),
-        outcomes={outcome: int(counts.get(outcome, 0)) for outcome in OUTCOMES},
+        outcomes={outcome.value: int(counts.get(outcome, 0)) for outcome in OUTCOMES},
         http_500=http_500,
         inband_500=inband_500,
         keepalive_frames=int(requests["keepalive_frames"].sum()),
@@ -405,7 +405,7 @@ def arrival(open_loop: dict[str, Any] | None, requests: pd.DataFrame) -> dict[st
         return None
     rate = float(open_loop["rate"])
     scheduled = requests[requests["scheduled_time"].notna()]
-    sent = scheduled[scheduled["outcome"] != "not_sent"]
+    sent = scheduled[scheduled["outcome"] != Outcome.NOT_SENT]
     span = (
         float(scheduled["scheduled_time"].max() - scheduled["scheduled_time"].min()) + 1 / rate
         if len(scheduled)
@@ -417,7 +417,7 @@ def arrival(open_loop: dict[str, Any] | None, requests: pd.DataFrame) -> dict[st
         **open_loop,
         "scheduled": len(scheduled),
         "sent": len(sent),
-        "not_sent": len(scheduled) - len(sent),
+        Outcome.NOT_SENT.value: len(scheduled) - len(sent),
         "span_s": round(span, 3),
         "rate_achieved": round(len(sent) / span, 3) if span else None,
         "late": int((lateness > LATE_S).sum()),
