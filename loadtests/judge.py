@@ -170,6 +170,4 @@ def write_html_files(run: RunDir, summary: Summary) -> None:
 
     requests = run.read_requests()
     write_requests_csv(run.path, requests)
-    write_html_report(
-        run.path, summary.to_json(), requests, run.read_frames(), run.read_lag(), run.read_server_metrics()
-    )
+    write_html_report(run.path, summary, requests, run.read_frames(), run.read_lag(), run.read_server_metrics())
