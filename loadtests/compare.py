@@ -100,7 +100,8 @@ def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> l
     rows.append(
         Row(
             "500 rate (HTTP + in-band)",
-            *rate_500,
+            rate_500[0],
+            rate_500[1],
             rate_500[1] - rate_500[0] > limits.max_500_rate_increase,
             f"> +{limits.max_500_rate_increase:g}",
         )
@@ -109,24 +110,30 @@ def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> l
     rows.append(
         Row(
             "failure rate",
-            *failure,
+            failure[0],
+            failure[1],
             failure[1] - failure[0] > limits.max_failure_rate_increase,
             f"> +{limits.max_failure_rate_increase:g}",
         )
     )
     for outcome in (Outcome.OK, Outcome.REJECTED, *FAILURE_OUTCOMES):
-        rows.append(Row(f"rate {outcome}", *(_rate(s.outcomes.get(outcome, 0), s) for s in (base, new)), False))
+        rates = [_rate(s.outcomes.get(outcome, 0), s) for s in (base, new)]
+        rows.append(Row(f"rate {outcome}", rates[0], rates[1], False))
     for column, stat in LATENCY_FIGURES:
         old, now = (s.latency.get(column, {}).get(stat) for s in (base, new))
-        grew = old is not None and now is not None and old >= LATENCY_FLOOR_S
-        grew = grew and now > old * (1 + limits.max_latency_increase)
+        grew = (
+            old is not None
+            and now is not None
+            and old >= LATENCY_FLOOR_S
+            and now > old * (1 + limits.max_latency_increase)
+        )
         rows.append(Row(f"{column} {stat}", old, now, grew, f"> +{limits.max_latency_increase:.0%}"))
     old_ka, new_ka = (s.keepalive_per_stream.get("mean") for s in (base, new))
     dropped = old_ka is not None and old_ka >= 1 and (new_ka or 0) < old_ka * (1 - limits.max_keepalive_drop)
     rows.append(Row("keep-alive frames per raw stream", old_ka, new_ka, dropped, f"< -{limits.max_keepalive_drop:.0%}"))
     for concept, stat in SERVER_FIGURES:
         label = f"server {concept.replace('_', ' ').replace('kv', 'KV')} {stat}"
-        rows.append(Row(label, *(_server_figure(s, concept, stat) for s in (base, new)), False))
+        rows.append(Row(label, _server_figure(base, concept, stat), _server_figure(new, concept, stat), False))
     (base_gates, base_passed), (new_gates, new_passed) = base.recorded_verdict, new.recorded_verdict
     rows.append(Row("gates passed", float(base_gates), float(new_gates), base_gates and not new_gates, "pass -> fail"))
     rows.append(
@@ -145,8 +152,9 @@ def _server_figure(summary: Summary, concept: str, stat: str) -> float | None:
     """``summary``'s server figure, None when it has none (or not a finite number)."""
     figures = (summary.server_metrics or {}).get(concept)
     value = figures.get(stat) if isinstance(figures, dict) else None
-    valid = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if valid else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def render(rows: list[Row], base_name: str, new_name: str) -> str:
