@@ -28,6 +28,7 @@ from loadtests import _gevent_compat  # noqa: F401 - first: lets httpx import un
 
 _EXPORTS = {
     "OUTCOMES": "loadtests.outcome",
+    "Outcome": "loadtests.outcome",
     "RequestRow": "loadtests.outcome",
     "Expect": "loadtests.gates",
     "Gate": "loadtests.gates",
@@ -52,6 +53,7 @@ __all__ = [
     "GateResult",
     "NoProxyTimeouts",
     "OpenAISDKUser",
+    "Outcome",
     "RequestMix",
     "RequestRow",
     "RequestSpec",
@@ -64,7 +66,7 @@ assert sorted(__all__) == sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # what the lazy names are, for editors and type checkers; never run
     from loadtests.gates import Expect, Gate, GateResult, NoProxyTimeouts
-    from loadtests.outcome import OUTCOMES, RequestRow
+    from loadtests.outcome import OUTCOMES, Outcome, RequestRow
     from loadtests.scenario import RunSettings, Scenario
     from loadtests.sse import Frame, SSEParser
     from loadtests.users import OpenAISDKUser, SSEUser

@@ -199,9 +199,11 @@ def _check_soak_files(options: argparse.Namespace) -> None:
     if problem is not None:
         _refuse("soak", f"--report-dir {problem}")
     if options.baseline is not None:
+        from loadtests.summary import Summary, SummaryError
+
         try:
-            compare_module.load_summary(options.baseline)
-        except compare_module.SummaryError as exc:
+            Summary.load(options.baseline)
+        except SummaryError as exc:
             _refuse("soak", f"--baseline {exc}")
     try:
         check_open_loop(options.rate, options.max_in_flight)
@@ -246,9 +248,11 @@ def _run_soak(options: argparse.Namespace) -> int:
 
 
 def _run_compare(options: argparse.Namespace) -> int:
+    from loadtests.summary import Summary, SummaryError
+
     try:
-        base, new = compare_module.load_summary(options.base), compare_module.load_summary(options.new)
-    except compare_module.SummaryError as exc:
+        base, new = Summary.load(options.base), Summary.load(options.new)
+    except SummaryError as exc:
         _refuse("compare", str(exc))
     limits = compare_module.Thresholds(**{name: getattr(options, name) for name in _THRESHOLDS})
     rows = compare_module.compare(base, new, limits)

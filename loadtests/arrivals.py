@@ -26,10 +26,11 @@ from dataclasses import dataclass
 import gevent
 from gevent.lock import Semaphore
 
-from loadtests.outcome import RequestRow
+from loadtests.outcome import Outcome, RequestRow
 
 ARRIVAL_KINDS = ("poisson", "constant")
-NOT_SENT = "not_sent"
+NOT_SENT = Outcome.NOT_SENT.value
+"""The name, as well as the outcome, of the row of a scheduled request never sent."""
 START_DELAY_S = 0.5
 """How far ahead of the master's test start the shared schedule begins: the time the spawn messages
 take to reach the workers, so that none finds its first tickets already late."""
@@ -140,7 +141,7 @@ def not_sent_row(ticket: Ticket, worker: str) -> RequestRow:
         truncate_prompt_tokens=None,
         expected=None,
         status=None,
-        outcome=NOT_SENT,
+        outcome=Outcome.NOT_SENT,
         error_code=None,
         error_param=None,
         error_message=None,

@@ -1,7 +1,8 @@
 """Is the new run worse than the base run? A side-by-side table of figures and a regression verdict.
 
-Works from two ``summary.json`` files (a run directory or the summary itself), so a nightly job
-needs to keep only the last good summary. Regressions, each with a default threshold:
+Works from two ``summary.json`` files (a run directory or the summary itself, read by
+``Summary.load``), so a nightly job needs to keep only the last good summary. Regressions, each
+with a default threshold:
 
 - the share of HTTP 500 + in-band 500 rose at all (``max_500_rate_increase``, default 0);
 - the failure rate (5xx, in-band errors, protocol errors, cuts, timeouts, connect errors and
@@ -26,15 +27,11 @@ regression, 1 on a regression, 2 on bad input (one line naming the file or optio
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, fields
-from pathlib import Path
-from typing import Any
 
-from loadtests.outcome import FAILURE_OUTCOMES, UNJUDGED_OUTCOMES
-from loadtests.run_dir import RunDir
-from loadtests.summary import SummaryError, is_count
+from loadtests.outcome import FAILURE_OUTCOMES, Outcome
+from loadtests.summary import Summary
 
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
 LATENCY_FLOOR_S = 0.005
@@ -91,135 +88,73 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-_COUNTS = ("requests", "http_500", "inband_500")
+def _rate(count: int, summary: Summary) -> float:
+    return count / summary.requests_judged if summary.requests_judged else 0.0
 
 
-def _number_or_none(value: Any) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
-
-
-def _figures(value: Any) -> bool:
-    return isinstance(value, dict) and all(map(_number_or_none, value.values()))
-
-
-_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
-
-
-def summary_problem(summary: dict[str, Any]) -> str | None:
-    """Why ``summary`` is not a run summary ``compare`` can read, or None."""
-    missing = [key for key in (*_COUNTS, "outcomes", "passed") if key not in summary]
-    if missing:
-        return f"not a run summary (no {', '.join(repr(key) for key in missing)})"
-    wrong = [key for key in _COUNTS if not is_count(summary[key])]
-    outcomes = summary["outcomes"]
-    if not isinstance(outcomes, dict) or not all(is_count(n) for n in outcomes.values()):
-        wrong.append("outcomes")
-    wrong += [key for key in ("passed", "gates_passed") if key in summary and not isinstance(summary[key], bool)]
-    latency = summary.get("latency", {})
-    if not isinstance(latency, dict) or not all(map(_figures, latency.values())):
-        wrong.append("latency")
-    keepalive = summary.get("keepalive_per_stream", {})
-    if not isinstance(keepalive, dict) or not _number_or_none(keepalive.get("mean")):
-        wrong.append("keepalive_per_stream")
-    if wrong:
-        return f"not a run summary ({', '.join(repr(key) for key in wrong)} of the wrong type)"
-    return None
-
-
-def load_summary(path: str | Path) -> dict[str, Any]:
-    """A run directory's ``summary.json``, or the summary file itself; raises ``SummaryError``."""
-    path = Path(path)
-    if not path.exists():
-        raise SummaryError(f"{path}: no such file or directory")
-    file = RunDir(path).summary if path.is_dir() else path
-    if path.is_dir() and not file.exists():
-        raise SummaryError(f"{path}: no summary.json in this directory (not a run directory, or one still running)")
-    summary = read_json_object(file)
-    problem = summary_problem(summary)
-    if problem is not None:
-        raise SummaryError(f"{file}: {problem}")
-    return summary
-
-
-def read_json_object(file: Path) -> dict[str, Any]:
-    """The JSON object in ``file``; raises ``SummaryError`` naming it when it cannot be read, is not
-    JSON, or holds anything but an object."""
-    try:
-        value = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SummaryError(f"{file}: cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise SummaryError(f"{file}: not a run summary (not UTF-8 text)") from None
-    except json.JSONDecodeError as exc:
-        raise SummaryError(f"{file}: not a run summary (not JSON: {exc.msg} at line {exc.lineno})") from None
-    if not isinstance(value, dict):
-        kind = _JSON_TYPES.get(type(value), "null")
-        raise SummaryError(f"{file}: not a run summary (a JSON {kind}, expected an object)")
-    return value
-
-
-def judged(summary: dict[str, Any]) -> int:
-    return summary["requests"] - sum(summary["outcomes"].get(outcome, 0) for outcome in UNJUDGED_OUTCOMES)
-
-
-def _rate(count: int, summary: dict[str, Any]) -> float:
-    return count / judged(summary) if judged(summary) else 0.0
-
-
-def compare(base: dict[str, Any], new: dict[str, Any], limits: Thresholds = Thresholds()) -> list[Row]:
-    """Every figure side by side; ``regressed`` marks those beyond ``limits``."""
-    rows = [Row("requests judged", judged(base), judged(new), False)]
-    rate_500 = [_rate(s["http_500"] + s["inband_500"], s) for s in (base, new)]
+def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> list[Row]:
+    """Every figure side by side; ``regressed`` marks those beyond ``limits``. The verdicts compared
+    are those the runs recorded (``Summary.recorded_verdict``)."""
+    rows = [Row("requests judged", base.requests_judged, new.requests_judged, False)]
+    rate_500 = [_rate(s.http_500 + s.inband_500, s) for s in (base, new)]
     rows.append(
         Row(
             "500 rate (HTTP + in-band)",
-            *rate_500,
+            rate_500[0],
+            rate_500[1],
             rate_500[1] - rate_500[0] > limits.max_500_rate_increase,
             f"> +{limits.max_500_rate_increase:g}",
         )
     )
-    failure = [_rate(sum(s["outcomes"].get(o, 0) for o in FAILURE_OUTCOMES), s) for s in (base, new)]
+    failure = [_rate(sum(s.outcomes.get(o, 0) for o in FAILURE_OUTCOMES), s) for s in (base, new)]
     rows.append(
         Row(
             "failure rate",
-            *failure,
+            failure[0],
+            failure[1],
             failure[1] - failure[0] > limits.max_failure_rate_increase,
             f"> +{limits.max_failure_rate_increase:g}",
         )
     )
-    for outcome in ("ok", "rejected", *FAILURE_OUTCOMES):
-        rows.append(Row(f"rate {outcome}", *(_rate(s["outcomes"].get(outcome, 0), s) for s in (base, new)), False))
+    for outcome in (Outcome.OK, Outcome.REJECTED, *FAILURE_OUTCOMES):
+        rates = [_rate(s.outcomes.get(outcome, 0), s) for s in (base, new)]
+        rows.append(Row(f"rate {outcome}", rates[0], rates[1], False))
     for column, stat in LATENCY_FIGURES:
-        old, now = (s.get("latency", {}).get(column, {}).get(stat) for s in (base, new))
-        grew = old is not None and now is not None and old >= LATENCY_FLOOR_S
-        grew = grew and now > old * (1 + limits.max_latency_increase)
+        old, now = (s.latency.get(column, {}).get(stat) for s in (base, new))
+        grew = (
+            old is not None
+            and now is not None
+            and old >= LATENCY_FLOOR_S
+            and now > old * (1 + limits.max_latency_increase)
+        )
         rows.append(Row(f"{column} {stat}", old, now, grew, f"> +{limits.max_latency_increase:.0%}"))
-    old_ka, new_ka = (s.get("keepalive_per_stream", {}).get("mean") for s in (base, new))
+    old_ka, new_ka = (s.keepalive_per_stream.get("mean") for s in (base, new))
     dropped = old_ka is not None and old_ka >= 1 and (new_ka or 0) < old_ka * (1 - limits.max_keepalive_drop)
     rows.append(Row("keep-alive frames per raw stream", old_ka, new_ka, dropped, f"< -{limits.max_keepalive_drop:.0%}"))
     for concept, stat in SERVER_FIGURES:
         label = f"server {concept.replace('_', ' ').replace('kv', 'KV')} {stat}"
-        rows.append(Row(label, *(_server_figure(s, concept, stat) for s in (base, new)), False))
-    gates = [bool(s.get("gates_passed", s["passed"])) for s in (base, new)]  # older summaries: passed
-    rows.append(Row("gates passed", float(gates[0]), float(gates[1]), gates[0] and not gates[1], "pass -> fail"))
+        rows.append(Row(label, _server_figure(base, concept, stat), _server_figure(new, concept, stat), False))
+    (base_gates, base_passed), (new_gates, new_passed) = base.recorded_verdict, new.recorded_verdict
+    rows.append(Row("gates passed", float(base_gates), float(new_gates), base_gates and not new_gates, "pass -> fail"))
     rows.append(
         Row(
             "verdict passed (an interrupted run fails)",
-            float(base["passed"]),
-            float(new["passed"]),
-            base["passed"] and not new["passed"],
+            float(base_passed),
+            float(new_passed),
+            base_passed and not new_passed,
             "pass -> fail",
         )
     )
     return rows
 
 
-def _server_figure(summary: dict[str, Any], concept: str, stat: str) -> float | None:
-    """``summary``'s server figure, None when it has none (or not a number)."""
-    section = summary.get("server_metrics")
-    figures = section.get(concept) if isinstance(section, dict) else None
+def _server_figure(summary: Summary, concept: str, stat: str) -> float | None:
+    """``summary``'s server figure, None when it has none (or not a finite number)."""
+    figures = (summary.server_metrics or {}).get(concept)
     value = figures.get(stat) if isinstance(figures, dict) else None
-    return float(value) if _number_or_none(value) and value is not None else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def render(rows: list[Row], base_name: str, new_name: str) -> str:

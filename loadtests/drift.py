@@ -29,6 +29,7 @@ import pandas as pd
 
 from loadtests import figures
 from loadtests.gates import Gate, GateResult, RunTables
+from loadtests.outcome import Outcome
 from loadtests.server_metrics import concept_series
 
 DRIFT_GATES = ("memory_growth", "latency_drift")
@@ -76,10 +77,10 @@ def _window_figures(chunk: pd.DataFrame) -> dict[str, Any]:
     http_500, inband_500 = figures.count_500s(judged)
     return {
         "requests": len(judged),
-        "ok": int((judged["outcome"] == "ok").sum()),
+        Outcome.OK.value: int((judged["outcome"] == Outcome.OK).sum()),
         "http_500": http_500,
         "inband_500": inband_500,
-        "cut": int((judged["outcome"] == "cut").sum()),
+        Outcome.CUT.value: int((judged["outcome"] == Outcome.CUT).sum()),
         "ttft_p50_s": figures.quantile(judged["ttft_s"], 0.5),
         "ttft_p95_s": figures.quantile(judged["ttft_s"], 0.95),
         "max_gap_p99_s": figures.quantile(judged["max_gap_s"], 0.99),

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests.outcome import FAILURE_OUTCOMES, UNJUDGED_OUTCOMES
+from loadtests.outcome import FAILURE_OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -24,7 +24,7 @@ def http_500(requests: pd.DataFrame) -> pd.Series:
 
 def inband_500(requests: pd.DataFrame) -> pd.Series:
     """Rows whose stream carried an in-band error with code 500 under HTTP 200."""
-    return (requests["outcome"] == "inband_error") & (requests["error_code"] == "500")
+    return (requests["outcome"] == Outcome.INBAND_ERROR) & (requests["error_code"] == "500")
 
 
 def count_500s(requests: pd.DataFrame) -> tuple[int, int]:

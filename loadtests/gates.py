@@ -34,6 +34,7 @@ import pandas as pd
 
 from loadtests import figures
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
+from loadtests.outcome import Outcome
 from loadtests.recorder import REQUEST_SCHEMA, to_pandas
 
 
@@ -158,7 +159,7 @@ class OutcomesAsExpected(Gate):
     name: str = "outcomes_as_expected"
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
-        expected = requests["expected"].fillna("ok")
+        expected = requests["expected"].fillna(Outcome.OK)
         bad = requests[requests["outcome"] != expected]
         detail = f"{len(requests) - len(bad)}/{len(requests)} requests ended as their spec expects"
         if not bad.empty:
@@ -168,7 +169,7 @@ class OutcomesAsExpected(Gate):
         return GateResult(self.name, bad.empty, detail)
 
 
-def _no_outcome(name: str, requests: pd.DataFrame, outcome: str, counted: str) -> GateResult:
+def _no_outcome(name: str, requests: pd.DataFrame, outcome: Outcome, counted: str) -> GateResult:
     """No row has ``outcome``; the detail counts them (``counted`` words it) by message."""
     bad = requests[requests["outcome"] == outcome]
     detail = f"{len(bad)} {counted}"
@@ -184,7 +185,7 @@ class NoProtocolErrors(Gate):
     name: str = "no_protocol_errors"
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
-        return _no_outcome(self.name, requests, "protocol_error", f"protocol errors of {len(requests)} requests")
+        return _no_outcome(self.name, requests, Outcome.PROTOCOL_ERROR, f"protocol errors of {len(requests)} requests")
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ class NoHarnessErrors(Gate):
     name: str = "no_harness_errors"
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
-        return _no_outcome(self.name, requests, "harness_error", "requests failed inside sse-soak itself")
+        return _no_outcome(self.name, requests, Outcome.HARNESS_ERROR, "requests failed inside sse-soak itself")
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ class TruncationHonoured(Gate):
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         checked = requests[
-            (requests["outcome"] == "ok")
+            (requests["outcome"] == Outcome.OK)
             & (requests["truncate_prompt_tokens"] > 0)
             & requests["usage_prompt_tokens"].notna()
         ]
@@ -321,7 +322,7 @@ class NoProxyTimeouts(Gate):
         if self.read_timeout is None:
             raise ValueError("NoProxyTimeouts() has no read timeout yet: judge for_run(settings) of it")
         timed_out = requests[requests["status"] == 504]
-        cuts = requests[requests["outcome"] == "cut"]
+        cuts = requests[requests["outcome"] == Outcome.CUT]
         unseen = cuts["max_gap_s"].isna()  # clients that cannot see comments cannot tell the silence
         by_proxy = cuts[cuts["max_gap_s"] >= self.read_timeout * 0.95]  # timers fire a hair early or late
         detail = f"{len(timed_out)} proxy 504s before the headers, {len(by_proxy)} streams cut after them"

@@ -36,29 +36,28 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from loadtests import figures
+from loadtests.gates import GateResult
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS
-from loadtests.outcome import OUTCOMES, RequestRow
+from loadtests.outcome import OUTCOMES, Outcome, RequestRow
 from loadtests.recorder import FRAME_COLUMNS
 from loadtests.run_dir import RunDir
 from loadtests.server_metrics import concept_series
-from loadtests.summary import arrival_line
+from loadtests.summary import LATENCY_COLUMNS, Summary, arrival_line
 
 OUTCOME_COLOURS = {
-    "ok": "#2e7d32",
-    "rejected": "#9e9e9e",
-    "http_5xx": "#d32f2f",
-    "inband_error": "#7b1fa2",
-    "cut": "#ef6c00",
-    "timeout": "#795548",
-    "connect_error": "#000000",
-    "protocol_error": "#ad1457",
-    "harness_error": "#4a148c",
-    "stopped": "#81d4fa",
+    Outcome.OK: "#2e7d32",
+    Outcome.REJECTED: "#9e9e9e",
+    Outcome.HTTP_5XX: "#d32f2f",
+    Outcome.INBAND_ERROR: "#7b1fa2",
+    Outcome.CUT: "#ef6c00",
+    Outcome.TIMEOUT: "#795548",
+    Outcome.CONNECT_ERROR: "#000000",
+    Outcome.PROTOCOL_ERROR: "#ad1457",
+    Outcome.HARNESS_ERROR: "#4a148c",
+    Outcome.STOPPED: "#81d4fa",
 }
 OTHER_COLOUR = "#607d8b"
 REQUEST_COLUMNS = tuple(RequestRow.__dataclass_fields__)
-PERCENTILES = (0.5, 0.9, 0.95, 0.99)
-TIMING_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
 DATA_KINDS = ("data", "error", "done")
 GAP_FLOOR_S = 1e-4
 FRAMES_PER_STREAM = 40
@@ -102,21 +101,22 @@ td.settings-value { font-family: ui-monospace, Menlo, Consolas, monospace; font-
 
 def write_html_report(
     directory: Path,
-    summary: dict[str, Any],
+    summary: Summary,
     requests: pd.DataFrame,
     frames: pd.DataFrame,
     lag: pd.DataFrame | None = None,
     server_metrics: pd.DataFrame | None = None,
 ) -> Path:
     """Write ``directory / "report.html"`` and return its path; ``lag`` is the run's lag.parquet,
-    ``server_metrics`` its server_metrics.parquet."""
+    ``server_metrics`` its server_metrics.parquet. Figures the summary holds (the verdict, counts,
+    latency percentiles) are shown from it, never computed again; plots read the tables."""
     requests = _with_columns(requests, REQUEST_COLUMNS)
     frames = _with_columns(frames, FRAME_COLUMNS)
-    sample_rate = _frame_sample_rate(summary)
+    sample_rate = summary.frame_sample_rate
     sections = [
         _headline_section(summary, requests, sample_rate),
         _outcome_section(requests),
-        _timing_section(requests),
+        _timing_section(summary),
         _gap_section(summary, frames, sample_rate),
         _keepalive_section(summary, requests),
         _timeline_section(requests),
@@ -124,9 +124,9 @@ def write_html_report(
         _server_section(summary, requests, server_metrics),
         _worst_section(requests, frames, sample_rate),
     ]
-    if summary.get("soak"):
-        sections.insert(1, _soak_section(summary["soak"]))
-    title = f"sse-soak: {summary.get('scenario', 'run')}"
+    if summary.soak:
+        sections.insert(1, _soak_section(summary.soak))
+    title = f"sse-soak: {summary.scenario or 'run'}"
     page = (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_text(title)}</title>'
         f"<style>{CSS}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n"
@@ -155,11 +155,6 @@ def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
 def _with_columns(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     missing = [column for column in columns if column not in table.columns]
     return table.assign(**{column: pd.Series(np.nan, index=table.index, dtype=object) for column in missing})
-
-
-def _frame_sample_rate(summary: dict[str, Any]) -> float:
-    rate = _number(summary.get("frame_sample_rate", 1.0))
-    return 1.0 if rate is None else rate
 
 
 def _keep_alive_interval(settings: dict[str, Any]) -> float | None:
@@ -252,28 +247,28 @@ def _empty(message: str) -> str:
 # --- 1. headline -----------------------------------------------------------------------------
 
 
-def _headline_section(summary: dict[str, Any], requests: pd.DataFrame, sample_rate: float) -> str:
-    passed = bool(summary.get("passed"))
+def _headline_section(summary: Summary, requests: pd.DataFrame, sample_rate: float) -> str:
+    passed = summary.passed
     verdict = f'<div class="verdict {"pass" if passed else "fail"}">{"PASSED" if passed else "FAILED"}</div>'
-    count = summary.get("requests", len(requests))
-    outcomes = summary.get("outcomes") or requests["outcome"].value_counts().to_dict()
+    count = summary.requests
+    outcomes = summary.outcomes
     seen = ", ".join(f"{n} {name}" for name, n in outcomes.items() if n) or "none"
     body = (
         f"{verdict}{_ending(summary)}<p><b>{_text(count)}</b> requests ({_text(seen)}){_run_span(requests)}</p>"
-        f"{_arrival(summary)}{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.get('gates') or [])}"
-        f"<h3>Settings</h3>{_settings_table(summary.get('settings') or {})}"
+        f"{_arrival(summary)}{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.gates)}"
+        f"<h3>Settings</h3>{_settings_table(summary.settings)}"
     )
     how = (
         "The verdict is PASSED only when every gate below passed, on at least one request, and the run was not "
         "interrupted (a signal ended it before its planned duration); each gate line gives its figure."
     )
-    return _section(f"sse-soak run: {summary.get('scenario', 'run')}", how, body, level=1)
+    return _section(f"sse-soak run: {summary.scenario or 'run'}", how, body, level=1)
 
 
-def _arrival(summary: dict[str, Any]) -> str:
+def _arrival(summary: Summary) -> str:
     """Open loop: the rate asked against the rate achieved, as the console says it."""
-    section = summary.get("arrival")
-    if not isinstance(section, dict):
+    section = summary.arrival
+    if section is None:
         return ""
     try:
         line = arrival_line(section)
@@ -282,11 +277,11 @@ def _arrival(summary: dict[str, Any]) -> str:
     return f'<p class="arrival">{_text(line.removeprefix("arrivals: "))}</p>'
 
 
-def _ending(summary: dict[str, Any]) -> str:
+def _ending(summary: Summary) -> str:
     """How the run ended: interrupted (a failed verdict whatever the gates say), or just how."""
-    if summary.get("interrupted"):
-        return f"<p><b>Interrupted: {_text(summary['interrupted'])}</b></p>"
-    return f"<p>Ended: {_text(summary['ended'])}</p>" if summary.get("ended") else ""
+    if summary.interrupted:
+        return f"<p><b>Interrupted: {_text(summary.interrupted)}</b></p>"
+    return f"<p>Ended: {_text(summary.ended)}</p>" if summary.ended else ""
 
 
 def _run_span(requests: pd.DataFrame) -> str:
@@ -298,15 +293,15 @@ def _run_span(requests: pd.DataFrame) -> str:
     return f", started {began}, {float(ends.max() - starts.min()):.1f} s from the first request to the last end"
 
 
-def _gate_list(gates: Sequence[dict[str, Any]]) -> str:
+def _gate_list(gates: Sequence[GateResult]) -> str:
     if not gates:
         return _empty("No gates were evaluated.")
     lines = []
     for gate in gates:
-        state = "pass" if gate.get("passed") else "fail"
+        state = "pass" if gate.passed else "fail"
         lines.append(
             f'<li class="gate {state}"><span class="badge">{state.upper()}</span> '
-            f"<b>{_text(gate.get('name'))}</b>: {_text(gate.get('detail'))}</li>"
+            f"<b>{_text(gate.name)}</b>: {_text(gate.detail)}</li>"
         )
     return '<ul class="gates">' + "".join(lines) + "</ul>"
 
@@ -418,9 +413,9 @@ def _status_table(requests: pd.DataFrame) -> str:
 # --- 3. timing percentiles -------------------------------------------------------------------
 
 
-def _timing_section(requests: pd.DataFrame) -> str:
-    header = "".join(f"<th>p{q * 100:g}</th>" for q in PERCENTILES)
-    rows = "".join(_timing_row(column, requests[column]) for column in TIMING_COLUMNS)
+def _timing_section(summary: Summary) -> str:
+    header = "".join(f"<th>p{p}</th>" for p in figures.PERCENTILES)
+    rows = "".join(_timing_row(column, summary.latency.get(column, {})) for column in LATENCY_COLUMNS)
     table = f'<table class="timings"><tr><th>seconds</th>{header}<th>max</th><th>count</th></tr>{rows}</table>'
     how = (
         "Seconds since each request was sent, over the requests that have the value (rejected ones have no "
@@ -429,14 +424,12 @@ def _timing_section(requests: pd.DataFrame) -> str:
     return _section("Latency percentiles", how, table)
 
 
-def _timing_row(column: str, values: pd.Series) -> str:
-    present = pd.to_numeric(values, errors="coerce").dropna().astype(float)
-    if present.empty:
-        cells = "".join(f'<td class="num">{MISSING}</td>' for _ in (*PERCENTILES, "max"))
-    else:
-        figures = [*present.quantile(list(PERCENTILES)).tolist(), present.max()]
-        cells = "".join(f'<td class="num">{_seconds(value)}</td>' for value in figures)
-    return f'<tr data-metric="{column}"><th>{column}</th>{cells}<td class="num">{len(present)}</td></tr>'
+def _timing_row(column: str, entry: dict[str, float | int | None]) -> str:
+    """One timing's percentiles, max and count as the summary holds them (``summary.latency``)."""
+    keys = (*(f"p{p}" for p in figures.PERCENTILES), "max")
+    cells = "".join(f'<td class="num">{_seconds(entry.get(key))}</td>' for key in keys)
+    count = _integer(entry.get("count", 0))
+    return f'<tr data-metric="{column}"><th>{column}</th>{cells}<td class="num">{count}</td></tr>'
 
 
 # --- 4. gaps between frames ------------------------------------------------------------------
@@ -452,7 +445,7 @@ def _gap_samples(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return any_gaps, data_gaps
 
 
-def _gap_section(summary: dict[str, Any], frames: pd.DataFrame, sample_rate: float) -> str:
+def _gap_section(summary: Summary, frames: pd.DataFrame, sample_rate: float) -> str:
     any_gaps, data_gaps = _gap_samples(frames)
     how = (
         "Counts of gaps by length on log axes: the any-bytes curve is what a proxy's read timeout sees, the "
@@ -462,7 +455,7 @@ def _gap_section(summary: dict[str, Any], frames: pd.DataFrame, sample_rate: flo
     title = "Gaps between frames"
     if any_gaps.size == 0 and data_gaps.size == 0:
         return _section(title, how, _sample_note(sample_rate) + _empty("No frames were recorded."))
-    settings = summary.get("settings") or {}
+    settings = summary.settings
     return _section(title, how, _sample_note(sample_rate) + _png(_gap_figure(any_gaps, data_gaps, settings)))
 
 
@@ -508,8 +501,8 @@ def _gap_reference_lines(axes: Axes, settings: dict[str, Any]) -> None:
 # --- 5. keep-alive against silence -----------------------------------------------------------
 
 
-def _keepalive_section(summary: dict[str, Any], requests: pd.DataFrame) -> str:
-    interval = _keep_alive_interval(summary.get("settings") or {})
+def _keepalive_section(summary: Summary, requests: pd.DataFrame) -> str:
+    interval = _keep_alive_interval(summary.settings)
     expected = f"the dashed line is the expected count at one per {interval:g} s" if interval else "keep-alive is off"
     how = (
         "Each dot is a stream: the silence from its headers to its first token (x) against the keep-alive "
@@ -636,10 +629,10 @@ LAG_PLOT_BINS = 1000
 """The lag plot draws the worst sample of each of this many time bins per process."""
 
 
-def _lag_section(summary: dict[str, Any], requests: pd.DataFrame, lag: pd.DataFrame | None) -> str:
+def _lag_section(summary: Summary, requests: pd.DataFrame, lag: pd.DataFrame | None) -> str:
     title = "Harness lag"
-    figures = summary.get("harness_lag_ms") or {}
-    limit = float(figures.get("limit_ms") or DEFAULT_LAG_LIMIT_MS)
+    lag_figures = summary.harness_lag_ms or {}
+    limit = float(lag_figures.get("limit_ms") or DEFAULT_LAG_LIMIT_MS)
     how = (
         "How late the load generator's own event loop woke a greenlet that sleeps 10 ms, per process (the worst "
         "sample of each time bin), on the timeline's time axis. While the loop is late, every frame time it "
@@ -652,7 +645,7 @@ def _lag_section(summary: dict[str, Any], requests: pd.DataFrame, lag: pd.DataFr
         f'<tr><td>{_text(worker)}</td><td class="num">{_integer(f["samples"])}</td>'
         + "".join(f'<td class="num">{_text(f[key])}</td>' for key in ("p50", "p99", "max", "seconds_above_limit"))
         + "</tr>"
-        for worker, f in (figures.get("by_worker") or {}).items()
+        for worker, f in (lag_figures.get("by_worker") or {}).items()
     )
     table = (
         "<table><thead><tr><th>process</th><th>samples</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th>"
@@ -691,7 +684,7 @@ _SERVER_FIGURES = (
 )
 
 
-def _server_section(summary: dict[str, Any], requests: pd.DataFrame, metrics: pd.DataFrame | None) -> str:
+def _server_section(summary: Summary, requests: pd.DataFrame, metrics: pd.DataFrame | None) -> str:
     title = "Server: queue and KV cache"
     how = (
         "What the server said about itself at GET /metrics, scraped by the harness every --server-metrics-interval "
@@ -699,7 +692,7 @@ def _server_section(summary: dict[str, Any], requests: pd.DataFrame, metrics: pd
         "running and waiting for a slot (left axis) and, when the server exposes it, the share of its KV cache in "
         "use (right axis), on the timeline's time axis. Waiting requests are queueing the server does, not the harness."
     )
-    section = summary.get("server_metrics") or {}
+    section = summary.server_metrics or {}
     series = concept_series(metrics) if metrics is not None and not metrics.empty else pd.DataFrame()
     if not section.get("available") or series.empty:
         reason = section.get("reason") or "the run recorded no server metrics"

@@ -20,13 +20,12 @@ from typing import Any
 import pandas as pd
 
 from loadtests import figures
-from loadtests.compare import read_json_object
 from loadtests.drift import DriftLimits, LatencyDrift, MemoryGrowth, soak_section
 from loadtests.gates import Gate, HarnessKeptUp, RunTables, evaluate
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS, while_streams_open
 from loadtests.run_dir import Manifest, RunDir
 from loadtests.server_metrics import server_metrics_summary
-from loadtests.summary import Summary, SummaryError, check_fields, summarize
+from loadtests.summary import Summary, SummaryError, summarize
 
 NO_SUMMARY = "the run ended before writing its summary"
 
@@ -35,39 +34,18 @@ class NotARunDirectory(FileNotFoundError):
     """The path holds no ``requests.parquet``: nothing a run wrote."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Previous:
-    """What a run's summary already says that a new judgement of it keeps. Read on its own, so a
-    summary from an older version, or one cut short, can still be re-judged."""
-
-    scenario: str | None
-    settings: dict[str, Any] | None
-    frame_sample_rate: float | None
-    gate_specs: list[dict[str, Any]]
-    ended: str | None
-    interrupted: str | None
-    soak: dict[str, Any] | None
-    server_metrics: dict[str, Any] | None
-
-    KEYS = ("scenario", "settings", "frame_sample_rate", "gate_specs", "ended", "interrupted", "soak", "server_metrics")
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any], source: str) -> Previous:
-        check_fields(data, source, cls.KEYS)
-        return cls(*(data.get(key, [] if key == "gate_specs" else None) for key in cls.KEYS))
-
-
-def previous_summary(run: RunDir) -> Previous | None:
-    """What the summary a run directory holds says, None when it has none; raises
-    ``NotARunDirectory``, or ``SummaryError`` when ``summary.json`` is there but is not a summary."""
+def previous_summary(run: RunDir) -> Summary | None:
+    """The summary a run directory holds, as much of it as it says (an older version's, or one cut
+    short, can still be re-judged), None when it has none; raises ``NotARunDirectory``, or
+    ``SummaryError`` when ``summary.json`` is there but is not a summary."""
     if not run.holds_results():
         raise NotARunDirectory(f"{run} is not a run directory (it holds no {RunDir.REQUESTS})")
     if not run.summary.exists():
         return None
-    return Previous.from_json(read_json_object(run.summary), str(run.summary))
+    return Summary.read(run.summary, whole=False)
 
 
-def unfinished(summary: Previous | Summary | None) -> str | None:
+def unfinished(summary: Summary | None) -> str | None:
     """Why a run directory holds no final verdict, or None when it does: no summary at all, or only
     the soak job's checkpoint of a run still going (or killed before its end)."""
     if summary is None:
@@ -110,12 +88,20 @@ def judge(
     tables = RunTables(requests, None if lag is None else while_streams_open(lag, requests), run.read_resources())
     results = evaluate(tables, gates)
     lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), DEFAULT_LAG_LIMIT_MS)
-    said = [source for source in (previous, manifest) if source is not None]
+    # Only what the summary said is carried over: a field its file lacks falls back to the manifest.
+    said = previous.said if previous is not None else frozenset()
     summary = summarize(
-        _first(scenario, *(source.scenario for source in said), run.path.name.rsplit("-", 1)[0]),
+        _first(
+            scenario,
+            previous.scenario if previous and "scenario" in said else None,
+            manifest and manifest.scenario,
+            run.path.name.rsplit("-", 1)[0],
+        ),
         tables.requests,
         results,
-        _first(settings, *(source.settings for source in said), {}),
+        _first(
+            settings, previous.settings if previous and "settings" in said else None, manifest and manifest.settings, {}
+        ),
         [gate.spec() for gate in gates],
         _first(frame_sample_rate, previous.frame_sample_rate if previous else None, 1.0),
         tables.lag,
@@ -125,9 +111,9 @@ def judge(
     summary.interrupted = interrupted or (previous.interrupted if previous else None)
     server_metrics = run.read_server_metrics()
     summary.soak = _soak_section(tables, gates, soak, previous, server_metrics)
-    before = ((previous.server_metrics if previous else None) or {}).get("reason")
-    summary.server_metrics = server_metrics_summary(server_metrics, server_metrics_unavailable or before)
-    run.write_json(RunDir.SUMMARY, summary.to_json())
+    reason = ((previous.server_metrics if previous else None) or {}).get("reason")
+    summary.server_metrics = server_metrics_summary(server_metrics, server_metrics_unavailable or reason)
+    summary.write(run)
     if html:
         write_html_files(run, summary)
     return summary
@@ -164,7 +150,7 @@ def _soak_section(
     tables: RunTables,
     gates: Sequence[Gate],
     soak: SoakState | None,
-    previous: Previous | None,
+    previous: Summary | None,
     server_metrics: pd.DataFrame,
 ) -> dict[str, Any] | None:
     """The drift windows, when the run has drift gates; the soak's state as told, else as before."""
@@ -184,6 +170,4 @@ def write_html_files(run: RunDir, summary: Summary) -> None:
 
     requests = run.read_requests()
     write_requests_csv(run.path, requests)
-    write_html_report(
-        run.path, summary.to_json(), requests, run.read_frames(), run.read_lag(), run.read_server_metrics()
-    )
+    write_html_report(run.path, summary, requests, run.read_frames(), run.read_lag(), run.read_server_metrics())

@@ -26,7 +26,6 @@ import pandas as pd
 
 from loadtests import catalog, figures
 from loadtests._child_run import HeadlessRun, run_to_end
-from loadtests.compare import read_json_object
 from loadtests.gates import ALWAYS_ON, GateResult
 from loadtests.options import OPTIONS, Surface, check_value, option
 from loadtests.run_dir import PLAN_ONLY_ENV, Manifest, RunDir
@@ -188,7 +187,7 @@ def run(launch: Launch, timeout_s: float | None = None) -> ScenarioRun:
     returncode, output, problem = run_to_end(headless, limit, run_dir)
     summary = None
     try:
-        summary = Summary.from_json(read_json_object(run_dir.summary)) if run_dir.summary.exists() else None
+        summary = Summary.read(run_dir.summary) if run_dir.summary.exists() else None
     except SummaryError as exc:
         problem = problem or str(exc)
     if summary is None and problem is None:

@@ -1,7 +1,7 @@
 """What happened to one request: its frames as they arrived, and one outcome when it ended.
 
 A ``StreamTracker`` is fed the response headers and each SSE frame with its arrival time, and
-``finish()`` turns them into a ``RequestRow`` with exactly one outcome from ``OUTCOMES``:
+``finish()`` turns them into a ``RequestRow`` with exactly one ``Outcome``:
 
 - ``ok``: HTTP 200, ``data: [DONE]`` received, no error frame;
 - ``rejected``: a 4xx (or any other non-2xx, non-5xx status);
@@ -34,29 +34,48 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
+from enum import Enum
 from typing import Any
 
 import orjson
 
 from loadtests.sse import KEEP_ALIVE_TEXT, Frame
 
-OUTCOMES = (
-    "ok",
-    "rejected",
-    "http_5xx",
-    "inband_error",
-    "protocol_error",
-    "cut",
-    "timeout",
-    "connect_error",
-    "harness_error",
-    "stopped",
-    "not_sent",
-)
-UNJUDGED_OUTCOMES = ("stopped", "not_sent")
+
+class Outcome(str, Enum):
+    """A request's one outcome (module docstring). Members are their plain strings: equal to them, and
+    written as them in f-strings, JSON and parquet, so every file keeps the values it always had."""
+
+    OK = "ok"
+    REJECTED = "rejected"
+    HTTP_5XX = "http_5xx"
+    INBAND_ERROR = "inband_error"
+    PROTOCOL_ERROR = "protocol_error"
+    CUT = "cut"
+    TIMEOUT = "timeout"
+    CONNECT_ERROR = "connect_error"
+    HARNESS_ERROR = "harness_error"
+    STOPPED = "stopped"
+    NOT_SENT = "not_sent"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+OUTCOMES = tuple(Outcome)
+"""Every outcome, in the order reports list them."""
+UNJUDGED_OUTCOMES = (Outcome.STOPPED, Outcome.NOT_SENT)
 """Rows that are no verdict on the server: streams the run itself stopped at its end, and requests
 an open-loop schedule asked for that never started (``loadtests.arrivals``)."""
-FAILURE_OUTCOMES = ("http_5xx", "inband_error", "protocol_error", "cut", "timeout", "connect_error", "harness_error")
+FAILURE_OUTCOMES = (
+    Outcome.HTTP_5XX,
+    Outcome.INBAND_ERROR,
+    Outcome.PROTOCOL_ERROR,
+    Outcome.CUT,
+    Outcome.TIMEOUT,
+    Outcome.CONNECT_ERROR,
+    Outcome.HARNESS_ERROR,
+)
 """Outcomes that are failures whatever a spec expects (``rejected`` can be what a spec asks for)."""
 MAX_TEXT = 500
 """Longest server-sent text kept in a row (error messages, raw usage): enough to read, never a whole body."""
@@ -387,10 +406,10 @@ class StreamTracker:
         if done and self._protocol_error is None:
             self.done = True
 
-    def finish(self, t: float, failure: str | None = None) -> RequestRow:
-        """The stream ended ``t`` seconds after it was sent. ``failure`` is ``"timeout"``,
-        ``"connect_error"``, ``"stopped"`` when the client, not the server, ended it, or
-        ``"protocol_error"`` when what came back before any status was not an HTTP response."""
+    def finish(self, t: float, failure: Outcome | None = None) -> RequestRow:
+        """The stream ended ``t`` seconds after it was sent. ``failure`` is ``TIMEOUT``,
+        ``CONNECT_ERROR``, ``STOPPED`` when the client, not the server, ended it, or
+        ``PROTOCOL_ERROR`` when what came back before any status was not an HTTP response."""
         self._arrival(t)
         error = self._error or {}
         usage = self._usage if isinstance(self._usage, dict) else {}
@@ -402,7 +421,9 @@ class StreamTracker:
             and (completion_tokens is not None or usage.get("completion_tokens") is None)
         )
         outcome = self._outcome(failure)
-        message = {"protocol_error": self._protocol_error, "harness_error": self._harness_error}.get(outcome)
+        message = {Outcome.PROTOCOL_ERROR: self._protocol_error, Outcome.HARNESS_ERROR: self._harness_error}.get(
+            outcome
+        )
         code = error.get("code")
         plan = self.plan
         comments = self._sees_comments
@@ -438,22 +459,22 @@ class StreamTracker:
             done=self.done,
         )
 
-    def _outcome(self, failure: str | None) -> str:
+    def _outcome(self, failure: Outcome | None) -> Outcome:
         if self._harness_error is not None:
-            return "harness_error"
+            return Outcome.HARNESS_ERROR
         status = self.status
         if status is None:
-            return failure or "connect_error"
+            return Outcome(failure) if failure else Outcome.CONNECT_ERROR
         if status >= 500:
-            return "http_5xx"
+            return Outcome.HTTP_5XX
         if not 200 <= status < 300:
-            return "rejected"
+            return Outcome.REJECTED
         if self._error is not None:
-            return "inband_error"
+            return Outcome.INBAND_ERROR
         if self._protocol_error is not None:
-            return "protocol_error"
+            return Outcome.PROTOCOL_ERROR
         if self.done:
-            return "ok"
-        if failure in ("timeout", "stopped"):
-            return failure
-        return "cut"
+            return Outcome.OK
+        if failure in (Outcome.TIMEOUT, Outcome.STOPPED):
+            return Outcome(failure)
+        return Outcome.CUT

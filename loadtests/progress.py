@@ -15,6 +15,7 @@ from typing import TextIO
 import pyarrow.parquet as pq
 
 from loadtests import figures
+from loadtests.outcome import Outcome
 from loadtests.run_dir import RunDir
 
 _COLUMNS = ["outcome", "status", "error_code", "keepalive_frames"]
@@ -48,8 +49,8 @@ class RunProgress:
         count = self.outcomes.get
         return (
             f"soak {_clock(elapsed_s)} elapsed, {_clock(remaining_s)} left | {self.requests} requests: "
-            f"{count('ok', 0)} ok, {count('rejected', 0)} rejected, {self.http_500} HTTP 500, "
-            f"{self.inband_500} in-band 500, {count('cut', 0)} cut, {count('timeout', 0)} timeout | "
+            f"{count(Outcome.OK, 0)} ok, {count(Outcome.REJECTED, 0)} rejected, {self.http_500} HTTP 500, "
+            f"{self.inband_500} in-band 500, {count(Outcome.CUT, 0)} cut, {count(Outcome.TIMEOUT, 0)} timeout | "
             f"{self.keepalive_frames} keep-alives | harness {_mb(harness_mb)}, server {_mb(server_mb)}"
         )
 

@@ -85,7 +85,7 @@ class Manifest:
     """UTC, ISO 8601."""
     settings: dict[str, Any]
     gate_specs: list[dict[str, Any]]
-    """The scenario's gates as plain data (``loadtests.judge.gate_spec``): a run judged before it
+    """The scenario's gates as plain data (``loadtests.gates.Gate.spec``): a run judged before it
     wrote a summary (a soak checkpoint, a killed run) is judged by them."""
     services: list[Service] = field(default_factory=list)
     workers: int = 0

@@ -21,6 +21,7 @@ from gevent.lock import Semaphore
 from loadtests.arrivals import ArrivalSchedule
 from loadtests.lag import LagMonitor
 from loadtests.loop_hygiene import shared_ssl_context
+from loadtests.outcome import Outcome
 from loadtests.recorder import Recorder
 from loadtests.sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.workload import (
@@ -84,7 +85,7 @@ class RunState:
 
     def keeps_frames(self, request_id: str, outcome: str) -> bool:
         """Frame sampling, decided per request (the same request id always decides the same way)."""
-        if outcome != "ok" or self.frame_sample_rate >= 1.0:
+        if outcome != Outcome.OK or self.frame_sample_rate >= 1.0:
             return True
         return int(request_id[:8], 16) / 0x1_0000_0000 < self.frame_sample_rate
 

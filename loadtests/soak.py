@@ -27,6 +27,7 @@ from loadtests.drift import DRIFT_GATES, DriftLimits
 from loadtests.progress import ProgressPrinter, RunProgress
 from loadtests.resources import ResourceSampler
 from loadtests.run_dir import ManifestError, RunDir
+from loadtests.summary import Summary
 
 SAMPLE_INTERVAL_S = 5.0
 USAGE_ERROR = 2  # Locust's (argparse's) code for a bad option, and ours
@@ -176,7 +177,7 @@ class Soak:
         for gate in summary.gates:
             if gate.name in DRIFT_GATES:
                 self.printer.print(gate.line())
-        regressions = self._compare_with_baseline(summary.to_json())
+        regressions = self._compare_with_baseline(summary)
         self.printer.print(f"report: {self.run_dir}")
         reasons = [gate.name for gate in summary.gates if not gate.passed] + regressions
         if self.interrupted_by:
@@ -188,11 +189,11 @@ class Soak:
         self.printer.print(f"verdict: {'FAIL (' + ', '.join(reasons) + ')' if reasons else 'PASS'}")
         return 1 if reasons else 0
 
-    def _compare_with_baseline(self, summary: dict[str, Any]) -> list[str]:
+    def _compare_with_baseline(self, summary: Summary) -> list[str]:
         if not self.plan.baseline:
             return []
         try:
-            base = compare.load_summary(self.plan.baseline)
+            base = Summary.load(self.plan.baseline)
         except (OSError, ValueError) as exc:
             self.printer.print(f"baseline: cannot read {self.plan.baseline}: {exc}")
             return ["baseline unreadable"]

@@ -1,16 +1,23 @@
 """A run's summary: its figures, its gates' results and its verdict, as ``summary.json`` holds them.
 
-``Summary`` is the one typed object every reader and writer shares. Its verdict is computed in one
-place, ``Summary.passed``: every gate passed, at least one request was judged, and the run was
-not interrupted. The JSON form carries ``passed`` and ``gates_passed`` for readers of the file
-(``compare``, people), but ``from_json`` recomputes them: a file edited to say PASS does not.
+``Summary`` is the one typed object every reader and writer shares, and the only code that reads or
+writes ``summary.json``: ``Summary.read`` (a run's own file, whole or, for a re-judgement, as much of
+it as an older or cut-short file holds), ``Summary.load`` (what ``compare`` is given: a run directory
+or the file) and ``Summary.write``. Its verdict is computed in one place, ``Summary.passed``: every
+gate passed, at least one request was judged, and the run was not interrupted. The JSON form carries
+``passed`` and ``gates_passed`` for readers of the file (people, other versions), but reading it
+recomputes them: a file edited to say PASS does not; only ``compare``, which judges the verdict a run
+recorded, reads them back (``Summary.recorded_verdict``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -18,7 +25,8 @@ import pandas as pd
 from loadtests.figures import PERCENTILES, count_500s, quantiles
 from loadtests.gates import GateResult
 from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
-from loadtests.outcome import OUTCOMES, UNJUDGED_OUTCOMES
+from loadtests.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
+from loadtests.run_dir import RunDir
 
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
@@ -58,6 +66,12 @@ class Summary:
     ``duration_s``, the drift ``limits`` and ``windows``."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys of the file this version does not know, kept as they were."""
+    said: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """The keys its file gave a value (not null): a re-judgement carries over only what was said.
+    Empty for a summary just computed."""
+    stated: tuple[bool, bool] | None = field(default=None, compare=False, repr=False)
+    """``(gates_passed, passed)`` as its file stated them (an older file: ``passed`` for both); None
+    for a summary just computed, or a file that stated no verdict."""
 
     @property
     def requests_judged(self) -> int:
@@ -73,6 +87,11 @@ class Summary:
     def passed(self) -> bool:
         """The verdict."""
         return self.gates_passed and self.interrupted is None and self.requests_judged > 0
+
+    @property
+    def recorded_verdict(self) -> tuple[bool, bool]:
+        """``(gates_passed, passed)`` as the run recorded them: as its file stated, else as computed."""
+        return self.stated if self.stated is not None else (self.gates_passed, self.passed)
 
     def verdict_line(self) -> str:
         """``verdict: PASS``, or ``verdict: FAIL (...)`` with why, in one line: the interruption, the
@@ -120,23 +139,27 @@ class Summary:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], source: str = "summary.json") -> Summary:
-        """The summary in ``data``; raises ``SummaryError`` naming ``source`` when a field is missing
-        or of the wrong type."""
-        check_fields(data, source, _FIELDS, required=_REQUIRED)
+    def from_json(
+        cls, data: dict[str, Any], source: str = "summary.json", required: Sequence[str] | None = None
+    ) -> Summary:
+        """The summary in ``data``; raises ``SummaryError`` naming ``source`` when a field is of the wrong
+        type or one of ``required`` (by default those of a whole summary) is missing. A figure a file
+        does not hold is zero or empty: ``said`` tells which it held."""
+        check_fields(data, source, _FIELDS, required=_REQUIRED if required is None else required)
         try:
             gates = [_gate_result(gate) for gate in data.get("gates", [])]
         except (KeyError, TypeError) as exc:
             raise SummaryError(f"{source}: not a run summary (a gate without {exc})") from None
         fields = {field.name for field in dataclasses.fields(cls)}
+        passed = data.get("passed")
         return cls(
-            scenario=data["scenario"],
+            scenario=data.get("scenario", ""),
             settings=data.get("settings") or {},
             frame_sample_rate=data.get("frame_sample_rate", 1.0),
-            requests=data["requests"],
-            outcomes=dict(data["outcomes"]),
-            http_500=data["http_500"],
-            inband_500=data["inband_500"],
+            requests=data.get("requests", 0),
+            outcomes=dict(data.get("outcomes", {})),
+            http_500=data.get("http_500", 0),
+            inband_500=data.get("inband_500", 0),
             keepalive_frames=data.get("keepalive_frames", 0),
             causes=data.get("causes", {}),
             latency=data.get("latency", {}),
@@ -150,7 +173,35 @@ class Summary:
             interrupted=data.get("interrupted"),
             soak=data.get("soak"),
             extra={key: value for key, value in data.items() if key not in fields | _COMPUTED},
+            said=frozenset(key for key, value in data.items() if value is not None),
+            stated=None if passed is None else (data.get("gates_passed", passed), passed),
         )
+
+    @classmethod
+    def read(cls, file: Path, *, whole: bool = True) -> Summary:
+        """The summary in ``file``; ``whole=False`` for a re-judgement, which needs no field (it
+        recomputes the figures and carries over what the file ``said``). Raises ``SummaryError``."""
+        return cls.from_json(_read_object(file), str(file), required=_REQUIRED if whole else ())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Summary:
+        """A run directory's summary, or the summary file itself, as ``compare`` reads it: with its
+        counts and its stated verdict. Raises ``SummaryError`` naming the path and what is wrong."""
+        path = Path(path)
+        if not path.exists():
+            raise SummaryError(f"{path}: no such file or directory")
+        file = RunDir(path).summary if path.is_dir() else path
+        if path.is_dir() and not file.exists():
+            raise SummaryError(f"{path}: no summary.json in this directory (not a run directory, or one still running)")
+        data = _read_object(file)
+        problem = _comparable_problem(data)
+        if problem is not None:
+            raise SummaryError(f"{file}: {problem}")
+        return cls.from_json(data, str(file), required=_COMPARED)
+
+    def write(self, run: RunDir) -> Path:
+        """Write ``summary.json`` into ``run`` (the file ``read`` reads back equal) and return its path."""
+        return run.write_json(RunDir.SUMMARY, self.to_json())
 
 
 _COMPUTED = {"passed", "gates_passed"}
@@ -173,6 +224,38 @@ def check_fields(data: dict[str, Any], source: str, keys: Iterable[str], require
             raise SummaryError(f"{source}: not a run summary (no {key!r})")
 
 
+def _comparable_problem(data: dict[str, Any]) -> str | None:
+    """Why ``data`` is no summary ``compare`` can read, or None; every missing field, then every one
+    of the wrong type it reads, named at once (a file of hand-edited figures gets one answer)."""
+    missing = [key for key in _COMPARED if key not in data]
+    if missing:
+        return f"not a run summary (no {', '.join(repr(key) for key in missing)})"
+    wrong = [key for key in _COMPARED_TYPES if key in data and not _FIELDS[key][0](data[key])]
+    if wrong:
+        return f"not a run summary ({', '.join(repr(key) for key in wrong)} of the wrong type)"
+    return None
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _read_object(file: Path) -> dict[str, Any]:
+    """The JSON object in ``file``; raises ``SummaryError`` naming it when it cannot be read, is not
+    JSON, or holds anything but an object."""
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SummaryError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise SummaryError(f"{file}: not a run summary (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise SummaryError(f"{file}: not a run summary (not JSON: {exc.msg} at line {exc.lineno})") from None
+    if not isinstance(value, dict):
+        kind = _JSON_TYPES.get(type(value), "null")
+        raise SummaryError(f"{file}: not a run summary (a JSON {kind}, expected an object)")
+    return value
+
+
 def _optional(kind: type | tuple[type, ...]) -> Callable[[Any], bool]:
     return lambda value: value is None or isinstance(value, kind)
 
@@ -186,7 +269,21 @@ def _share(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
 
 
+def _number_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+
+
+def _figures(value: Any) -> bool:
+    """An object of figures by name: ``latency``'s ``{"ttft_s": {"p50": 0.2, ...}, ...}``."""
+    return isinstance(value, dict) and all(
+        isinstance(entry, dict) and all(map(_number_or_none, entry.values())) for entry in value.values()
+    )
+
+
 _REQUIRED = ("scenario", "requests", "outcomes", "http_500", "inband_500")
+_COMPARED = ("requests", "http_500", "inband_500", "outcomes", "passed")
+"""What ``compare`` needs of a file (no ``scenario``: a baseline kept by hand may lack it)."""
+_COMPARED_TYPES = (*_COMPARED, "gates_passed", "latency", "keepalive_per_stream")
 _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "scenario": (lambda v: isinstance(v, str), "a string"),
     "requests": (is_count, "a count"),
@@ -202,6 +299,10 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "soak": (_optional(dict), "an object"),
     "arrival": (_optional(dict), "an object"),
     "server_metrics": (_optional(dict), "an object"),
+    "passed": (lambda v: isinstance(v, bool), "true or false"),
+    "gates_passed": (lambda v: isinstance(v, bool), "true or false"),
+    "latency": (_figures, "an object of figures"),
+    "keepalive_per_stream": (lambda v: isinstance(v, dict) and _number_or_none(v.get("mean")), "an object"),
 }
 
 
@@ -216,9 +317,9 @@ def causes(requests: pd.DataFrame) -> dict[str, Any]:
     return {
         "status": {str(code): int(n) for code, n in statuses.items()},
         "proxy_timeouts_before_headers": int((requests["status"] == 504).sum()),
-        "cut_after_headers": int((requests["outcome"] == "cut").sum()),
-        "protocol_errors": _messages(requests[requests["outcome"] == "protocol_error"]),
-        "harness_errors": _messages(requests[requests["outcome"] == "harness_error"]),
+        "cut_after_headers": int((requests["outcome"] == Outcome.CUT).sum()),
+        "protocol_errors": _messages(requests[requests["outcome"] == Outcome.PROTOCOL_ERROR]),
+        "harness_errors": _messages(requests[requests["outcome"] == Outcome.HARNESS_ERROR]),
         "malformed_usage": int(requests["raw_usage"].notna().sum()),
         "keepalive_vs_silence": [
             {
@@ -278,7 +379,7 @@ def summarize(
         settings=settings or {},
         frame_sample_rate=frame_sample_rate,
         requests=len(requests),
-        outcomes={outcome: int(counts.get(outcome, 0)) for outcome in OUTCOMES},
+        outcomes={outcome.value: int(counts.get(outcome, 0)) for outcome in OUTCOMES},
         http_500=http_500,
         inband_500=inband_500,
         keepalive_frames=int(requests["keepalive_frames"].sum()),
@@ -304,7 +405,7 @@ def arrival(open_loop: dict[str, Any] | None, requests: pd.DataFrame) -> dict[st
         return None
     rate = float(open_loop["rate"])
     scheduled = requests[requests["scheduled_time"].notna()]
-    sent = scheduled[scheduled["outcome"] != "not_sent"]
+    sent = scheduled[scheduled["outcome"] != Outcome.NOT_SENT]
     span = (
         float(scheduled["scheduled_time"].max() - scheduled["scheduled_time"].min()) + 1 / rate
         if len(scheduled)
@@ -316,7 +417,7 @@ def arrival(open_loop: dict[str, Any] | None, requests: pd.DataFrame) -> dict[st
         **open_loop,
         "scheduled": len(scheduled),
         "sent": len(sent),
-        "not_sent": len(scheduled) - len(sent),
+        Outcome.NOT_SENT.value: len(scheduled) - len(sent),
         "span_s": round(span, 3),
         "rate_achieved": round(len(sent) / span, 3) if span else None,
         "late": int((lateness > LATE_S).sum()),

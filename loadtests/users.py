@@ -37,7 +37,7 @@ from loadtests import arrival_clock, response_end
 from loadtests.arrivals import Ticket
 from loadtests.failure_cycles import forget_failure, forget_traceback
 from loadtests.loop_hygiene import shared_ssl_context
-from loadtests.outcome import INVALID_UTF8, RequestPlan, RequestRow, StreamTracker
+from loadtests.outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
 from loadtests.run_state import RunState, run_state
 from loadtests.sse import LineTooLong, SSEParser
 from loadtests.wire_tap import WireTap
@@ -116,13 +116,13 @@ class StreamingUser:
         try:
             failure = self._stream_into(request, tracker, started)
         except gevent.GreenletExit:  # the run is stopping this user mid-stream
-            self.report(tracker.finish(time.monotonic() - started, "stopped"), tracker.frames, request.path)
+            self.report(tracker.finish(time.monotonic() - started, Outcome.STOPPED), tracker.frames, request.path)
             raise
         except Exception as exc:
             return self._harness_failure(plan, exc, tracker, started)
         row = tracker.finish(time.monotonic() - started, failure)
         self.report(row, tracker.frames, request.path)
-        if row.outcome == "connect_error":
+        if row.outcome == Outcome.CONNECT_ERROR:
             gevent.sleep(CONNECT_ERROR_PAUSE_S)
         return row
 
@@ -197,12 +197,12 @@ class StreamingUser:
             row.scheduled_time = self._ticket.due_epoch
             row.start_lateness_s = max(0.0, row.start_time - self._ticket.due_epoch)
         harness.recorder.add(row, frames if harness.keeps_frames(row.request_id, row.outcome) else None)
-        if row.outcome == "stopped":
+        if row.outcome == Outcome.STOPPED:
             return  # the run ended it; no verdict for Locust's statistics either
         exception = None
-        if row.outcome != (row.expected or "ok"):
+        if row.outcome != (row.expected or Outcome.OK):
             what = f" {row.error_code}/{row.error_param}" if row.error_code else ""
-            why = f": {row.error_message}" if row.outcome in ("protocol_error", "harness_error") else ""
+            why = f": {row.error_message}" if row.outcome in (Outcome.PROTOCOL_ERROR, Outcome.HARNESS_ERROR) else ""
             exception = UnexpectedOutcome(f"{row.outcome} (HTTP {row.status}{what}), expected {row.expected}{why}")
         self.environment.events.request.fire(
             request_type=REQUEST_TYPE,
@@ -252,7 +252,7 @@ class SSEUser(StreamingUser, FastHttpUser):
         return self._read(response, tracker, started, self.harness.max_line_bytes)
 
     @staticmethod
-    def _read(response: Any, tracker: StreamTracker, started: float, max_line_bytes: int) -> str | None:
+    def _read(response: Any, tracker: StreamTracker, started: float, max_line_bytes: int) -> Outcome | None:
         """Read the response into ``tracker``; returns ``"timeout"``/``"connect_error"`` when the
         client, not the server, ended it. Stops at a protocol error and closes the connection."""
         status = getattr(response, "status_code", 0) or 0
@@ -260,8 +260,8 @@ class SSEUser(StreamingUser, FastHttpUser):
             error = getattr(response, "error", None)
             if isinstance(error, HTTPParseError):  # bytes came back, but not an HTTP response
                 tracker.protocol_error(f"malformed HTTP response: {error}")
-                return "protocol_error"
-            return "timeout" if isinstance(error, TimeoutError) else "connect_error"
+                return Outcome.PROTOCOL_ERROR
+            return Outcome.TIMEOUT if isinstance(error, TimeoutError) else Outcome.CONNECT_ERROR
         tracker.headers(status, time.monotonic() - started, response.headers.get("content-type"))
         raw = response._response  # geventhttpclient's response: the only handle on the live socket
         try:
@@ -292,7 +292,7 @@ class SSEUser(StreamingUser, FastHttpUser):
                 on_frame(frame, t, wait)
             tracker.protocol_error(str(exc))
         except TimeoutError:
-            return "timeout"
+            return Outcome.TIMEOUT
         except (HTTPParseError, OSError):
             return None  # the connection ended mid-body: the tracker sees no [DONE] and says "cut"
         finally:
@@ -382,21 +382,21 @@ class OpenAISDKUser(StreamingUser, User):
         return None
 
 
-def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> str | None:
+def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | None:
     """Record what the SDK raised ``t`` seconds into the request; returns ``"timeout"``,
     ``"connect_error"`` or ``"protocol_error"`` when the client, not the server, ended it."""
     if isinstance(exc, openai.APIStatusError):
         tracker.headers(exc.status_code, t)
         tracker.error_body(exc.response.content)
     elif isinstance(exc, openai.APITimeoutError):
-        return "timeout"
+        return Outcome.TIMEOUT
     elif isinstance(exc, openai.APIConnectionError):
         if tracker.status:
             return None  # after the headers: a cut stream
         if type(exc.__cause__).__name__ == "RemoteProtocolError":  # httpx's or httpx2's
             tracker.protocol_error(f"malformed HTTP response: {exc.__cause__}")
-            return "protocol_error"
-        return "connect_error"
+            return Outcome.PROTOCOL_ERROR
+        return Outcome.CONNECT_ERROR
     elif isinstance(exc, openai.APIError):  # an in-band error frame
         error = exc.body if isinstance(exc.body, dict) else {"message": str(exc.body or exc.message)}
         tracker.payload({"error": error}, t)

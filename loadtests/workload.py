@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import httpx
 
+from loadtests.outcome import Outcome
+
 Route = Literal["completions", "chat"]
 ROUTE_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 FILLER_WORD = "w "
@@ -44,7 +46,7 @@ class RequestSpec:
     prompt_tokens: int
     max_tokens: int = 16
     truncate_prompt_tokens: int | None = None
-    expected: str = "ok"
+    expected: str = Outcome.OK
     weight: int = 1
     include_usage: bool = True
 

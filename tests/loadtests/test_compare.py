@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from loadtests.compare import SummaryError, Thresholds, compare, load_summary
+from loadtests.compare import Thresholds, compare
+from loadtests.summary import Summary, SummaryError
 from tests.loadtests.locust_run import ROOT, run_locust
 
 
@@ -35,11 +36,16 @@ def summary(**changes: Any) -> dict[str, Any]:
     return result
 
 
+def loaded(data: dict[str, Any]) -> Summary:
+    """``data`` as ``compare`` is given it: a ``Summary`` read from a file holding it."""
+    return Summary.from_json(data, "summary.json", required=())
+
+
 DEFAULTS = Thresholds()
 
 
 def regressions(new: dict[str, Any], limits: Thresholds = DEFAULTS) -> list[str]:
-    return [row.metric for row in compare(summary(), new, limits) if row.regressed]
+    return [row.metric for row in compare(loaded(summary()), loaded(new), limits) if row.regressed]
 
 
 @pytest.mark.fast
@@ -78,16 +84,17 @@ def test_a_keepalive_drop_and_a_lost_verdict_regress() -> None:
 
 @pytest.mark.fast
 def test_stopped_streams_are_not_judged() -> None:
-    rows = compare(summary(), summary(requests=1100, outcomes__stopped=100))
+    rows = compare(loaded(summary()), loaded(summary(requests=1100, outcomes__stopped=100)))
     assert rows[0].base == rows[0].new == 1000
 
 
 @pytest.mark.fast
 def test_load_summary_takes_a_run_dir_or_the_file(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text(json.dumps(summary()))
-    assert load_summary(tmp_path) == load_summary(tmp_path / "summary.json") == summary()
+    assert Summary.load(tmp_path) == Summary.load(tmp_path / "summary.json") == loaded(summary())
+    assert Summary.load(tmp_path).recorded_verdict == (True, True)  # as the file stated it
     with pytest.raises(SummaryError, match=r"nowhere: no such file or directory"):
-        load_summary(tmp_path / "nowhere")
+        Summary.load(tmp_path / "nowhere")
 
 
 def run_compare(*args: str) -> subprocess.CompletedProcess[str]:
@@ -252,7 +259,10 @@ def test_compare_exit_codes_are_0_for_no_regression_and_1_for_a_regression(tmp_p
 def test_the_servers_queue_and_kv_cache_are_shown_never_a_regression() -> None:
     server = {"available": True, "waiting": {"p95": 3.0, "max": 5.0}, "kv_cache_usage": {"max": 0.4}}
     worse = {"available": True, "waiting": {"p95": 30.0, "max": 50.0}, "kv_cache_usage": {"max": 1.0}}
-    rows = {row.metric: row for row in compare(summary(server_metrics=server), summary(server_metrics=worse))}
+    rows = {
+        row.metric: row
+        for row in compare(loaded(summary(server_metrics=server)), loaded(summary(server_metrics=worse)))
+    }
     shown = {metric: (row.base, row.new, row.regressed) for metric, row in rows.items() if metric.startswith("server")}
     assert shown == {
         "server waiting p95": (3.0, 30.0, False),
@@ -260,6 +270,6 @@ def test_the_servers_queue_and_kv_cache_are_shown_never_a_regression() -> None:
         "server KV cache usage max": (0.4, 1.0, False),
     }
     unavailable = {"available": False, "reason": "turned off with --no-server-metrics"}
-    older = {row.metric: row for row in compare(summary(), summary(server_metrics=unavailable))}
+    older = {row.metric: row for row in compare(loaded(summary()), loaded(summary(server_metrics=unavailable)))}
     assert (older["server waiting max"].base, older["server waiting max"].new) == (None, None)
     assert older["server waiting max"].cells()[1:3] == ["-", "-"]

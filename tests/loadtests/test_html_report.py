@@ -30,7 +30,7 @@ from loadtests.outcome import RequestPlan, StreamTracker
 from loadtests.recorder import FRAME_COLUMNS, Recorder
 from loadtests.server_metrics import concept_series, parse_exposition, server_metrics_summary
 from loadtests.sse import Frame
-from loadtests.summary import summarize
+from loadtests.summary import Summary, summarize
 from tests.loadtests.tables import frames_of, requests_of
 
 pytestmark = pytest.mark.fast
@@ -137,7 +137,7 @@ def run() -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
 
 
 def render(tmp_path: Path, summary: dict[str, Any], requests: pd.DataFrame, frames: pd.DataFrame) -> str:
-    path = write_html_report(tmp_path, summary, requests, frames)
+    path = write_html_report(tmp_path, Summary.from_json(summary), requests, frames)  # as read back from the file
     assert path == tmp_path / "report.html"
     return path.read_text(encoding="utf-8")
 
@@ -322,7 +322,9 @@ def test_the_servers_queue_is_plotted_on_the_timelines_axis_or_its_absence_expla
     requests, frames, summary = run
     metrics = server_scrapes(RUN_START - 1.0, 8)
     with_metrics = {**summary, "server_metrics": server_metrics_summary(metrics)}
-    page = write_html_report(tmp_path, with_metrics, requests, frames, None, metrics).read_text(encoding="utf-8")
+    page = write_html_report(tmp_path, Summary.from_json(with_metrics), requests, frames, None, metrics).read_text(
+        encoding="utf-8"
+    )
     server = section(page, "Server: queue and KV cache")
     assert server.count("<img") == 1 and "8 scrapes" in server
     assert re.search(r"<td>waiting requests</td><td class=\"num\">3.5</td><td class=\"num\">[\d.]+</td>", server)
@@ -339,5 +341,5 @@ def test_the_servers_queue_is_plotted_on_the_timelines_axis_or_its_absence_expla
 
     reason = "turned off with --no-server-metrics"
     unavailable = {**summary, "server_metrics": {"available": False, "reason": reason}}
-    page = write_html_report(tmp_path, unavailable, requests, frames).read_text(encoding="utf-8")
+    page = write_html_report(tmp_path, Summary.from_json(unavailable), requests, frames).read_text(encoding="utf-8")
     assert f"No server metrics: {reason}." in section(page, "Server: queue and KV cache")

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
-from loadtests.outcome import RequestPlan, StreamTracker, frame_kind
+from loadtests.outcome import OUTCOMES, Outcome, RequestPlan, StreamTracker, frame_kind
+from loadtests.recorder import Recorder
+from loadtests.run_dir import RunDir
+from loadtests.run_writer import RunWriter
 from loadtests.sse import Frame
 
 pytestmark = pytest.mark.fast
@@ -279,3 +284,17 @@ def test_a_harness_error_wins_and_keeps_its_message() -> None:
     stream.harness_error("KeyError: 'x'")
     row = stream.finish(1.0)
     assert (row.outcome, row.error_message, row.status) == ("harness_error", "KeyError: 'x'", 200)
+
+
+def test_outcomes_are_their_plain_strings_in_text_json_and_parquet(tmp_path: Path) -> None:
+    assert [str(outcome) for outcome in OUTCOMES] == [outcome.value for outcome in Outcome] == list(OUTCOMES)
+    assert f"{Outcome.CUT}" == "cut" and json.dumps({Outcome.OK: Outcome.CUT}) == '{"ok": "cut"}'
+    run = RunDir(tmp_path / "run")
+    recorder = Recorder()
+    stream = tracker()
+    stream.headers(200, 0.01, "text/event-stream")
+    recorder.add(stream.finish(0.5), stream.frames)  # no [DONE]: cut
+    RunWriter(run).write_batch(recorder.take_batch())
+    stored = pq.read_table(run.requests).column("outcome").to_pylist()
+    assert stored == ["cut"] and type(stored[0]) is str
+    assert (run.read_requests()["outcome"] == Outcome.CUT).all()

@@ -17,7 +17,7 @@ from loadtests.recorder import FRAME_COLUMNS, Recorder
 from loadtests.run_dir import Manifest, RunDir, read_table
 from loadtests.run_writer import RunWriter
 from loadtests.sse import Frame
-from loadtests.summary import KEEPALIVE_COUNTED_ON, Summary
+from loadtests.summary import KEEPALIVE_COUNTED_ON, Summary, SummaryError
 from tests.loadtests.tables import requests_of
 
 pytestmark = pytest.mark.fast
@@ -135,3 +135,15 @@ def test_a_checkpoint_stays_partial_until_the_soak_ends(tmp_path: Path) -> None:
 
 def test_two_runs_in_one_second_get_two_directories(tmp_path: Path) -> None:
     assert RunDir.create(tmp_path, "same") != RunDir.create(tmp_path, "same")
+
+
+def test_a_summary_written_reads_back_equal_and_a_cut_short_one_says_only_what_it_holds(tmp_path: Path) -> None:
+    run = written(tmp_path / "demo-20260101T000000Z")
+    first = judge(run, [Expect("x", None, "status == 200")], scenario="demo", html=False)
+    assert Summary.read(run.summary) == first and Summary.read(run.summary).said >= {"scenario", "gates"}
+    run.summary.write_text(json.dumps({"gate_specs": first.gate_specs, "settings": None}))
+    cut = Summary.read(run.summary, whole=False)
+    assert cut.said == {"gate_specs"} and cut.stated is None  # a null is not said: the manifest's counts
+    with pytest.raises(SummaryError, match=r"summary.json: not a run summary \(no 'scenario'\)$"):
+        Summary.read(run.summary)
+    assert judge(run, html=False) == first  # its gates carried over, the rest recomputed
