@@ -32,7 +32,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from loadtests import figures
@@ -44,7 +46,7 @@ from loadtests.run_dir import RunDir
 from loadtests.server_metrics import concept_series
 from loadtests.summary import LATENCY_COLUMNS, Summary, arrival_line
 
-OUTCOME_COLOURS = {
+OUTCOME_COLOURS: dict[str, str] = {  # Outcome members are the strings the tables hold
     Outcome.OK: "#2e7d32",
     Outcome.REJECTED: "#9e9e9e",
     Outcome.HTTP_5XX: "#d32f2f",
@@ -473,7 +475,12 @@ def _gap_figure(any_gaps: np.ndarray, data_gaps: np.ndarray, settings: dict[str,
     for values, label, colour, width in curves:
         if values.size:
             axes.hist(
-                values, bins=bins, histtype="step", linewidth=width, color=colour, label=f"{label}, n={values.size}"
+                values,
+                bins=bins.tolist(),
+                histtype="step",
+                linewidth=width,
+                color=colour,
+                label=f"{label}, n={values.size}",
             )
     _gap_reference_lines(axes, settings)
     axes.set_xscale("log")
@@ -596,8 +603,7 @@ def _run_axis(requests: pd.DataFrame) -> RunAxis | None:
 def _timeline_figure(spans: pd.DataFrame, axis: RunAxis) -> Figure:
     spans = spans.sort_values("start", kind="stable").reset_index(drop=True)
     begin = spans["start"] - axis.origin
-    end = begin + spans["duration"]
-    end = np.maximum(end, begin + axis.extent * 0.006)
+    end = np.maximum(begin + spans["duration"], begin + axis.extent * 0.006)  # every span visible
     figure = Figure(figsize=(FIGSIZE[0], FIGSIZE[1] + 1.0), dpi=DPI, layout="constrained")
     axes = figure.add_subplot()
     width = min(4.0, max(1.2, 300.0 / len(spans)))
@@ -618,7 +624,7 @@ def _timeline_figure(spans: pd.DataFrame, axis: RunAxis) -> Figure:
     axes.grid(True, axis="x", alpha=0.3)
     legend = figure.legend(loc="outside right upper", fontsize=8)
     for handle in legend.legend_handles:
-        if handle is not None:
+        if isinstance(handle, Line2D | LineCollection):  # a span's handle: drawn thicker than its span
             handle.set_linewidth(4.0)
     return figure
 

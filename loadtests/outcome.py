@@ -264,7 +264,7 @@ class StreamTracker:
         self.ttfb: float | None = None
         self.done = False
         self.bytes = 0
-        self.frames: list[tuple[int, str, float, float, int]] = []
+        self.frames: list[tuple[int, str, float, float, int, float | None]] = []
         self._sees_comments = sees_comments
         self._last_t = 0.0
         self._max_gap = 0.0

@@ -144,7 +144,7 @@ class StreamingUser:
         gevent.sleep(HARNESS_ERROR_PAUSE_S)
         return row
 
-    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> str | None:
+    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> Outcome | None:
         """Send ``request`` and feed ``tracker``; return ``"timeout"``/``"connect_error"`` when the
         client, not the server, ended it (times are ``time.monotonic() - started``)."""
         raise NotImplementedError
@@ -229,7 +229,7 @@ class SSEUser(StreamingUser, FastHttpUser):
     connection_timeout = 10.0
     # network_timeout (the client idle timeout) is set per run from --client-idle-timeout.
 
-    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> str | None:
+    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> Outcome | None:
         headers = {
             "Content-Type": "application/json",
             "Accept": "text/event-stream",
@@ -349,7 +349,7 @@ class OpenAISDKUser(StreamingUser, User):
     def on_stop(self) -> None:
         self.sdk.close()
 
-    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> str | None:
+    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> Outcome | None:
         body = request.stream_body(self.harness.model)
         create = self.sdk.chat.completions.create if request.spec.route == "chat" else self.sdk.completions.create
         self.wire.last = None
@@ -361,7 +361,7 @@ class OpenAISDKUser(StreamingUser, User):
                 tracker.wire_ended(wire.done, wire.bytes)
 
     @staticmethod
-    def _read(create: Any, body: dict[str, Any], tracker: StreamTracker, started: float) -> str | None:
+    def _read(create: Any, body: dict[str, Any], tracker: StreamTracker, started: float) -> Outcome | None:
         extra = {key: body.pop(key) for key in ("truncate_prompt_tokens",) if key in body}
         try:
             with create(

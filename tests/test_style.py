@@ -20,11 +20,6 @@ def test_ruff_is_clean(command: list[str]) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 22: loadtests modules under rewrite (compare, drift, gates, html_report, judge, outcome, "
-    "pytest_plugin, scenario, soak) still have errors; strict once they land",
-)
 def test_mypy_is_clean() -> None:
     """mypy over the files and settings of pyproject's ``[tool.mypy]``: no error."""
     result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=240)
