@@ -31,7 +31,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from loadtests.figures import quantiles  # noqa: E402
+from loadtests._figures import quantiles  # noqa: E402
 from loadtests.launch import Launch, ScenarioRun, run  # noqa: E402
 
 WAITING = "vllm:num_requests_waiting"

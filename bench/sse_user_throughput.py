@@ -1,8 +1,8 @@
 """How much CPU does SSEUser spend per frame, and can one Locust process hold 2,000 slow streams?
 
-Why this exists: ``loadtests.users.SSEUser`` parses every SSE frame (``loadtests.sse``), records
-it with its arrival time and gap (``loadtests.outcome.StreamTracker``) and stores it column-wise
-(``loadtests.recorder.Recorder``). That work sits on the load generator's hot path: if it is too
+Why this exists: ``loadtests._users.SSEUser`` parses every SSE frame (``loadtests._sse``), records
+it with its arrival time and gap (``loadtests._outcome.StreamTracker``) and stores it column-wise
+(``loadtests._recorder.Recorder``). That work sits on the load generator's hot path: if it is too
 expensive, the load generator, not the server, becomes the bottleneck, and a soak run needs more
 worker processes than it should. This benchmark puts a number on both sides of that.
 
@@ -10,7 +10,7 @@ A) Parser/recorder cost. Two Locust user classes, run in-process with Locust's l
 (``Environment`` + ``create_local_runner``) against one bundled server at zero inter-token
 latency and keep-alive off: a bare loop that reads ``response._response.readline(b"\\n")`` and
 counts blank lines, and ``SSEUser`` exactly as a scenario uses it (it reads the body bytes each
-receive brings, ``loadtests.users._next_chunk``, stamped with the kernel's arrival time, into
+receive brings, ``loadtests._users._next_chunk``, stamped with the kernel's arrival time, into
 ``SSEParser.feed``; frames counted from the recorder's rows, ``data_frames + keepalive_frames``),
 with the harness's lag monitor running during its rounds as it does in every run. The process is
 settled once before any round (``loop_hygiene.settle_after_setup``, as a scenario does at
@@ -177,7 +177,7 @@ def loadgen_main(role: str, target: str, settings: dict[str, Any], result_path: 
 
     import locust  # noqa: F401 - first: Locust monkey-patches the process for gevent
 
-    from loadtests.loop_hygiene import settle_after_setup
+    from loadtests._loop_hygiene import settle_after_setup
 
     logging.getLogger("locust").setLevel(logging.ERROR)  # e.g. the "spawn rate > 100" warning
     settle_after_setup()
@@ -194,7 +194,7 @@ def loadgen_main(role: str, target: str, settings: dict[str, Any], result_path: 
 
 
 def request_mix(max_tokens: int) -> Any:
-    from loadtests.workload import RequestMix, RequestSpec
+    from loadtests._workload import RequestMix, RequestSpec
 
     return RequestMix([RequestSpec("bench", "completions", PROMPT_TOKENS, max_tokens=max_tokens)])
 
@@ -204,7 +204,7 @@ def bounded_sse_user(mix: Any, streams: int) -> type:
     from locust import task
     from locust.exception import StopUser
 
-    from loadtests.users import SSEUser
+    from loadtests._users import SSEUser
 
     class BenchSSEUser(SSEUser):
         def on_start(self) -> None:
@@ -226,7 +226,7 @@ def bounded_bare_user(mix: Any, streams: int, tally: Counter[str]) -> type:
     from locust import FastHttpUser, task
     from locust.exception import StopUser
 
-    from loadtests.run_state import run_state
+    from loadtests._run_state import run_state
 
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
 
@@ -278,7 +278,7 @@ def new_environment(user_class: type, target: str) -> Any:
     """A fresh Environment with the harness's per-run state set up as ``Scenario._on_init`` does."""
     from locust.env import Environment
 
-    from loadtests.run_state import run_state
+    from loadtests._run_state import run_state
 
     environment = Environment(user_classes=[user_class], host=target)
     user_class.network_timeout = run_state(environment).client_idle_timeout  # the default, 130 s
@@ -300,7 +300,7 @@ def drive(environment: Any, users: int, spawn_rate: float, timeout_s: float) -> 
 def run_throughput_round(
     number: int, kind: str, warmup: bool, target: str, settings: ThroughputSettings
 ) -> dict[str, Any]:
-    from loadtests.run_state import run_state
+    from loadtests._run_state import run_state
 
     mix = request_mix(settings.max_tokens)
     tally: Counter[str] = Counter()
@@ -348,7 +348,7 @@ def tally_sse_rows(rows: list[dict[str, Any]]) -> Counter[str]:
 def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
     import psutil
 
-    from loadtests.run_state import run_state
+    from loadtests._run_state import run_state
 
     user_class = bounded_sse_user(request_mix(settings.max_tokens), 1)
     environment = new_environment(user_class, target)
@@ -420,7 +420,7 @@ def raise_fd_limit(needed: int) -> int:
 
 def start_server(args: list[str]) -> Any:
     """A started bundled server (a ``TargetServerProcess``), or ``BenchError``."""
-    from loadtests.stack import ServerStartError, TargetServerProcess
+    from loadtests._stack import ServerStartError, TargetServerProcess
 
     try:
         return TargetServerProcess.start(args, env=server_env())

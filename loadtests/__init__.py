@@ -1,21 +1,18 @@
 """The sse-soak harness: Locust users that record every SSE frame, gates, and reports.
 
-Modules, one concept each: ``sse`` (incremental frame parser), ``outcome`` (one stream's frames
-and its single outcome), ``workload`` (prompt sizes and request mixes), ``users`` (Locust users),
-``failure_cycles`` (what a failed request leaves freed without a collection),
-``recorder`` (rows and frames of a process, table schemas), ``run_writer`` (parquet parts as the
-run goes), ``collect`` (worker -> master batches), ``gates`` (pass/fail), ``run_dir`` (a run
-directory and its manifest), ``summary`` (the typed verdict file), ``judge`` (one judgement of a
-run directory), ``figures``, ``html_report``, ``compare``, ``scenario`` (a locustfile's hooks into
-a Locust run), ``run_state`` (per-run objects), ``stack`` (services as child processes),
-``proxy`` (the embedded reverse proxy), ``arrivals`` (open-loop schedules), ``server_metrics`` (the
-server's ``/metrics`` during a run), the soak job (``soak``, ``progress``, ``resources``,
-``drift``), and for callers without Locust: ``catalog`` (the shipped scenarios), ``launch`` (a
-run in a child process), ``pytest_plugin`` and ``smoke`` (pytest).
+The public surface is this package's names (everything a locustfile needs, below), ``launch`` (a
+scenario run in a child process, for callers without Locust), ``pytest_plugin`` and ``smoke``
+(pytest), ``errors`` (the one exception hierarchy) and the command line (``__main__``). Every other
+module is internal (``_name``), one concept each, and data flows one way through them: declare
+(``_scenario``, ``_options``, ``_workload``, ``_gates``), record (``_sse``, ``_arrival_clock``,
+``_outcome``, ``_wire_tap``, ``_users``, ``_recorder``, ``_collect``, ``_run_writer``, ``_lag``,
+``_server_metrics``), judge (``_figures``, ``_summary``, ``_judge``, ``_html_report``, ``_compare``,
+``_drift``), run (``_run_controller``, ``_run_state``, ``_stack``, ``_proxy``, ``_child_run``,
+``_soak``, ``_progress``, ``_resources``, ``_catalog``). README's "Layout" says what each holds.
 
 Everything a locustfile needs is exported here. Names are re-exported lazily: importing Locust
 monkey-patches the process for gevent, so only a locustfile that asks for ``SSEUser`` or
-``Scenario`` pays for it, never ``loadtests.sse`` alone; type checkers and editors read the
+``Scenario`` pays for it, never ``loadtests._sse`` alone; type checkers and editors read the
 ``TYPE_CHECKING`` imports instead.
 """
 
@@ -27,22 +24,24 @@ from typing import TYPE_CHECKING, Any
 from loadtests import _gevent_compat  # noqa: F401 - first: lets httpx import under Locust's gevent
 
 _EXPORTS = {
-    "OUTCOMES": "loadtests.outcome",
-    "Outcome": "loadtests.outcome",
-    "RequestRow": "loadtests.outcome",
-    "Expect": "loadtests.gates",
-    "Gate": "loadtests.gates",
-    "GateResult": "loadtests.gates",
-    "NoProxyTimeouts": "loadtests.gates",
-    "Frame": "loadtests.sse",
-    "SSEParser": "loadtests.sse",
-    "RequestMix": "loadtests.workload",
-    "RequestSpec": "loadtests.workload",
+    "OUTCOMES": "loadtests._outcome",
+    "Outcome": "loadtests._outcome",
+    "RequestRow": "loadtests._outcome",
+    "SseSoakError": "loadtests.errors",
+    "UsageError": "loadtests.errors",
+    "Expect": "loadtests._gates",
+    "Gate": "loadtests._gates",
+    "GateResult": "loadtests._gates",
+    "NoProxyTimeouts": "loadtests._gates",
+    "Frame": "loadtests._sse",
+    "SSEParser": "loadtests._sse",
+    "RequestMix": "loadtests._workload",
+    "RequestSpec": "loadtests._workload",
     # What a locustfile runs comes through the run controller: importing it registers it with Locust.
-    "Scenario": "loadtests.run_controller",
-    "RunSettings": "loadtests.scenario",
-    "SSEUser": "loadtests.run_controller",
-    "OpenAISDKUser": "loadtests.run_controller",
+    "Scenario": "loadtests._run_controller",
+    "RunSettings": "loadtests._scenario",
+    "SSEUser": "loadtests._run_controller",
+    "OpenAISDKUser": "loadtests._run_controller",
 }
 
 __all__ = [
@@ -61,16 +60,19 @@ __all__ = [
     "SSEParser",
     "SSEUser",
     "Scenario",
+    "SseSoakError",
+    "UsageError",
 ]
 assert sorted(__all__) == sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # what the lazy names are, for editors and type checkers; never run
-    from loadtests.gates import Expect, Gate, GateResult, NoProxyTimeouts
-    from loadtests.outcome import OUTCOMES, Outcome, RequestRow
-    from loadtests.scenario import RunSettings, Scenario
-    from loadtests.sse import Frame, SSEParser
-    from loadtests.users import OpenAISDKUser, SSEUser
-    from loadtests.workload import RequestMix, RequestSpec
+    from loadtests._gates import Expect, Gate, GateResult, NoProxyTimeouts
+    from loadtests._outcome import OUTCOMES, Outcome, RequestRow
+    from loadtests._scenario import RunSettings, Scenario
+    from loadtests._sse import Frame, SSEParser
+    from loadtests._users import OpenAISDKUser, SSEUser
+    from loadtests._workload import RequestMix, RequestSpec
+    from loadtests.errors import SseSoakError, UsageError
 
 
 def __getattr__(name: str) -> Any:

@@ -21,18 +21,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from loadtests import compare as compare_module
-from loadtests.errors import UsageError
-from loadtests.options import REPORT_DIR, SECONDS, add_argparse_options, check_open_loop, locust_arguments, on
-from loadtests.options import Surface as _Surface
-from loadtests.options import http_url as _http_url
-from loadtests.proxy import ProxySettings, serve
+from loadtests import _compare as compare_module
+from loadtests._options import REPORT_DIR, SECONDS, add_argparse_options, check_open_loop, locust_arguments, on
+from loadtests._options import Surface as _Surface
+from loadtests._options import http_url as _http_url
+from loadtests._proxy import ProxySettings, serve
+from loadtests.errors import USAGE_EXIT_CODE, UsageError
 
 SOAK_, LOCUST_ = _Surface.SOAK, _Surface.LOCUST
 
+__all__ = ["main", "parser"]
+
 _THRESHOLDS = [field.name for field in dataclasses.fields(compare_module.Thresholds)]
 _THRESHOLD_KIND = {"max_keepalive_drop": "a share from 0 to 1 (0.5 = half)"}
-USAGE_ERROR = 2  # 1 is a failed verdict or a regression
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,13 +45,13 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(USAGE_ERROR, f"{self.prog}: {message.removeprefix('argument ')}\n")
+        self.exit(USAGE_EXIT_CODE, f"{self.prog}: {message.removeprefix('argument ')}\n")
 
 
 def _refuse(command: str, message: str) -> NoReturn:
     """Bad input found after parsing (files, directories): the same one line and exit 2."""
     print(f"python -m loadtests {command}: {message}", file=sys.stderr, flush=True)
-    sys.exit(USAGE_ERROR)
+    sys.exit(USAGE_EXIT_CODE)
 
 
 def _argparse(convert: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -162,7 +163,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _scenario(text: str) -> Path:
-    from loadtests.catalog import CatalogError, locate
+    from loadtests._catalog import CatalogError, locate
 
     try:
         return locate(text)
@@ -199,7 +200,7 @@ def _check_soak_files(options: argparse.Namespace) -> None:
     if problem is not None:
         _refuse("soak", f"--report-dir {problem}")
     if options.baseline is not None:
-        from loadtests.summary import Summary, SummaryError
+        from loadtests._summary import Summary, SummaryError
 
         try:
             Summary.load(options.baseline)
@@ -214,8 +215,8 @@ def _check_soak_files(options: argparse.Namespace) -> None:
 def _run_soak(options: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from loadtests.drift import DriftLimits
-    from loadtests.soak import Soak, SoakPlan
+    from loadtests._drift import DriftLimits
+    from loadtests._soak import Soak, SoakPlan
 
     _check_soak_files(options)
     limits = replace(
@@ -248,7 +249,7 @@ def _run_soak(options: argparse.Namespace) -> int:
 
 
 def _run_compare(options: argparse.Namespace) -> int:
-    from loadtests.summary import Summary, SummaryError
+    from loadtests._summary import Summary, SummaryError
 
     try:
         base, new = Summary.load(options.base), Summary.load(options.new)
@@ -265,8 +266,8 @@ def _run_compare(options: argparse.Namespace) -> int:
 def _run_report(options: argparse.Namespace) -> int:
     """Re-judge a run directory: exit 0 only on a PASS; a run that never wrote its summary (killed,
     or still going) is judged as interrupted, so FAIL; not a run directory (or unreadable): 2."""
-    from loadtests.judge import judge, previous_summary, unfinished  # pandas, matplotlib: only here
-    from loadtests.run_dir import RunDir
+    from loadtests._judge import judge, previous_summary, unfinished  # pandas, matplotlib: only here
+    from loadtests._run_dir import RunDir
 
     run = RunDir(options.run_dir)
     try:
@@ -310,7 +311,7 @@ def _run_proxy(options: argparse.Namespace) -> None:
 
 
 def _list_scenarios() -> None:
-    from loadtests.catalog import shipped
+    from loadtests._catalog import shipped
 
     scenarios = shipped()
     width = max((len(scenario.name) for scenario in scenarios), default=0)

@@ -29,9 +29,9 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from loadtests._options import locust_arguments
 from loadtests._parent_watch import launcher_environment
-from loadtests.options import locust_arguments
-from loadtests.run_dir import RUN_DIR_ENV, RunDir
+from loadtests._run_dir import RUN_DIR_ENV, RunDir
 
 INTERRUPT_GRACE_S = 60.0
 """How long a run interrupted by Ctrl-C gets to write its summary before it is killed."""

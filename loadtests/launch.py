@@ -24,18 +24,21 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests import catalog, figures
+from loadtests import _catalog as catalog
+from loadtests import _figures as figures
 from loadtests._child_run import HeadlessRun, run_to_end
-from loadtests.gates import ALWAYS_ON, GateResult
-from loadtests.options import OPTIONS, Surface, check_value, option
-from loadtests.run_dir import PLAN_ONLY_ENV, Manifest, RunDir
-from loadtests.summary import Summary, SummaryError
+from loadtests._gates import ALWAYS_ON, GateResult
+from loadtests._options import OPTIONS, Surface, check_value, option
+from loadtests._run_dir import PLAN_ONLY_ENV, Manifest, RunDir
+from loadtests._summary import Summary, SummaryError
+
+__all__ = ["STARTUP_AND_JUDGING_S", "Launch", "ScenarioRun", "gate_names", "plan", "run", "worst_streams_text"]
 
 STARTUP_AND_JUDGING_S = 180.0
 """How long a run may take beyond its duration (starting the stack, judging, the report) before it
 is killed as hung."""
-OUTPUT_TAIL_LINES = 30
-KNOWN = {item.name for item in OPTIONS}
+_OUTPUT_TAIL_LINES = 30
+_KNOWN = {item.name for item in OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class Launch:
         ``ValueError`` in one line naming the option when a value of ours is refused."""
         options = {"model": self.model, "proxy": self.proxy, **self.options}
         for name, value in {"spawn_rate": self.spawn_rate, "host": self.host, **options}.items():
-            if name in KNOWN and value is not None:
+            if name in _KNOWN and value is not None:
                 check_value(name, value)
         processes = options.pop("processes", None)
         return HeadlessRun(
@@ -140,7 +143,7 @@ class ScenarioRun:
         else:
             lines = ["no run directory: the run ended before it started one"]
         if self.summary is None:
-            tail = "\n".join(self.output.rstrip("\n").splitlines()[-OUTPUT_TAIL_LINES:])
+            tail = "\n".join(self.output.rstrip("\n").splitlines()[-_OUTPUT_TAIL_LINES:])
             lines += [f"no verdict: {self.problem}", f"Locust's output ends (exit {self.returncode}):", tail]
             return "\n".join(lines)
         lines += [self.gate(name).line() for name in gates] or [g.line() for g in self.gates if not g.passed]
@@ -158,8 +161,8 @@ class ScenarioRun:
             raise AssertionError(self.explain(*failing))
 
 
-WORST_COLUMNS = ["request_id", "name", "route", "outcome", "status", "max_gap_s", "keepalive_frames", "error_message"]
-ERROR_WIDTH = 80
+_WORST_COLUMNS = ["request_id", "name", "route", "outcome", "status", "max_gap_s", "keepalive_frames", "error_message"]
+_ERROR_WIDTH = 80
 
 
 def worst_streams_text(requests: pd.DataFrame) -> str:
@@ -170,8 +173,8 @@ def worst_streams_text(requests: pd.DataFrame) -> str:
         return "worst streams: none (no request was recorded)"
     unexpected = selection["outcome"].ne(selection["expected"]) & selection.index.isin(figures.judged(selection).index)
     failed_first = unexpected.sort_values(ascending=False, kind="stable")
-    table = selection.loc[failed_first.index, WORST_COLUMNS].copy()
-    table["error_message"] = table["error_message"].map(lambda m: m if not isinstance(m, str) else m[:ERROR_WIDTH])
+    table = selection.loc[failed_first.index, _WORST_COLUMNS].copy()
+    table["error_message"] = table["error_message"].map(lambda m: m if not isinstance(m, str) else m[:_ERROR_WIDTH])
     more = f"\n… and {left_out} more" if left_out else ""
     return "worst streams (as in report.html):\n" + table.to_string(index=False, na_rep="-") + more
 

@@ -23,9 +23,11 @@ from typing import Any
 import pytest
 
 from loadtests import _gevent_compat
+from loadtests._options import Surface, add_pytest_options, on
+from loadtests._run_dir import Manifest
 from loadtests.launch import Launch, ScenarioRun, plan, run
-from loadtests.options import Surface, add_pytest_options, on
-from loadtests.run_dir import Manifest
+
+__all__ = ["SoakRunner", "pytest_addoption", "pytest_configure", "sse_soak"]
 
 _gevent_compat.unhide_trio()  # this process never imports Locust
 

@@ -14,14 +14,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from loadtests import catalog
+from loadtests import _catalog as catalog
 from loadtests.launch import ScenarioRun, gate_names
 from loadtests.pytest_plugin import SoakRunner
 
 pytestmark = pytest.mark.smoke
 
 
-class NoPlan(str):
+__all__ = ["pytest_generate_tests", "smoke_runs", "test_gate", "test_verdict"]
+
+
+class _NoPlan(str):
     """In place of a gate name: the scenario refused to plan with these options; the message is why."""
 
 
@@ -36,12 +39,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         try:
             return gate_names(runner.plan(name))
         except ValueError as exc:
-            return [NoPlan(str(exc))]
+            return [_NoPlan(str(exc))]
 
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
         planned = list(pool.map(gates_of, names))
     cases = [
-        pytest.param(name, gate, id=f"{name}-{'plan' if isinstance(gate, NoPlan) else gate}")
+        pytest.param(name, gate, id=f"{name}-{'plan' if isinstance(gate, _NoPlan) else gate}")
         for name, gates in zip(names, planned, strict=True)
         for gate in gates
     ]
@@ -64,7 +67,7 @@ def _run_of(scenario: str, sse_soak: SoakRunner, smoke_runs: dict[str, ScenarioR
 
 
 def test_gate(scenario: str, gate: str, sse_soak: SoakRunner, smoke_runs: dict[str, ScenarioRun]) -> None:
-    if isinstance(gate, NoPlan):
+    if isinstance(gate, _NoPlan):
         pytest.fail(gate, pytrace=False)
     run = _run_of(scenario, sse_soak, smoke_runs)
     try:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from loadtests.stack import TargetServerProcess
+from loadtests._stack import TargetServerProcess
 from tests.no_process import no_child_processes
 
 StartServer = Callable[..., TargetServerProcess]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -38,3 +39,41 @@ def test_loadtests_all_names_resolve_and_plain_imports_skip_locust() -> None:
     script = "import locust, loadtests; print(sorted(n for n in loadtests.__all__ if getattr(loadtests, n)))"
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == str(sorted(loadtests.__all__)), result.stderr
+
+
+PUBLIC_MODULES = ("__init__", "__main__", "launch", "pytest_plugin", "smoke", "errors")
+"""The harness's public surface; every other module of ``loadtests`` is internal (``_name``)."""
+
+
+def _top_level_names(path: Path) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assignments), public ones only."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return {name for name in names if not name.startswith("_")} - {"pytestmark"}  # pytest's, not an export
+
+
+def _declared_all(path: Path) -> list[str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError(f"{path.name} declares no __all__")
+
+
+@pytest.mark.fast
+def test_loadtests_internal_modules_are_private_and_public_ones_list_exactly_what_they_define() -> None:
+    modules = sorted(path.stem for path in (ROOT / "loadtests").glob("*.py"))
+    assert [name for name in modules if not name.startswith("_") and name not in PUBLIC_MODULES] == []
+    for name in PUBLIC_MODULES[1:]:
+        path = ROOT / "loadtests" / f"{name}.py"
+        assert sorted(_declared_all(path)) == sorted(_top_level_names(path)), name
+
+
+@pytest.mark.fast
+def test_loadtests_package_exports_every_name_of_its_all() -> None:
+    declared = _declared_all(ROOT / "loadtests" / "__init__.py")
+    assert sorted(declared) == sorted(loadtests.__all__) and len(set(declared)) == len(declared)

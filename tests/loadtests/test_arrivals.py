@@ -10,9 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from loadtests.arrivals import ArrivalPlan, ArrivalSchedule, not_sent_row, share
-from loadtests.recorder import REQUEST_SCHEMA, Recorder
-from loadtests.summary import arrival, arrival_line
+from loadtests._arrivals import ArrivalPlan, ArrivalSchedule, not_sent_row, share
+from loadtests._recorder import REQUEST_SCHEMA, Recorder
+from loadtests._summary import arrival, arrival_line
 
 pytestmark = pytest.mark.fast
 

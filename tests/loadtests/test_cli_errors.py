@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import soak
+from loadtests import _soak as soak
 from loadtests.__main__ import main
-from loadtests.soak import SoakPlan
+from loadtests._soak import SoakPlan
 from tests.loadtests.locust_run import ROOT
 
 SOAK = "python -m loadtests soak: "

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from loadtests.compare import Thresholds, compare
-from loadtests.summary import Summary, SummaryError
+from loadtests._compare import Thresholds, compare
+from loadtests._summary import Summary, SummaryError
 from tests.loadtests.locust_run import ROOT, run_locust
 
 

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests.drift import DriftLimits, drift_gates, latency_drift, memory_growth, windows_table
-from loadtests.gates import GATE_TYPES, Gate, RunTables
-from loadtests.options import parse_duration
-from loadtests.progress import ProgressPrinter, RunProgress
-from loadtests.run_dir import RunDir
-from loadtests.server_metrics import parse_exposition
+from loadtests._drift import DriftLimits, drift_gates, latency_drift, memory_growth, windows_table
+from loadtests._gates import GATE_TYPES, Gate, RunTables
+from loadtests._options import parse_duration
+from loadtests._progress import ProgressPrinter, RunProgress
+from loadtests._run_dir import RunDir
+from loadtests._server_metrics import parse_exposition
 
 pytestmark = pytest.mark.fast
 
@@ -111,9 +111,9 @@ def test_progress_refreshes_in_place_on_a_terminal_and_prints_lines_otherwise() 
 
 
 def test_progress_reads_only_new_parts(tmp_path: Path) -> None:
-    from loadtests.outcome import RequestPlan, StreamTracker
-    from loadtests.recorder import Recorder
-    from loadtests.run_writer import RunWriter
+    from loadtests._outcome import RequestPlan, StreamTracker
+    from loadtests._recorder import Recorder
+    from loadtests._run_writer import RunWriter
 
     writer, progress = RunWriter(tmp_path), RunProgress(RunDir(tmp_path))
     for status in (200, 500):

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from loadtests.gates import (
+from loadtests._gates import (
     GATE_TYPES,
     Expect,
     Gate,
@@ -25,8 +25,8 @@ from loadtests.gates import (
     TruncationHonoured,
     evaluate,
 )
-from loadtests.outcome import RequestPlan, StreamTracker
-from loadtests.recorder import Recorder
+from loadtests._outcome import RequestPlan, StreamTracker
+from loadtests._recorder import Recorder
 from tests.loadtests.tables import requests_of
 
 pytestmark = pytest.mark.fast

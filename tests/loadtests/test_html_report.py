@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests.gates import ALWAYS_ON, Expect, RunTables, evaluate
-from loadtests.html_report import (
+from loadtests._gates import ALWAYS_ON, Expect, RunTables, evaluate
+from loadtests._html_report import (
     _lag_figure,
     _run_axis,
     _server_figure,
@@ -26,11 +26,11 @@ from loadtests.html_report import (
     write_html_report,
     write_requests_csv,
 )
-from loadtests.outcome import RequestPlan, StreamTracker
-from loadtests.recorder import FRAME_COLUMNS, Recorder
-from loadtests.server_metrics import concept_series, parse_exposition, server_metrics_summary
-from loadtests.sse import Frame
-from loadtests.summary import Summary, summarize
+from loadtests._outcome import RequestPlan, StreamTracker
+from loadtests._recorder import FRAME_COLUMNS, Recorder
+from loadtests._server_metrics import concept_series, parse_exposition, server_metrics_summary
+from loadtests._sse import Frame
+from loadtests._summary import Summary, summarize
 from tests.loadtests.tables import frames_of, requests_of
 
 pytestmark = pytest.mark.fast

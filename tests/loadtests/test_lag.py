@@ -9,15 +9,15 @@ import gevent
 import pandas as pd
 import pytest
 
-from loadtests.gates import Gate, HarnessKeptUp, RunTables, evaluate
-from loadtests.judge import judge
-from loadtests.lag import LAG_COLUMNS, LagMonitor, lag_summary, while_streams_open
-from loadtests.outcome import RequestPlan, StreamTracker
-from loadtests.recorder import Recorder
-from loadtests.run_dir import RunDir
-from loadtests.run_writer import RunWriter
-from loadtests.sse import Frame
-from loadtests.summary import Summary
+from loadtests._gates import Gate, HarnessKeptUp, RunTables, evaluate
+from loadtests._judge import judge
+from loadtests._lag import LAG_COLUMNS, LagMonitor, lag_summary, while_streams_open
+from loadtests._outcome import RequestPlan, StreamTracker
+from loadtests._recorder import Recorder
+from loadtests._run_dir import RunDir
+from loadtests._run_writer import RunWriter
+from loadtests._sse import Frame
+from loadtests._summary import Summary
 
 pytestmark = pytest.mark.fast
 

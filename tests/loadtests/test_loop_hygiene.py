@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.loop_hygiene import FULL_COLLECTION_EVERY, SWITCH_INTERVAL_S, shared_ssl_context
+from loadtests._loop_hygiene import FULL_COLLECTION_EVERY, SWITCH_INTERVAL_S, shared_ssl_context
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def run_with(script: str, *args: str) -> dict[str, object]:
 FREEZE = """
 import gc, json, sys, weakref
 import pandas, pyarrow  # the bulk of a Locust process's objects, as far as the collector is concerned
-from loadtests.loop_hygiene import settle_after_setup
+from loadtests._loop_hygiene import settle_after_setup
 
 class Node:
     pass
@@ -67,7 +67,7 @@ def test_setup_objects_leave_every_later_collection_and_garbage_is_not_frozen() 
 
 WARM = """
 import json, platform
-from loadtests.loop_hygiene import settle_after_setup
+from loadtests._loop_hygiene import settle_after_setup
 
 settle_after_setup()
 
@@ -99,7 +99,7 @@ def test_one_verifying_tls_context_serves_every_client() -> None:
 STOP = """
 import inspect, json, os, sys
 import pandas, pyarrow  # many modules, as in a Locust process
-from loadtests.loop_hygiene import settle_after_setup
+from loadtests._loop_hygiene import settle_after_setup
 
 if sys.argv[1] == "settled":
     settle_after_setup()
@@ -125,7 +125,7 @@ def test_the_module_files_locust_looks_up_when_it_stops_are_resolved_at_setup() 
 CLOCK = """
 import json, time
 import gevent
-from loadtests.loop_hygiene import settle_after_setup
+from loadtests._loop_hygiene import settle_after_setup
 
 loop = gevent.get_hub().loop
 loop.update_now()
@@ -145,7 +145,7 @@ def test_per_request_loggers_are_quieted_unless_given_a_level() -> None:
     but a level someone set on purpose stays."""
     result = run(
         "import json, logging\n"
-        "from loadtests.loop_hygiene import quiet_per_request_logging\n"
+        "from loadtests._loop_hygiene import quiet_per_request_logging\n"
         "logging.getLogger('httpx2').setLevel(logging.DEBUG)\n"
         "quiet_per_request_logging()\n"
         "print(json.dumps({n: logging.getLogger(n).level for n in ('httpx', 'httpx2')}))"

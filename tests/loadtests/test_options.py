@@ -13,8 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from loadtests.__main__ import parser as command_line
-from loadtests.errors import UsageError
-from loadtests.options import (
+from loadtests._options import (
     OPTIONS,
     Surface,
     add_argparse_options,
@@ -24,6 +23,7 @@ from loadtests.options import (
     on,
     option,
 )
+from loadtests.errors import UsageError
 from tests.loadtests.locust_run import ROOT
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from loadtests.outcome import OUTCOMES, Outcome, RequestPlan, StreamTracker, frame_kind
-from loadtests.recorder import Recorder
-from loadtests.run_dir import RunDir
-from loadtests.run_writer import RunWriter
-from loadtests.sse import Frame
+from loadtests._outcome import OUTCOMES, Outcome, RequestPlan, StreamTracker, frame_kind
+from loadtests._recorder import Recorder
+from loadtests._run_dir import RunDir
+from loadtests._run_writer import RunWriter
+from loadtests._sse import Frame
 
 pytestmark = pytest.mark.fast
 

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.run_state import RunState
-from loadtests.workload import (
+from loadtests._run_state import RunState
+from loadtests._workload import (
     CHARS_PER_TOKEN,
     RequestMix,
     RequestSpec,

@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from loadtests.stack import ChildService, ServerStartError, nginx_config, start_embedded_proxy, start_nginx
+from loadtests._stack import ChildService, ServerStartError, nginx_config, start_embedded_proxy, start_nginx
 from tests.conftest import StartServer, require_nginx
 from tests.sse_stream import stream
 

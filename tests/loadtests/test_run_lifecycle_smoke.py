@@ -25,14 +25,14 @@ import httpx
 import pandas as pd
 import pytest
 
-from loadtests.gates import Expect
-from loadtests.judge import judge
-from loadtests.outcome import RequestPlan, StreamTracker
-from loadtests.recorder import Recorder
-from loadtests.run_dir import RunDir
-from loadtests.run_writer import RunWriter
-from loadtests.sse import Frame
-from loadtests.summary import Summary
+from loadtests._gates import Expect
+from loadtests._judge import judge
+from loadtests._outcome import RequestPlan, StreamTracker
+from loadtests._recorder import Recorder
+from loadtests._run_dir import RunDir
+from loadtests._run_writer import RunWriter
+from loadtests._sse import Frame
+from loadtests._summary import Summary
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import ROOT, LiveLocust, run_locust
 

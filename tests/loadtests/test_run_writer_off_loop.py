@@ -17,11 +17,11 @@ from typing import Any
 import gevent
 import pytest
 
-from loadtests import run_writer
-from loadtests.outcome import RequestPlan, StreamTracker
-from loadtests.recorder import Recorder
-from loadtests.run_writer import RunWriter, _off_loop
-from loadtests.sse import Frame
+from loadtests import _run_writer as run_writer
+from loadtests._outcome import RequestPlan, StreamTracker
+from loadtests._recorder import Recorder
+from loadtests._run_writer import RunWriter, _off_loop
+from loadtests._sse import Frame
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -190,10 +190,10 @@ from gevent import monkey
 monkey.patch_all()
 from pathlib import Path
 import gevent
-from loadtests.outcome import RequestPlan, StreamTracker
-from loadtests.recorder import Recorder
-from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
-from loadtests.sse import Frame
+from loadtests._outcome import RequestPlan, StreamTracker
+from loadtests._recorder import Recorder
+from loadtests._run_writer import UNWRITABLE_ROWS, RunWriter
+from loadtests._sse import Frame
 
 def batch_of(*request_ids):
     recorder = Recorder()

@@ -9,7 +9,7 @@ import random
 import httpx
 import pytest
 
-from loadtests.workload import (
+from loadtests._workload import (
     PreparedMix,
     PreparedRequest,
     RequestMix,

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.stack import TargetServerProcess
+from loadtests._stack import TargetServerProcess
 
 KEY = "sekrit-key"
 UNAUTHORIZED = {"error": "Unauthorized"}

@@ -1,7 +1,7 @@
 """The run directory while the run goes: batches of rows and frames become parquet parts.
 
 ``requests.parquet/``, ``frames.parquet/`` and ``lag.parquet/`` (the harness's own lag samples,
-``loadtests.lag``) are directories of ``part-NNNNNN.parquet`` files
+``loadtests._lag``) are directories of ``part-NNNNNN.parquet`` files
 (the Hive/Spark layout; ``pandas.read_parquet`` reads a directory like a file). Each batch that
 reaches the process holding the results is written at once as one part, under a temporary name
 then renamed, so the directory is readable at any moment and a killed run keeps everything up to
@@ -38,9 +38,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from gevent.lock import Semaphore
 
-from loadtests.lag import LAG_SCHEMA
-from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA
-from loadtests.run_dir import RunDir
+from loadtests._lag import LAG_SCHEMA
+from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA
+from loadtests._run_dir import RunDir
 
 UNWRITABLE_ROWS = RunDir.UNWRITABLE_ROWS
 logger = logging.getLogger(__name__)

@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 from gevent.lock import Semaphore
 
-from loadtests.arrivals import ArrivalSchedule
-from loadtests.lag import LagMonitor
-from loadtests.loop_hygiene import shared_ssl_context
-from loadtests.outcome import Outcome
-from loadtests.recorder import Recorder
-from loadtests.sse import DEFAULT_MAX_LINE_BYTES
-from loadtests.workload import (
+from loadtests._arrivals import ArrivalSchedule
+from loadtests._lag import LagMonitor
+from loadtests._loop_hygiene import shared_ssl_context
+from loadtests._outcome import Outcome
+from loadtests._recorder import Recorder
+from loadtests._sse import DEFAULT_MAX_LINE_BYTES
+from loadtests._workload import (
     PROBE_TIMEOUT,
     PreparedMix,
     RequestMix,

@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from gevent import monkey
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtests.figures import quantile
+from loadtests._figures import quantile
 
 _SERVER_METRICS_FIELDS: list[tuple[str, pa.DataType]] = [  # typed: a literal's mixed DataTypes would join to object
     ("time", pa.float64()),

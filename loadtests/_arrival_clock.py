@@ -12,7 +12,7 @@ put a frame in the future); where no stamp comes (TLS sockets, whose records are
 the kernel; platforms without ``SO_TIMESTAMPNS``) there is none, and the caller uses the read's
 own time. Frames that share
 one read share its stamp, the last segment's: a loop late by more than the interval between two
-frames still merges them, and the lag monitor (``loadtests.lag``) is what flags that.
+frames still merges them, and the lag monitor (``loadtests._lag``) is what flags that.
 
 Linux turns receive stamping on for the whole machine lazily: deferred work that runs soon after
 the first socket asks, and off again once the last such socket closes. Segments that arrive in

@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from loadtests.sse import KEEP_ALIVE_TEXT, Frame
+from loadtests._sse import KEEP_ALIVE_TEXT, Frame
 
 
 class Outcome(str, Enum):
@@ -66,7 +66,7 @@ OUTCOMES = tuple(Outcome)
 """Every outcome, in the order reports list them."""
 UNJUDGED_OUTCOMES = (Outcome.STOPPED, Outcome.NOT_SENT)
 """Rows that are no verdict on the server: streams the run itself stopped at its end, and requests
-an open-loop schedule asked for that never started (``loadtests.arrivals``)."""
+an open-loop schedule asked for that never started (``loadtests._arrivals``)."""
 FAILURE_OUTCOMES = (
     Outcome.HTTP_5XX,
     Outcome.INBAND_ERROR,
@@ -119,7 +119,7 @@ class RequestRow:
     """From the headers to the first token (or to the end, when none came): what keep-alive must cover."""
     done: bool
     harness_lag_max_s: float | None = None
-    """The worst lag of the harness's own event loop while this request was open (``loadtests.lag``):
+    """The worst lag of the harness's own event loop while this request was open (``loadtests._lag``):
     gaps and times of this row may be late by up to this much. Null when nothing was measured."""
     scheduled_time: float | None = None
     """Open loop (``--rate``): when the schedule asked this request to start (epoch seconds). Null in a

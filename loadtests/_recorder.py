@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from loadtests.outcome import RequestRow
+from loadtests._outcome import RequestRow
 
 FRAME_COLUMNS = ("request_id", "seq", "kind", "t_s", "gap_s", "bytes", "wait_s")
 FrameRecord = tuple[int, str, float, float, int, float | None]  # seq, kind, t_s, gap_s, bytes, wait_s

@@ -19,13 +19,13 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests import figures
-from loadtests.drift import DriftLimits, LatencyDrift, MemoryGrowth, soak_section
-from loadtests.gates import Gate, HarnessKeptUp, RunTables, evaluate
-from loadtests.lag import DEFAULT_LAG_LIMIT_MS, while_streams_open
-from loadtests.run_dir import Manifest, RunDir
-from loadtests.server_metrics import server_metrics_summary
-from loadtests.summary import Summary, SummaryError, summarize
+from loadtests import _figures as figures
+from loadtests._drift import DriftLimits, LatencyDrift, MemoryGrowth, soak_section
+from loadtests._gates import Gate, HarnessKeptUp, RunTables, evaluate
+from loadtests._lag import DEFAULT_LAG_LIMIT_MS, while_streams_open
+from loadtests._run_dir import Manifest, RunDir
+from loadtests._server_metrics import server_metrics_summary
+from loadtests._summary import Summary, SummaryError, summarize
 
 NO_SUMMARY = "the run ended before writing its summary"
 
@@ -166,7 +166,7 @@ def _soak_section(
 
 def write_html_files(run: RunDir, summary: Summary) -> None:
     """``requests.csv`` and ``report.html`` (which reads every frame) beside the summary."""
-    from loadtests.html_report import write_html_report, write_requests_csv  # matplotlib: only here
+    from loadtests._html_report import write_html_report, write_requests_csv  # matplotlib: only here
 
     requests = run.read_requests()
     write_requests_csv(run.path, requests)

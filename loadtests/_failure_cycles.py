@@ -1,5 +1,5 @@
 """Failed requests must not leave reference cycles: each one is freed only by a full garbage
-collection, which stalls every stream of the process (``loadtests.loop_hygiene``).
+collection, which stalls every stream of the process (``loadtests._loop_hygiene``).
 
 Locust's raw client keeps the exception of a non-2xx or unreachable request on the response
 (``error``) and the exception keeps the response; every handled exception keeps its traceback,

@@ -28,7 +28,7 @@ at each test start, before any user is spawned, when no stream is open:
   50 of them held the loop 1-2 s. ``shared_ssl_context()`` is one context for every client of
   the process, built here (pass it as the client's ``verify``).
 
-- With setup frozen, a run's cyclic garbage is small (``loadtests.users`` breaks the cycles Locust
+- With setup frozen, a run's cyclic garbage is small (``loadtests._users`` breaks the cycles Locust
   and the SDK make for each failed request: mixed_truncate at 200 users went from 110,000 cyclic
   objects in 20 s to 11,000, and full collections found 265), yet CPython still ran a full
   collection every ten middle-generation ones: six in 20 s, 44-53 ms each, every stream stalled. With

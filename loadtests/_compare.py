@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from loadtests.outcome import FAILURE_OUTCOMES, Outcome
-from loadtests.summary import Summary
+from loadtests._outcome import FAILURE_OUTCOMES, Outcome
+from loadtests._summary import Summary
 
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
 LATENCY_FLOOR_S = 0.005

@@ -37,14 +37,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from loadtests import figures
-from loadtests.gates import GateResult
-from loadtests.lag import DEFAULT_LAG_LIMIT_MS
-from loadtests.outcome import OUTCOMES, Outcome, RequestRow
-from loadtests.recorder import FRAME_COLUMNS
-from loadtests.run_dir import RunDir
-from loadtests.server_metrics import concept_series
-from loadtests.summary import LATENCY_COLUMNS, Summary, arrival_line
+from loadtests import _figures as figures
+from loadtests._gates import GateResult
+from loadtests._lag import DEFAULT_LAG_LIMIT_MS
+from loadtests._outcome import OUTCOMES, Outcome, RequestRow
+from loadtests._recorder import FRAME_COLUMNS
+from loadtests._run_dir import RunDir
+from loadtests._server_metrics import concept_series
+from loadtests._summary import LATENCY_COLUMNS, Summary, arrival_line
 
 OUTCOME_COLOURS: dict[str, str] = {  # Outcome members are the strings the tables hold
     Outcome.OK: "#2e7d32",

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import httpx
 
-from loadtests.outcome import Outcome
+from loadtests._outcome import Outcome
 
 Route = Literal["completions", "chat"]
 ROUTE_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}

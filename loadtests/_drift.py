@@ -4,7 +4,7 @@ Each window covers an equal share of the run (by request start time) and reports
 counts, TTFT and gap percentiles, keep-alive cadence (keep-alive frames per second of silence
 before the first token, about 1/interval when keep-alive works), the mean memory of the
 harness and of the bundled server sampled during it and, when the server's metrics were scraped
-(``loadtests.server_metrics``), its queue depth (waiting requests: mean and max) and running
+(``loadtests._server_metrics``), its queue depth (waiting requests: mean and max) and running
 requests (mean) over the scrapes in the window. Two gates, with defaults stated here:
 
 - ``memory_growth``: fails when harness or server memory grows steadily: the last window is more
@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadtests import figures
-from loadtests.gates import Gate, GateResult, RunTables
-from loadtests.outcome import Outcome
-from loadtests.server_metrics import concept_series
+from loadtests import _figures as figures
+from loadtests._gates import Gate, GateResult, RunTables
+from loadtests._outcome import Outcome
+from loadtests._server_metrics import concept_series
 
 DRIFT_GATES = ("memory_growth", "latency_drift")
 

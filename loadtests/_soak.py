@@ -21,16 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadtests import catalog, compare
+from loadtests import _catalog as catalog
+from loadtests import _compare as compare
 from loadtests._child_run import ChildRun, HeadlessRun
-from loadtests.drift import DRIFT_GATES, DriftLimits
-from loadtests.progress import ProgressPrinter, RunProgress
-from loadtests.resources import ResourceSampler
-from loadtests.run_dir import ManifestError, RunDir
-from loadtests.summary import Summary
+from loadtests._drift import DRIFT_GATES, DriftLimits
+from loadtests._progress import ProgressPrinter, RunProgress
+from loadtests._resources import ResourceSampler
+from loadtests._run_dir import ManifestError, RunDir
+from loadtests._summary import Summary
+from loadtests.errors import USAGE_EXIT_CODE
 
 SAMPLE_INTERVAL_S = 5.0
-USAGE_ERROR = 2  # Locust's (argparse's) code for a bad option, and ours
 DEFAULT_SCENARIO = catalog.locate("soak")
 
 
@@ -151,8 +152,8 @@ class Soak:
     def _judge(self, partial: bool) -> Any:
         """The run judged from what is on disk, its drift gates added: at a checkpoint (``partial``:
         summary.json only; the HTML report reads every frame) or at the end."""
-        from loadtests.drift import drift_gates  # pandas, only when needed
-        from loadtests.judge import SoakState, judge
+        from loadtests._drift import drift_gates  # pandas, only when needed
+        from loadtests._judge import SoakState, judge
 
         assert self.run_dir is not None
         state = SoakState(partial, self.plan.duration_s)
@@ -161,7 +162,7 @@ class Soak:
     def _finish(self, locust_code: int) -> int:
         assert self.run_dir is not None
         self.printer.print(f"locust exited with {locust_code}")
-        if not self.run_dir.manifest.exists() and locust_code == USAGE_ERROR:  # an option refused: no run
+        if not self.run_dir.manifest.exists() and locust_code == USAGE_EXIT_CODE:  # an option refused: no run
             with contextlib.suppress(OSError):
                 self.run_dir.path.rmdir()
             print(
@@ -169,7 +170,7 @@ class Soak:
                 file=sys.stderr,
                 flush=True,
             )
-            return USAGE_ERROR
+            return USAGE_EXIT_CODE
         if not self.run_dir.holds_results():
             self.printer.print("verdict: FAIL (the run wrote no results)")
             return 1

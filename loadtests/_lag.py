@@ -3,7 +3,7 @@
 Times the harness takes when its greenlet runs (response headers, the openai SDK's chunks, raw
 frames over TLS) carry the loop's delay: a loop that is blocked (a long call, a garbage
 collection, the process waiting for a CPU) writes it down as the server's. Raw frames over plain
-TCP carry the kernel's arrival stamp (``loadtests.arrival_clock``), except frames that arrived
+TCP carry the kernel's arrival stamp (``loadtests._arrival_clock``), except frames that arrived
 during one stall and were read together: they share the last one's stamp.
 
 ``LagMonitor`` runs one greenlet per Locust process that sleeps ``LAG_INTERVAL_S``

@@ -2,7 +2,7 @@
 
 ``SSEUser`` (on Locust's ``FastHttpUser``) reads the raw event stream as its bytes arrive,
 timestamps each frame with the time its last byte reached the machine (the kernel's receive stamp,
-so a busy event loop does not move it; ``loadtests.arrival_clock``), and reports the request to Locust when the
+so a busy event loop does not move it; ``loadtests._arrival_clock``), and reports the request to Locust when the
 stream ENDS, with its real duration and outcome (Locust itself would report a stream at header
 time and count a cut stream as a success). ``OpenAISDKUser`` sends the same requests through the
 official ``openai`` client, to show that a real client survives the same streams; it records what
@@ -33,15 +33,16 @@ from geventhttpclient.response import HTTPParseError
 from locust import FastHttpUser, User
 from pydantic import BaseModel
 
-from loadtests import arrival_clock, response_end
-from loadtests.arrivals import Ticket
-from loadtests.failure_cycles import forget_failure, forget_traceback
-from loadtests.loop_hygiene import shared_ssl_context
-from loadtests.outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
-from loadtests.run_state import RunState, run_state
-from loadtests.sse import LineTooLong, SSEParser
-from loadtests.wire_tap import WireTap
-from loadtests.workload import PreparedRequest, RequestMix
+from loadtests import _arrival_clock as arrival_clock
+from loadtests import _response_end as response_end
+from loadtests._arrivals import Ticket
+from loadtests._failure_cycles import forget_failure, forget_traceback
+from loadtests._loop_hygiene import shared_ssl_context
+from loadtests._outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
+from loadtests._run_state import RunState, run_state
+from loadtests._sse import LineTooLong, SSEParser
+from loadtests._wire_tap import WireTap
+from loadtests._workload import PreparedRequest, RequestMix
 
 REQUEST_TYPE = "SSE"
 HARNESS_ERROR_PAUSE_S = 1.0
@@ -66,7 +67,7 @@ def _describe(exc: BaseException) -> str:
 
 def _send_next(user: StreamingUser) -> None:
     """The default task: the next request of the user's mix, at once (closed loop) or when the run's
-    arrival schedule says (open loop, ``loadtests.arrivals``)."""
+    arrival schedule says (open loop, ``loadtests._arrivals``)."""
     schedule = user.harness.arrivals
     if schedule is None or schedule.closed:
         user.send_next()
@@ -304,7 +305,7 @@ class SSEUser(StreamingUser, FastHttpUser):
 def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float | None, float]:
     """The body bytes that have arrived, waiting for at least one (``b""`` at the body's end), with
     the ``time.monotonic()`` they arrived at (the kernel's stamp when ``stamped``,
-    ``loadtests.arrival_clock``; None when unknown: no stamp, or bytes that came with the headers)
+    ``loadtests._arrival_clock``; None when unknown: no stamp, or bytes that came with the headers)
     and the time they were read. (geventhttpclient's ``readline()`` would wait
     for a whole line however long it grows, and its ``read(n)`` for ``n`` bytes; this returns what
     each receive brought, so frames are timed as they arrive and the parser bounds the line length.)"""

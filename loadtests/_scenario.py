@@ -2,7 +2,7 @@
 
 ``Scenario(name, server_args, gates, ...)`` states the bundled server's profile, the proxy in front of
 it and the gates of the verdict. Declaring one does nothing else: no Locust import, no registration.
-The run controller (``loadtests.run_controller``) finds the one a locustfile declares the way Locust
+The run controller (``loadtests._run_controller``) finds the one a locustfile declares the way Locust
 finds its users, among the names the locustfile's module defines, and runs it. Everything here is a
 pure function of the declaration and the run's options: ``settings`` (what the gates may read),
 ``gate_list`` (the gates the run is judged by, with the run's figures filled in) and ``check``
@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadtests._gates import Gate, HarnessKeptUp, KeepAliveCovered
+from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, keep_alive_interval
+from loadtests._stack import split_api_key
 from loadtests.errors import UsageError
-from loadtests.gates import Gate, HarnessKeptUp, KeepAliveCovered
-from loadtests.options import DEFAULT_CLIENT_IDLE_TIMEOUT, keep_alive_interval
-from loadtests.stack import split_api_key
 
 __all__ = ["REDACTED", "GateList", "RunSettings", "Scenario"]
 

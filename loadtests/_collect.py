@@ -9,7 +9,7 @@ quitting on Ctrl-C/SIGTERM): its users are stopped first, so streams still runni
 as ``stopped``, and the batch goes out before the worker tells the master it stopped or quit.
 Before the master judges a test (``finish()``) it asks every worker for a final batch
 (``sse_soak_flush``, for stops the workers did not see) and waits, bounded, until every worker
-that took part has sent one or is gone. Each process's lag samples (``loadtests.lag``) travel in
+that took part has sent one or is gone. Each process's lag samples (``loadtests._lag``) travel in
 its batches; the master writes its own on the same cadence. Invariant: a row reaches the run
 directory once, in the test it was recorded in.
 """
@@ -23,8 +23,8 @@ from typing import Any
 import gevent
 from locust.runners import STATE_CLEANUP, STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
-from loadtests.run_state import run_state
-from loadtests.run_writer import RunWriter
+from loadtests._run_state import run_state
+from loadtests._run_writer import RunWriter
 
 BATCH_MESSAGE = "sse_soak_batch"
 FLUSH_MESSAGE = "sse_soak_flush"

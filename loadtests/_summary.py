@@ -22,11 +22,11 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests.figures import PERCENTILES, count_500s, quantiles
-from loadtests.gates import GateResult
-from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
-from loadtests.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
-from loadtests.run_dir import RunDir
+from loadtests._figures import PERCENTILES, count_500s, quantiles
+from loadtests._gates import GateResult
+from loadtests._lag import DEFAULT_LAG_LIMIT_MS, lag_summary
+from loadtests._outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
+from loadtests._run_dir import RunDir
 
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
@@ -56,7 +56,7 @@ class Summary:
     arrival: dict[str, Any] | None = None
     """Open loop (``--rate``): the schedule asked for against what was sent (``arrival``)."""
     server_metrics: dict[str, Any] | None = None
-    """The server's own figures from its ``/metrics`` (``loadtests.server_metrics.server_metrics_summary``),
+    """The server's own figures from its ``/metrics`` (``loadtests._server_metrics.server_metrics_summary``),
     or ``available: false`` and why."""
     ended: str | None = None
     interrupted: str | None = None

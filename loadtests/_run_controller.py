@@ -1,11 +1,11 @@
 """The run controller: one Locust run of a scenario, from its options to its exit code.
 
-A locustfile declares a ``Scenario`` (``loadtests.scenario``: a frozen declaration). Importing
+A locustfile declares a ``Scenario`` (``loadtests._scenario``: a frozen declaration). Importing
 sse-soak's Locust-facing names (``from loadtests import Scenario, SSEUser, OpenAISDKUser``) imports
 this module, whose ``register()`` hands Locust two listeners, once per process: at
 ``init_command_line_parser`` the controller finds the locustfile's scenario (as Locust finds its
 users, among the names the locustfile's module defines: exactly one ``Scenario`` there, or the run
-is refused in one line) and declares its options (``loadtests.options``); at ``init`` it checks
+is refused in one line) and declares its options (``loadtests._options``); at ``init`` it checks
 them and takes over the run's lifecycle.
 
 Without ``--host``, the master (or the single process) starts the bundled target server with the
@@ -51,25 +51,25 @@ from locust import FastHttpUser, events
 from locust.argument_parser import parse_locustfile_option
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
-from loadtests import arrival_clock
+from loadtests import _arrival_clock as arrival_clock
+from loadtests._arrivals import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
+from loadtests._collect import Collector
+from loadtests._judge import judge, write_html_files
+from loadtests._loop_hygiene import quiet_per_request_logging, settle_after_setup
+from loadtests._options import add_locust_options, check_locust_options
 from loadtests._parent_watch import end_with_launcher
+from loadtests._preflight import PreflightError, base_url, preflight
+from loadtests._run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
+from loadtests._run_state import run_state
+from loadtests._run_writer import UNWRITABLE_ROWS, RunWriter
+from loadtests._scenario import RunSettings, Scenario
+from loadtests._server_metrics import OFF, ServerMetricsScraper
 from loadtests._signals import SignalGuard
-from loadtests.arrivals import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
-from loadtests.collect import Collector
+from loadtests._stack import ServerStartError, Stack, split_api_key
+from loadtests._summary import arrival_line
+from loadtests._users import OpenAISDKUser, SSEUser, StreamingUser
+from loadtests._workload import PROBE_TIMEOUT, probe_prompt_sizing
 from loadtests.errors import RunFailed, SseSoakError, UsageError
-from loadtests.judge import judge, write_html_files
-from loadtests.loop_hygiene import quiet_per_request_logging, settle_after_setup
-from loadtests.options import add_locust_options, check_locust_options
-from loadtests.preflight import PreflightError, base_url, preflight
-from loadtests.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
-from loadtests.run_state import run_state
-from loadtests.run_writer import UNWRITABLE_ROWS, RunWriter
-from loadtests.scenario import RunSettings, Scenario
-from loadtests.server_metrics import OFF, ServerMetricsScraper
-from loadtests.stack import ServerStartError, Stack, split_api_key
-from loadtests.summary import arrival_line
-from loadtests.users import OpenAISDKUser, SSEUser, StreamingUser
-from loadtests.workload import PROBE_TIMEOUT, probe_prompt_sizing
 
 __all__ = ["OpenAISDKUser", "RunController", "SSEUser", "Scenario", "find_scenario", "register"]
 
@@ -264,7 +264,7 @@ class RunController:
         return self.scenario.name
 
     def add_options(self, parser: Any) -> None:
-        """The scenario's options (``loadtests.options``), checked first: its gates' queries."""
+        """The scenario's options (``loadtests._options``), checked first: its gates' queries."""
         self.scenario.check()
         # Loopback unless told otherwise: Locust's master and web UI bind every interface by default.
         parser.set_defaults(master_bind_host="127.0.0.1", web_host="127.0.0.1")

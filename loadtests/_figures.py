@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests.outcome import FAILURE_OUTCOMES, UNJUDGED_OUTCOMES, Outcome
+from loadtests._outcome import FAILURE_OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 
 PERCENTILES = (50, 90, 95, 99)
 

@@ -16,7 +16,7 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from loadtests.sse import SSEParser
+from loadtests._sse import SSEParser
 
 
 class WireEnd:

@@ -14,9 +14,9 @@ from typing import TextIO
 
 import pyarrow.parquet as pq
 
-from loadtests import figures
-from loadtests.outcome import Outcome
-from loadtests.run_dir import RunDir
+from loadtests import _figures as figures
+from loadtests._outcome import Outcome
+from loadtests._run_dir import RunDir
 
 _COLUMNS = ["outcome", "status", "error_code", "keepalive_frames"]
 

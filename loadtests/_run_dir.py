@@ -2,8 +2,8 @@
 
 ``<report-dir>/<scenario>-<UTC stamp>[-N]/`` holds, as reports/README.md describes:
 ``manifest.json`` (what ran: written at test start), ``requests.parquet/``, ``frames.parquet/`` and
-``lag.parquet/`` (parquet parts written as the run goes, ``loadtests.run_writer``),
-``server_metrics.parquet/`` (the server's ``/metrics``, scraped as the run goes, ``loadtests.server_metrics``),
+``lag.parquet/`` (parquet parts written as the run goes, ``loadtests._run_writer``),
+``server_metrics.parquet/`` (the server's ``/metrics``, scraped as the run goes, ``loadtests._server_metrics``),
 ``resources.csv`` (memory samples of a soak), ``summary.json`` (the verdict), ``report.html``,
 ``requests.csv`` and, when the disk refused rows, ``unwritable-rows.jsonl``. No other module
 spells these names: they ask a ``RunDir``. Every whole-file write goes to a temporary name and is
@@ -24,9 +24,9 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from loadtests.lag import LAG_SCHEMA
-from loadtests.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
-from loadtests.server_metrics import SERVER_METRICS_SCHEMA
+from loadtests._lag import LAG_SCHEMA
+from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
+from loadtests._server_metrics import SERVER_METRICS_SCHEMA
 
 RUN_DIR_ENV = "SSE_SOAK_RUN_DIR"
 """An empty directory the next test writes into instead of making its own (the soak job makes it,
@@ -85,7 +85,7 @@ class Manifest:
     """UTC, ISO 8601."""
     settings: dict[str, Any]
     gate_specs: list[dict[str, Any]]
-    """The scenario's gates as plain data (``loadtests.gates.Gate.spec``): a run judged before it
+    """The scenario's gates as plain data (``loadtests._gates.Gate.spec``): a run judged before it
     wrote a summary (a soak checkpoint, a killed run) is judged by them."""
     services: list[Service] = field(default_factory=list)
     workers: int = 0
@@ -252,7 +252,7 @@ class RunDir:
         return read_table(self.lag)
 
     def read_server_metrics(self) -> pd.DataFrame:
-        """The server's scraped metrics (``loadtests.server_metrics``); empty, with its columns, when none."""
+        """The server's scraped metrics (``loadtests._server_metrics``); empty, with its columns, when none."""
         return read_table(self.server_metrics)
 
     def read_resources(self) -> pd.DataFrame:

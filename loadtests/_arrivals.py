@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import gevent
 from gevent.lock import Semaphore
 
-from loadtests.outcome import Outcome, RequestRow
+from loadtests._outcome import Outcome, RequestRow
 
 ARRIVAL_KINDS = ("poisson", "constant")
 NOT_SENT = Outcome.NOT_SENT.value

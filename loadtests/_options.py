@@ -27,9 +27,9 @@ from fractions import Fraction
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadtests._preflight import DEFAULT_PREFLIGHT_TIMEOUT
+from loadtests._sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.errors import UsageError
-from loadtests.preflight import DEFAULT_PREFLIGHT_TIMEOUT
-from loadtests.sse import DEFAULT_MAX_LINE_BYTES
 
 __all__ = [
     "OPTIONS",
@@ -194,7 +194,7 @@ def _server_args_problem(value: str) -> str | None:
 
 
 def _report_dir_problem(value: str) -> str | None:
-    from loadtests.run_dir import report_root_problem  # pandas: only when a report dir is checked
+    from loadtests._run_dir import report_root_problem  # pandas: only when a report dir is checked
 
     problem = report_root_problem(value)
     return None if problem is None else f"{value}: {problem}"
@@ -220,7 +220,7 @@ URL = Kind(target_url, "an http(s) URL", own_words=True)
 
 
 def _locate(text: str) -> Any:
-    from loadtests.catalog import locate  # reads the shipped scenarios only when asked
+    from loadtests._catalog import locate  # reads the shipped scenarios only when asked
 
     return locate(text)
 

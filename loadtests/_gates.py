@@ -32,10 +32,10 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from loadtests import figures
-from loadtests.lag import DEFAULT_LAG_LIMIT_MS, lag_summary
-from loadtests.outcome import Outcome
-from loadtests.recorder import REQUEST_SCHEMA, to_pandas
+from loadtests import _figures as figures
+from loadtests._lag import DEFAULT_LAG_LIMIT_MS, lag_summary
+from loadtests._outcome import Outcome
+from loadtests._recorder import REQUEST_SCHEMA, to_pandas
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class RunTables:
 
 
 class RunFigures(Protocol):
-    """What a gate may read from a run's settings (``loadtests.scenario.RunSettings`` has it)."""
+    """What a gate may read from a run's settings (``loadtests._scenario.RunSettings`` has it)."""
 
     @property
     def proxy_read_timeout(self) -> float: ...
@@ -76,7 +76,7 @@ class RunFigures(Protocol):
 
 GATE_TYPES: dict[str, type[Gate]] = {}
 """Every gate type ``summary.json`` can store, by class name: a concrete subclass of ``Gate`` joins
-on its definition, so gates defined elsewhere (``loadtests.drift``) are stored like these."""
+on its definition, so gates defined elsewhere (``loadtests._drift``) are stored like these."""
 
 
 class Gate(ABC):
@@ -386,7 +386,7 @@ class KeepAliveCovered(Gate):
 @dataclass(frozen=True)
 class HarnessKeptUp(Gate):
     """The load generator kept up: in every process, the p99 of its event loop's lag samples
-    (``loadtests.lag``) is at most ``limit_ms``. Judged on ``lag.parquet``'s samples while streams
+    (``loadtests._lag``) is at most ``limit_ms``. Judged on ``lag.parquet``'s samples while streams
     were open (``judge`` passes ``lag.while_streams_open``), not on the requests: when it fails,
     timings finer than the lag measure the harness, not the server."""
 
