@@ -8,7 +8,7 @@ Classes keep the builtin base their callers caught before (``ValueError``, ``OSE
 
 from __future__ import annotations
 
-__all__ = ["RunFailed", "SseSoakError", "UsageError"]
+__all__ = ["USAGE_EXIT_CODE", "RunFailed", "SseSoakError", "UsageError"]
 
 USAGE_EXIT_CODE = 2
 """A usage error's exit code: distinct from 1, a failed verdict or a regression."""
