@@ -26,7 +26,7 @@ from loadtests._options import REPORT_DIR, SECONDS, add_argparse_options, check_
 from loadtests._options import Surface as _Surface
 from loadtests._options import http_url as _http_url
 from loadtests._proxy import ProxySettings, serve
-from loadtests.errors import USAGE_EXIT_CODE, UsageError
+from loadtests.errors import USAGE_EXIT_CODE, SseSoakError, UsageError
 
 SOAK_, LOCUST_ = _Surface.SOAK, _Surface.LOCUST
 
@@ -46,12 +46,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_EXIT_CODE, f"{self.prog}: {message.removeprefix('argument ')}\n")
-
-
-def _refuse(command: str, message: str) -> NoReturn:
-    """Bad input found after parsing (files, directories): the same one line and exit 2."""
-    print(f"python -m loadtests {command}: {message}", file=sys.stderr, flush=True)
-    sys.exit(USAGE_EXIT_CODE)
 
 
 def _argparse(convert: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -198,18 +192,15 @@ def _check_soak_files(options: argparse.Namespace) -> None:
     starts, and without writing anything."""
     problem = REPORT_DIR.problem(options.report_dir)
     if problem is not None:
-        _refuse("soak", f"--report-dir {problem}")
+        raise UsageError(f"--report-dir {problem}")
     if options.baseline is not None:
         from loadtests._summary import Summary, SummaryError
 
         try:
             Summary.load(options.baseline)
         except SummaryError as exc:
-            _refuse("soak", f"--baseline {exc}")
-    try:
-        check_open_loop(options.rate, options.max_in_flight)
-    except UsageError as exc:
-        _refuse("soak", str(exc))
+            raise UsageError(f"--baseline {exc}") from None
+    check_open_loop(options.rate, options.max_in_flight)
 
 
 def _run_soak(options: argparse.Namespace) -> int:
@@ -254,7 +245,7 @@ def _run_compare(options: argparse.Namespace) -> int:
     try:
         base, new = Summary.load(options.base), Summary.load(options.new)
     except SummaryError as exc:
-        _refuse("compare", str(exc))
+        raise UsageError(str(exc)) from None
     limits = compare_module.Thresholds(**{name: getattr(options, name) for name in _THRESHOLDS})
     rows = compare_module.compare(base, new, limits)
     print(compare_module.render(rows, options.base, options.new))
@@ -272,9 +263,10 @@ def _run_report(options: argparse.Namespace) -> int:
     run = RunDir(options.run_dir)
     try:
         summary = judge(run, interrupted=unfinished(previous_summary(run)))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"python -m loadtests report: {exc}", file=sys.stderr)
-        return 2
+    except SseSoakError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # a file of the run that cannot be read
+        raise UsageError(str(exc)) from None
     print(summary.verdict_line())
     print(f"report: {options.run_dir}")
     return 0 if summary.passed else 1
@@ -307,7 +299,7 @@ def _run_proxy(options: argparse.Namespace) -> None:
 
     asyncio.run(main())
     if refused:
-        _refuse("proxy", refused[0])
+        raise UsageError(refused[0])
 
 
 def _list_scenarios() -> None:
@@ -327,20 +319,26 @@ def _run_locust(options: argparse.Namespace) -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The command line's one entry point: an ``SseSoakError`` below it is one line naming the
+    command, and its exit code (2 for bad input)."""
     options = parser().parse_args(argv)
-    if options.command == "scenarios":
-        _list_scenarios()
-    elif options.command == "run":
-        _run_locust(options)
-    elif options.command == "proxy":
-        _run_proxy(options)
-    elif options.command == "report":
-        sys.exit(_run_report(options))
-    elif options.command == "compare":
-        sys.exit(_run_compare(options))
-    elif options.command == "soak":
-        sys.exit(_run_soak(options))
+    try:
+        code = _COMMANDS[options.command](options)
+    except SseSoakError as exc:
+        print(f"python -m loadtests {options.command}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
+    if code is not None:
+        sys.exit(code)
 
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
+    "scenarios": lambda _options: _list_scenarios(),
+    "run": _run_locust,
+    "proxy": _run_proxy,
+    "report": _run_report,
+    "compare": _run_compare,
+    "soak": _run_soak,
+}
 
 if __name__ == "__main__":
     main()

@@ -13,11 +13,13 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadtests.errors import UsageError
+
 _INSTALLED = Path(__file__).resolve().parent / "scenarios"
 _CLONE = Path(__file__).resolve().parent.parent / "scenarios"
 
 
-class CatalogError(ValueError):
+class CatalogError(UsageError, ValueError):
     """A scenario that is neither a shipped name nor a locustfile; the message says which exist."""
 
 

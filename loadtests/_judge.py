@@ -26,11 +26,12 @@ from loadtests._lag import DEFAULT_LAG_LIMIT_MS, while_streams_open
 from loadtests._run_dir import Manifest, RunDir
 from loadtests._server_metrics import server_metrics_summary
 from loadtests._summary import Summary, SummaryError, summarize
+from loadtests.errors import UsageError
 
 NO_SUMMARY = "the run ended before writing its summary"
 
 
-class NotARunDirectory(FileNotFoundError):
+class NotARunDirectory(UsageError, FileNotFoundError):
     """The path holds no ``requests.parquet``: nothing a run wrote."""
 
 

@@ -18,11 +18,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from loadtests.errors import UsageError
+
 DEFAULT_PREFLIGHT_TIMEOUT = 10.0
 API_KEY_HINT = "pass --api-key or set SSE_SOAK_API_KEY"
 
 
-class PreflightError(Exception):
+class PreflightError(UsageError):
     """The target cannot be used; the message is one line with the cause and the fix."""
 
 

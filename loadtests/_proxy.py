@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from loadtests._parent_watch import exit_when_stdin_closes
+from loadtests.errors import SseSoakError
 
 READY_PREFIX = "proxy ready: "
 _MAX_HEADER_BYTES = 64 * 1024  # request line + header lines
@@ -81,7 +82,7 @@ class ProxyStats:
         )
 
 
-class BadRequest(Exception):
+class BadRequest(SseSoakError):
     """A request the proxy answers itself. ``reason`` is the proxy's own words: it never quotes the
     request, so nothing a client sends is reflected back."""
 

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from loadtests._lag import LAG_SCHEMA
 from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
 from loadtests._server_metrics import SERVER_METRICS_SCHEMA
+from loadtests.errors import SseSoakError, UsageError
 
 RUN_DIR_ENV = "SSE_SOAK_RUN_DIR"
 """An empty directory the next test writes into instead of making its own (the soak job makes it,
@@ -58,12 +59,12 @@ def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     return to_pandas(table)
 
 
-class RunDirError(ValueError):
+class RunDirError(UsageError, ValueError):
     """The report root cannot hold a run directory; the message is one line naming it and why,
     e.g. ``--report-dir reports: not a directory (a file is in the way)``."""
 
 
-class ManifestError(ValueError):
+class ManifestError(SseSoakError, ValueError):
     """``manifest.json`` is there but is not a manifest; the message names the file."""
 
 

@@ -49,6 +49,7 @@ from gevent import monkey
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests._figures import quantile
+from loadtests.errors import SseSoakError
 
 _SERVER_METRICS_FIELDS: list[tuple[str, pa.DataType]] = [  # typed: a literal's mixed DataTypes would join to object
     ("time", pa.float64()),
@@ -85,7 +86,7 @@ Rows = dict[str, list[Any]]
 logger = logging.getLogger(__name__)
 
 
-class ScrapeError(Exception):
+class ScrapeError(SseSoakError):
     """A scrape that gave no metrics; the message completes ``GET <url> ...``, e.g. ``answered HTTP 404``."""
 
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loadtests.errors import SseSoakError
+
 KEEP_ALIVE_TEXT = "keep-alive"
 DEFAULT_MAX_LINE_BYTES = 1 << 20
 
 
-class LineTooLong(ValueError):
+class LineTooLong(SseSoakError, ValueError):
     """A line of the event stream exceeded the parser's limit; the stream must not be read further.
     ``frames`` are the frames the same ``feed`` completed before that line: they arrived whole."""
 

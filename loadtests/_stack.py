@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadtests.errors import RunFailed
 from target_server.lifeline import harness_environment, parse_refusal
 
 READY_LINE = re.compile(r"^(?:target_server|proxy) ready: (?P<url>http://\S+)")
@@ -39,7 +40,7 @@ PROXY_KINDS = ("none", "embedded", "nginx")
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM's name; the bundled server reads it too
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(RunFailed, RuntimeError):
     """A service exited, or stayed silent, before it was ready."""
 
 

@@ -27,13 +27,14 @@ from loadtests._gates import GateResult
 from loadtests._lag import DEFAULT_LAG_LIMIT_MS, lag_summary
 from loadtests._outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests._run_dir import RunDir
+from loadtests.errors import UsageError
 
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
 LATENCY_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
 
 
-class SummaryError(ValueError):
+class SummaryError(UsageError, ValueError):
     """A summary file that cannot be read as one; the message is one line naming the file."""
 
 

@@ -43,6 +43,7 @@ from loadtests._run_state import RunState, run_state
 from loadtests._sse import LineTooLong, SSEParser
 from loadtests._wire_tap import WireTap
 from loadtests._workload import PreparedRequest, RequestMix
+from loadtests.errors import SseSoakError
 
 REQUEST_TYPE = "SSE"
 HARNESS_ERROR_PAUSE_S = 1.0
@@ -57,7 +58,7 @@ _harness_errors_logged: set[str] = set()
 """Messages already logged with their traceback in this process: each is logged once, counted in rows."""
 
 
-class UnexpectedOutcome(Exception):
+class UnexpectedOutcome(SseSoakError):
     """The failure Locust's statistics show for a request whose outcome was not the expected one."""
 
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import httpx
 
 from loadtests._outcome import Outcome
+from loadtests.errors import SseSoakError
 
 Route = Literal["completions", "chat"]
 ROUTE_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -102,7 +103,7 @@ class ServerFacts:
         return self.estimate_reason is None
 
 
-class TokenizeError(Exception):
+class TokenizeError(SseSoakError):
     """``/tokenize`` did not count tokens the way vLLM does; the message says what it did instead."""
 
 

@@ -77,3 +77,24 @@ def test_loadtests_internal_modules_are_private_and_public_ones_list_exactly_wha
 def test_loadtests_package_exports_every_name_of_its_all() -> None:
     declared = _declared_all(ROOT / "loadtests" / "__init__.py")
     assert sorted(declared) == sorted(loadtests.__all__) and len(set(declared)) == len(declared)
+
+
+@pytest.mark.fast
+def test_every_exception_the_harness_raises_is_an_sse_soak_error() -> None:
+    """One hierarchy: each exception class of ``loadtests`` derives from ``SseSoakError`` (keeping the
+    builtin base its callers caught before), so an entry point turns any of them into one line. Read
+    from the source: importing the users would patch this process for gevent."""
+    bases: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "loadtests").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            named = (
+                [base.id for base in node.bases if isinstance(base, ast.Name)] if isinstance(node, ast.ClassDef) else []
+            )
+            if any(name.endswith(("Error", "Exception", "Exit")) or name == "Exception" for name in named):
+                bases[node.name] = named  # type: ignore[union-attr]
+
+    def ours(name: str) -> bool:
+        return name == "SseSoakError" or any(ours(base) for base in bases.get(name, []))
+
+    assert len(bases) >= 14
+    assert [name for name in bases if not ours(name)] == []
