@@ -66,7 +66,6 @@ from loadtests._scenario import RunSettings, Scenario
 from loadtests._server_metrics import OFF, ServerMetricsScraper
 from loadtests._signals import SignalGuard
 from loadtests._stack import ServerStartError, Stack, split_api_key
-from loadtests._summary import arrival_line
 from loadtests._users import OpenAISDKUser, SSEUser, StreamingUser
 from loadtests._workload import PROBE_TIMEOUT, probe_prompt_sizing
 from loadtests.errors import RunFailed, SseSoakError, UsageError
@@ -561,18 +560,8 @@ class RunController:
                 server_metrics_unavailable=test.server_metrics_unavailable,
                 html=False,
             )
-            outcomes = ", ".join(f"{n} {outcome}" for outcome, n in summary.outcomes.items() if n)
-            print(f"requests: {summary.requests} ({outcomes or 'none'})")
-            if summary.arrival is not None:
-                print(arrival_line(summary.arrival))
-            causes = summary.causes
-            print(
-                f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
-                f"{causes['cut_after_headers']} streams cut after headers, "
-                f"statuses {causes['status'] or '{}'}"
-            )
-            for gate in summary.gates:
-                print(gate.line())
+            for line in summary.console_lines():
+                print(line)
             if test.writer.rows_unwritable or test.writer.rows_pending:
                 print(
                     f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "

@@ -94,6 +94,21 @@ class Summary:
         """``(gates_passed, passed)`` as the run recorded them: as its file stated, else as computed."""
         return self.stated if self.stated is not None else (self.gates_passed, self.passed)
 
+    def console_lines(self) -> list[str]:
+        """What a finished run prints before its ``ended`` and verdict lines: its requests by outcome,
+        its arrivals (open loop), the causes of failures, and each gate's line."""
+        outcomes = ", ".join(f"{n} {outcome}" for outcome, n in self.outcomes.items() if n)
+        lines = [f"requests: {self.requests} ({outcomes or 'none'})"]
+        if self.arrival is not None:
+            lines.append(arrival_line(self.arrival))
+        causes = self.causes
+        lines.append(
+            f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
+            f"{causes['cut_after_headers']} streams cut after headers, "
+            f"statuses {causes['status'] or '{}'}"
+        )
+        return lines + [gate.line() for gate in self.gates]
+
     def verdict_line(self) -> str:
         """``verdict: PASS``, or ``verdict: FAIL (...)`` with why, in one line: the interruption, the
         gates passed on how many requests, the failed gates."""
