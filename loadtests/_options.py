@@ -672,7 +672,7 @@ def check_locust_options(options: Any) -> None:
         if not hasattr(options, item.name) or item.kind.switch:
             continue
         value = getattr(options, item.name)
-        if isinstance(value, str) and item.kind.convert is not str:
+        if isinstance(value, str) and (item.kind.convert is not str or (not value and item.default is None)):
             value = _from_form(item, value)
             setattr(options, item.name, value)
         if value is None:

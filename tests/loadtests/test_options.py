@@ -70,9 +70,10 @@ def _locust_namespace(**given: object) -> SimpleNamespace:
 
 @pytest.mark.fast
 def test_the_web_uis_text_is_converted_and_checked_as_the_command_line_is() -> None:
-    form = _locust_namespace(rate="2.5", max_in_flight="3", arrival_seed="7", model="")
+    form = _locust_namespace(rate="2.5", max_in_flight="3", arrival_seed="7", model="", server_args="")
     check_locust_options(form)
     assert (form.rate, form.max_in_flight, form.arrival_seed) == (2.5, 3, 7)
+    assert (form.model, form.server_args) == (None, "")  # an empty field: not given (its default)
     with pytest.raises(UsageError, match=r"^--rate: expected a number, got 'fast'$"):
         check_locust_options(_locust_namespace(rate="fast"))
     with pytest.raises(UsageError, match=r"^--client-idle-timeout must be a positive number of seconds, got 0$"):

@@ -389,3 +389,31 @@ def test_web_ui_ctrl_c_at_any_moment_leaves_a_complete_run(tmp_path: Path, momen
     assert list(tmp_path.iterdir()) == [run_dir]
     if moment in ("twice_while_judging", "again_during_html"):
         assert html_cut or locust.matching(r"^sse-soak: SIGINT: already ending")
+
+
+@pytest.mark.smoke
+def test_web_ui_form_shows_every_option_and_a_changed_stack_setting_restarts_the_stack(tmp_path: Path) -> None:
+    """The form lists the scenario's options; a test started with other server arguments runs on a
+    stack restarted with them (its summary says so); a bad value stops that test, in one line."""
+    locust, ui = web_locust(tmp_path)
+    with locust:
+        page = httpx.get(ui.url + "/", timeout=10).text
+        for name in ("server_args", "proxy_read_timeout", "client_idle_timeout", "rate", "report_dir"):
+            assert f'"{name}"' in page, name
+        form = {"user_count": 2, "spawn_rate": 2, "server_args": "--sse-keep-alive-interval 0.1"}
+        assert httpx.post(ui.url + "/swarm", data=form, timeout=60).json()["success"]
+        restarted = Path(locust.wait_for(RUN_DIR, count=1)[1])
+        wait_for_parts(restarted)
+        ui.stop()
+        locust.wait_for(REPORT, count=1)
+        bad = {"user_count": 2, "spawn_rate": 2, "rate": "fast"}
+        assert httpx.post(ui.url + "/swarm", data=bad, timeout=60).json()["success"]
+        locust.wait_for(r"^sse-soak: --rate: expected a number, got 'fast': the test is not run$")
+        locust.signal(signal.SIGINT)
+        locust.wait(60)
+    assert locust.matching(r"^sse-soak: the form changed the stack's settings: restarting it$")
+    summary = complete(restarted)
+    assert summary["settings"]["keep_alive_interval"] == 0.1
+    assert summary["settings"]["server_args"][-2:] == ["--sse-keep-alive-interval", "0.1"]
+    assert {"type": "KeepAliveCovered", "interval": 0.1, "name": "keepalive_covered"} in summary["gate_specs"]
+    assert sorted(tmp_path.iterdir()) == [restarted]  # the refused test made no run directory
