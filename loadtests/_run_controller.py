@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec
 
 import gevent
 from gevent.event import Event
@@ -72,21 +72,21 @@ from loadtests.errors import RunFailed, SseSoakError, UsageError
 
 __all__ = ["OpenAISDKUser", "RunController", "SSEUser", "Scenario", "find_scenario", "register"]
 
-_Hook = TypeVar("_Hook", bound=Callable[..., Any])
+_Params = ParamSpec("_Params")
 
 
-def _refusing(hook: _Hook) -> _Hook:
-    """A Locust hook as an entry point: an ``SseSoakError`` is one line on stderr and exit 2."""
+def _refusing(hook: Callable[_Params, None]) -> Callable[_Params, None]:
+    """A Locust hook as an entry point: an ``SseSoakError`` is one line on stderr and its exit code."""
 
     @functools.wraps(hook)
-    def refusing(*args: Any, **kwargs: Any) -> Any:
+    def refusing(*args: _Params.args, **kwargs: _Params.kwargs) -> None:
         try:
-            return hook(*args, **kwargs)
+            hook(*args, **kwargs)
         except SseSoakError as exc:
             print(f"sse-soak: {exc}", file=sys.stderr, flush=True)
             sys.exit(exc.exit_code)
 
-    return refusing  # type: ignore[return-value]  # same signature: functools.wraps keeps it
+    return refusing
 
 
 def _locustfile_modules() -> list[ModuleType]:
@@ -122,12 +122,17 @@ _registered: list[RunController | None] = []
 """The run's controller once Locust's command line asked for it (None: the locustfile declares no scenario)."""
 
 
+_hooked = False
+"""Whether ``register`` handed the listeners to Locust (a process imports this module once, but say so)."""
+
+
 def register() -> None:
     """Hand the controller to Locust, once per process: its options at ``init_command_line_parser``,
     the run at ``init``."""
-    if getattr(register, "done", False):
+    global _hooked
+    if _hooked:
         return
-    register.done = True  # type: ignore[attr-defined]
+    _hooked = True
     events.init_command_line_parser.add_listener(_add_run_options)
     events.init.add_listener(_init_run)
 
