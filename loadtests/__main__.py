@@ -26,7 +26,7 @@ from loadtests._options import REPORT_DIR, SECONDS, add_argparse_options, check_
 from loadtests._options import Surface as _Surface
 from loadtests._options import http_url as _http_url
 from loadtests._proxy import ProxySettings, serve
-from loadtests.errors import USAGE_EXIT_CODE, SseSoakError, UsageError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, SseSoakError, UsageError
 
 SOAK_, LOCUST_ = _Surface.SOAK, _Surface.LOCUST
 
@@ -250,8 +250,14 @@ def _run_compare(options: argparse.Namespace) -> int:
     rows = compare_module.compare(base, new, limits)
     print(compare_module.render(rows, options.base, options.new))
     regressions = [row.metric for row in rows if row.regressed]
-    print(f"compare: {'REGRESSION: ' + ', '.join(regressions) if regressions else 'OK, no regression'}")
-    return 1 if regressions else 0
+    if regressions:
+        print(f"compare: REGRESSION: {', '.join(regressions)}")
+        return 1
+    if new.recorded == "INCONCLUSIVE":  # no regression in what it judged, but it could not judge its point
+        print("compare: INCONCLUSIVE: the new run could not judge its point (no regression in what it did judge)")
+        return INCONCLUSIVE_EXIT_CODE
+    print("compare: OK, no regression")
+    return 0
 
 
 def _run_report(options: argparse.Namespace) -> int:
@@ -269,7 +275,7 @@ def _run_report(options: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(summary.verdict_line())
     print(f"report: {options.run_dir}")
-    return 0 if summary.passed else 1
+    return summary.exit_code  # 0 PASS, 1 FAIL, 3 INCONCLUSIVE
 
 
 def _os_reason(exc: OSError) -> str:

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, fields
 
 from loadtests._outcome import FAILURE_OUTCOMES, Outcome
-from loadtests._summary import Summary
+from loadtests._summary import INCONCLUSIVE, Summary
 
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
 LATENCY_FLOOR_S = 0.005
@@ -135,13 +135,18 @@ def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> l
         label = f"server {concept.replace('_', ' ').replace('kv', 'KV')} {stat}"
         rows.append(Row(label, _server_figure(base, concept, stat), _server_figure(new, concept, stat), False))
     (base_gates, base_passed), (new_gates, new_passed) = base.recorded_verdict, new.recorded_verdict
-    rows.append(Row("gates passed", float(base_gates), float(new_gates), base_gates and not new_gates, "pass -> fail"))
+    judged = new.recorded != INCONCLUSIVE  # a run that could not judge its point regressed in nothing it judged
+    rows.append(
+        Row(
+            "gates passed", float(base_gates), float(new_gates), base_gates and not new_gates and judged, "pass -> fail"
+        )
+    )
     rows.append(
         Row(
             "verdict passed (an interrupted run fails)",
             float(base_passed),
             float(new_passed),
-            base_passed and not new_passed,
+            base_passed and not new_passed and judged,
             "pass -> fail",
         )
     )

@@ -44,11 +44,22 @@ class GateResult:
     passed: bool
     detail: str
     skipped: bool = False
-    """Nothing to judge: not passed, and said so instead of a figure."""
+    """Unjudged: nothing (or too little) to judge; not passed, and said so instead of a figure. Stored
+    as ``skipped`` (the name older summaries use)."""
+
+    @property
+    def unjudged(self) -> bool:
+        return self.skipped
 
     def line(self) -> str:
-        verdict = "SKIP" if self.skipped else "PASS" if self.passed else "FAIL"
+        verdict = "UNJUDGED" if self.skipped else "PASS" if self.passed else "FAIL"
         return f"gate {verdict} {self.name}: {self.detail}"
+
+
+def unjudged(name: str, detail: str) -> GateResult:
+    """The one rule for empty evidence: a gate with no row to judge is unjudged, never a PASS on 0/0
+    (nor a FAIL: the server did nothing wrong that the run saw)."""
+    return GateResult(name, False, detail, skipped=True)
 
 
 NOTHING_TO_JUDGE = "no requests to judge"
@@ -148,7 +159,7 @@ class RequestsCompleted(Gate):
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         if requests.empty:
-            return GateResult(self.name, False, "no request finished: nothing was judged")
+            return unjudged(self.name, "no request finished: nothing was judged")
         return GateResult(self.name, True, f"{len(requests)} requests finished")
 
 
@@ -234,6 +245,8 @@ class TruncationHonoured(Gate):
         )
         bad = checked[checked["usage_prompt_tokens"] != kept]
         detail = f"{len(checked) - len(bad)}/{len(checked)} truncated requests reported the kept token count"
+        if checked.empty:
+            return unjudged(self.name, detail + ": no truncated request finished ok with usage, nothing to judge")
         if not bad.empty:
             first = bad.iloc[0]
             detail += (
@@ -285,6 +298,8 @@ class Expect(Gate):
             counts = bad.groupby(["outcome", "status"], dropna=False).size()
             seen = ", ".join(f"{n} {outcome}/{status}" for (outcome, status), n in counts.items())
             detail += f"; instead: {seen}{_examples(bad)}"
+        elif len(selected) < self.min_rows:  # too little evidence, and none against: nothing judged
+            return unjudged(self.name, detail)
         return GateResult(self.name, passed, detail)
 
 
@@ -332,7 +347,16 @@ class NoProxyTimeouts(Gate):
         if unseen.any():
             detail += f" ({int(unseen.sum())} cuts of SDK streams, whose silences are unknown: raw streams judged)"
         if timed_out.empty and by_proxy.empty:
-            return GateResult(self.name, True, detail)
+            silence = requests["silence_before_first_token_s"]
+            tested = int((silence >= self.read_timeout * 0.95).sum())
+            if not tested:  # no stream went silent for the timeout: it never put the proxy to the test
+                longest_silence = "none" if silence.dropna().empty else f"{silence.max():.2f} s"
+                return unjudged(
+                    self.name,
+                    f"{detail}; no stream was silent before its first token for the proxy's read timeout of "
+                    f"{self.read_timeout:g} s (longest {longest_silence}): nothing tested it",
+                )
+            return GateResult(self.name, True, f"{detail}; {tested} streams silent over the read timeout")
         longest = pd.concat([by_proxy["max_gap_s"], timed_out["ttfb_s"]]).max()
         interval = self.keep_alive_interval
         keep_alive = "off" if not interval else f"every {interval:g} s"
@@ -380,6 +404,8 @@ class KeepAliveCovered(Gate):
                 f"{int(first['keepalive_frames'])} keep-alive frames, {implied[short.index[0]]} implied"
                 f"{_examples(short)}"
             )
+        if silent.empty:
+            return unjudged(self.name, detail + ": no raw stream was silent that long, nothing to judge")
         return GateResult(self.name, short.empty, detail)
 
 
@@ -437,7 +463,7 @@ def evaluate(tables: RunTables, gates: Iterable[Gate] = ()) -> list[GateResult]:
     results = []
     for gate in ALWAYS_ON:
         if tables.requests.empty and not isinstance(gate, RequestsCompleted):
-            results.append(GateResult(gate.name, False, NOTHING_TO_JUDGE, skipped=True))
+            results.append(unjudged(gate.name, NOTHING_TO_JUDGE))
         else:
             results.append(gate.evaluate(tables.requests))
     results.extend(gate.evaluate_run(tables) for gate in gates)

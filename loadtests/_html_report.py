@@ -77,6 +77,7 @@ p.how { color: #555; margin: 2px 0 10px; font-style: italic; }
 .verdict { display: inline-block; font-size: 26px; font-weight: 700; color: #fff; padding: 4px 18px;
            border-radius: 6px; margin: 4px 0 10px; }
 .verdict.pass { background: #2e7d32; } .verdict.fail { background: #c62828; }
+.verdict.inconclusive { background: #ef6c00; }
 .note { background: #fff8e1; border-left: 4px solid #ffb300; padding: 6px 10px; margin: 8px 0; }
 table { border-collapse: collapse; margin: 6px 0 12px; font-size: 13px; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
@@ -85,6 +86,7 @@ tr.total td { font-weight: 600; background: #fafafa; }
 ul.gates { list-style: none; padding: 0; margin: 6px 0; }
 ul.gates li { margin: 3px 0; padding: 3px 8px; border-left: 4px solid; }
 li.gate.pass { border-color: #2e7d32; } li.gate.fail { border-color: #c62828; background: #ffebee; }
+li.gate.unjudged { border-color: #ef6c00; background: #fff3e0; }
 .badge { display: inline-block; min-width: 38px; text-align: center; font-weight: 700; color: #fff;
          border-radius: 3px; padding: 0 4px; margin-right: 4px; }
 li.pass .badge { background: #2e7d32; } li.fail .badge { background: #c62828; }
@@ -250,8 +252,10 @@ def _empty(message: str) -> str:
 
 
 def _headline_section(summary: Summary, requests: pd.DataFrame, sample_rate: float) -> str:
-    passed = summary.passed
-    verdict = f'<div class="verdict {"pass" if passed else "fail"}">{"PASSED" if passed else "FAILED"}</div>'
+    shown = {"PASS": ("pass", "PASSED"), "FAIL": ("fail", "FAILED")}.get(
+        summary.verdict, ("inconclusive", "INCONCLUSIVE")
+    )
+    verdict = f'<div class="verdict {shown[0]}">{shown[1]}</div>'
     count = summary.requests
     outcomes = summary.outcomes
     seen = ", ".join(f"{n} {name}" for name, n in outcomes.items() if n) or "none"
@@ -261,8 +265,10 @@ def _headline_section(summary: Summary, requests: pd.DataFrame, sample_rate: flo
         f"<h3>Settings</h3>{_settings_table(summary.settings)}"
     )
     how = (
-        "The verdict is PASSED only when every gate below passed, on at least one request, and the run was not "
-        "interrupted (a signal ended it before its planned duration); each gate line gives its figure."
+        "The verdict is FAILED when a gate below failed or the run was interrupted (a signal ended it before its "
+        "planned duration); INCONCLUSIVE when nothing failed but the run could not judge its point (no request "
+        "finished, or a gate of the scenario's point had nothing to judge: UNJUDGED); PASSED otherwise. Each gate "
+        "line gives its figure."
     )
     return _section(f"sse-soak run: {summary.scenario or 'run'}", how, body, level=1)
 
@@ -300,7 +306,7 @@ def _gate_list(gates: Sequence[GateResult]) -> str:
         return _empty("No gates were evaluated.")
     lines = []
     for gate in gates:
-        state = "pass" if gate.passed else "fail"
+        state = "unjudged" if gate.unjudged else "pass" if gate.passed else "fail"
         lines.append(
             f'<li class="gate {state}"><span class="badge">{state.upper()}</span> '
             f"<b>{_text(gate.name)}</b>: {_text(gate.detail)}</li>"

@@ -76,6 +76,7 @@ def judge(
     interrupted: str | None = None,
     soak: SoakState | None = None,
     server_metrics_unavailable: str | None = None,
+    point: Sequence[str] | None = None,
     html: bool = True,
 ) -> Summary:
     """Judge ``run`` and write its summary; whatever is not given is what the run already said
@@ -108,6 +109,7 @@ def judge(
         tables.lag,
         lag_limit,
     )
+    summary.point = _point(point, previous if previous and "point" in said else None, manifest)
     summary.ended = ended if ended is not None else previous.ended if previous else None
     summary.interrupted = interrupted or (previous.interrupted if previous else None)
     server_metrics = run.read_server_metrics()
@@ -118,6 +120,16 @@ def judge(
     if html:
         write_html_files(run, summary)
     return summary
+
+
+def _point(given: Sequence[str] | None, previous: Summary | None, manifest: Manifest | None) -> list[str] | None:
+    """The gates that are the run's point: as given, else as its summary said, else as its manifest
+    said; None when nothing said (every gate is)."""
+    if given is not None:
+        return list(given)
+    if previous is not None:
+        return previous.point
+    return manifest.point if manifest is not None else None
 
 
 def _first(*values: Any) -> Any:

@@ -68,7 +68,7 @@ from loadtests._signals import SignalGuard
 from loadtests._stack import ServerStartError, Stack, split_api_key
 from loadtests._users import OpenAISDKUser, SSEUser, StreamingUser
 from loadtests._workload import PROBE_TIMEOUT, probe_prompt_sizing
-from loadtests.errors import RunFailed, SseSoakError, UsageError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, RunFailed, SseSoakError, UsageError
 
 __all__ = ["OpenAISDKUser", "RunController", "SSEUser", "Scenario", "find_scenario", "register"]
 
@@ -205,6 +205,8 @@ def _stack_of(settings: RunSettings) -> tuple[Any, ...]:
 EARLY_S = 1.0
 """A test stopped this long before its planned duration, by no signal, says so in ``ended`` (say,
 every worker gone); it is no interruption: only a signal is known to be one."""
+START_UP_NOTED_S = 0.5
+"""A test whose start-up (its test_start hooks) took this long says how long its load phase really was."""
 STOP_WAIT_S = 120.0
 """How long quitting waits for a stop already under way elsewhere to judge the test itself."""
 
@@ -215,7 +217,8 @@ class _Test:
 
     writer: RunWriter
     started: float
-    """``time.monotonic()`` at test_start."""
+    """``time.monotonic()`` as test_start fired: when Locust armed its ``-t`` timer (it arms it as it
+    spawns the greenlet that fires test_start), so the run time is counted from here."""
     planned_s: float | None
     """The planned duration (``-t``, or the web UI's run time), if any."""
     stopping_at: float | None = None
@@ -223,6 +226,8 @@ class _Test:
     judged: Event = field(default_factory=Event)
     scraper: ServerMetricsScraper | None = None
     """Scraping the server's ``/metrics`` while the test runs; None when turned off."""
+    load_started: float | None = None
+    """``time.monotonic()`` once the test's start-up (the test_start hooks) was over and users spawned."""
 
     @property
     def server_metrics_unavailable(self) -> str | None:
@@ -241,7 +246,11 @@ class _Test:
             return ended, ended if self.planned_s else None
         elapsed = end - self.started
         if self.planned_s and elapsed >= self.planned_s - EARLY_S:
-            return f"run time of {self.planned_s:g} s reached", None
+            start_up = (self.load_started or self.started) - self.started
+            if start_up < START_UP_NOTED_S:
+                return f"run time of {self.planned_s:g} s reached", None
+            load = f"load ran {end - self.started - start_up:.1f} s: the test's start-up took {start_up:.1f} s of it"
+            return f"run time of {self.planned_s:g} s reached ({load})", None
         return f"stopped at {elapsed:.1f} s{of}", None  # the web UI's Stop, or every worker gone
 
 
@@ -357,6 +366,7 @@ class RunController:
 
     # -- one test: run directory at test_start, judged at test_stop ------------------------------
     def _on_test_start(self, environment: Any, **_: Any) -> None:
+        entered = time.monotonic()  # Locust's -t timer was armed as this hook's greenlet was spawned
         self._guard.install()  # here, not at init: Locust installs its SIGTERM handler after init
         settle_after_setup()  # before any user spawns: one-time costs paid while no stream is open
         run_state(environment).lag.excuse_current_wait()
@@ -377,7 +387,7 @@ class RunController:
             return
         writer = RunWriter(run)
         run.write_manifest(self._manifest(environment))
-        self._test = _Test(writer, time.monotonic(), getattr(options, "run_time", None) or None)
+        self._test = _Test(writer, entered, getattr(options, "run_time", None) or None)
         self._collector.begin(writer)
         print(f"run directory: {run}", flush=True)
         if not options.no_server_metrics:
@@ -387,6 +397,7 @@ class RunController:
             self._sizing_probe = gevent.spawn(
                 probe_prompt_sizing, environment.host, state.api_key, state.model_option, state.probe_timeout
             )
+        self._test.load_started = time.monotonic()
 
     def _take_form_options(self, environment: Any) -> bool:
         """The web UI's form may change any option for each test (as text): check them as the command
@@ -469,7 +480,10 @@ class RunController:
         workers = environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         recorded = settings.as_dict()
-        return Manifest(self.name, started, recorded, [g.spec() for g in gates], services, workers, versions())
+        specs = [gate.spec() for gate in gates]
+        return Manifest(
+            self.name, started, recorded, specs, services, workers, versions(), self.scenario.point_of(settings)
+        )
 
     def _prompt_sizing(self, environment: Any) -> str | None:
         """What this process's users found about prompt sizing, else (on a master, which prepares
@@ -563,6 +577,7 @@ class RunController:
                 ended=ended,
                 interrupted=interrupted,
                 server_metrics_unavailable=test.server_metrics_unavailable,
+                point=self.scenario.point_of(settings),
                 html=False,
             )
             for line in summary.console_lines():
@@ -574,8 +589,8 @@ class RunController:
                 )
             print(f"ended: {ended}")
             print(summary.verdict_line(), flush=True)
-            if not summary.passed:
-                environment.process_exit_code = 1
+            if not summary.passed and environment.process_exit_code in (None, 0, INCONCLUSIVE_EXIT_CODE):
+                environment.process_exit_code = summary.exit_code  # a FAIL outweighs an inconclusive test
         try:
             with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
                 write_html_files(run, summary)

@@ -92,6 +92,8 @@ class Manifest:
     workers: int = 0
     """Worker processes connected when the test started (0: one local process)."""
     versions: dict[str, str] = field(default_factory=dict)
+    point: list[str] | None = None
+    """The names of the gates that are the scenario's point (``Summary.point``); None: every gate."""
 
     def service(self, name: str) -> Service | None:
         return next((service for service in self.services if service.name == name), None)
@@ -114,6 +116,7 @@ class Manifest:
             services,
             int(data.get("workers", 0)),
             dict(data.get("versions", {})),
+            None if data.get("point") is None else [str(name) for name in data["point"]],
         )
 
 

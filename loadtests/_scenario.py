@@ -80,6 +80,10 @@ class Scenario:
     proxy: str = "none"
     proxy_read_timeout: float = 60.0
     keep_alive_interval: float | None = None
+    point: Sequence[str] | None = None
+    """The names of the gates that are the scenario's point: a run where one of them could not be
+    judged (no qualifying rows) is INCONCLUSIVE, not a PASS. Default: every gate it declares (or,
+    declaring none, ``requests_completed``)."""
     profile: tuple[str, ...] = field(init=False, repr=False, compare=False)
     """``server_args`` as a tuple of arguments."""
 
@@ -122,6 +126,13 @@ class Scenario:
         return RunSettings(
             options.proxy, options.proxy_read_timeout, interval, tuple(server_args), options.host, open_loop
         )
+
+    def point_of(self, settings: RunSettings) -> list[str]:
+        """The names of the gates that are this run's point (``point``, or every declared gate)."""
+        if self.point is not None:
+            return list(self.point)
+        declared = self.gates(settings) if callable(self.gates) else self.gates
+        return [gate.name for gate in declared] or ["requests_completed"]
 
     def gate_list(self, settings: RunSettings, harness_lag_limit_ms: float = 0.0) -> list[Gate]:
         """The scenario's gates with the run's settings filled in (so each is stored with concrete

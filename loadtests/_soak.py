@@ -28,8 +28,8 @@ from loadtests._drift import DRIFT_GATES, DriftLimits
 from loadtests._progress import ProgressPrinter, RunProgress
 from loadtests._resources import ResourceSampler
 from loadtests._run_dir import ManifestError, RunDir
-from loadtests._summary import Summary
-from loadtests.errors import USAGE_EXIT_CODE
+from loadtests._summary import FAIL, INCONCLUSIVE, Summary
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE
 
 SAMPLE_INTERVAL_S = 5.0
 DEFAULT_SCENARIO = catalog.locate("soak")
@@ -180,15 +180,21 @@ class Soak:
                 self.printer.print(gate.line())
         regressions = self._compare_with_baseline(summary)
         self.printer.print(f"report: {self.run_dir}")
-        reasons = [gate.name for gate in summary.gates if not gate.passed] + regressions
+        reasons = [gate.name for gate in summary.gates if not gate.passed and not gate.unjudged] + regressions
         if self.interrupted_by:
             reasons.insert(0, f"interrupted by {self.interrupted_by}")
-        if locust_code not in (0, 1):
+        if locust_code not in (0, 1, INCONCLUSIVE_EXIT_CODE):
             reasons.append(f"locust exit code {locust_code}")
-        elif locust_code == 1 and summary.passed:
+        elif locust_code == 1 and summary.verdict != FAIL:
             reasons.append("locust reported unexpected outcomes")
-        self.printer.print(f"verdict: {'FAIL (' + ', '.join(reasons) + ')' if reasons else 'PASS'}")
-        return 1 if reasons else 0
+        if reasons:
+            self.printer.print(f"verdict: FAIL ({', '.join(reasons)})")
+            return 1
+        if summary.verdict == INCONCLUSIVE:  # nothing against the server, but its point went unjudged
+            self.printer.print(summary.verdict_line())
+            return INCONCLUSIVE_EXIT_CODE
+        self.printer.print("verdict: PASS")
+        return 0
 
     def _compare_with_baseline(self, summary: Summary) -> list[str]:
         if not self.plan.baseline:

@@ -27,8 +27,10 @@ from loadtests._gates import GateResult
 from loadtests._lag import DEFAULT_LAG_LIMIT_MS, lag_summary
 from loadtests._outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests._run_dir import RunDir
-from loadtests.errors import UsageError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UsageError
 
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+"""The three verdicts: the server passed; the server did something wrong; the run could not judge."""
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
 LATENCY_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
@@ -70,7 +72,12 @@ class Summary:
     said: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     """The keys its file gave a value (not null): a re-judgement carries over only what was said.
     Empty for a summary just computed."""
+    point: list[str] | None = None
+    """The names of the gates that are the run's point (its scenario's own): one of them unjudged
+    makes the run INCONCLUSIVE. None (an older summary): every gate is."""
     stated: tuple[bool, bool] | None = field(default=None, compare=False, repr=False)
+    stated_verdict: str | None = field(default=None, compare=False, repr=False)
+    """``verdict`` as its file stated it (PASS, FAIL or INCONCLUSIVE); None for an older file."""
     """``(gates_passed, passed)`` as its file stated them (an older file: ``passed`` for both); None
     for a summary just computed, or a file that stated no verdict."""
 
@@ -85,9 +92,41 @@ class Summary:
         return all(gate.passed for gate in self.gates)
 
     @property
+    def verdict(self) -> str:
+        """``FAIL`` when a gate failed (evidence against the server) or the run was interrupted;
+        else ``INCONCLUSIVE`` when no request was judged or a gate of the run's point is unjudged (the
+        run could not judge what it set out to judge); else ``PASS``. Computed here only."""
+        if any(not gate.passed and not gate.skipped for gate in self.gates) or self.interrupted is not None:
+            return FAIL
+        if self.requests_judged == 0 or self.unjudged_point:
+            return INCONCLUSIVE
+        return PASS
+
+    @property
+    def unjudged_point(self) -> list[GateResult]:
+        """The gates of the run's point that could not be judged."""
+        point = None if self.point is None else set(self.point)
+        return [gate for gate in self.gates if gate.skipped and (point is None or gate.name in point)]
+
+    @property
     def passed(self) -> bool:
-        """The verdict."""
-        return self.gates_passed and self.interrupted is None and self.requests_judged > 0
+        """The verdict is PASS."""
+        return self.verdict == PASS
+
+    @property
+    def exit_code(self) -> int:
+        """0 for PASS, 1 for FAIL, ``INCONCLUSIVE_EXIT_CODE`` for INCONCLUSIVE."""
+        return {PASS: 0, FAIL: 1}.get(self.verdict, INCONCLUSIVE_EXIT_CODE)
+
+    @property
+    def recorded(self) -> str:
+        """The verdict as the run recorded it: its file's ``verdict``, else PASS or FAIL as its file's
+        ``passed`` said (an older file), else as computed."""
+        if self.stated_verdict is not None:
+            return self.stated_verdict
+        if self.stated is not None:
+            return PASS if self.stated[1] else FAIL
+        return self.verdict
 
     @property
     def recorded_verdict(self) -> tuple[bool, bool]:
@@ -110,21 +149,25 @@ class Summary:
         return lines + [gate.line() for gate in self.gates]
 
     def verdict_line(self) -> str:
-        """``verdict: PASS``, or ``verdict: FAIL (...)`` with why, in one line: the interruption, the
-        gates passed on how many requests, the failed gates."""
-        if self.passed:
+        """``verdict: PASS``, or ``verdict: FAIL (...)`` / ``verdict: INCONCLUSIVE (...)`` with why, in
+        one line: the interruption, what could not be judged, the gates passed on how many requests,
+        the failed gates."""
+        verdict = self.verdict
+        if verdict == PASS:
             return "verdict: PASS"
         passed = sum(1 for gate in self.gates if gate.passed)
         failed = [gate.name for gate in self.gates if not gate.passed and not gate.skipped]
-        skipped = len(self.gates) - passed - len(failed)
+        unjudged = len(self.gates) - passed - len(failed)
         reasons = [f"interrupted: {self.interrupted}"] if self.interrupted else []
         if not self.requests_judged and not failed:
             reasons.append("no request finished")
+        elif verdict == INCONCLUSIVE:
+            reasons.append("its point could not be judged: " + ", ".join(g.name for g in self.unjudged_point))
         counted = f"{passed}/{len(self.gates)} gates passed on {self.requests_judged} requests judged"
-        reasons.append(counted + (f", {skipped} skipped" if skipped else ""))
+        reasons.append(counted + (f", {unjudged} unjudged" if unjudged else ""))
         if failed:
             reasons.append("failed: " + ", ".join(failed))
-        return f"verdict: FAIL ({'; '.join(reasons)})"
+        return f"verdict: {verdict} ({'; '.join(reasons)})"
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -151,7 +194,15 @@ class Summary:
         data["gates"] = [dataclasses.asdict(gate) for gate in self.gates]
         if self.soak is not None:
             data["soak"] = self.soak
-        data.update(ended=self.ended, interrupted=self.interrupted, gates_passed=self.gates_passed, passed=self.passed)
+        if self.point is not None:
+            data["point"] = self.point
+        data.update(
+            ended=self.ended,
+            interrupted=self.interrupted,
+            gates_passed=self.gates_passed,
+            passed=self.passed,
+            verdict=self.verdict,
+        )
         return data
 
     @classmethod
@@ -188,9 +239,11 @@ class Summary:
             ended=data.get("ended"),
             interrupted=data.get("interrupted"),
             soak=data.get("soak"),
+            point=data.get("point"),
             extra={key: value for key, value in data.items() if key not in fields | _COMPUTED},
             said=frozenset(key for key, value in data.items() if value is not None),
             stated=None if passed is None else (data.get("gates_passed", passed), passed),
+            stated_verdict=data.get("verdict") if data.get("verdict") in (PASS, FAIL, INCONCLUSIVE) else None,
         )
 
     @classmethod
@@ -220,7 +273,7 @@ class Summary:
         return run.write_json(RunDir.SUMMARY, self.to_json())
 
 
-_COMPUTED = {"passed", "gates_passed"}
+_COMPUTED = {"passed", "gates_passed", "verdict"}
 """Written for readers of the file, never read back: ``Summary`` computes them."""
 
 
@@ -313,6 +366,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ended": (_optional(str), "a string"),
     "interrupted": (_optional(str), "a string"),
     "soak": (_optional(dict), "an object"),
+    "point": (lambda v: v is None or (isinstance(v, list) and all(isinstance(n, str) for n in v)), "a list of names"),
     "arrival": (_optional(dict), "an object"),
     "server_metrics": (_optional(dict), "an object"),
     "passed": (lambda v: isinstance(v, bool), "true or false"),

@@ -8,10 +8,13 @@ Classes keep the builtin base their callers caught before (``ValueError``, ``OSE
 
 from __future__ import annotations
 
-__all__ = ["USAGE_EXIT_CODE", "RunFailed", "SseSoakError", "UsageError"]
+__all__ = ["INCONCLUSIVE_EXIT_CODE", "USAGE_EXIT_CODE", "RunFailed", "SseSoakError", "UsageError"]
 
 USAGE_EXIT_CODE = 2
 """A usage error's exit code: distinct from 1, a failed verdict or a regression."""
+INCONCLUSIVE_EXIT_CODE = 3
+"""An inconclusive run's exit code: the run could not judge what it set out to judge, which is
+neither a pass nor a failure of the server (1) nor a usage error (2)."""
 
 
 class SseSoakError(Exception):

@@ -16,11 +16,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pandas as pd
 
@@ -30,9 +31,19 @@ from loadtests._child_run import HeadlessRun, run_to_end
 from loadtests._gates import ALWAYS_ON, GateResult
 from loadtests._options import OPTIONS, Surface, check_value, option
 from loadtests._run_dir import PLAN_ONLY_ENV, Manifest, RunDir
-from loadtests._summary import Summary, SummaryError
+from loadtests._summary import INCONCLUSIVE, Summary, SummaryError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, SseSoakError
 
-__all__ = ["STARTUP_AND_JUDGING_S", "Launch", "ScenarioRun", "gate_names", "plan", "run", "worst_streams_text"]
+__all__ = [
+    "STARTUP_AND_JUDGING_S",
+    "InconclusiveRun",
+    "Launch",
+    "ScenarioRun",
+    "gate_names",
+    "plan",
+    "run",
+    "worst_streams_text",
+]
 
 STARTUP_AND_JUDGING_S = 180.0
 """How long a run may take beyond its duration (starting the stack, judging, the report) before it
@@ -114,6 +125,12 @@ class ScenarioRun:
         return self.summary is not None and self.summary.passed and self.returncode == 0
 
     @property
+    def inconclusive(self) -> bool:
+        """The run could not judge its point (``verdict: INCONCLUSIVE``): neither a pass nor a failure
+        of the server."""
+        return self.summary is not None and self.summary.verdict == INCONCLUSIVE
+
+    @property
     def gates(self) -> list[GateResult]:
         return [] if self.summary is None else list(self.summary.gates)
 
@@ -154,11 +171,40 @@ class ScenarioRun:
 
     def assert_passed(self, *gates: str) -> None:
         """Raise ``AssertionError`` with ``explain()`` unless the run passed: its verdict, or, when
-        ``gates`` are named, each of those (``run.assert_passed("no_http_500", "no_inband_500")``)."""
+        ``gates`` are named, each of those (``run.assert_passed("no_http_500", "no_inband_500")``). A run
+        (or a named gate) that could not be judged is reported as inconclusive: skipped under pytest,
+        ``InconclusiveRun`` elsewhere; never a pass, never a failure of the server."""
         __tracebackhide__ = True  # pytest shows the caller's line, not this one
-        failing = [name for name in gates if not self.gate(name).passed] if self.summary is not None else list(gates)
-        if failing if gates else not self.passed:
-            raise AssertionError(self.explain(*failing))
+        if self.summary is None:
+            raise AssertionError(self.explain(*gates))
+        if gates:
+            results = [self.gate(name) for name in gates]
+            failing = [result.name for result in results if not result.passed and not result.unjudged]
+            if failing:
+                raise AssertionError(self.explain(*failing))
+            unjudged = [result.name for result in results if result.unjudged]
+            if unjudged:
+                _inconclusive(self.explain(*unjudged))
+            return
+        if self.inconclusive and self.returncode in (0, INCONCLUSIVE_EXIT_CODE):
+            _inconclusive(self.explain())
+        if not self.passed:
+            raise AssertionError(self.explain())
+
+
+class InconclusiveRun(SseSoakError):
+    """A run that could not judge what it set out to: raised by ``assert_passed`` outside pytest."""
+
+    exit_code = INCONCLUSIVE_EXIT_CODE
+
+
+def _inconclusive(explained: str) -> NoReturn:
+    """An inconclusive run, as pytest reports one when it runs the caller (skipped, with why: never a
+    pass, never a failure of the server), else ``InconclusiveRun``."""
+    pytest = sys.modules.get("pytest")
+    if pytest is not None:
+        pytest.skip(f"inconclusive: {explained}")
+    raise InconclusiveRun(explained)
 
 
 _WORST_COLUMNS = ["request_id", "name", "route", "outcome", "status", "max_gap_s", "keepalive_frames", "error_message"]

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from loadtests import _catalog as catalog
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE
 from loadtests.launch import ScenarioRun, gate_names
 from loadtests.pytest_plugin import SoakRunner
 
@@ -74,6 +75,8 @@ def test_gate(scenario: str, gate: str, sse_soak: SoakRunner, smoke_runs: dict[s
         result = run.gate(gate)
     except KeyError as exc:
         pytest.fail(f"{exc.args[0]}: its plan listed it\n{run.explain()}", pytrace=False)
+    if result.unjudged:
+        pytest.skip(f"unjudged: {result.line()}")
     if not result.passed:
         pytest.fail(run.explain(gate), pytrace=False)
 
@@ -81,5 +84,7 @@ def test_gate(scenario: str, gate: str, sse_soak: SoakRunner, smoke_runs: dict[s
 @pytest.mark.parametrize("scenario", [scenario.name for scenario in catalog.shipped()])
 def test_verdict(scenario: str, sse_soak: SoakRunner, smoke_runs: dict[str, ScenarioRun]) -> None:
     run = _run_of(scenario, sse_soak, smoke_runs)
+    if run.inconclusive and run.returncode in (0, INCONCLUSIVE_EXIT_CODE):
+        pytest.skip(f"inconclusive: {run.explain()}")
     if not run.passed:
         pytest.fail(run.explain(), pytrace=False)

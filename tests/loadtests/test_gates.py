@@ -82,7 +82,7 @@ def test_truncation_honoured_compares_with_what_was_kept() -> None:
 
 def test_truncation_without_usage_is_not_judged() -> None:
     result = TruncationHonoured().evaluate(table({"status": 200, "outcome": "ok", "truncate": 1000}))
-    assert result.passed and result.detail.startswith("0/0")
+    assert result.unjudged and not result.passed and result.detail.startswith("0/0")  # never a PASS on 0/0
 
 
 def test_expect_fails_on_a_violation_and_names_what_happened_instead() -> None:
@@ -110,8 +110,9 @@ def test_stopped_streams_are_left_out_of_every_gate() -> None:
     results = evaluate(
         RunTables(rows), [Expect("all_ok", where="status == 200", require="outcome == 'ok'", min_rows=0)]
     )
-    assert all(result.passed for result in results), [r.line() for r in results]
+    assert all(result.passed for result in results if result.name != "truncation_honoured"), [r.line() for r in results]
     assert results[0].line() == "gate PASS requests_completed: 1 requests finished"
+    assert next(r for r in results if r.name == "truncation_honoured").unjudged  # its only row was stopped
 
 
 def test_evaluate_runs_always_on_gates_first() -> None:
@@ -131,13 +132,13 @@ def test_evaluate_runs_always_on_gates_first() -> None:
     ]
 
 
-def test_an_empty_run_fails_and_nothing_else_passes_vacuously() -> None:
+def test_an_empty_run_is_unjudged_and_nothing_passes_vacuously() -> None:
     only_stopped = table({"status": 200, "outcome": "stopped"})
     results = evaluate(RunTables(only_stopped), [Expect("x", None, "outcome == 'ok'")])
     lines = [result.line() for result in results]
-    assert lines[0] == "gate FAIL requests_completed: no request finished: nothing was judged"
-    assert all(line.startswith("gate SKIP ") and line.endswith(": no requests to judge") for line in lines[1:-1])
-    assert lines[-1].startswith("gate FAIL x: 0/0 rows") and not any(result.passed for result in results)
+    assert lines[0] == "gate UNJUDGED requests_completed: no request finished: nothing was judged"
+    assert all(line.startswith("gate UNJUDGED ") and line.endswith(": no requests to judge") for line in lines[1:-1])
+    assert lines[-1].startswith("gate UNJUDGED x: 0/0 rows") and not any(result.passed for result in results)
 
 
 def test_outcomes_as_expected_names_what_came_instead() -> None:
@@ -182,8 +183,12 @@ def test_only_cuts_silent_for_the_read_timeout_are_proxy_timeouts() -> None:
     gate = NoProxyTimeouts(read_timeout=2.0, keep_alive_interval=None)
     server_drop = {"status": 200, "outcome": "cut", "max_gap_s": 0.3}
     proxy_cut = {"status": 200, "outcome": "cut", "max_gap_s": 2.01}
-    assert gate.evaluate(table(server_drop)).passed
-    assert "1 other cuts after shorter silences" in gate.evaluate(table(server_drop)).detail
+    untested = gate.evaluate(table(server_drop))  # no stream went silent for the timeout: nothing tested it
+    assert untested.unjudged and "1 other cuts after shorter silences" in untested.detail
+    assert "nothing tested it" in untested.detail
+    silent = {"status": 200, "outcome": "ok", "silence_before_first_token_s": 4.0}
+    tested = gate.evaluate(table(server_drop, silent))
+    assert tested.passed and tested.detail.endswith("1 streams silent over the read timeout")
     result = gate.evaluate(table(server_drop, proxy_cut, {"status": 504, "outcome": "http_5xx", "ttfb_s": 2.0}))
     assert not result.passed
     assert result.detail.startswith("1 proxy 504s before the headers, 1 streams cut after them")
@@ -276,4 +281,4 @@ def test_keepalive_covered_ignores_what_it_cannot_judge() -> None:
     """SDK rows (no comment counts), rejected requests and short silences judge nothing."""
     rows = table(raw_stream(9.0, None), {"status": 400, "outcome": "rejected"}, raw_stream(0.1, 0))
     result = KeepAliveCovered(0.5).evaluate(rows)
-    assert result.passed and result.detail.startswith("0/0 raw streams")
+    assert result.unjudged and not result.passed and result.detail.startswith("0/0 raw streams")
