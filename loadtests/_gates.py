@@ -34,6 +34,7 @@ import pandas as pd
 
 from loadtests import _figures as figures
 from loadtests._lag import DEFAULT_LAG_LIMIT_MS, lag_summary
+from loadtests._options import DEFAULT_MAX_UNJUDGED_SHARE
 from loadtests._outcome import Outcome
 from loadtests._recorder import REQUEST_SCHEMA, to_pandas
 
@@ -50,6 +51,12 @@ class GateResult:
     @property
     def unjudged(self) -> bool:
         return self.skipped
+
+    unjudged_rows: int = 0
+    """Qualifying requests this gate could not judge: their apparent violation is within what the
+    harness's own stall while they were open could explain (``Gate.resolution_s``)."""
+    judged_rows: int | None = None
+    """Qualifying requests it judged; None when the gate does not count rows."""
 
     def line(self) -> str:
         verdict = "UNJUDGED" if self.skipped else "PASS" if self.passed else "FAIL"
@@ -96,6 +103,10 @@ class Gate(ABC):
     class whose name starts with ``_`` is a base for others and is never stored."""
 
     name: str
+    resolution_s: float | None = None
+    """The timing tolerance its judgement relies on, in seconds: a request it would fail while the
+    harness stalled this long is unjudged for it instead. None: a rule on statuses and outcomes, which
+    no stall of the harness can move."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -265,6 +276,10 @@ class Expect(Gate):
     where: str | None
     require: str
     min_rows: int = 1
+    resolution_s: float | None = None
+    """The timing tolerance ``require`` relies on (say 0.25 for ``max_gap_s <= interval + 0.25``); None
+    for a rule on statuses and outcomes. A row that breaks ``require`` while the harness stalled this
+    long or longer is unjudged, not failed."""
 
     def check(self) -> None:
         """Raise ``ValueError`` (one line naming the gate and the unknown name) when ``where`` or
@@ -286,10 +301,19 @@ class Expect(Gate):
             except (SyntaxError, ValueError, TypeError) as exc:
                 raise ValueError(f"gate {self.name}: {part} is not a valid query ({exc}): {query}") from None
 
+    def spec(self) -> dict[str, Any]:
+        spec = super().spec()
+        if spec.get("resolution_s") is None:  # stored as before a resolution existed: older readers load it
+            spec.pop("resolution_s", None)
+        return spec
+
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         selected = requests.query(self.where) if self.where and len(requests) else requests
         good = selected.query(self.require) if len(selected) else selected
         bad = selected.drop(good.index)
+        excused = _excused(bad, self.resolution_s)
+        bad = bad.drop(excused.index)
+        selected = selected.drop(excused.index)
         passed = bad.empty and len(selected) >= self.min_rows
         detail = f"{len(good)}/{len(selected)} rows{f' where {self.where}' if self.where else ''} have {self.require}"
         if len(selected) < self.min_rows:
@@ -299,8 +323,8 @@ class Expect(Gate):
             seen = ", ".join(f"{n} {outcome}/{status}" for (outcome, status), n in counts.items())
             detail += f"; instead: {seen}{_examples(bad)}"
         elif len(selected) < self.min_rows:  # too little evidence, and none against: nothing judged
-            return unjudged(self.name, detail)
-        return GateResult(self.name, passed, detail)
+            return unjudged(self.name, detail + _excused_detail(excused))
+        return GateResult(self.name, passed, detail + _excused_detail(excused), False, len(excused), len(selected))
 
 
 @dataclass(frozen=True)
@@ -384,6 +408,10 @@ class KeepAliveCovered(Gate):
         """Timers fire a little late, and the silence is measured from the headers' arrival."""
         return 0.1 + 0.1 * self.interval
 
+    @property
+    def resolution_s(self) -> float:  # type: ignore[override]  # derived from the interval, never set
+        return self.tolerance
+
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         period = self.interval + self.tolerance
         raw = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]
@@ -391,6 +419,13 @@ class KeepAliveCovered(Gate):
         silent = raw[silence > period]
         implied = (silence[silent.index] // period).astype(int)
         short = silent[silent["keepalive_frames"] < implied]
+        # The harness's worst stall while a stream was open may have moved the stamps its silence is
+        # measured between: a shortfall that such a stall explains is unjudged, not failed.
+        stall = short["harness_lag_max_s"].fillna(0.0)
+        allowed = ((silence[short.index] - stall).clip(lower=0.0) // period).astype(int)
+        excused = short[short["keepalive_frames"] >= allowed]
+        short = short.drop(excused.index)
+        silent = silent.drop(excused.index)
         frames = int(silent["keepalive_frames"].sum())
         detail = (
             f"{len(silent) - len(short)}/{len(silent)} raw streams silent over {period:.2f} s (keep-alive every "
@@ -404,9 +439,10 @@ class KeepAliveCovered(Gate):
                 f"{int(first['keepalive_frames'])} keep-alive frames, {implied[short.index[0]]} implied"
                 f"{_examples(short)}"
             )
+        detail += _excused_detail(excused)
         if silent.empty:
             return unjudged(self.name, detail + ": no raw stream was silent that long, nothing to judge")
-        return GateResult(self.name, short.empty, detail)
+        return GateResult(self.name, short.empty, detail, False, len(excused), len(silent))
 
 
 @dataclass(frozen=True)
@@ -456,9 +492,12 @@ ALWAYS_ON: tuple[Gate, ...] = (
 )
 
 
-def evaluate(tables: RunTables, gates: Iterable[Gate] = ()) -> list[GateResult]:
+def evaluate(
+    tables: RunTables, gates: Iterable[Gate] = (), max_unjudged_share: float = DEFAULT_MAX_UNJUDGED_SHARE
+) -> list[GateResult]:
     """Results of the always-on gates, then ``gates``, over the rows the run did not stop. With no
-    such row, every always-on gate but ``requests_completed`` is skipped."""
+    such row, every always-on gate but ``requests_completed`` is unjudged; so is a gate that passed
+    with more than ``max_unjudged_share`` of its qualifying rows unjudged (too thin to pass)."""
     tables = dataclasses.replace(tables, requests=figures.judged(tables.requests))
     results = []
     for gate in ALWAYS_ON:
@@ -467,4 +506,38 @@ def evaluate(tables: RunTables, gates: Iterable[Gate] = ()) -> list[GateResult]:
         else:
             results.append(gate.evaluate(tables.requests))
     results.extend(gate.evaluate_run(tables) for gate in gates)
-    return results
+    return [_thin_evidence(result, max_unjudged_share) for result in results]
+
+
+def _thin_evidence(result: GateResult, max_unjudged_share: float) -> GateResult:
+    """A passed result on too few judged rows is unjudged; a failure stands (its evidence survived)."""
+    if not result.passed or not result.unjudged_rows or result.judged_rows is None:
+        return result
+    qualifying = result.unjudged_rows + result.judged_rows
+    if result.unjudged_rows <= max_unjudged_share * qualifying:
+        return result
+    return dataclasses.replace(
+        result,
+        passed=False,
+        skipped=True,
+        detail=f"{result.detail}; {result.unjudged_rows} of {qualifying} unjudged, over the "
+        f"{max_unjudged_share:.0%} allowed: too few judged to pass",
+    )
+
+
+def _excused(bad: pd.DataFrame, resolution_s: float | None) -> pd.DataFrame:
+    """The rows of ``bad`` (breaking a timing rule) during which the harness stalled for at least the
+    rule's resolution: their violation may be the harness's, so they are unjudged, not failed."""
+    if resolution_s is None or bad.empty:
+        return bad.iloc[0:0]
+    return bad[bad["harness_lag_max_s"].fillna(0.0) >= resolution_s]
+
+
+def _excused_detail(excused: pd.DataFrame) -> str:
+    if excused.empty:
+        return ""
+    worst = float(excused["harness_lag_max_s"].max()) * 1000.0
+    return (
+        f"; {len(excused)} requests unjudged: the harness stalled up to {worst:.0f} ms while they were open, "
+        f"enough to explain their violation{_examples(excused)}"
+    )

@@ -39,7 +39,6 @@ from matplotlib.ticker import MaxNLocator
 
 from loadtests import _figures as figures
 from loadtests._gates import GateResult
-from loadtests._lag import DEFAULT_LAG_LIMIT_MS
 from loadtests._outcome import OUTCOMES, Outcome, RequestRow
 from loadtests._recorder import FRAME_COLUMNS
 from loadtests._run_dir import RunDir
@@ -644,29 +643,32 @@ LAG_PLOT_BINS = 1000
 def _lag_section(summary: Summary, requests: pd.DataFrame, lag: pd.DataFrame | None) -> str:
     title = "Harness lag"
     lag_figures = summary.harness_lag_ms or {}
-    limit = float(lag_figures.get("limit_ms") or DEFAULT_LAG_LIMIT_MS)
+    limit = lag_figures.get("limit_ms")
     how = (
         "How late the load generator's own event loop woke a greenlet that sleeps 10 ms, per process (the worst "
-        "sample of each time bin), on the timeline's time axis. While the loop is late, every frame time it "
-        f"records is late too: stalls above the {limit:g} ms line are the harness's, not the server's "
-        "(each request's worst is its harness_lag_max_s)."
+        "sample of each time bin), on the timeline's time axis. While the loop is late, a frame time it records "
+        "may be late too: those stalls are the harness's, not the server's (each request's worst is its "
+        "harness_lag_max_s, and a timing gate leaves a request it could not time unjudged rather than failed)"
+        + (f"; the harness_kept_up gate's limit is the {float(limit):g} ms line." if limit else ".")
     )
     if lag is None or lag.empty:
         return _section(title, how, _empty("No lag samples were recorded."))
+    over = ("seconds_above_limit",) if limit else ()
     rows = "".join(
         f'<tr><td>{_text(worker)}</td><td class="num">{_integer(f["samples"])}</td>'
-        + "".join(f'<td class="num">{_text(f[key])}</td>' for key in ("p50", "p99", "max", "seconds_above_limit"))
+        + "".join(f'<td class="num">{_text(f.get(key))}</td>' for key in ("p50", "p99", "max", *over))
         + "</tr>"
         for worker, f in (lag_figures.get("by_worker") or {}).items()
     )
+    over_head = f"<th>s in stalls over {float(limit):g} ms</th>" if limit else ""
     table = (
         "<table><thead><tr><th>process</th><th>samples</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th>"
-        f"<th>s in stalls over {limit:g} ms</th></tr></thead>{rows}</table>"
+        f"{over_head}</tr></thead>{rows}</table>"
     )
     return _section(title, how, table + _png(_lag_figure(lag, _run_axis(requests), limit)))
 
 
-def _lag_figure(lag: pd.DataFrame, axis: RunAxis | None, limit_ms: float) -> Figure:
+def _lag_figure(lag: pd.DataFrame, axis: RunAxis | None, limit_ms: float | None) -> Figure:
     """On the run's axis; without requests, from the first sample over all of them."""
     figure, axes = _figure()
     seconds = lag["time"] - (axis.origin if axis else float(lag["time"].min()))
@@ -675,7 +677,8 @@ def _lag_figure(lag: pd.DataFrame, axis: RunAxis | None, limit_ms: float) -> Fig
     for worker, rows in binned.groupby("worker", sort=True):
         worst = rows.groupby("bin")["lag_ms"].max()
         axes.plot(worst.index, worst.to_numpy(), linewidth=0.8, label=str(worker))
-    axes.axhline(limit_ms, color="#c0392b", linestyle="--", linewidth=1.0, label=f"limit {limit_ms:g} ms")
+    if limit_ms:
+        axes.axhline(limit_ms, color="#c0392b", linestyle="--", linewidth=1.0, label=f"limit {limit_ms:g} ms")
     if axis is not None:
         axes.set_xlim(axis.limits)
     axes.set_xlabel("seconds since the first request")

@@ -21,8 +21,8 @@ import pandas as pd
 
 from loadtests import _figures as figures
 from loadtests._drift import DriftLimits, LatencyDrift, MemoryGrowth, soak_section
-from loadtests._gates import Gate, HarnessKeptUp, RunTables, evaluate
-from loadtests._lag import DEFAULT_LAG_LIMIT_MS, while_streams_open
+from loadtests._gates import DEFAULT_MAX_UNJUDGED_SHARE, Gate, HarnessKeptUp, RunTables, evaluate
+from loadtests._lag import while_streams_open
 from loadtests._run_dir import Manifest, RunDir
 from loadtests._server_metrics import server_metrics_summary
 from loadtests._summary import Summary, SummaryError, summarize
@@ -88,10 +88,13 @@ def judge(
     gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate.spec() not in specs)]
     requests, lag = run.read_requests(), run.read_lag()
     tables = RunTables(requests, None if lag is None else while_streams_open(lag, requests), run.read_resources())
-    results = evaluate(tables, gates)
-    lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), DEFAULT_LAG_LIMIT_MS)
+    lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None)
     # Only what the summary said is carried over: a field its file lacks falls back to the manifest.
     said = previous.said if previous is not None else frozenset()
+    settings = _first(
+        settings, previous.settings if previous and "settings" in said else None, manifest and manifest.settings, {}
+    )
+    results = evaluate(tables, gates, float(settings.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE)))
     summary = summarize(
         _first(
             scenario,
@@ -101,9 +104,7 @@ def judge(
         ),
         tables.requests,
         results,
-        _first(
-            settings, previous.settings if previous and "settings" in said else None, manifest and manifest.settings, {}
-        ),
+        settings,
         [gate.spec() for gate in gates],
         _first(frame_sample_rate, previous.frame_sample_rate if previous else None, 1.0),
         tables.lag,

@@ -143,25 +143,32 @@ def while_streams_open(lag: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFram
     return lag[keep]
 
 
-def lag_summary(lag: pd.DataFrame, limit_ms: float = DEFAULT_LAG_LIMIT_MS) -> dict[str, Any]:
-    """``harness_lag_ms`` of summary.json: p50, p99 and max lag over every sample, the seconds the
-    loop spent in stalls longer than ``limit_ms``, and the same per process (the gate judges each
-    process: one overloaded worker is enough to distort its streams)."""
-    summary: dict[str, Any] = {"limit_ms": limit_ms, **_figures(lag["lag_s"], limit_ms)}
+def lag_summary(lag: pd.DataFrame, limit_ms: float | None = None) -> dict[str, Any]:
+    """``harness_lag_ms`` of summary.json: p50, p99 and max lag over every sample and the same per
+    process (one overloaded worker is enough to distort its streams); with a ``limit_ms`` (the
+    ``harness_kept_up`` gate's, when the user set one), the limit and the seconds the loop spent in
+    stalls longer than it. Without one, no limit is reported: the lag is a measurement."""
+    summary: dict[str, Any] = {
+        **({} if limit_ms is None else {"limit_ms": limit_ms}),
+        **_figures(lag["lag_s"], limit_ms),
+    }
     summary["by_worker"] = {
         str(worker): _figures(rows["lag_s"], limit_ms) for worker, rows in lag.groupby("worker", sort=True)
     }
     return summary
 
 
-def _figures(lag_s: pd.Series, limit_ms: float) -> dict[str, Any]:
+def _figures(lag_s: pd.Series, limit_ms: float | None) -> dict[str, Any]:
+    over: dict[str, Any] = {} if limit_ms is None else {"seconds_above_limit": 0.0}
     if lag_s.empty:
-        return {"samples": 0, "p50": None, "p99": None, "max": None, "seconds_above_limit": 0.0}
+        return {"samples": 0, "p50": None, "p99": None, "max": None, **over}
     milliseconds = lag_s * 1000.0
+    if limit_ms is not None:
+        over["seconds_above_limit"] = round(float(lag_s[milliseconds > limit_ms].sum()), 3)
     return {
         "samples": len(lag_s),
         "p50": round(float(milliseconds.quantile(0.5)), 3),
         "p99": round(float(milliseconds.quantile(0.99)), 3),
         "max": round(float(milliseconds.max()), 3),
-        "seconds_above_limit": round(float(lag_s[milliseconds > limit_ms].sum()), 3),
+        **over,
     }

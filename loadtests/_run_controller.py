@@ -54,6 +54,7 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRu
 from loadtests import _arrival_clock as arrival_clock
 from loadtests._arrivals import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
 from loadtests._collect import Collector
+from loadtests._ending import how_it_ended
 from loadtests._judge import judge, write_html_files
 from loadtests._loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests._options import add_locust_options, check_locust_options
@@ -202,11 +203,6 @@ def _stack_of(settings: RunSettings) -> tuple[Any, ...]:
     return settings.proxy, settings.proxy_read_timeout, settings.keep_alive_interval, settings.server_args
 
 
-EARLY_S = 1.0
-"""A test stopped this long before its planned duration, by no signal, says so in ``ended`` (say,
-every worker gone); it is no interruption: only a signal is known to be one."""
-START_UP_NOTED_S = 0.5
-"""A test whose start-up (its test_start hooks) took this long says how long its load phase really was."""
 STOP_WAIT_S = 120.0
 """How long quitting waits for a stop already under way elsewhere to judge the test itself."""
 
@@ -235,23 +231,9 @@ class _Test:
         return OFF if self.scraper is None else self.scraper.unavailable
 
     def how_it_ended(self, signals: Sequence[tuple[str, float]]) -> tuple[str, str | None]:
-        """``(ended, interrupted)``: how the test ended (the first signal received while it ran, else
-        the stop), and, when a signal ended a test that had a planned duration, the same words."""
+        """``(ended, interrupted)`` (``_ending.how_it_ended``) as of its stop, or now."""
         end = self.stopping_at or time.monotonic()
-        of = f" of {self.planned_s:g} s" if self.planned_s else ""
-        during = [(name, at) for name, at in signals if self.started <= at <= end]
-        if during:
-            name, at = during[0]
-            ended = f"{name} at {at - self.started:.1f} s{of}"
-            return ended, ended if self.planned_s else None
-        elapsed = end - self.started
-        if self.planned_s and elapsed >= self.planned_s - EARLY_S:
-            start_up = (self.load_started or self.started) - self.started
-            if start_up < START_UP_NOTED_S:
-                return f"run time of {self.planned_s:g} s reached", None
-            load = f"load ran {end - self.started - start_up:.1f} s: the test's start-up took {start_up:.1f} s of it"
-            return f"run time of {self.planned_s:g} s reached ({load})", None
-        return f"stopped at {elapsed:.1f} s{of}", None  # the web UI's Stop, or every worker gone
+        return how_it_ended(self.started, self.load_started, end, self.planned_s, signals)
 
 
 class RunController:
@@ -565,6 +547,7 @@ class RunController:
             **settings.as_dict(),
             "prompt_sizing": self._prompt_sizing(environment),
             "max_line_bytes": options.max_line_bytes,
+            "max_unjudged_share": options.max_unjudged_share,
         }
         with self._guard.deferred():  # the summary and the verdict line are never cut
             gates = self.gate_list(settings, options.harness_lag_limit_ms)

@@ -24,7 +24,7 @@ import pandas as pd
 
 from loadtests._figures import PERCENTILES, count_500s, quantiles
 from loadtests._gates import GateResult
-from loadtests._lag import DEFAULT_LAG_LIMIT_MS, lag_summary
+from loadtests._lag import lag_summary
 from loadtests._outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests._run_dir import RunDir
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UsageError
@@ -146,6 +146,13 @@ class Summary:
             f"{causes['cut_after_headers']} streams cut after headers, "
             f"statuses {causes['status'] or '{}'}"
         )
+        lag = self.harness_lag_ms or {}
+        if lag.get("p99") is not None:
+            lines.append(
+                f"timing: good to {lag['p99']:.1f} ms (the harness's event-loop lag p99 while streams were open, "
+                f"max {lag['max']:.1f} ms; a request open during a stall longer than a gate's tolerance is "
+                "unjudged by it, not failed)"
+            )
         return lines + [gate.line() for gate in self.gates]
 
     def verdict_line(self) -> str:
@@ -278,7 +285,15 @@ _COMPUTED = {"passed", "gates_passed", "verdict"}
 
 
 def _gate_result(gate: dict[str, Any]) -> GateResult:
-    return GateResult(str(gate["name"]), bool(gate["passed"]), str(gate["detail"]), bool(gate.get("skipped", False)))
+    judged = gate.get("judged_rows")
+    return GateResult(
+        str(gate["name"]),
+        bool(gate["passed"]),
+        str(gate["detail"]),
+        bool(gate.get("skipped", False)),
+        int(gate.get("unjudged_rows") or 0),
+        None if judged is None else int(judged),
+    )
 
 
 def check_fields(data: dict[str, Any], source: str, keys: Iterable[str], required: Iterable[str] = ()) -> None:
@@ -438,7 +453,7 @@ def summarize(
     gate_specs: Sequence[dict[str, Any]] = (),
     frame_sample_rate: float = 1.0,
     lag: pd.DataFrame | None = None,
-    lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS,
+    lag_limit_ms: float | None = None,
 ) -> Summary:
     """The summary of a run's request table and its gates' results; ``harness_lag_ms`` condenses
     ``lag`` (the harness's own lag samples) against ``lag_limit_ms``, absent without samples."""

@@ -42,6 +42,7 @@ def gates(settings: RunSettings) -> list[Expect]:
             f"max_gap_within_interval_plus_{SLACK_S:g}s",
             where="client == 'raw' and status == 200",
             require=f"max_gap_s <= {interval + SLACK_S}",
+            resolution_s=SLACK_S,
         ),
     ]
 
