@@ -74,7 +74,7 @@ class Summary:
     Empty for a summary just computed."""
     point: list[str] | None = None
     """The names of the gates that are the run's point (its scenario's own): one of them unjudged
-    makes the run INCONCLUSIVE. None (an older summary): every gate is."""
+    makes the run INCONCLUSIVE. None (not recorded): see ``point_names``."""
     stated: tuple[bool, bool] | None = field(default=None, compare=False, repr=False)
     stated_verdict: str | None = field(default=None, compare=False, repr=False)
     """``verdict`` as its file stated it (PASS, FAIL or INCONCLUSIVE); None for an older file."""
@@ -89,7 +89,8 @@ class Summary:
 
     @property
     def gates_passed(self) -> bool:
-        return all(gate.passed for gate in self.gates)
+        """No gate failed (an unjudged gate is no failure)."""
+        return all(gate.passed or gate.skipped for gate in self.gates)
 
     @property
     def verdict(self) -> str:
@@ -105,8 +106,15 @@ class Summary:
     @property
     def unjudged_point(self) -> list[GateResult]:
         """The gates of the run's point that could not be judged."""
-        point = None if self.point is None else set(self.point)
-        return [gate for gate in self.gates if gate.skipped and (point is None or gate.name in point)]
+        return [gate for gate in self.gates if gate.skipped and gate.name in self.point_names]
+
+    @property
+    def point_names(self) -> set[str]:
+        """The run's point as recorded; for a summary that recorded none, the gates it stored (the
+        scenario's and the run's, not the always-on ones) and ``requests_completed``."""
+        if self.point is not None:
+            return set(self.point)
+        return {str(spec.get("name")) for spec in self.gate_specs} | {"requests_completed"}
 
     @property
     def passed(self) -> bool:

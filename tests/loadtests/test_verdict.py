@@ -24,7 +24,9 @@ FAILED = GateResult("no_inband_500", False, "3 in-band errors")
 POINT_UNJUDGED = unjudged("every_stream_ok", "0/0 rows")
 
 
-def summary(*gates: GateResult, point: list[str] | None = None, requests: int = 10, **fields: Any) -> Summary:
+def summary(
+    *gates: GateResult, point: list[str] | None = None, requests: int = 10, specs: list[str] = (), **fields: Any
+) -> Summary:
     return Summary(
         scenario="s",
         settings={},
@@ -37,7 +39,7 @@ def summary(*gates: GateResult, point: list[str] | None = None, requests: int = 
         causes={},
         latency={},
         keepalive_per_stream={},
-        gate_specs=[],
+        gate_specs=[{"type": "Expect", "name": name} for name in specs],
         gates=list(gates),
         point=point,
         **fields,
@@ -61,9 +63,10 @@ def test_an_unjudged_gate_outside_the_point_leaves_a_pass_and_a_failure_outweigh
     assert summary(PASSED, interrupted="SIGTERM at 3.0 s of 10 s").verdict == FAIL
 
 
-def test_no_request_judged_is_inconclusive_and_an_older_summary_takes_every_gate_as_its_point() -> None:
+def test_no_request_judged_is_inconclusive_and_a_summary_without_a_point_takes_its_stored_gates() -> None:
     assert summary(PASSED, requests=0).verdict == INCONCLUSIVE
-    assert summary(PASSED, POINT_UNJUDGED, point=None).verdict == INCONCLUSIVE
+    assert summary(PASSED, POINT_UNJUDGED, specs=["every_stream_ok"]).verdict == INCONCLUSIVE
+    assert summary(PASSED, POINT_UNJUDGED).verdict == PASS  # not among the stored gates: not its point
 
 
 def test_the_verdict_and_point_are_written_and_read_back_and_an_edited_verdict_is_not_believed() -> None:
