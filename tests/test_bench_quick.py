@@ -150,3 +150,17 @@ def test_open_loop_quick(tmp_path: Path) -> None:
             rf"^sent/s after/before: closed {NUM}, open {NUM}$",
         ],
     )
+
+
+def test_verdict_stability_quick() -> None:
+    output = run_bench("verdict_stability.py")
+    assert_figures(
+        output,
+        [
+            r"^cores: \d+; levels \(CPU-burning processes beside the run\): \[0\]; 1 run\(s\) of 4 s$",
+            r"^good server \(main job\) +0  PASS +(?:(?:PASS|FAIL|INCONCLUSIVE) x\d+(?:, )?)+ +\d+$",
+            r"^keep-alive off behind proxy +0  FAIL +(?:(?:PASS|FAIL|INCONCLUSIVE) x\d+(?:, )?)+ +\d+$",
+            r"^in-band faults \(20%\) +0  FAIL +(?:(?:PASS|FAIL|INCONCLUSIVE) x\d+(?:, )?)+ +\d+$",
+            r"^false verdicts: \d+ \(target 0\); inconclusive: \d+$",
+        ],
+    )
