@@ -9,6 +9,11 @@ requests.csv). The run's gates are stored with it as plain data (``Gate.spec``):
 soak's drift gates). How it ended, its soak section and why it has no server metrics (if so) are
 carried over the same way. So a re-judgement of any run, a failing soak included, gives the
 verdict, gates and sections it had.
+
+A run against ``--host`` whose server's keep-alive interval was not given records it as ``unknown``:
+its judgement infers the interval from the keep-alive comments in frames.parquet, records it in the
+settings as ``inferred`` and judges ``keepalive_covered`` at it (skipped, with a line saying how to
+give the interval, when there is nothing to infer from); a re-judgement keeps what was inferred.
 """
 
 from __future__ import annotations
@@ -21,7 +26,17 @@ import pandas as pd
 
 from loadtests import _figures as figures
 from loadtests._drift import DriftLimits, LatencyDrift, MemoryGrowth, soak_section
-from loadtests._gates import Gate, HarnessKeptUp, RunTables, evaluate
+from loadtests._gates import (
+    INFERENCE_COLUMNS,
+    INFERRED,
+    UNKNOWN,
+    Gate,
+    HarnessKeptUp,
+    KeepAliveCovered,
+    RunTables,
+    evaluate,
+    inferred_keep_alive_interval,
+)
 from loadtests._lag import DEFAULT_LAG_LIMIT_MS, while_streams_open
 from loadtests._run_dir import Manifest, RunDir
 from loadtests._server_metrics import server_metrics_summary
@@ -87,10 +102,14 @@ def judge(
     gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate.spec() not in specs)]
     requests, lag = run.read_requests(), run.read_lag()
     tables = RunTables(requests, None if lag is None else while_streams_open(lag, requests), run.read_resources())
-    results = evaluate(tables, gates)
-    lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), DEFAULT_LAG_LIMIT_MS)
     # Only what the summary said is carried over: a field its file lacks falls back to the manifest.
     said = previous.said if previous is not None else frozenset()
+    recorded = _first(
+        settings, previous.settings if previous and "settings" in said else None, manifest and manifest.settings, {}
+    )
+    gates, recorded = _with_inferred_interval(run, gates, recorded)
+    results = evaluate(tables, gates)
+    lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), DEFAULT_LAG_LIMIT_MS)
     summary = summarize(
         _first(
             scenario,
@@ -100,9 +119,7 @@ def judge(
         ),
         tables.requests,
         results,
-        _first(
-            settings, previous.settings if previous and "settings" in said else None, manifest and manifest.settings, {}
-        ),
+        recorded,
         [gate.spec() for gate in gates],
         _first(frame_sample_rate, previous.frame_sample_rate if previous else None, 1.0),
         tables.lag,
@@ -118,6 +135,24 @@ def judge(
     if html:
         write_html_files(run, summary)
     return summary
+
+
+def _with_inferred_interval(
+    run: RunDir, gates: list[Gate], settings: dict[str, Any]
+) -> tuple[list[Gate], dict[str, Any]]:
+    """The gates and settings of a run whose server's keep-alive interval was ``unknown`` when it
+    started (``--host`` without ``--keep-alive-interval``): ``keepalive_covered`` at the interval the
+    run's keep-alive comments show, the settings recording it as ``inferred``; else that gate without an
+    interval (skipped, saying how to give one). Any other run's are returned as they are."""
+    if settings.get("keep_alive_interval_source") != UNKNOWN:
+        return gates, settings
+    others = [gate for gate in gates if not isinstance(gate, KeepAliveCovered)]
+    found = inferred_keep_alive_interval(run.read_frames(INFERENCE_COLUMNS))
+    if found is None:
+        return [*others, KeepAliveCovered(None)], settings
+    interval, streams = found
+    inferred = KeepAliveCovered(interval, source=f"inferred from the comments of {streams} streams")
+    return [*others, inferred], {**settings, "keep_alive_interval": interval, "keep_alive_interval_source": INFERRED}
 
 
 def _first(*values: Any) -> Any:

@@ -114,7 +114,7 @@ class Summary:
         gates passed on how many requests, the failed gates."""
         if self.passed:
             return "verdict: PASS"
-        passed = sum(1 for gate in self.gates if gate.passed)
+        passed = sum(1 for gate in self.gates if gate.passed and not gate.skipped)  # skipped: judged nothing
         failed = [gate.name for gate in self.gates if not gate.passed and not gate.skipped]
         skipped = len(self.gates) - passed - len(failed)
         reasons = [f"interrupted: {self.interrupted}"] if self.interrupted else []
