@@ -158,6 +158,7 @@ def not_sent_row(ticket: Ticket, worker: str) -> RequestRow:
         max_gap_s=None,
         max_data_gap_s=None,
         silence_before_first_token_s=None,
+        silence_from_send_s=None,
         done=False,
         scheduled_time=ticket.due_epoch,
     )

@@ -393,29 +393,54 @@ class NoProxyTimeouts(Gate):
         return GateResult(self.name, False, detail + _examples(pd.concat([timed_out, by_proxy])))
 
 
+KEEP_ALIVE_HOW_TO = "pass --keep-alive-interval S (the server's --sse-keep-alive-interval) to judge keep-alive"
+GIVEN, BUNDLED, INFERRED, UNKNOWN = "given", "bundled server", "inferred", "unknown"
+"""Where a run's keep-alive interval comes from (``keep_alive_interval_source`` in its settings): the
+command line, the bundled server's arguments, the comments the run saw (``--host``), or nowhere."""
+
+
 @dataclass(frozen=True)
 class KeepAliveCovered(Gate):
     """Keep-alive covered every long silence: each raw stream (the SDK cannot see comments) silent
-    before its first token for longer than the server's keep-alive ``interval`` plus a tolerance got
-    at least one keep-alive frame per ``interval + tolerance`` of that silence. The scenario adds it
-    whenever the run knows the interval (the bundled server's, or one declared for ``--host``)."""
+    from its send to its first token for longer than the server's keep-alive ``interval`` plus a
+    tolerance got at least one keep-alive frame per ``interval + tolerance`` of that silence. The
+    silence counts from the send, not the headers, so a gateway that holds the headers until the
+    first token cannot hide it (a row without ``silence_from_send_s``, from an older run, is judged
+    on its silence from the headers). The scenario adds it whenever the run knows the interval; a
+    ``--host`` run that does not know it gets it at judge time (``loadtests._judge``), at the interval
+    the comments show, or without one: then it is skipped, without failing the run, saying how to
+    give the interval."""
 
-    interval: float
+    interval: float | None = None
     name: str = "keepalive_covered"
+    source: str | None = None
+    """How ``interval`` was found when the run was not told it (inferred from comments), for the line."""
+
+    def spec(self) -> dict[str, Any]:
+        stored = super().spec()
+        if self.source is None:
+            del stored["source"]  # a summary's gate reads as before unless there is something to say
+        return stored
 
     @property
     def tolerance(self) -> float:
-        """Timers fire a little late, and the silence is measured from the headers' arrival."""
-        return 0.1 + 0.1 * self.interval
+        """Timers fire a little late, and the server's first timer starts at its headers, a little
+        after the send (about 0.1 s for vLLM and the bundled server)."""
+        return 0.1 + 0.1 * (self.interval or 0.0)
 
     @property
     def resolution_s(self) -> float:  # type: ignore[override]  # derived from the interval, never set
         return self.tolerance
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        if self.interval is None:
+            unknown = f"the server's keep-alive interval is unknown and no stream showed it: {KEEP_ALIVE_HOW_TO}"
+            return unjudged(self.name, unknown)
         period = self.interval + self.tolerance
         raw = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]
         silence = raw["silence_before_first_token_s"]
+        if "silence_from_send_s" in raw.columns:
+            silence = pd.to_numeric(raw["silence_from_send_s"], errors="coerce").fillna(silence)
         silent = raw[silence > period]
         implied = (silence[silent.index] // period).astype(int)
         short = silent[silent["keepalive_frames"] < implied]
@@ -427,9 +452,10 @@ class KeepAliveCovered(Gate):
         short = short.drop(excused.index)
         silent = silent.drop(excused.index)
         frames = int(silent["keepalive_frames"].sum())
+        found = f", the interval {self.source}" if self.source else ""
         detail = (
             f"{len(silent) - len(short)}/{len(silent)} raw streams silent over {period:.2f} s (keep-alive every "
-            f"{self.interval:g} s + {self.tolerance:.2f} s) got a keep-alive per {period:.2f} s of silence "
+            f"{self.interval:g} s + {self.tolerance:.2f} s{found}) got a keep-alive per {period:.2f} s of silence "
             f"({frames} keep-alive frames on them)"
         )
         if not short.empty:
@@ -442,7 +468,39 @@ class KeepAliveCovered(Gate):
         detail += _excused_detail(excused)
         if silent.empty:
             return unjudged(self.name, detail + ": no raw stream was silent that long, nothing to judge")
+        if frames == 0:
+            detail += "; " + none_reached_the_client(len(silent), period)
         return GateResult(self.name, short.empty, detail, False, len(excused), len(silent))
+
+
+def none_reached_the_client(streams: int, period: float) -> str:
+    """The one line for a run where long silences got no keep-alive comment at all."""
+    return (
+        f"sse-soak: {streams} raw streams were silent over {period:.2f} s and none got a keep-alive comment: "
+        "an intermediary that strips SSE comments or holds the response headers until the first token "
+        "(a gateway such as LiteLLM) may stand between the harness and the server, or the server's keep-alive is off"
+    )
+
+
+INFERENCE_COLUMNS = ["request_id", "seq", "kind", "gap_s"]
+"""The columns of frames.parquet that ``inferred_keep_alive_interval`` reads."""
+
+
+def inferred_keep_alive_interval(frames: pd.DataFrame) -> tuple[float, int] | None:
+    """The server's keep-alive interval as its comments show it, and over how many streams: the median
+    gap between two consecutive frames of one stream that are both keep-alive comments, over the
+    streams that had such a pair; None when none had. A comment is sent after one whole interval of
+    idleness (the timer restarts at every chunk), so only comment-to-comment gaps measure it, and the
+    median shrugs off a late timer or a read that batched two frames."""
+    if frames.empty:
+        return None
+    ordered = frames.sort_values(["request_id", "seq"])
+    keepalive = ordered["kind"] == "keepalive"
+    after_one = keepalive & keepalive.groupby(ordered["request_id"]).shift(1, fill_value=False)
+    pairs = ordered[after_one]
+    if pairs.empty:
+        return None
+    return round(float(pairs["gap_s"].median()), 3), int(pairs["request_id"].nunique())
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,11 @@ requests.csv). The run's gates are stored with it as plain data (``Gate.spec``):
 soak's drift gates). How it ended, its soak section and why it has no server metrics (if so) are
 carried over the same way. So a re-judgement of any run, a failing soak included, gives the
 verdict, gates and sections it had.
+
+A run against ``--host`` whose server's keep-alive interval was not given records it as ``unknown``:
+its judgement infers the interval from the keep-alive comments in frames.parquet, records it in the
+settings as ``inferred`` and judges ``keepalive_covered`` at it (skipped, with a line saying how to
+give the interval, when there is nothing to infer from); a re-judgement keeps what was inferred.
 """
 
 from __future__ import annotations
@@ -21,7 +26,18 @@ import pandas as pd
 
 from loadtests import _figures as figures
 from loadtests._drift import DriftLimits, LatencyDrift, MemoryGrowth, soak_section
-from loadtests._gates import DEFAULT_MAX_UNJUDGED_SHARE, Gate, HarnessKeptUp, RunTables, evaluate
+from loadtests._gates import (
+    DEFAULT_MAX_UNJUDGED_SHARE,
+    INFERENCE_COLUMNS,
+    INFERRED,
+    UNKNOWN,
+    Gate,
+    HarnessKeptUp,
+    KeepAliveCovered,
+    RunTables,
+    evaluate,
+    inferred_keep_alive_interval,
+)
 from loadtests._lag import while_streams_open
 from loadtests._run_dir import Manifest, RunDir
 from loadtests._server_metrics import server_metrics_summary
@@ -83,6 +99,8 @@ def judge(
     (module docstring); ``server_metrics_unavailable`` is why a run without server metrics has none
     (its scraper's finding). Raises ``NotARunDirectory`` or ``SummaryError``."""
     previous = previous_summary(run)
+    if point is None and gates is not None:  # judged by the caller's gates: those are its point
+        point = [*(gate.name for gate in gates), "requests_completed"]
     manifest = run.read_manifest()
     specs = _stored_specs(previous, manifest, gates)
     gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate.spec() not in specs)]
@@ -91,10 +109,11 @@ def judge(
     lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None)
     # Only what the summary said is carried over: a field its file lacks falls back to the manifest.
     said = previous.said if previous is not None else frozenset()
-    settings = _first(
+    recorded = _first(
         settings, previous.settings if previous and "settings" in said else None, manifest and manifest.settings, {}
     )
-    results = evaluate(tables, gates, float(settings.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE)))
+    gates, recorded = _with_inferred_interval(run, gates, recorded)
+    results = evaluate(tables, gates, float(recorded.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE)))
     summary = summarize(
         _first(
             scenario,
@@ -104,13 +123,16 @@ def judge(
         ),
         tables.requests,
         results,
-        settings,
+        recorded,
         [gate.spec() for gate in gates],
         _first(frame_sample_rate, previous.frame_sample_rate if previous else None, 1.0),
         tables.lag,
         lag_limit,
     )
     summary.point = _point(point, previous if previous and "point" in said else None, manifest)
+    if summary.point is None:  # nothing said: the gates it stored (its own, not the always-on ones) are its point
+        stored = [str(spec.get("name")) for spec in summary.gate_specs]
+        summary.point = list(dict.fromkeys([*stored, "requests_completed"]))
     summary.ended = ended if ended is not None else previous.ended if previous else None
     summary.interrupted = interrupted or (previous.interrupted if previous else None)
     server_metrics = run.read_server_metrics()
@@ -131,6 +153,24 @@ def _point(given: Sequence[str] | None, previous: Summary | None, manifest: Mani
     if previous is not None:
         return previous.point
     return manifest.point if manifest is not None else None
+
+
+def _with_inferred_interval(
+    run: RunDir, gates: list[Gate], settings: dict[str, Any]
+) -> tuple[list[Gate], dict[str, Any]]:
+    """The gates and settings of a run whose server's keep-alive interval was ``unknown`` when it
+    started (``--host`` without ``--keep-alive-interval``): ``keepalive_covered`` at the interval the
+    run's keep-alive comments show, the settings recording it as ``inferred``; else that gate without an
+    interval (skipped, saying how to give one). Any other run's are returned as they are."""
+    if settings.get("keep_alive_interval_source") != UNKNOWN:
+        return gates, settings
+    others = [gate for gate in gates if not isinstance(gate, KeepAliveCovered)]
+    found = inferred_keep_alive_interval(run.read_frames(INFERENCE_COLUMNS))
+    if found is None:
+        return [*others, KeepAliveCovered(None)], settings
+    interval, streams = found
+    inferred = KeepAliveCovered(interval, source=f"inferred from the comments of {streams} streams")
+    return [*others, inferred], {**settings, "keep_alive_interval": interval, "keep_alive_interval_source": INFERRED}
 
 
 def _first(*values: Any) -> Any:

@@ -440,10 +440,11 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "keep_alive_interval",
         KEEP_ALIVE,
-        "the bundled server's --sse-keep-alive-interval in seconds (for scenarios that declare one); 0 turns "
-        "keep-alive off (the negative control); nan and inf also mean off",
+        "the server's keep-alive interval in seconds: the bundled server's --sse-keep-alive-interval (default: the "
+        "scenario's own, else its server arguments'), or, with --host, the one that server runs with (default: "
+        "inferred from the keep-alive comments the run sees, never assumed); 0 turns keep-alive off (the negative "
+        "control); nan and inf also mean off",
         None,
-        scenario_field="keep_alive_interval",
     ),
     Option(
         "preflight_timeout",
@@ -635,15 +636,14 @@ def on(surface: Surface) -> list[Option]:
 def add_locust_options(parser: Any, title: str, scenario: Any) -> None:
     """Declare the scenario options on Locust's parser, each shown and settable in the web UI
     (Locust shows an option there only when its own ``add_argument`` declared it: a group's does not
-    mark it). Defaults come from ``scenario`` where it has a profile; ``--keep-alive-interval``
-    exists only for a scenario that declares one."""
+    mark it). Defaults come from ``scenario`` where it has a profile. ``--keep-alive-interval``
+    defaults to None on every scenario, so that a value given can be told from none: the scenario's
+    own applies to the bundled server only (``Scenario.settings``)."""
     group = parser.add_argument_group("sse-soak", title)
     for item in on(L):
         default = item.default_on(L)
         if item.scenario_field is not None:
             default = getattr(scenario, item.scenario_field)
-            if default is None:
-                continue  # a scenario without a keep-alive interval has no such option
         kwargs: dict[str, Any] = {"default": default, "help": item.help_on(L, default)}
         if item.kind.switch:
             kwargs["action"] = "store_true"

@@ -116,7 +116,11 @@ class RequestRow:
     max_gap_s: float | None
     max_data_gap_s: float | None
     silence_before_first_token_s: float | None
-    """From the headers to the first token (or to the end, when none came): what keep-alive must cover."""
+    """From the headers to the first token (or to the end, when none came)."""
+    silence_from_send_s: float | None
+    """From the request's send to the first token (or to the end, when none came), null without a
+    status: what keep-alive must cover. Unlike ``silence_before_first_token_s`` it cannot be hidden
+    by an intermediary that holds the headers until the first token."""
     done: bool
     harness_lag_max_s: float | None = None
     """The worst lag of the harness's own event loop while this request was open (``loadtests._lag``):
@@ -456,6 +460,7 @@ class StreamTracker:
             max_gap_s=self._max_gap if comments else None,
             max_data_gap_s=self._max_data_gap,
             silence_before_first_token_s=None if self.ttfb is None else (self._ttft or t) - self.ttfb,
+            silence_from_send_s=None if self.ttfb is None else (self._ttft or t),
             done=self.done,
         )
 

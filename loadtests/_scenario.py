@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadtests._gates import Gate, HarnessKeptUp, KeepAliveCovered
+from loadtests._gates import BUNDLED, GIVEN, UNKNOWN, Gate, HarnessKeptUp, KeepAliveCovered
 from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, keep_alive_interval
 from loadtests._stack import split_api_key
 from loadtests.errors import UsageError
@@ -36,17 +36,24 @@ class RunSettings:
     proxy_read_timeout: float
     keep_alive_interval: float | None
     """The keep-alive interval in force: the bundled server's last ``--sse-keep-alive-interval``
-    (the option, when the scenario declares one, comes last); None when unknown."""
+    (``--keep-alive-interval``, else the scenario's, comes last); with ``--host``, the
+    ``--keep-alive-interval`` given, never a default; None when unknown."""
     server_args: tuple[str, ...]
+    """The bundled server's arguments; empty with ``--host`` (no bundled server runs)."""
     host: str | None
     open_loop: dict[str, Any] | None = None
     """``--rate``'s schedule (``rate``, ``arrival``, ``seed``, ``max_in_flight``); None in a closed loop."""
+    keep_alive_interval_source: str = BUNDLED
+    """Where ``keep_alive_interval`` comes from: ``bundled server``, ``given`` (``--host`` with
+    ``--keep-alive-interval``) or ``unknown`` (then the judgement infers it: ``loadtests._judge``)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as recorded in summary.json and shown in report.html: a key in the server
-        arguments is redacted."""
+        arguments is redacted; with ``--host`` no server arguments are recorded (None), as no
+        bundled server ran."""
         args, key = split_api_key(self.server_args)
-        return {**dataclasses.asdict(self), "server_args": [*args, "--api-key", REDACTED] if key else args}
+        recorded = None if self.host is not None else [*args, "--api-key", REDACTED] if key else args
+        return {**dataclasses.asdict(self), "server_args": recorded}
 
 
 def _last_keep_alive_interval(server_args: Sequence[str]) -> float:
@@ -66,11 +73,12 @@ GateList = Sequence[Gate] | Callable[[RunSettings], Sequence[Gate]]
 class Scenario:
     """What one locustfile runs: the stack's profile and the gates of its verdict.
 
-    ``keep_alive_interval``, when set, becomes the option ``--keep-alive-interval`` and the bundled
-    server's ``--sse-keep-alive-interval``. ``server_args`` may be one string, split as a shell
-    would (as ``--server-args``). A gate that depends on the run's settings reads them itself
-    (``NoProxyTimeouts()``); ``gates`` may also be a function of the ``RunSettings``. The defaults of
-    ``client_idle_timeout``, ``proxy`` and ``proxy_read_timeout`` are the options' own.
+    ``keep_alive_interval``, when set, is the bundled server's ``--sse-keep-alive-interval`` unless
+    ``--keep-alive-interval`` says otherwise; it is never assumed of a server given by ``--host``.
+    ``server_args`` may be one string, split as a shell would (as ``--server-args``). A gate that
+    depends on the run's settings reads them itself (``NoProxyTimeouts()``); ``gates`` may also be a
+    function of the ``RunSettings``. The defaults of ``client_idle_timeout``, ``proxy`` and
+    ``proxy_read_timeout`` are the options' own.
     """
 
     name: str
@@ -107,14 +115,13 @@ class Scenario:
                 raise UsageError(f"scenario {self.name}: {exc}") from None
 
     def settings(self, options: Any) -> RunSettings:
-        """The run's settings from its parsed options."""
-        interval = getattr(options, "keep_alive_interval", None)
-        server_args = [*self.profile, *shlex.split(options.server_args)]
-        if interval is not None:
-            interval = keep_alive_interval(interval)
-            server_args += ["--sse-keep-alive-interval", repr(interval)]
-        if options.host is None:  # the bundled server runs these arguments: its interval is the last one
-            interval = _last_keep_alive_interval(server_args)
+        """The run's settings from its parsed options. The bundled server runs the profile, then
+        ``--server-args``, then the keep-alive interval (``--keep-alive-interval``, else the
+        scenario's own); its interval is the last one given. A server given by ``--host`` has the
+        ``--keep-alive-interval`` given, else an unknown one, and no arguments of ours."""
+        given = getattr(options, "keep_alive_interval", None)
+        if given is not None:
+            given = keep_alive_interval(given)
         open_loop = None
         if options.rate is not None:
             open_loop = {
@@ -123,9 +130,16 @@ class Scenario:
                 "seed": options.arrival_seed,
                 "max_in_flight": options.max_in_flight,
             }
-        return RunSettings(
-            options.proxy, options.proxy_read_timeout, interval, tuple(server_args), options.host, open_loop
-        )
+        shape = (options.proxy, options.proxy_read_timeout)
+        if options.host is not None:
+            source = UNKNOWN if given is None else GIVEN
+            return RunSettings(*shape, given, (), options.host, open_loop, source)
+        server_args = [*self.profile, *shlex.split(options.server_args)]
+        interval = given if given is not None else self.keep_alive_interval
+        if interval is not None:
+            server_args += ["--sse-keep-alive-interval", repr(keep_alive_interval(interval))]
+        interval = _last_keep_alive_interval(server_args)
+        return RunSettings(*shape, interval, tuple(server_args), None, open_loop, BUNDLED)
 
     def point_of(self, settings: RunSettings) -> list[str]:
         """The names of the gates that are this run's point (``point``, or every declared gate)."""
@@ -136,8 +150,9 @@ class Scenario:
 
     def gate_list(self, settings: RunSettings, harness_lag_limit_ms: float = 0.0) -> list[Gate]:
         """The scenario's gates with the run's settings filled in (so each is stored with concrete
-        figures), then ``keepalive_covered`` when the run knows the server's keep-alive interval, then
-        ``harness_kept_up`` with its limit (none when the limit is 0)."""
+        figures), then ``keepalive_covered`` when the run knows the server's keep-alive interval (one
+        it does not know is inferred when the run is judged), then ``harness_kept_up`` with its limit
+        (none when the limit is 0)."""
         declared = self.gates(settings) if callable(self.gates) else self.gates
         gates: list[Gate] = [gate.for_run(settings) for gate in declared]
         if settings.keep_alive_interval:

@@ -170,7 +170,7 @@ class Summary:
         verdict = self.verdict
         if verdict == PASS:
             return "verdict: PASS"
-        passed = sum(1 for gate in self.gates if gate.passed)
+        passed = sum(1 for gate in self.gates if gate.passed and not gate.skipped)  # skipped: judged nothing
         failed = [gate.name for gate in self.gates if not gate.passed and not gate.skipped]
         unjudged = len(self.gates) - passed - len(failed)
         reasons = [f"interrupted: {self.interrupted}"] if self.interrupted else []

@@ -24,10 +24,12 @@ from loadtests._gates import (
     RunTables,
     TruncationHonoured,
     evaluate,
+    inferred_keep_alive_interval,
 )
 from loadtests._outcome import RequestPlan, StreamTracker
 from loadtests._recorder import Recorder
-from tests.loadtests.tables import requests_of
+from loadtests._sse import KEEP_ALIVE_TEXT, Frame
+from tests.loadtests.tables import frames_of, requests_of
 
 pytestmark = pytest.mark.fast
 
@@ -282,3 +284,84 @@ def test_keepalive_covered_ignores_what_it_cannot_judge() -> None:
     rows = table(raw_stream(9.0, None), {"status": 400, "outcome": "rejected"}, raw_stream(0.1, 0))
     result = KeepAliveCovered(0.5).evaluate(rows)
     assert result.unjudged and not result.passed and result.detail.startswith("0/0 raw streams")
+
+
+def from_send(silence: float, keepalives: int, headers_at: float) -> dict[str, Any]:
+    """A raw 200 stream whose first token came ``silence`` s after its send, headers ``headers_at`` s after it."""
+    return {
+        "status": 200,
+        "outcome": "ok",
+        "silence_before_first_token_s": silence - headers_at,
+        "silence_from_send_s": silence,
+        "keepalive_frames": keepalives,
+    }
+
+
+def test_keepalive_covered_counts_the_silence_from_the_send_so_held_headers_cannot_hide_it() -> None:
+    """A gateway that holds the headers until the first token and strips comments: the silence from
+    the headers is nil, the one from the send is not; the line names the likely cause."""
+    held = table(from_send(3.0, 0, headers_at=2.99), from_send(2.5, 0, headers_at=2.5))
+    result = KeepAliveCovered(1.0).evaluate(held)
+    assert not result.passed and result.detail.startswith("0/2 raw streams silent over 1.20 s")
+    assert result.detail.endswith(
+        "sse-soak: 2 raw streams were silent over 1.20 s and none got a keep-alive comment: an intermediary that "
+        "strips SSE comments or holds the response headers until the first token (a gateway such as LiteLLM) may "
+        "stand between the harness and the server, or the server's keep-alive is off"
+    )
+
+
+def test_keepalive_covered_passes_a_server_whose_timer_starts_at_its_headers() -> None:
+    """vLLM and the bundled server send the headers ~0.1 s after the send and a comment each interval
+    after them: just before each next comment, the silence from the send is still covered."""
+    gate = KeepAliveCovered(0.5)
+    rows = [from_send(0.1 + k * 0.5 + 0.49, k, headers_at=0.1) for k in range(6)]
+    result = gate.evaluate(table(*rows))
+    assert result.passed and result.detail.startswith("5/5 raw streams"), result.detail
+    assert "none got a keep-alive" not in result.detail
+
+
+def test_keepalive_covered_without_an_interval_is_unjudged_and_says_how_to_give_it() -> None:
+    result = KeepAliveCovered(None).evaluate(table(from_send(5.0, 0, headers_at=0.1)))
+    assert result.unjudged and not result.passed  # unjudged: no verdict on the server
+    assert result.line() == (
+        "gate UNJUDGED keepalive_covered: the server's keep-alive interval is unknown and no stream showed it: pass "
+        "--keep-alive-interval S (the server's --sse-keep-alive-interval) to judge keep-alive"
+    )
+
+
+def test_keepalive_covered_stores_its_source_only_when_it_has_one() -> None:
+    assert KeepAliveCovered(0.5).spec() == {"type": "KeepAliveCovered", "interval": 0.5, "name": "keepalive_covered"}
+    inferred = KeepAliveCovered(1.0, source="inferred from the comments of 3 streams")
+    assert Gate.from_spec(inferred.spec()) == inferred
+    assert "(keep-alive every 1 s + 0.20 s, the interval inferred from the comments of 3 streams)" in (
+        inferred.evaluate(table(from_send(1.5, 1, headers_at=0.1))).detail
+    )
+
+
+def stream_frames(request_id: str, events: list[tuple[str, float]]) -> pd.DataFrame:
+    """frames.parquet's rows of one stream: ``(kind, t_s)`` as a tracker records them."""
+    tracker = StreamTracker(RequestPlan(request_id, "n", "completions"), 0.0)
+    tracker.headers(200, 0.1, "text/event-stream")
+    for kind, t in events:
+        if kind == "keepalive":
+            tracker.frame(Frame(t, 14, comments=[KEEP_ALIVE_TEXT]), t)
+        else:
+            tracker.frame(Frame(t, 30, data='{"choices": [{"text": "a"}]}'), t)
+    recorder = Recorder()
+    recorder.add(tracker.finish(events[-1][1]), tracker.frames)
+    return frames_of(recorder)
+
+
+def test_the_interval_is_inferred_from_gaps_between_consecutive_comments_of_one_stream() -> None:
+    """Only comment-to-comment gaps measure the interval: not headers-to-comment, not across a token."""
+    frames = pd.concat(
+        [
+            stream_frames("a", [("keepalive", 1.1), ("keepalive", 2.101), ("keepalive", 3.1), ("data", 3.2)]),
+            stream_frames("b", [("keepalive", 1.1), ("data", 1.5), ("keepalive", 2.5), ("keepalive", 3.502)]),
+            stream_frames("c", [("keepalive", 1.1), ("data", 1.3)]),  # one comment: no gap to measure
+        ],
+        ignore_index=True,
+    )
+    assert inferred_keep_alive_interval(frames) == (1.001, 2)
+    assert inferred_keep_alive_interval(stream_frames("c", [("keepalive", 1.1), ("data", 1.3)])) is None
+    assert inferred_keep_alive_interval(frames.iloc[0:0]) is None

@@ -1,0 +1,67 @@
+"""Judging a --host run whose server's keep-alive interval was not given: inferred from its comments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loadtests._judge import judge
+from loadtests._outcome import RequestPlan, StreamTracker
+from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA, Recorder
+from loadtests._run_dir import RunDir
+from loadtests._sse import KEEP_ALIVE_TEXT, Frame
+from tests.loadtests.locust_run import rejudged_alike
+
+pytestmark = pytest.mark.fast
+
+HOST_SETTINGS = {"proxy": "none", "keep_alive_interval": None, "server_args": None, "host": "http://vllm:8000"}
+
+
+def run_with(tmp_path: Path, comments_at: list[list[float]]) -> RunDir:
+    """A run directory of raw streams, each with keep-alive comments at the given times, then a token."""
+    recorder = Recorder()
+    for index, times in enumerate(comments_at):
+        tracker = StreamTracker(RequestPlan(f"r{index}", "n", "completions"), 0.0)
+        tracker.headers(200, 0.1, "text/event-stream")
+        for t in times:
+            tracker.frame(Frame(t, 14, comments=[KEEP_ALIVE_TEXT]), t)
+        first_token = (times[-1] if times else 0.1) + 0.3
+        tracker.frame(Frame(first_token, 30, data='{"choices": [{"text": "a"}]}'), first_token)
+        tracker.frame(Frame(first_token, 14, data="[DONE]"), first_token)
+        recorder.add(tracker.finish(first_token), tracker.frames)
+    run = RunDir(tmp_path / "s-20260101T000000Z")
+    run.path.mkdir()
+    pq.write_table(pa.Table.from_pylist(recorder.rows, schema=REQUEST_SCHEMA), run.path / RunDir.REQUESTS)
+    pq.write_table(pa.Table.from_pydict(recorder.frames, schema=FRAME_SCHEMA), run.path / RunDir.FRAMES)
+    return run
+
+
+def test_an_unknown_interval_is_inferred_from_the_comments_and_recorded_as_inferred(tmp_path: Path) -> None:
+    run = run_with(tmp_path, [[1.1, 2.1, 3.1], [1.1, 2.102], [1.1]])
+    settings = {**HOST_SETTINGS, "keep_alive_interval_source": "unknown"}
+    summary = judge(run, [], scenario="s", settings=settings, html=False)
+    assert summary.settings["keep_alive_interval"] == 1.0
+    assert summary.settings["keep_alive_interval_source"] == "inferred"
+    covered = next(gate for gate in summary.gates if gate.name == "keepalive_covered")
+    assert covered.passed and not covered.skipped, covered.detail
+    assert "the interval inferred from the comments of 2 streams" in covered.detail
+    assert rejudged_alike(run.path)["settings"]["keep_alive_interval"] == 1.0  # a re-judgement keeps it
+
+
+def test_with_no_comments_to_infer_from_the_keepalive_gate_is_skipped_and_the_run_passes(tmp_path: Path) -> None:
+    run = run_with(tmp_path, [[], []])
+    summary = judge(run, [], scenario="s", settings={**HOST_SETTINGS, "keep_alive_interval_source": "unknown"})
+    assert summary.settings["keep_alive_interval_source"] == "unknown" and summary.passed
+    (covered,) = [gate for gate in summary.gates if gate.name == "keepalive_covered"]
+    assert covered.skipped and "pass --keep-alive-interval S" in covered.detail
+    assert rejudged_alike(run.path)["gates"] == summary.to_json()["gates"]
+
+
+def test_a_given_interval_is_not_second_guessed(tmp_path: Path) -> None:
+    run = run_with(tmp_path, [[1.1, 2.1, 3.1]])
+    settings = {**HOST_SETTINGS, "keep_alive_interval": 0.5, "keep_alive_interval_source": "given"}
+    summary = judge(run, [], scenario="s", settings=settings, html=False)
+    assert summary.settings == settings and "keepalive_covered" not in [gate.name for gate in summary.gates]

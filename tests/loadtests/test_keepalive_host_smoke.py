@@ -1,0 +1,58 @@
+"""Keep-alive judged against a server the run did not start (``--host``): its interval is never
+assumed, and a gateway that holds the headers and strips comments cannot hide the silence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import StartServer
+from tests.loadtests.header_holding_gateway import HeaderHoldingGateway
+from tests.loadtests.locust_run import run_locust
+
+pytestmark = pytest.mark.smoke
+
+PROXY_TIMEOUT_PROFILE = ("--max-num-seqs", "2", "--time-to-first-token", "5000", "--inter-token-latency", "20")
+"""scenarios/proxy_timeout.py's server, started by the test: 5 s of silence before each first token."""
+
+
+def test_a_host_runs_keepalive_interval_is_inferred_from_its_comments_not_the_scenarios(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    """The scenario declares 0.5 s; the server sends a comment every 1 s: healthy streams pass at 1 s."""
+    server = start_server(*PROXY_TIMEOUT_PROFILE, "--sse-keep-alive-interval", "1")
+    run = run_locust("proxy_timeout", tmp_path, "--host", server.url, users=4, seconds=8)
+    assert run.returncode == 0, run.output[-3000:]
+    settings = run.summary["settings"]
+    assert settings["keep_alive_interval_source"] == "inferred" and settings["server_args"] is None
+    assert settings["keep_alive_interval"] == pytest.approx(1.0, abs=0.05)
+    covered = run.gate("keepalive_covered")
+    assert covered["passed"] and int(covered["detail"].split("/")[0]) >= 2, covered["detail"]
+    assert "the interval inferred from the comments of" in covered["detail"]
+    assert "gate PASS keepalive_covered:" in run.output
+
+
+def test_a_gateway_that_holds_headers_and_strips_comments_fails_keepalive_and_is_named(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(*PROXY_TIMEOUT_PROFILE, "--sse-keep-alive-interval", "0.5")
+    gateway = HeaderHoldingGateway(server.url)
+    try:
+        run = run_locust(
+            "proxy_timeout", tmp_path, "--host", gateway.url, "--proxy", "none", "--keep-alive-interval", "0.5",
+            users=2, seconds=7,
+        )  # fmt: skip
+    finally:
+        gateway.stop()
+    assert run.returncode == 1, run.output[-3000:]
+    assert run.summary["settings"]["keep_alive_interval_source"] == "given"
+    finished = run.requests.query("outcome == 'ok'")
+    assert len(finished) >= 1 and (finished["keepalive_frames"] == 0).all()
+    assert (finished["silence_before_first_token_s"] < 0.1).all()  # the headers came with the first token...
+    assert (finished["silence_from_send_s"] >= 4.5).all()  # ...5 s after the send
+    covered = run.gate("keepalive_covered")
+    assert not covered["passed"]
+    line = f"sse-soak: {len(finished)} raw streams were silent over 0.65 s and none got a keep-alive comment"
+    assert line in covered["detail"] and line in run.output
+    assert "(a gateway such as LiteLLM)" in covered["detail"]
