@@ -33,6 +33,7 @@ _EXPORTS = {
     "Gate": "loadtests._gates",
     "GateResult": "loadtests._gates",
     "NoProxyTimeouts": "loadtests._gates",
+    "Unjudgeable": "loadtests._gates",
     "Frame": "loadtests._sse",
     "SSEParser": "loadtests._sse",
     "RequestMix": "loadtests._workload",
@@ -61,12 +62,13 @@ __all__ = [
     "SSEUser",
     "Scenario",
     "SseSoakError",
+    "Unjudgeable",
     "UsageError",
 ]
 assert sorted(__all__) == sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # what the lazy names are, for editors and type checkers; never run
-    from loadtests._gates import Expect, Gate, GateResult, NoProxyTimeouts
+    from loadtests._gates import Expect, Gate, GateResult, NoProxyTimeouts, Unjudgeable
     from loadtests._outcome import OUTCOMES, Outcome, RequestRow
     from loadtests._scenario import RunSettings, Scenario
     from loadtests._sse import Frame, SSEParser

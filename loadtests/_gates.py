@@ -504,6 +504,18 @@ def inferred_keep_alive_interval(frames: pd.DataFrame) -> tuple[float, int] | No
 
 
 @dataclass(frozen=True)
+class Unjudgeable(Gate):
+    """A gate a scenario cannot form for this run (say, one written in a keep-alive interval a
+    ``--host`` run does not know): always unjudged, its ``reason`` saying why and how to fix it."""
+
+    name: str
+    reason: str
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        return unjudged(self.name, self.reason)
+
+
+@dataclass(frozen=True)
 class HarnessKeptUp(Gate):
     """The load generator kept up: in every process, the p99 of its event loop's lag samples
     (``loadtests._lag``) is at most ``limit_ms``. Judged on ``lag.parquet``'s samples while streams

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from locust import run_single_user
 
-from loadtests import Expect, RequestMix, RequestSpec, RunSettings, Scenario, SSEUser
+from loadtests import Expect, Gate, RequestMix, RequestSpec, RunSettings, Scenario, SSEUser, Unjudgeable
 
 SLACK_S = 0.25
 """How late a keep-alive may arrive: event-loop and scheduling jitter on a loaded 2-core machine."""
@@ -28,11 +28,17 @@ def mix(prompt_tokens: int) -> RequestMix:
     )
 
 
-def gates(settings: RunSettings) -> list[Expect]:
-    """The keep-alive gates are written in the run's keep-alive interval."""
-    interval = settings.keep_alive_interval or 0.0
+def gates(settings: RunSettings) -> list[Gate]:
+    """The keep-alive gates are written in the run's keep-alive interval (0: off, the negative
+    control); a ``--host`` run that was not told the server's interval cannot form them."""
+    interval = settings.keep_alive_interval
+    every_stream_ok = Expect("every_stream_ok", where=None, require="outcome == 'ok'")
+    if interval is None:
+        unknown = "the server's keep-alive interval is unknown: pass --keep-alive-interval S to judge keep-alive"
+        names = ("keepalive_through_silence", f"max_gap_within_interval_plus_{SLACK_S:g}s")
+        return [every_stream_ok, *(Unjudgeable(name, unknown) for name in names)]
     return [
-        Expect("every_stream_ok", where=None, require="outcome == 'ok'"),
+        every_stream_ok,
         Expect(
             "keepalive_through_silence",
             where=f"client == 'raw' and silence_before_first_token_s > {interval}",

@@ -126,3 +126,22 @@ def test_two_scenarios_in_one_locustfile_are_refused_in_one_line(tmp_path: Path)
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1].startswith("sse-soak: 2 of the scenarios declared in this process (first (")
     assert result.stderr.splitlines()[-1].endswith("a locustfile declares exactly one Scenario")
+
+
+def test_slow_prefills_keepalive_gates_are_unjudgeable_without_the_servers_interval_and_strict_at_zero() -> None:
+    """Against --host without --keep-alive-interval they cannot be formed (no false FAIL on fast streams);
+    with keep-alive off (0, the negative control) they are the real gates."""
+    result = run_python("""
+        import sys
+        sys.path.insert(0, "scenarios")
+        import slow_prefill
+        from loadtests import RunSettings
+        for interval in (None, 0.0):
+            settings = RunSettings("none", 60.0, interval, (), "http://h:1")
+            print([type(gate).__name__ for gate in slow_prefill.gates(settings)])
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "['Expect', 'Unjudgeable', 'Unjudgeable']",
+        "['Expect', 'Expect', 'Expect']",
+    ]

@@ -125,3 +125,12 @@ def test_compare_says_inconclusive_with_its_own_exit_code(tmp_path: Path, capsys
         main(["compare", str(base), str(new)])
     assert exited.value.code == INCONCLUSIVE_EXIT_CODE
     assert capsys.readouterr().out.splitlines()[-1].startswith("compare: INCONCLUSIVE: the new run could not judge")
+
+
+def test_a_gate_a_scenario_cannot_form_is_unjudged_with_its_reason_and_stored_as_such() -> None:
+    from loadtests._gates import Gate, Unjudgeable
+
+    gate = Unjudgeable("keepalive_through_silence", "the server's keep-alive interval is unknown")
+    result = gate.evaluate(table(raw_stream(3.0, 0)))
+    assert result.line() == "gate UNJUDGED keepalive_through_silence: the server's keep-alive interval is unknown"
+    assert Gate.from_spec(gate.spec()) == gate
