@@ -343,7 +343,7 @@ class Option:
     def default_on(self, surface: Surface) -> Any:
         return self.defaults.get(surface, self.default)
 
-    def help_on(self, surface: Surface, default: Any) -> str:
+    def help_on(self, default: Any) -> str:
         if self.kind.switch or default is None:
             return self.help  # its help says what none means
         shown = "none" if default is None else f"{default:g}" if isinstance(default, float) else default
@@ -644,7 +644,7 @@ def add_locust_options(parser: Any, title: str, scenario: Any) -> None:
         default = item.default_on(L)
         if item.scenario_field is not None:
             default = getattr(scenario, item.scenario_field)
-        kwargs: dict[str, Any] = {"default": default, "help": item.help_on(L, default)}
+        kwargs: dict[str, Any] = {"default": default, "help": item.help_on(default)}
         if item.kind.switch:
             kwargs["action"] = "store_true"
         else:
@@ -728,7 +728,7 @@ def argparse_type(item: Option) -> Callable[[str], Any]:
 
 def _argparse_kwargs(item: Option, surface: Surface) -> dict[str, Any]:
     default = item.default_on(surface)
-    kwargs: dict[str, Any] = {"default": default, "help": item.help_on(surface, default)}
+    kwargs: dict[str, Any] = {"default": default, "help": item.help_on(default)}
     if item.kind.switch:
         kwargs["action"] = "store_true"
     elif item.kind.choices:

@@ -265,12 +265,6 @@ class RunController:
         parser.set_defaults(master_bind_host="127.0.0.1", web_host="127.0.0.1")
         add_locust_options(parser, f"Options of the sse-soak scenario '{self.name}'.", self.scenario)
 
-    def settings(self, options: Any) -> RunSettings:
-        return self.scenario.settings(options)
-
-    def gate_list(self, settings: RunSettings, harness_lag_limit_ms: float = 0.0) -> list[Any]:
-        return self.scenario.gate_list(settings, harness_lag_limit_ms)
-
     def on_init(self, environment: Any, **_: Any) -> None:
         quiet_per_request_logging()
         end_with_launcher()  # a soak or launch() that dies, even by SIGKILL, leaves no run behind
@@ -281,7 +275,7 @@ class RunController:
         state.model_option = options.model
         state.api_key = options.api_key
         if state.api_key is None and options.host is None:  # the bundled server's own key, if it was given one
-            state.api_key = split_api_key(self.settings(options).server_args)[1]
+            state.api_key = split_api_key(self.scenario.settings(options).server_args)[1]
         state.client_idle_timeout = options.client_idle_timeout
         state.frame_sample_rate = options.frame_sample_rate
         state.max_line_bytes = options.max_line_bytes
@@ -290,7 +284,7 @@ class RunController:
             if issubclass(user_class, FastHttpUser):
                 user_class.network_timeout = options.client_idle_timeout
         if not isinstance(environment.runner, WorkerRunner):
-            self._settings = self.settings(options)
+            self._settings = self.scenario.settings(options)
             self.scenario.check(self._settings)  # a function's gates: checked once known
             plan_only = os.environ.get(PLAN_ONLY_ENV)
             if plan_only:
@@ -391,7 +385,7 @@ class RunController:
             check_locust_options(options)
             as_given = copy.copy(options)
             as_given.host = self._given_host  # the form's host field is the test's target, not --host
-            settings = self.settings(as_given)
+            settings = self.scenario.settings(as_given)
             if self._settings is not None and _stack_of(settings) != _stack_of(self._settings):
                 self._restart_stack(environment, settings)
             self._settings = settings
@@ -456,8 +450,8 @@ class RunController:
         return RunDir(given) if given else RunDir.create(report_dir, self.name)
 
     def _manifest(self, environment: Any) -> Manifest:
-        settings = self._settings or self.settings(environment.parsed_options)
-        gates = self.gate_list(settings, environment.parsed_options.harness_lag_limit_ms)
+        settings = self._settings or self.scenario.settings(environment.parsed_options)
+        gates = self.scenario.gate_list(settings, environment.parsed_options.harness_lag_limit_ms)
         services = [] if self._stack is None else [Service(s.name, s.url, s.pid) for s in self._stack.services]
         workers = environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -539,7 +533,7 @@ class RunController:
         self._judge_test(environment)  # waits for the judging under way, or judges if none came
 
     def _write_report(self, environment: Any, test: _Test) -> None:
-        settings = self._settings or self.settings(environment.parsed_options)
+        settings = self._settings or self.scenario.settings(environment.parsed_options)
         run = test.writer.run
         ended, interrupted = test.how_it_ended(self._guard.received)
         options = environment.parsed_options
@@ -550,7 +544,7 @@ class RunController:
             "max_unjudged_share": options.max_unjudged_share,
         }
         with self._guard.deferred():  # the summary and the verdict line are never cut
-            gates = self.gate_list(settings, options.harness_lag_limit_ms)
+            gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
             summary = judge(
                 run,
                 gates,
