@@ -20,14 +20,15 @@ report`` like any other); the soak job adds them to the run it watches.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
 from loadtests import _figures as figures
-from loadtests._gates import Gate, GateResult, RunTables
+from loadtests._gates import Gate, GateResult, RunTables, evaluate, unjudged, verdict_of
 from loadtests._outcome import Outcome
 from loadtests._server_metrics import concept_series
 
@@ -46,11 +47,38 @@ class DriftLimits:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class WindowJudge:
+    """How each window is judged on its own: by the run's gates that judge requests alone
+    (``Gate.judges_requests``), its point and its unjudged share, under the run's verdict rule."""
+
+    gates: Sequence[Gate]
+    point: Collection[str]
+    max_unjudged_share: float
+
+    def __call__(self, chunk: pd.DataFrame) -> dict[str, Any]:
+        """``verdict`` of the window, with the gates that ``failed`` and the ``unjudged`` ones of its
+        point (comma-separated, None when none): a window with no request is INCONCLUSIVE."""
+        gates = [gate for gate in self.gates if gate.judges_requests]
+        results = evaluate(RunTables(chunk), gates, self.max_unjudged_share)
+        failed = [result.name for result in results if not result.passed and not result.skipped]
+        unjudged = [result.name for result in results if result.skipped and result.name in self.point]
+        return {
+            "verdict": verdict_of(results, self.point, len(figures.judged(chunk))),
+            "failed": ", ".join(failed) or None,
+            "unjudged": ", ".join(unjudged) or None,
+        }
+
+
 def windows_table(
-    requests: pd.DataFrame, resources: pd.DataFrame, count: int, server_metrics: pd.DataFrame | None = None
+    requests: pd.DataFrame,
+    resources: pd.DataFrame,
+    count: int,
+    server_metrics: pd.DataFrame | None = None,
+    judge: WindowJudge | None = None,
 ) -> pd.DataFrame:
-    """One row per window: time span, error counts, latency, keep-alive cadence, memory, and the
-    server's queue when ``server_metrics`` has rows."""
+    """One row per window: its verdict (when ``judge`` is given), time span, error counts, latency,
+    keep-alive cadence, memory, and the server's queue when ``server_metrics`` has rows."""
     if requests.empty:
         return pd.DataFrame()
     server = concept_series(server_metrics) if server_metrics is not None and not server_metrics.empty else None
@@ -61,6 +89,8 @@ def windows_table(
     for number in range(count):
         chunk = requests[index == number]
         row = {"window": number + 1, "start_s": edges[number] - start, "end_s": edges[number + 1] - start}
+        if judge is not None:
+            row.update(judge(chunk))
         row.update(_window_figures(chunk))
         row.update(_window_memory(resources, edges[number], edges[number + 1]))
         if server is not None:
@@ -111,11 +141,13 @@ def _window_server(series: pd.DataFrame, start: float, end: float) -> dict[str, 
 def memory_growth(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
     name = DRIFT_GATES[0]
     details, failed = [], False
+    judged = 0
     for column, label in (("harness_rss_mb", "harness"), ("server_rss_mb", "server")):
         series = windows[column].dropna() if column in windows else pd.Series(dtype=float)
         if len(series) < 3:
             details.append(f"{label}: too few windows with samples ({len(series)})")
             continue
+        judged += 1
         second, last = series.iloc[1], series.iloc[-1]
         growth = last / second - 1 if second else 0.0
         rises = float((series.diff().dropna() > 0).mean())
@@ -123,6 +155,8 @@ def memory_growth(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
         failed |= steady
         details.append(f"{label} {second:.1f} -> {last:.1f} MiB ({growth:+.1%}, rose in {rises:.0%} of steps)")
     limit = f"limit +{limits.max_memory_growth:.0%} second->last window and rising in {limits.steady_share:.0%}"
+    if not judged:
+        return unjudged(name, "; ".join(details) + f": nothing to judge ({limit})")
     return GateResult(name, not failed, "; ".join(details) + f" ({limit})")
 
 
@@ -130,7 +164,7 @@ def latency_drift(windows: pd.DataFrame, limits: DriftLimits) -> GateResult:
     name = DRIFT_GATES[1]
     series = windows["ttft_p50_s"].dropna() if "ttft_p50_s" in windows else pd.Series(dtype=float)
     if len(series) < 3:
-        return GateResult(name, True, f"too few windows with TTFT ({len(series)})")
+        return unjudged(name, f"too few windows with TTFT ({len(series)}, 3 needed): nothing to judge")
     first, last = series.iloc[0], series.iloc[-1]
     drift = last - first
     failed = drift > limits.min_latency_drift_s and (first <= 0 or drift / first > limits.max_latency_drift)
@@ -148,6 +182,7 @@ class _DriftGate(Gate):
 
     limits: DriftLimits = field(default_factory=DriftLimits)
     name: str = "drift"
+    judges_requests: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if isinstance(self.limits, dict):  # rebuilt from its spec in summary.json
@@ -157,18 +192,18 @@ class _DriftGate(Gate):
         """The drift check over the run's windows; each drift gate names its own."""
         raise NotImplementedError
 
-    def windows(self, tables: RunTables, server_metrics: pd.DataFrame | None = None) -> pd.DataFrame:
+    def windows(self, tables: RunTables) -> pd.DataFrame:
         resources = tables.resources if tables.resources is not None else pd.DataFrame()
-        return windows_table(tables.requests, resources, self.limits.windows, server_metrics)
+        return windows_table(tables.requests, resources, self.limits.windows)
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         """Over the requests alone: no memory samples, so memory growth passes on too few windows."""
         return self.evaluate_run(RunTables(requests))
 
     def evaluate_run(self, tables: RunTables) -> GateResult:
-        """Passes, saying so, when there are no requests (so no windows) to judge."""
+        """Unjudged, saying so, when there are no requests (so no windows) to judge."""
         windows = self.windows(tables)
-        return self.rule(windows) if not windows.empty else GateResult(self.name, True, "no requests")
+        return self.rule(windows) if not windows.empty else unjudged(self.name, "no requests: no windows to judge")
 
 
 @dataclass(frozen=True)
@@ -197,9 +232,12 @@ def soak_section(
     partial: bool,
     duration_s: float | None,
     server_metrics: pd.DataFrame | None = None,
+    judge: WindowJudge | None = None,
 ) -> dict[str, Any]:
-    """The summary's ``soak`` section: the drift windows of the run so far (with the server's queue
-    when its metrics were scraped) and what judged them."""
-    windows = _DriftGate(limits).windows(tables, server_metrics)
+    """The summary's ``soak`` section: the drift windows of the run so far, each with its verdict
+    when ``judge`` is given (and the server's queue when its metrics were scraped), and what judged
+    the drift."""
+    resources = tables.resources if tables.resources is not None else pd.DataFrame()
+    windows = windows_table(tables.requests, resources, limits.windows, server_metrics, judge)
     records = windows.astype(object).where(windows.notna(), None).to_dict(orient="records")  # JSON null, not NaN
     return {"partial": partial, "duration_s": duration_s, "limits": limits.as_dict(), "windows": records}

@@ -26,9 +26,9 @@ import dataclasses
 import difflib
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import pandas as pd
 
@@ -61,6 +61,24 @@ class GateResult:
     def line(self) -> str:
         verdict = "UNJUDGED" if self.skipped else "PASS" if self.passed else "FAIL"
         return f"gate {verdict} {self.name}: {self.detail}"
+
+
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+"""The three verdicts: the server passed; the server did something wrong; the run could not judge."""
+
+
+def verdict_of(
+    results: Iterable[GateResult], point: Collection[str], requests_judged: int, interrupted: str | None = None
+) -> str:
+    """The one verdict rule, for a run or a window of one: ``FAIL`` when a gate failed (evidence
+    against the server) or the run was interrupted; else ``INCONCLUSIVE`` when no request was judged
+    or a gate of ``point`` is unjudged (it could not judge what it set out to judge); else ``PASS``."""
+    results = list(results)
+    if any(not result.passed and not result.skipped for result in results) or interrupted is not None:
+        return FAIL
+    if requests_judged == 0 or any(result.skipped and result.name in point for result in results):
+        return INCONCLUSIVE
+    return PASS
 
 
 def unjudged(name: str, detail: str) -> GateResult:
@@ -107,6 +125,10 @@ class Gate(ABC):
     """The timing tolerance its judgement relies on, in seconds: a request it would fail while the
     harness stalled this long is unjudged for it instead. None: a rule on statuses and outcomes, which
     no stall of the harness can move."""
+
+    judges_requests: ClassVar[bool] = True
+    """Its judgement is of the requests alone, so any slice of them (a soak's window) can be judged
+    by it; False for a gate over the whole run's samples (lag, memory, drift between windows)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -524,6 +546,7 @@ class HarnessKeptUp(Gate):
 
     limit_ms: float = DEFAULT_LAG_LIMIT_MS
     name: str = "harness_kept_up"
+    judges_requests: ClassVar[bool] = False
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         """Requests alone hold no lag samples: skipped, saying so."""

@@ -823,6 +823,9 @@ def _read_late(wait: Any) -> str:
 
 _WINDOW_COLUMNS = (
     ("window", "window"),
+    ("verdict", "verdict"),
+    ("failed", "failed gates"),
+    ("unjudged", "unjudged (its point)"),
     ("start_s", "from s"),
     ("end_s", "to s"),
     ("requests", "requests"),

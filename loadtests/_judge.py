@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from loadtests import _figures as figures
-from loadtests._drift import DriftLimits, LatencyDrift, MemoryGrowth, soak_section
+from loadtests._drift import DriftLimits, LatencyDrift, MemoryGrowth, WindowJudge, soak_section
 from loadtests._gates import (
     DEFAULT_MAX_UNJUDGED_SHARE,
     INFERENCE_COLUMNS,
@@ -113,7 +113,8 @@ def judge(
         settings, previous.settings if previous and "settings" in said else None, manifest and manifest.settings, {}
     )
     gates, recorded = _with_inferred_interval(run, gates, recorded)
-    results = evaluate(tables, gates, float(recorded.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE)))
+    share = float(recorded.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE))
+    results = evaluate(tables, gates, share)
     summary = summarize(
         _first(
             scenario,
@@ -136,7 +137,8 @@ def judge(
     summary.ended = ended if ended is not None else previous.ended if previous else None
     summary.interrupted = interrupted or (previous.interrupted if previous else None)
     server_metrics = run.read_server_metrics()
-    summary.soak = _soak_section(tables, gates, soak, previous, server_metrics)
+    judge_window = WindowJudge(gates, summary.point_names, share)
+    summary.soak = _soak_section(tables, gates, soak, previous, server_metrics, judge_window)
     reason = ((previous.server_metrics if previous else None) or {}).get("reason")
     summary.server_metrics = server_metrics_summary(server_metrics, server_metrics_unavailable or reason)
     summary.write(run)
@@ -206,8 +208,10 @@ def _soak_section(
     soak: SoakState | None,
     previous: Summary | None,
     server_metrics: pd.DataFrame,
+    judge: WindowJudge,
 ) -> dict[str, Any] | None:
-    """The drift windows, when the run has drift gates; the soak's state as told, else as before."""
+    """The drift windows, each judged by ``judge``, when the run has drift gates; the soak's state
+    as told, else as before."""
     drift = next((gate for gate in gates if isinstance(gate, (MemoryGrowth, LatencyDrift))), None)
     if drift is None:
         return None
@@ -215,7 +219,7 @@ def _soak_section(
     state = soak or SoakState(bool(before.get("partial", False)), before.get("duration_s"))
     limits: DriftLimits = drift.limits
     judged = dataclasses.replace(tables, requests=figures.judged(tables.requests))
-    return soak_section(judged, limits, state.partial, state.duration_s, server_metrics)
+    return soak_section(judged, limits, state.partial, state.duration_s, server_metrics, judge)
 
 
 def write_html_files(run: RunDir, summary: Summary) -> None:

@@ -178,6 +178,9 @@ class Soak:
         for gate in summary.gates:
             if gate.name in DRIFT_GATES:
                 self.printer.print(gate.line())
+        windows = summary.windows_line()
+        if windows is not None:
+            self.printer.print(windows)
         regressions = self._compare_with_baseline(summary)
         self.printer.print(f"report: {self.run_dir}")
         reasons = [gate.name for gate in summary.gates if not gate.passed and not gate.unjudged] + regressions

@@ -23,14 +23,12 @@ from typing import Any
 import pandas as pd
 
 from loadtests._figures import PERCENTILES, count_500s, quantiles
-from loadtests._gates import GateResult
+from loadtests._gates import FAIL, INCONCLUSIVE, PASS, GateResult, verdict_of
 from loadtests._lag import lag_summary
 from loadtests._outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests._run_dir import RunDir
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UsageError
 
-PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
-"""The three verdicts: the server passed; the server did something wrong; the run could not judge."""
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
 LATENCY_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
@@ -94,14 +92,9 @@ class Summary:
 
     @property
     def verdict(self) -> str:
-        """``FAIL`` when a gate failed (evidence against the server) or the run was interrupted;
-        else ``INCONCLUSIVE`` when no request was judged or a gate of the run's point is unjudged (the
-        run could not judge what it set out to judge); else ``PASS``. Computed here only."""
-        if any(not gate.passed and not gate.skipped for gate in self.gates) or self.interrupted is not None:
-            return FAIL
-        if self.requests_judged == 0 or self.unjudged_point:
-            return INCONCLUSIVE
-        return PASS
+        """PASS, FAIL or INCONCLUSIVE by ``loadtests._gates.verdict_of``, the one rule (a soak's
+        windows are judged by it too); never read back from a file."""
+        return verdict_of(self.gates, self.point_names, self.requests_judged, self.interrupted)
 
     @property
     def unjudged_point(self) -> list[GateResult]:
@@ -162,6 +155,26 @@ class Summary:
                 "unjudged by it, not failed)"
             )
         return lines + [gate.line() for gate in self.gates]
+
+    def windows_line(self) -> str | None:
+        """A soak's windows by verdict in one line, naming the windows that did not pass and why
+        (``windows: 8 PASS, 1 FAIL (4: no_http_500), 1 INCONCLUSIVE (10: unjudged covered)``);
+        None for a run without windows."""
+        windows = [window for window in (self.soak or {}).get("windows") or [] if window.get("verdict")]
+        if not windows:
+            return None
+        parts = []
+        for verdict in (PASS, FAIL, INCONCLUSIVE):
+            chosen = [window for window in windows if window["verdict"] == verdict]
+            if not chosen:
+                continue
+            why = [
+                f"{window['window']}: " + (window.get("failed") or f"unjudged {window.get('unjudged') or 'no request'}")
+                for window in chosen[:3]
+            ]
+            more = f", {len(chosen) - 3} more" if len(chosen) > 3 else ""
+            parts.append(f"{len(chosen)} {verdict}" + (f" ({'; '.join(why)}{more})" if verdict != PASS else ""))
+        return f"windows: {', '.join(parts)}"
 
     def verdict_line(self) -> str:
         """``verdict: PASS``, or ``verdict: FAIL (...)`` / ``verdict: INCONCLUSIVE (...)`` with why, in

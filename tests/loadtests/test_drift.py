@@ -7,12 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
-from loadtests._drift import DriftLimits, drift_gates, latency_drift, memory_growth, windows_table
-from loadtests._gates import GATE_TYPES, Gate, RunTables
+from loadtests._drift import DriftLimits, WindowJudge, drift_gates, latency_drift, memory_growth, windows_table
+from loadtests._gates import GATE_TYPES, Expect, Gate, HarnessKeptUp, RunTables
 from loadtests._options import parse_duration
 from loadtests._progress import ProgressPrinter, RunProgress
+from loadtests._recorder import REQUEST_SCHEMA, to_pandas
 from loadtests._run_dir import RunDir
 from loadtests._server_metrics import parse_exposition
 
@@ -77,10 +79,42 @@ def test_latency_drift_fails_beyond_both_limits() -> None:
     ).passed
 
 
-def test_no_requests_means_no_windows_and_passing_gates() -> None:
+def test_no_requests_means_no_windows_and_unjudged_gates() -> None:
     tables = RunTables(requests_over(0), resources=memory(1, np.ones(1), np.ones(1)))
     assert drift_gates(LIMITS)[0].windows(tables).empty
-    assert all(gate.evaluate_run(tables).passed for gate in drift_gates(LIMITS))
+    results = [gate.evaluate_run(tables) for gate in drift_gates(LIMITS)]
+    assert all(result.skipped and not result.passed for result in results)
+    assert all("no windows" in result.detail for result in results)
+
+
+def test_too_few_windows_leave_drift_unjudged_never_passed() -> None:
+    two = windows_table(requests_over(100), memory(100, np.full(50, 200.0), np.full(50, 50.0)), 2)
+    assert latency_drift(two, LIMITS).skipped and "3 needed" in latency_drift(two, LIMITS).detail
+    assert memory_growth(two, LIMITS).skipped and "nothing to judge" in memory_growth(two, LIMITS).detail
+    no_server = memory(100, np.full(50, 200.0), np.full(50, np.nan))  # --host: no server memory
+    judged = memory_growth(windows_table(requests_over(100), no_server, 5), LIMITS)
+    assert judged.passed and not judged.skipped and "server: too few windows" in judged.detail
+
+
+def test_each_window_carries_its_own_verdict_by_the_runs_rule() -> None:
+    rows = requests_over(100).astype(object).to_dict(orient="records")
+    for number, row in enumerate(rows):
+        row.update(request_id=f"r{number}", name="n", route="chat", client="raw")
+    for row in rows[150:155]:  # in window 4 of 5
+        row.update(outcome="http_error", status=500)
+    requests = to_pandas(pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA))  # every column a run records
+    gates = [HarnessKeptUp(5.0), Expect("every_ok", where=None, require="outcome == 'ok'")]
+    judge = WindowJudge(gates, point={"every_ok", "requests_completed"}, max_unjudged_share=0.1)
+    windows = windows_table(requests, memory(100, np.ones(5), np.ones(5)), 5, judge=judge)
+    assert windows["verdict"].tolist() == ["PASS", "PASS", "PASS", "FAIL", "PASS"]
+    assert set(windows.loc[3, "failed"].split(", ")) == {"outcomes_as_expected", "no_http_500", "every_ok"}
+    assert "harness_kept_up" not in str(windows["failed"].tolist())  # a whole-run measurement, not a window's
+    silent_only = [Expect("covered", where="silence_before_first_token_s > 5", require="keepalive_frames >= 1")]
+    unexercised = WindowJudge(silent_only, point={"covered"}, max_unjudged_share=0.1)
+    windows = windows_table(
+        requests.assign(outcome="ok", status=200), memory(100, np.ones(5), np.ones(5)), 5, judge=unexercised
+    )
+    assert set(windows["verdict"]) == {"INCONCLUSIVE"} and set(windows["unjudged"]) == {"covered"}
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("20m", 1200), ("8h", 28800), ("1h30m", 5400), ("45", 45)])

@@ -60,6 +60,7 @@ def test_a_clean_soak_passes_with_windows_progress_and_memory(clean_soak: subpro
     summary = rejudged_alike(run_dir_of(result.stdout))
     windows = summary["soak"]["windows"]
     assert len(windows) == 3 and summary["soak"]["partial"] is False
+    assert [w["verdict"] for w in windows] == ["PASS"] * 3 and "windows: 3 PASS" in result.stdout
     assert all(w["harness_rss_mb"] and w["server_rss_mb"] for w in windows)
     assert sum(w["requests"] for w in windows) == summary["requests"] - summary["outcomes"]["stopped"]
     assert {"memory_growth", "latency_drift"} <= {g["name"] for g in summary["gates"]}
@@ -82,6 +83,9 @@ def test_a_soak_with_injected_failures_fails_with_the_counts_and_against_its_bas
     requests = pd.read_parquet(run_dir_of(result.stdout) / "requests.parquet")
     assert summary["http_500"] == int((requests["status"] == 500).sum()) > 0
     assert f"gate FAIL no_http_500: {summary['http_500']} HTTP 500" in result.stdout
+    failing = [w for w in summary["soak"]["windows"] if w["verdict"] == "FAIL"]
+    assert failing and all("no_http_500" in w["failed"] for w in failing if w["http_500"])
+    assert f"{len(failing)} FAIL (" in next(line for line in result.stdout.splitlines() if line.startswith("windows:"))
 
 
 def test_sigterm_midway_still_leaves_a_readable_report(tmp_path: Path) -> None:
