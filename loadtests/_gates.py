@@ -361,7 +361,7 @@ class NoProxyTimeouts(Gate):
 
     read_timeout: float | None = None
     keep_alive_interval: float | None = None
-    """The server's keep-alive interval, None when unknown (or off)."""
+    """The server's keep-alive interval: 0 when off, None when unknown (``--host`` not told it)."""
     name: str = "no_proxy_timeouts"
 
     def for_run(self, settings: RunFigures) -> NoProxyTimeouts:
@@ -405,12 +405,12 @@ class NoProxyTimeouts(Gate):
             return GateResult(self.name, True, f"{detail}; {tested} streams silent over the read timeout")
         longest = pd.concat([by_proxy["max_gap_s"], timed_out["ttfb_s"]]).max()
         interval = self.keep_alive_interval
-        keep_alive = "off" if not interval else f"every {interval:g} s"
+        keep_alive = "of unknown interval" if interval is None else "off" if not interval else f"every {interval:g} s"
         detail += (
             f"; longest silence {longest:.2f} s against a proxy read timeout of {self.read_timeout:g} s with "
             f"server keep-alive {keep_alive}"
         )
-        if not interval or interval >= self.read_timeout:
+        if interval is None or interval >= self.read_timeout or not interval:
             detail += " (a keep-alive interval below the read timeout would keep these streams alive)"
         return GateResult(self.name, False, detail + _examples(pd.concat([timed_out, by_proxy])))
 

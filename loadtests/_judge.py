@@ -34,6 +34,7 @@ from loadtests._gates import (
     Gate,
     HarnessKeptUp,
     KeepAliveCovered,
+    NoProxyTimeouts,
     RunTables,
     evaluate,
     inferred_keep_alive_interval,
@@ -172,6 +173,12 @@ def _with_inferred_interval(
         return [*others, KeepAliveCovered(None)], settings
     interval, streams = found
     inferred = KeepAliveCovered(interval, source=f"inferred from the comments of {streams} streams")
+    others = [  # a proxy gate told no interval names the one seen
+        dataclasses.replace(gate, keep_alive_interval=interval)
+        if isinstance(gate, NoProxyTimeouts) and gate.keep_alive_interval is None
+        else gate
+        for gate in others
+    ]
     return [*others, inferred], {**settings, "keep_alive_interval": interval, "keep_alive_interval_source": INFERRED}
 
 

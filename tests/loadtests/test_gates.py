@@ -194,7 +194,14 @@ def test_only_cuts_silent_for_the_read_timeout_are_proxy_timeouts() -> None:
     result = gate.evaluate(table(server_drop, proxy_cut, {"status": 504, "outcome": "http_5xx", "ttfb_s": 2.0}))
     assert not result.passed
     assert result.detail.startswith("1 proxy 504s before the headers, 1 streams cut after them")
-    assert "server keep-alive off (a keep-alive interval below the read timeout" in result.detail
+    assert "server keep-alive of unknown interval (a keep-alive interval below" in result.detail
+    off = NoProxyTimeouts(read_timeout=2.0, keep_alive_interval=0.0).evaluate(table(proxy_cut))
+    assert "server keep-alive off (a keep-alive interval below the read timeout" in off.detail
+    too_slow = NoProxyTimeouts(read_timeout=2.0, keep_alive_interval=3.0).evaluate(table(proxy_cut))
+    assert "server keep-alive every 3 s (a keep-alive interval below" in too_slow.detail
+    working = NoProxyTimeouts(read_timeout=2.0, keep_alive_interval=0.5).evaluate(table(proxy_cut))
+    assert "with server keep-alive every 0.5 s" in working.detail
+    assert "would keep these streams alive" not in working.detail
 
 
 def test_an_expect_naming_no_column_is_refused_in_one_line_naming_it_and_the_gate() -> None:

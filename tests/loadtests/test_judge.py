@@ -65,3 +65,13 @@ def test_a_given_interval_is_not_second_guessed(tmp_path: Path) -> None:
     settings = {**HOST_SETTINGS, "keep_alive_interval": 0.5, "keep_alive_interval_source": "given"}
     summary = judge(run, [], scenario="s", settings=settings, html=False)
     assert summary.settings == settings and "keepalive_covered" not in [gate.name for gate in summary.gates]
+
+
+def test_a_proxy_gate_told_no_interval_names_the_one_inferred(tmp_path: Path) -> None:
+    from loadtests._gates import NoProxyTimeouts
+
+    run = run_with(tmp_path, [[1.1, 2.1, 3.1], [1.1, 2.1]])
+    settings = {**HOST_SETTINGS, "keep_alive_interval_source": "unknown", "proxy_read_timeout": 2.0}
+    summary = judge(run, [NoProxyTimeouts(2.0, None)], scenario="s", settings=settings, html=False)
+    (stored,) = [spec for spec in summary.gate_specs if spec["type"] == "NoProxyTimeouts"]
+    assert stored["keep_alive_interval"] == 1.0
