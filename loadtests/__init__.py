@@ -33,6 +33,7 @@ _EXPORTS = {
     "Gate": "loadtests._gates",
     "GateResult": "loadtests._gates",
     "NoProxyTimeouts": "loadtests._gates",
+    "QUEUE_FOR_SILENCE": "loadtests._gates",
     "Unjudgeable": "loadtests._gates",
     "Frame": "loadtests._sse",
     "SSEParser": "loadtests._sse",
@@ -47,6 +48,7 @@ _EXPORTS = {
 
 __all__ = [
     "OUTCOMES",
+    "QUEUE_FOR_SILENCE",
     "Expect",
     "Frame",
     "Gate",
@@ -68,7 +70,7 @@ __all__ = [
 assert sorted(__all__) == sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # what the lazy names are, for editors and type checkers; never run
-    from loadtests._gates import Expect, Gate, GateResult, NoProxyTimeouts, Unjudgeable
+    from loadtests._gates import QUEUE_FOR_SILENCE, Expect, Gate, GateResult, NoProxyTimeouts, Unjudgeable
     from loadtests._outcome import OUTCOMES, Outcome, RequestRow
     from loadtests._scenario import RunSettings, Scenario
     from loadtests._sse import Frame, SSEParser

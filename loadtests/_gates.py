@@ -81,6 +81,12 @@ def verdict_of(
     return PASS
 
 
+QUEUE_FOR_SILENCE = (
+    "against a server with fast prefill, silence comes from queueing: run more users (-u) than its concurrent slots"
+)
+"""How a run whose point is silence makes it happen when the server's prefill is fast."""
+
+
 def unjudged(name: str, detail: str) -> GateResult:
     """The one rule for empty evidence: a gate with no row to judge is unjudged, never a PASS on 0/0
     (nor a FAIL: the server did nothing wrong that the run saw)."""
@@ -302,6 +308,9 @@ class Expect(Gate):
     """The timing tolerance ``require`` relies on (say 0.25 for ``max_gap_s <= interval + 0.25``); None
     for a rule on statuses and outcomes. A row that breaks ``require`` while the harness stalled this
     long or longer is unjudged, not failed."""
+    unexercised: str | None = None
+    """What to do when too few rows match ``where`` (said in the unjudged line): how a run makes the
+    condition the gate is about happen."""
 
     def check(self) -> None:
         """Raise ``ValueError`` (one line naming the gate and the unknown name) when ``where`` or
@@ -325,8 +334,9 @@ class Expect(Gate):
 
     def spec(self) -> dict[str, Any]:
         spec = super().spec()
-        if spec.get("resolution_s") is None:  # stored as before a resolution existed: older readers load it
-            spec.pop("resolution_s", None)
+        for optional in ("resolution_s", "unexercised"):  # stored as before they existed: older readers load it
+            if spec.get(optional) is None:
+                spec.pop(optional, None)
         return spec
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
@@ -345,7 +355,8 @@ class Expect(Gate):
             seen = ", ".join(f"{n} {outcome}/{status}" for (outcome, status), n in counts.items())
             detail += f"; instead: {seen}{_examples(bad)}"
         elif len(selected) < self.min_rows:  # too little evidence, and none against: nothing judged
-            return unjudged(self.name, detail + _excused_detail(excused))
+            advice = f" ({self.unexercised})" if self.unexercised else ""
+            return unjudged(self.name, detail + advice + _excused_detail(excused))
         return GateResult(self.name, passed, detail + _excused_detail(excused), False, len(excused), len(selected))
 
 
@@ -400,7 +411,7 @@ class NoProxyTimeouts(Gate):
                 return unjudged(
                     self.name,
                     f"{detail}; no stream was silent before its first token for the proxy's read timeout of "
-                    f"{self.read_timeout:g} s (longest {longest_silence}): nothing tested it",
+                    f"{self.read_timeout:g} s (longest {longest_silence}): nothing tested it ({QUEUE_FOR_SILENCE})",
                 )
             return GateResult(self.name, True, f"{detail}; {tested} streams silent over the read timeout")
         longest = pd.concat([by_proxy["max_gap_s"], timed_out["ttfb_s"]]).max()

@@ -279,6 +279,7 @@ class RunController:
         state.client_idle_timeout = options.client_idle_timeout
         state.frame_sample_rate = options.frame_sample_rate
         state.max_line_bytes = options.max_line_bytes
+        state.hold_slots = options.host is not None  # not the bundled server: its profile is not in force
         state.runner = environment.runner
         for user_class in environment.user_classes:
             if issubclass(user_class, FastHttpUser):

@@ -48,6 +48,9 @@ class RunState:
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     """Longest SSE line a user reads; a longer one is a protocol error and ends that stream."""
     probe_timeout: float = PROBE_TIMEOUT
+    hold_slots: bool = False
+    """The target is a server the run did not start (``--host``): requests with ``hold_s`` are
+    lengthened to its pace so that streams queue (``RequestMix.prepare``)."""
     """Seconds the first ``/tokenize`` request may take before prompt sizing turns to estimates."""
     runner: Any = None
     recorder: Recorder = field(default_factory=Recorder)
@@ -124,8 +127,10 @@ class RunState:
                         if self.facts is None:
                             self.facts = discover(client, self.model_option, self.probe_timeout)
                             self._announce_estimate()
-                        prepared = self._mixes[id(mix)] = mix.prepare(client, self.facts)
+                        prepared = self._mixes[id(mix)] = mix.prepare(client, self.facts, self.hold_slots)
                         self._announce_estimate()
+                        if prepared.holding:
+                            print(prepared.holding, flush=True)
         return prepared
 
     def _announce_estimate(self) -> None:

@@ -173,7 +173,7 @@ class StreamingUser:
             route=spec.route,
             client=self.client_kind,
             prompt_tokens=request.prompt_tokens,
-            max_tokens=spec.max_tokens,
+            max_tokens=request.max_tokens,
             truncate_prompt_tokens=spec.truncate_prompt_tokens,
             expected=spec.expected,
         )

@@ -7,6 +7,11 @@ streams alive. Gates: no proxy timeout (no 504, no cut) and every stream ``ok``.
 ``--keep-alive-interval 0`` is the negative control: every stream is cut, the run fails, and the
 gate line says why. ``scenarios/soak.py`` reuses ``mix``.
 
+Against a server given with ``--host`` whose first token comes within ``HOLD_S``, the silence comes
+from queueing: each request asks for as many tokens as that server streams in ``HOLD_S`` (its pace
+probed once), so with more users than its concurrent slots the rest wait behind them, silent,
+through the proxy. A run where no stream was silent for the read timeout is INCONCLUSIVE, saying so.
+
     locust -f scenarios/proxy_timeout.py --headless -u 4 -r 4 -t 20s [--proxy nginx]
 """
 
@@ -16,11 +21,18 @@ from locust import run_single_user
 
 from loadtests import Expect, NoProxyTimeouts, RequestMix, RequestSpec, Scenario, SSEUser
 
+HOLD_S = 3.0
+"""How long each stream holds a slot against a ``--host`` server with fast prefill: 1.5 times the
+scenario's read timeout of 2 s, so streams queued behind it outlast the timeout."""
+
 
 def mix(prompt_tokens: int, max_tokens: int) -> RequestMix:
-    """Short streams on both routes, behind the proxy."""
+    """Short streams on both routes, behind the proxy (long enough to queue others at a fast ``--host``)."""
     return RequestMix(
-        [RequestSpec("behind-proxy", route, prompt_tokens, max_tokens=max_tokens) for route in ("completions", "chat")]
+        [
+            RequestSpec("behind-proxy", route, prompt_tokens, max_tokens=max_tokens, hold_s=HOLD_S)
+            for route in ("completions", "chat")
+        ]
     )
 
 
