@@ -21,7 +21,7 @@ from gevent.lock import Semaphore
 from loadtests._arrivals import ArrivalSchedule
 from loadtests._lag import LagMonitor
 from loadtests._loop_hygiene import shared_ssl_context
-from loadtests._outcome import Outcome
+from loadtests._outcome import Outcome, RequestRow
 from loadtests._recorder import Recorder
 from loadtests._sse import DEFAULT_MAX_LINE_BYTES
 from loadtests._workload import (
@@ -29,6 +29,7 @@ from loadtests._workload import (
     PreparedMix,
     RequestMix,
     ServerFacts,
+    ServerPace,
     discover,
     probe_prompt_sizing,
 )
@@ -49,8 +50,8 @@ class RunState:
     """Longest SSE line a user reads; a longer one is a protocol error and ends that stream."""
     probe_timeout: float = PROBE_TIMEOUT
     hold_slots: bool = False
-    """The target is a server the run did not start (``--host``): requests with ``hold_s`` are
-    lengthened to its pace so that streams queue (``RequestMix.prepare``)."""
+    """The target is a server the run did not start (``--host``): once a stream shows its pace,
+    requests with ``hold_s`` are lengthened to it so that streams queue (``learn_pace``)."""
     """Seconds the first ``/tokenize`` request may take before prompt sizing turns to estimates."""
     runner: Any = None
     recorder: Recorder = field(default_factory=Recorder)
@@ -127,11 +128,28 @@ class RunState:
                         if self.facts is None:
                             self.facts = discover(client, self.model_option, self.probe_timeout)
                             self._announce_estimate()
-                        prepared = self._mixes[id(mix)] = mix.prepare(client, self.facts, self.hold_slots)
+                        prepared = self._mixes[id(mix)] = mix.prepare(client, self.facts)
                         self._announce_estimate()
-                        if prepared.holding:
-                            print(prepared.holding, flush=True)
+                        if self.facts.pace is not None:  # a mix prepared after the pace was learnt
+                            prepared.hold_slots(self.facts.pace, self.facts.max_model_len)
         return prepared
+
+    def learn_pace(self, row: RequestRow) -> None:
+        """With ``hold_slots``, the first ``ok`` stream with tokens sets the server's pace and
+        lengthens every prepared mix's slot holders to it, said in one line; then nothing more."""
+        if not self.hold_slots or self.facts is None or self.facts.pace is not None or row.outcome != Outcome.OK:
+            return
+        pace = ServerPace.of(row.ttft_s, row.duration_s, row.usage_completion_tokens or row.data_frames - 1)
+        if pace is None:
+            return
+        self.facts.pace = pace
+        raised = sorted({why for mix in self._mixes.values() for why in mix.hold_slots(pace, self.facts.max_model_len)})
+        if raised:
+            print(
+                f"sse-soak: {pace.describe()}: to make silence by queueing, {'; '.join(raised)}, each holding a "
+                "slot; streams queue only with more users (-u) than the server's concurrent slots",
+                flush=True,
+            )
 
     def _announce_estimate(self) -> None:
         """One line per process, the first time sizing is (or turns) estimated."""

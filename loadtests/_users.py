@@ -199,6 +199,7 @@ class StreamingUser:
             row.scheduled_time = self._ticket.due_epoch
             row.start_lateness_s = max(0.0, row.start_time - self._ticket.due_epoch)
         harness.recorder.add(row, frames if harness.keeps_frames(row.request_id, row.outcome) else None)
+        harness.learn_pace(row)
         if row.outcome == Outcome.STOPPED:
             return  # the run ended it; no verdict for Locust's statistics either
         exception = None

@@ -18,7 +18,6 @@ import itertools
 import json
 import math
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -54,9 +53,10 @@ class RequestSpec:
     include_usage: bool = True
     hold_s: float | None = None
     """Against a server the run did not start (``--host``), whose first token comes sooner than
-    this: ask for enough tokens to stream for about this long at its measured pace, so that each
-    such request holds a slot and more users than slots queue in silence behind it (how a scenario
-    whose point is silence makes it when prefill is fast). None: ``max_tokens`` as given, always."""
+    this: once the run's first stream has shown the server's pace, ask for enough tokens to stream
+    for about this long, so that each such request holds a slot and more users than slots queue in
+    silence behind it (how a scenario whose point is silence makes it when prefill is fast). None:
+    ``max_tokens`` as given, always."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class ServerFacts:
     max_model_len: int | None = None
     estimate_reason: str | None = None
     pace: ServerPace | None = None
-    """The server's pace from one probe stream, measured the first time a mix holds slots."""
+    """The server's own pace, from the run's first stream that showed one, when the run holds slots."""
 
     @property
     def prompt_sizing(self) -> str:
@@ -117,68 +117,43 @@ class ServerFacts:
         return self.estimate_reason is None
 
 
-PACE_PROBE_TOKENS = 24
 HOLD_MAX_TOKENS = 16384
 """The most tokens a slot-holding request asks for, whatever the pace: a bound on its length."""
 
 
 @dataclass(frozen=True)
 class ServerPace:
-    """How one probe stream went: seconds to its first token and per token after it (None when it
-    sent fewer than two tokens, or none: then nothing is held)."""
+    """The server's own pace, from the first stream of the run that finished ``ok`` with tokens:
+    seconds to its first token, and per token after it."""
 
-    first_token_s: float | None
-    per_token_s: float | None
-    problem: str | None = None
-    """Why the probe could not measure the pace (one line), when it could not."""
+    first_token_s: float
+    per_token_s: float
+
+    @classmethod
+    def of(cls, ttft_s: float | None, duration_s: float, tokens: int | None) -> ServerPace | None:
+        """The pace one finished stream shows (its ``ttft_s``, ``duration_s`` and completion
+        ``tokens``), None when it shows none (no first token, or under two tokens)."""
+        if ttft_s is None or tokens is None or tokens < 2:
+            return None
+        return cls(ttft_s, max(duration_s - ttft_s, 0.0) / (tokens - 1))
 
     def hold_tokens(self, spec: RequestSpec, room: int | None) -> tuple[int, str | None]:
         """``max_tokens`` for ``spec``, and why it was raised (None when not): raised to stream
         for ``hold_s`` when the server's own first token comes sooner, at most ``room`` (what the
         context leaves) and ``HOLD_MAX_TOKENS``."""
-        if spec.hold_s is None or self.per_token_s is None or self.first_token_s is None:
-            return spec.max_tokens, None
-        if self.first_token_s >= spec.hold_s:
-            return spec.max_tokens, None  # the server is silent long enough on its own
+        if spec.hold_s is None or self.first_token_s >= spec.hold_s:
+            return spec.max_tokens, None  # nothing to hold, or the server is silent long enough on its own
         wanted = math.ceil(spec.hold_s / max(self.per_token_s, 1e-6))
         tokens = max(spec.max_tokens, min(wanted, HOLD_MAX_TOKENS, room if room is not None else HOLD_MAX_TOKENS))
         if tokens == spec.max_tokens:
             return tokens, None
-        return tokens, f"{spec.label} asks for {tokens} tokens (~{tokens * self.per_token_s:.1f} s)"
+        return tokens, f"{spec.label} now asks for {tokens} tokens (~{tokens * self.per_token_s:.1f} s)"
 
     def describe(self) -> str:
-        if self.per_token_s is None or self.first_token_s is None:
-            return f"the server's pace is unknown ({self.problem or 'the probe stream sent under two tokens'})"
         return (
             f"the server sent a first token in {self.first_token_s * 1000:.0f} ms and one every "
             f"{self.per_token_s * 1000:.1f} ms after it"
         )
-
-
-def measure_pace(client: httpx.Client, model: str, route: Route, timeout: float = PROBE_TIMEOUT) -> ServerPace:
-    """One short stream (``PACE_PROBE_TOKENS`` tokens of a one-word prompt) timed data line by data
-    line. Never raises: a server that fails it has an unknown pace, with the reason."""
-    body = {
-        "model": model,
-        **_source(route, FILLER_WORD),
-        "max_tokens": PACE_PROBE_TOKENS,
-        "stream": True,
-    }
-    stamps: list[float] = []
-    try:
-        started = time.monotonic()
-        with client.stream("POST", ROUTE_PATHS[route], json=body, timeout=timeout) as response:
-            if response.status_code != 200:
-                return ServerPace(None, None, f"the probe stream was answered {response.status_code}")
-            for line in response.iter_lines():
-                if line.startswith("data:") and "[DONE]" not in line:
-                    stamps.append(time.monotonic() - started)
-    except httpx.HTTPError as exc:
-        return ServerPace(None, None, f"the probe stream failed: {type(exc).__name__}: {exc}")
-    if len(stamps) < 3:  # a chat stream's first chunk is its role: the tokens start after it
-        return ServerPace(stamps[0] if stamps else None, None, f"the probe stream sent {len(stamps)} chunks")
-    first, tokens = (stamps[1], stamps[1:]) if route == "chat" else (stamps[0], stamps)
-    return ServerPace(first, (tokens[-1] - tokens[0]) / (len(tokens) - 1))
 
 
 class TokenizeError(SseSoakError):
@@ -313,34 +288,20 @@ class RequestMix:
         if not self.specs:
             raise ValueError("a request mix needs at least one spec")
 
-    def prepare(self, client: httpx.Client, facts: ServerFacts, hold_slots: bool = False) -> PreparedMix:
-        """Build and measure every spec's prompt once (one text per route and size). With
-        ``hold_slots`` (a server the run did not start), specs with ``hold_s`` ask for as many tokens
-        as the server's pace (probed once, kept in ``facts``) needs to stream that long; the mix's
-        ``holding`` says what was raised, or why nothing was."""
+    def prepare(self, client: httpx.Client, facts: ServerFacts) -> PreparedMix:
+        """Build and measure every spec's prompt once (one text per route and size)."""
         cache: dict[tuple[str, int], tuple[str, int | None]] = {}
-        prepared, holding = [], []
-        holders = [spec for spec in self.specs if spec.hold_s is not None] if hold_slots else []
-        if holders and facts.pace is None:
-            facts.pace = measure_pace(client, facts.model, holders[0].route)
+        prepared = []
         for spec in self.specs:
             key = (spec.route, spec.prompt_tokens)
             if key not in cache:
                 cache[key] = sized_text(client, facts, spec.route, spec.prompt_tokens)
             text, counted = cache[key]
-            max_tokens = spec.max_tokens
-            if spec in holders and facts.pace is not None:
-                room = facts.max_model_len - (counted or spec.prompt_tokens) - 1 if facts.max_model_len else None
-                max_tokens, raised = facts.pace.hold_tokens(spec, room)
-                holding += [raised] if raised else []
-            body: dict[str, Any] = {**_source(spec.route, text), "max_tokens": max_tokens}
+            body: dict[str, Any] = {**_source(spec.route, text), "max_tokens": spec.max_tokens}
             if spec.truncate_prompt_tokens is not None:
                 body["truncate_prompt_tokens"] = spec.truncate_prompt_tokens
             prepared.append(PreparedRequest(spec, body, counted))
-        mix = PreparedMix(prepared, random.Random(self.seed))
-        if holders and facts.pace is not None:
-            mix.holding = _holding_line(facts.pace, holding, holders)
-        return mix
+        return PreparedMix(prepared, random.Random(self.seed))
 
 
 @dataclass
@@ -350,8 +311,6 @@ class PreparedMix:
 
     requests: list[PreparedRequest]
     rng: random.Random
-    holding: str | None = None
-    """One line on how the mix holds the server's slots to queue in silence, when it was asked to."""
 
     def __post_init__(self) -> None:
         self._cum_weights = list(itertools.accumulate(request.spec.weight for request in self.requests))
@@ -359,15 +318,16 @@ class PreparedMix:
     def draw(self) -> PreparedRequest:
         return self.rng.choices(self.requests, cum_weights=self._cum_weights)[0]
 
-
-def _holding_line(pace: ServerPace, raised: list[str], holders: list[RequestSpec]) -> str:
-    """What the mix does to make silence by queueing, and what it needs of the user."""
-    longest = max(spec.hold_s or 0.0 for spec in holders)
-    if pace.per_token_s is None:
-        return f"sse-soak: {pace.describe()}: requests are sent as declared, not lengthened to queue"
-    if not raised:
-        return f"sse-soak: {pace.describe()}: silent enough already, requests are sent as declared"
-    return (
-        f"sse-soak: {pace.describe()}: to make silence by queueing, {'; '.join(sorted(set(raised)))}, holding a "
-        f"slot for ~{longest:g} s; streams queue only with more users (-u) than the server's concurrent slots"
-    )
+    def hold_slots(self, pace: ServerPace, max_model_len: int | None) -> list[str]:
+        """Lengthen the requests whose spec has ``hold_s`` to stream that long at ``pace`` (within
+        the context), so that more users than the server's slots queue behind them; what was
+        lengthened, one phrase each (none: the server is silent long enough on its own)."""
+        raised = []
+        for index, request in enumerate(self.requests):
+            room = max_model_len - (request.prompt_tokens or request.spec.prompt_tokens) - 1 if max_model_len else None
+            tokens, why = pace.hold_tokens(request.spec, room)
+            if why is not None:
+                body = {**request.body, "max_tokens": tokens}
+                self.requests[index] = PreparedRequest(request.spec, body, request.prompt_tokens)
+                raised.append(why)
+        return sorted(set(raised))

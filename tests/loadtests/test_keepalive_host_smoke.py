@@ -56,3 +56,37 @@ def test_a_gateway_that_holds_headers_and_strips_comments_fails_keepalive_and_is
     line = f"sse-soak: {len(finished)} raw streams were silent over 0.65 s and none got a keep-alive comment"
     assert line in covered["detail"] and line in run.output
     assert "(a gateway such as LiteLLM)" in covered["detail"]
+
+
+FAST_PREFILL = ("--max-num-seqs", "2", "--inter-token-latency", "2", "--sse-keep-alive-interval", "0.5")
+"""A server like real vLLM on a CPU: prompts prefill at once, a token every 2 ms, two slots."""
+
+
+def test_slow_prefill_makes_its_silence_by_queueing_at_a_server_with_fast_prefill(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(*FAST_PREFILL)
+    run = run_locust(
+        "slow_prefill", tmp_path, "--host", server.url, "--keep-alive-interval", "0.5", users=6, seconds=12
+    )
+    assert run.returncode == 0, run.output[-3000:]
+    assert "to make silence by queueing, slow-prefill now asks for" in run.output
+    finished = run.requests.query("outcome == 'ok' and client == 'raw'")
+    short = finished["max_tokens"] == 8  # sent before the first stream showed the server's pace: one per user
+    assert short.sum() <= 6 and (finished.loc[~short, "max_tokens"] > 500).all() and (~short).sum() >= 4
+    silent = finished.query("silence_before_first_token_s > 0.5")
+    assert len(silent) >= 3 and (silent["keepalive_frames"] >= 1).all()
+    through = run.gate("keepalive_through_silence")
+    assert through["passed"] and int(through["detail"].split("/")[1].split()[0]) == len(silent)
+
+
+def test_too_few_users_to_queue_at_a_fast_server_is_inconclusive_saying_how_to_queue(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(*FAST_PREFILL)
+    run = run_locust("slow_prefill", tmp_path, "--host", server.url, "--keep-alive-interval", "0.5", users=2, seconds=6)
+    assert run.returncode == 3, run.output[-3000:]
+    through = run.gate("keepalive_through_silence")
+    assert through.get("skipped") and "run more users (-u) than its concurrent slots" in through["detail"]
+    verdict = next(line for line in run.output.splitlines() if line.startswith("verdict: "))
+    assert verdict.startswith("verdict: INCONCLUSIVE (its point could not be judged: keepalive_through_silence")

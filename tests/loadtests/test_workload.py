@@ -18,7 +18,6 @@ from loadtests._workload import (
     discover,
     sized_text,
 )
-from tests.conftest import StartServer
 
 
 @pytest.mark.parametrize("route", ["completions", "chat"])
@@ -91,28 +90,13 @@ def test_a_slot_holder_streams_for_its_hold_at_the_servers_pace_within_the_conte
     from loadtests._workload import HOLD_MAX_TOKENS, ServerPace
 
     holder = RequestSpec("hold", "chat", 1500, max_tokens=8, hold_s=3.0)
-    fast = ServerPace(first_token_s=0.01, per_token_s=0.002)
-    assert fast.hold_tokens(holder, room=None) == (1500, "hold asks for 1500 tokens (~3.0 s)")
+    fast = ServerPace.of(ttft_s=0.01, duration_s=0.01 + 0.002 * 99, tokens=100)
+    assert fast is not None and fast == ServerPace(first_token_s=0.01, per_token_s=pytest.approx(0.002))
+    assert fast.hold_tokens(holder, room=None) == (1500, "hold now asks for 1500 tokens (~3.0 s)")
     assert fast.hold_tokens(holder, room=600)[0] == 600  # what the context leaves
     assert ServerPace(0.01, 1e-9).hold_tokens(holder, None)[0] == HOLD_MAX_TOKENS
     slow_to_first_token = ServerPace(first_token_s=5.0, per_token_s=0.002)  # silent on its own
     assert slow_to_first_token.hold_tokens(holder, None) == (8, None)
-    assert ServerPace(0.01, None, "the probe stream sent 1 chunks").hold_tokens(holder, None) == (8, None)
+    assert ServerPace.of(0.01, 0.5, tokens=1) is None and ServerPace.of(None, 0.5, tokens=9) is None
     plain = RequestSpec("plain", "chat", 1500, max_tokens=8)
     assert fast.hold_tokens(plain, None) == (8, None)
-
-
-@pytest.mark.parametrize("route", ["completions", "chat"])
-def test_the_pace_probe_measures_a_servers_first_token_and_token_gap(
-    start_server: StartServer, route: str
-) -> None:
-    from loadtests._workload import measure_pace
-
-    server = start_server("--time-to-first-token", "300", "--inter-token-latency", "10")
-    with httpx.Client(base_url=server.url) as client:
-        pace = measure_pace(client, discover(client).model, route)  # type: ignore[arg-type]
-        refused = measure_pace(client, "no-such-model", route)  # type: ignore[arg-type]
-    assert pace.first_token_s is not None and 0.3 <= pace.first_token_s < 1.0
-    assert pace.per_token_s is not None and 0.009 <= pace.per_token_s < 0.03
-    assert "first token in 3" in pace.describe() and "ms after it" in pace.describe()
-    assert refused.per_token_s is None and refused.problem == "the probe stream was answered 404"
