@@ -342,17 +342,21 @@ def _say(line: str) -> None:
 
 
 def _run_step(step: str, command: Sequence[str], log: Path, env: dict[str, str] | None = None) -> str:
-    """Run one install step, its output appended to ``log``; its stdout's last line. A failure
-    is a ``VllmError`` naming the step, its exit status, the log and the log's last line."""
+    """Run one install step, its output appended to ``log`` as it comes; the last line it printed.
+    A failure is a ``VllmError`` naming the step, its exit status, the log, and the step's last
+    ``ERROR`` line (pip's reason) or else its last line."""
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(command)}\n")
         out.flush()
-        result = subprocess.run(list(command), stdout=subprocess.PIPE, stderr=out, text=True, env=env)
-        out.write(result.stdout)
+        began = out.tell()
+        result = subprocess.run(list(command), stdout=out, stderr=subprocess.STDOUT, env=env)
+    with log.open(errors="replace") as written:
+        written.seek(began)
+        lines = [line.strip() for line in written if line.strip()] or ["(no output)"]
     if result.returncode != 0:
-        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-        raise VllmError(f"vllm setup failed at '{step}' (exit {result.returncode}; log {log}): {lines[-1].strip()}")
-    return (result.stdout.strip().splitlines() or [""])[-1]
+        reason = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1])
+        raise VllmError(f"vllm setup failed at '{step}' (exit {result.returncode}; log {log}): {reason}")
+    return lines[-1]
 
 
 def ensure_installed(home: Path | None = None, say: Say = _say) -> Install:
