@@ -241,6 +241,8 @@ def make_model_dir(path: Path, python: Path | None = None) -> Path:
             raise VllmError(f"{path} exists and was not made by sse-soak: remove it, or choose another directory")
         shutil.rmtree(path)  # ours, from another recipe
     python = python or Install(vllm_home()).python
+    if not Path(python).exists():
+        raise VllmError(f"no Python with tokenizers at {python}: run 'python -m loadtests vllm setup'")
     building = path.with_name(f".{path.name}.building-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir(parents=True)

@@ -184,3 +184,9 @@ def test_a_directory_sse_soak_did_not_make_is_never_overwritten(tmp_path: Path) 
     with pytest.raises(real.VllmError, match="was not made by sse-soak"):
         real.make_model_dir(mine, Path("/nonexistent/python"))
     assert (mine / "notes.txt").read_text() == "keep me"
+
+
+def test_making_the_model_without_the_venvs_python_says_to_run_setup(tmp_path: Path) -> None:
+    with pytest.raises(real.VllmError, match=r"no Python with tokenizers at .*: run 'python -m loadtests vllm setup'"):
+        real.make_model_dir(tmp_path / "model")
+    assert list(tmp_path.iterdir()) == []  # nothing made, not even the building directory
