@@ -3,13 +3,16 @@ promise checked: a test marked ``fast`` that starts a process fails."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
 
 import httpx
+import psutil
 import pytest
 
+from loadtests import _real_vllm as real
 from loadtests._stack import TargetServerProcess
 from tests.no_process import no_child_processes
 
@@ -70,3 +73,43 @@ def require_nginx() -> None:
         if os.environ.get("SSE_SOAK_REQUIRE_NGINX") == "1":
             pytest.fail("nginx is required (SSE_SOAK_REQUIRE_NGINX=1) but not on PATH")
         pytest.skip("nginx is not installed (Debian: apt-get install nginx)")
+
+
+VLLM_KEY = "sse-soak-test-key"
+VLLM_AUTH = {"Authorization": f"Bearer {VLLM_KEY}"}
+VLLM_KEEP_ALIVE = 1
+"""The shared real vLLM's keep-alive interval, in whole seconds (vLLM takes no fraction)."""
+
+
+def require_vllm() -> real.Install:
+    """The complete real-vLLM install, or a skip naming what is missing (a failure under
+    SSE_SOAK_REQUIRE_VLLM=1, which CI sets after installing it)."""
+    available, reason = real.vllm_available()
+    if not available:
+        if os.environ.get("SSE_SOAK_REQUIRE_VLLM") == "1":
+            pytest.fail(f"real vLLM is required (SSE_SOAK_REQUIRE_VLLM=1): {reason}", pytrace=False)
+        pytest.skip(reason)
+    return real.Install(real.vllm_home())
+
+
+@pytest.fixture(scope="session")
+def vllm_server() -> Iterator[real.VllmServer]:
+    """The session's one real vLLM (its start takes 30 to 60 s): one slot (so a second stream
+    queues), ``max_model_len`` 8192, keep-alive every ``VLLM_KEEP_ALIVE`` s and the API key
+    ``VLLM_KEY``; stopped at the end of the session, its whole process group gone."""
+    require_vllm()
+    with real.VllmServer(max_num_seqs=1, keep_alive_interval=VLLM_KEEP_ALIVE, api_key=VLLM_KEY) as server:
+        group = server.pid
+        assert len(live_members(group)) >= 3  # the watchdog, vLLM's API server, its engine
+        yield server
+    assert live_members(group) == []
+
+
+def live_members(group: int) -> list[psutil.Process]:
+    """The processes of process group ``group`` that have not ended (zombies have)."""
+    members = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):  # gone meanwhile
+            if os.getpgid(process.pid) == group and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process)
+    return members

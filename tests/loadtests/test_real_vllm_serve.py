@@ -5,56 +5,17 @@ these skip, saying why, unless ``SSE_SOAK_REQUIRE_VLLM=1`` (CI sets it): then th
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import psutil
-import pytest
 
 from loadtests import _real_vllm as real
-
-KEY = "sse-soak-test-key"
-AUTH = {"Authorization": f"Bearer {KEY}"}
-INTERVAL = 1
-
-
-def require_vllm() -> real.Install:
-    """The complete install, or a skip naming what is missing (a failure under SSE_SOAK_REQUIRE_VLLM=1)."""
-    available, reason = real.vllm_available()
-    if not available:
-        if os.environ.get("SSE_SOAK_REQUIRE_VLLM") == "1":
-            pytest.fail(f"real vLLM is required (SSE_SOAK_REQUIRE_VLLM=1): {reason}", pytrace=False)
-        pytest.skip(reason)
-    return real.Install(real.vllm_home())
-
-
-@pytest.fixture(scope="session")
-def vllm_server() -> Iterator[real.VllmServer]:
-    """vLLM with one slot (so a second stream queues), keep-alive every second and an API key;
-    stopped at the end of the session, its whole process group gone."""
-    require_vllm()
-    server = real.VllmServer(max_num_seqs=1, keep_alive_interval=INTERVAL, api_key=KEY)
-    with server:
-        group = server.pid
-        assert len(live_members(group)) >= 3  # the watchdog, vLLM's API server, its engine
-        yield server
-    assert live_members(group) == []
-
-
-def live_members(group: int) -> list[psutil.Process]:
-    """The processes of process group ``group`` that have not ended (zombies have)."""
-    members = []
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):  # gone meanwhile
-            if os.getpgid(process.pid) == group and process.status() != psutil.STATUS_ZOMBIE:
-                members.append(process)
-    return members
+from tests.conftest import VLLM_AUTH as AUTH
+from tests.conftest import VLLM_KEEP_ALIVE as INTERVAL
+from tests.conftest import require_vllm
 
 
 def stream_lines(url: str, body: dict[str, object], lines: list[tuple[float, str]], started: threading.Event) -> None:
