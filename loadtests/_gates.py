@@ -427,9 +427,10 @@ class NoProxyTimeouts(Gate):
 
 
 KEEP_ALIVE_HOW_TO = "pass --keep-alive-interval S (the server's --sse-keep-alive-interval) to judge keep-alive"
-GIVEN, BUNDLED, INFERRED, UNKNOWN = "given", "bundled server", "inferred", "unknown"
+GIVEN, BUNDLED, REAL_VLLM, INFERRED, UNKNOWN = "given", "bundled server", "real vLLM", "inferred", "unknown"
 """Where a run's keep-alive interval comes from (``keep_alive_interval_source`` in its settings): the
-command line, the bundled server's arguments, the comments the run saw (``--host``), or nowhere."""
+command line, the bundled server's arguments, the real vLLM the run started (its arguments, in whole
+seconds), the comments the run saw (``--host``), or nowhere."""
 
 
 @dataclass(frozen=True)

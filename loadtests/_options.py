@@ -57,6 +57,7 @@ DEFAULT_MAX_UNJUDGED_SHARE = 0.1
 """A gate that passed with more of its qualifying requests unjudged than this share is unjudged."""
 MAX_FLUSH_INTERVAL_S = 3600.0
 PROXY_KINDS = ("none", "embedded", "nginx")
+SERVER_KINDS = ("bundled", "vllm")
 ARRIVAL_KINDS = ("poisson", "constant")
 
 
@@ -429,6 +430,16 @@ OPTIONS: tuple[Option, ...] = (
         env_var="SSE_SOAK_API_KEY",
         secret=True,
         metavar="KEY",
+    ),
+    Option(
+        "server",
+        choice(*SERVER_KINDS),
+        "the server the run starts when no --host is given: bundled (the scenario's profile, faults and slow "
+        "prefill included) or vllm (real vLLM on this machine's CPU, installed by `python -m loadtests vllm "
+        "setup`; the profile's max-num-seqs, max-model-len, keep-alive (whole seconds) and API key translated, "
+        "the rest named in one line)",
+        "bundled",
+        frozenset({L, S, P, A}),
     ),
     Option(
         "server_args",

@@ -50,6 +50,7 @@ __all__ = [
     "VLLM_VERSION",
     "Install",
     "VllmError",
+    "VllmProfile",
     "VllmServer",
     "ensure_installed",
     "log_tail",
@@ -493,6 +494,7 @@ class VllmServer:
         self.log = log
         self.ready_timeout = ready_timeout
         self.url = ""
+        self.name = "real vLLM"
         self.ready_s: float | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -654,3 +656,99 @@ def _live_members(pgid: int) -> list[int]:
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # nothing left in the group
         os.killpg(pgid, signal.SIGKILL)
+
+
+# --- a scenario's profile, translated --------------------------------------------------------------
+
+_KNOBS = {
+    "--model": "model",
+    "--max-model-len": "max_model_len",
+    "--max-num-seqs": "max_num_seqs",
+    "--sse-keep-alive-interval": "keep_alive_interval",
+    "--api-key": "api_key",
+}
+"""The bundled server's options that vLLM has too, and the ``VllmServer`` setting each becomes."""
+
+
+@dataclass(frozen=True)
+class VllmProfile:
+    """A scenario's bundled-server profile as real vLLM can run it: the options vLLM has a knob for
+    (``_KNOBS``, the last of each winning, as on a command line), the rest named as untranslated.
+    The keep-alive interval is rounded up to whole seconds, which is all vLLM takes."""
+
+    settings: dict[str, object]
+    """``VllmServer`` keyword arguments."""
+    untranslated: tuple[str, ...]
+    """The profile's options vLLM has no knob for (slow prefill, token pace, faults...)."""
+    keep_alive_asked: float | None = None
+    """The interval the profile asked for, when it was not whole (then rounded up)."""
+
+    @classmethod
+    def of(cls, server_args: Sequence[str]) -> VllmProfile:
+        """The profile of ``server_args`` (``--flag value`` or ``--flag=value``); a value that is not
+        a number where vLLM needs one is a ``UsageError`` naming the option."""
+        settings: dict[str, object] = {}
+        untranslated: list[str] = []
+        asked: float | None = None
+        args = list(server_args)
+        index = 0
+        while index < len(args):
+            flag, _, inline = args[index].partition("=")
+            index += 1
+            values = [inline] if inline else []
+            while not inline and index < len(args) and not args[index].startswith("--"):
+                values.append(args[index])
+                index += 1
+            knob = _KNOBS.get(flag)
+            if knob is None:
+                untranslated += [flag] if flag not in untranslated else []
+                continue
+            value = values[-1] if values else ""
+            if knob in ("model", "api_key"):
+                settings[knob] = value
+            elif knob == "keep_alive_interval":
+                seconds = _seconds(flag, value)
+                whole = math.ceil(seconds) if math.isfinite(seconds) and seconds > 0 else 0
+                asked = seconds if whole != seconds and math.isfinite(seconds) and seconds > 0 else None
+                settings[knob] = whole
+            else:
+                settings[knob] = _whole(flag, _integer(flag, value), 1)
+        return cls(settings, tuple(untranslated), asked)
+
+    @property
+    def keep_alive_interval(self) -> int:
+        """The keep-alive interval vLLM will run with (whole seconds; 0 is off, vLLM's default)."""
+        value = self.settings.get("keep_alive_interval", 0)
+        return value if isinstance(value, int) else 0
+
+    def server(self) -> VllmServer:
+        return VllmServer(**self.settings)  # type: ignore[arg-type]  # of() typed each value by its knob
+
+    def describe(self) -> list[str]:
+        """What the run could not give vLLM, one line each (none when everything translated)."""
+        lines = []
+        if self.keep_alive_asked is not None:
+            lines.append(
+                f"sse-soak: real vLLM: keep-alive {self.keep_alive_asked:g} s runs as {self.keep_alive_interval} s "
+                "(vLLM takes whole seconds)"
+            )
+        if self.untranslated:
+            lines.append(
+                f"sse-soak: real vLLM has no knob for the profile's {', '.join(self.untranslated)}: its prefill is "
+                "fast, so scenarios that need silence make it by queueing"
+            )
+        return lines
+
+
+def _seconds(flag: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise UsageError(f"{flag} must be a number of seconds, got {value!r}") from None
+
+
+def _integer(flag: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{flag} must be a whole number, got {value!r}") from None

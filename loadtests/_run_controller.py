@@ -60,6 +60,7 @@ from loadtests._loop_hygiene import quiet_per_request_logging, settle_after_setu
 from loadtests._options import add_locust_options, check_locust_options
 from loadtests._parent_watch import end_with_launcher
 from loadtests._preflight import PreflightError, base_url, preflight
+from loadtests._real_vllm import VllmError, vllm_available
 from loadtests._run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
 from loadtests._run_state import run_state
 from loadtests._run_writer import UNWRITABLE_ROWS, RunWriter
@@ -279,7 +280,8 @@ class RunController:
         state.client_idle_timeout = options.client_idle_timeout
         state.frame_sample_rate = options.frame_sample_rate
         state.max_line_bytes = options.max_line_bytes
-        state.hold_slots = options.host is not None  # not the bundled server: its profile is not in force
+        # the server is not the bundled one running the profile: silence must come from queueing
+        state.hold_slots = options.host is not None or getattr(options, "server", "bundled") != "bundled"
         state.runner = environment.runner
         for user_class in environment.user_classes:
             if issubclass(user_class, FastHttpUser):
@@ -312,9 +314,15 @@ class RunController:
     def _start_stack(self, environment: Any, settings: RunSettings) -> None:
         if settings.host is not None and settings.proxy == "none":
             return  # the server is given and nothing stands in front of it
+        if settings.starts_server == "vllm":
+            available, reason = vllm_available()
+            if not available:
+                raise UsageError(f"--server vllm: {reason}")
         try:
-            self._stack = Stack.start(settings.host, settings.server_args, settings.proxy, settings.proxy_read_timeout)
-        except (ServerStartError, ValueError) as exc:
+            self._stack = Stack.start(
+                settings.host, settings.server_args, settings.proxy, settings.proxy_read_timeout, settings.server
+            )
+        except (ServerStartError, VllmError, ValueError) as exc:
             raise RunFailed(f"the stack did not start: {exc}") from None
         atexit.register(self._stop_stack)  # run_single_user never fires quitting
         environment.host = self._stack.url
@@ -431,8 +439,7 @@ class RunController:
     def _scrape_server_metrics(self, environment: Any, run: RunDir) -> ServerMetricsScraper:
         """Start scraping the server itself for this test: the bundled one, else ``--host`` (never a proxy)."""
         options = environment.parsed_options
-        services = self._stack.services if self._stack is not None else []
-        bundled = next((service.url for service in services if service.name == "target server"), None)
+        bundled = self._stack.server_url if self._stack is not None else None
         key = run_state(environment).api_key
         scraper = ServerMetricsScraper(
             bundled or base_url(options.host)[0],

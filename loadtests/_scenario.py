@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadtests._gates import BUNDLED, GIVEN, UNKNOWN, Gate, HarnessKeptUp, KeepAliveCovered
+from loadtests._gates import BUNDLED, GIVEN, REAL_VLLM, UNKNOWN, Gate, HarnessKeptUp, KeepAliveCovered
 from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, keep_alive_interval
+from loadtests._real_vllm import VllmProfile
 from loadtests._stack import split_api_key
 from loadtests.errors import UsageError
 
@@ -44,8 +45,22 @@ class RunSettings:
     open_loop: dict[str, Any] | None = None
     """``--rate``'s schedule (``rate``, ``arrival``, ``seed``, ``max_in_flight``); None in a closed loop."""
     keep_alive_interval_source: str = BUNDLED
-    """Where ``keep_alive_interval`` comes from: ``bundled server``, ``given`` (``--host`` with
-    ``--keep-alive-interval``) or ``unknown`` (then the judgement infers it: ``loadtests._judge``)."""
+    """Where ``keep_alive_interval`` comes from: ``bundled server``, ``real vLLM`` (``--server
+    vllm``: the profile's, in whole seconds), ``given`` (``--host`` with ``--keep-alive-interval``)
+    or ``unknown`` (then the judgement infers it: ``loadtests._judge``)."""
+    server: str = "bundled"
+    """The server the run starts when no host is given: ``bundled`` or ``vllm`` (real vLLM, running
+    the profile as ``loadtests._real_vllm.VllmProfile`` translates it)."""
+
+    @property
+    def starts_server(self) -> str | None:
+        """``bundled`` or ``vllm`` when the run starts its server; None when it targets ``--host``."""
+        return None if self.host is not None else self.server
+
+    @property
+    def profile_in_force(self) -> bool:
+        """The scenario's whole profile (slow prefill, token pace, faults) runs: the bundled server."""
+        return self.starts_server == "bundled"
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as recorded in summary.json and shown in report.html: a key in the server
@@ -131,13 +146,21 @@ class Scenario:
                 "max_in_flight": options.max_in_flight,
             }
         shape = (options.proxy, options.proxy_read_timeout)
+        server = getattr(options, "server", None) or "bundled"
         if options.host is not None:
+            if server != "bundled":
+                raise UsageError(
+                    f"--server {server} starts a server and --host targets one already running: give one of them"
+                )
             source = UNKNOWN if given is None else GIVEN
             return RunSettings(*shape, given, (), options.host, open_loop, source)
         server_args = [*self.profile, *shlex.split(options.server_args)]
         interval = given if given is not None else self.keep_alive_interval
         if interval is not None:
             server_args += ["--sse-keep-alive-interval", repr(keep_alive_interval(interval))]
+        if server == "vllm":
+            whole = float(VllmProfile.of(server_args).keep_alive_interval)
+            return RunSettings(*shape, whole, tuple(server_args), None, open_loop, REAL_VLLM, server)
         interval = _last_keep_alive_interval(server_args)
         return RunSettings(*shape, interval, tuple(server_args), None, open_loop, BUNDLED)
 

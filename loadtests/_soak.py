@@ -28,11 +28,16 @@ from loadtests._drift import DRIFT_GATES, DriftLimits
 from loadtests._progress import ProgressPrinter, RunProgress
 from loadtests._resources import ResourceSampler
 from loadtests._run_dir import ManifestError, RunDir
+from loadtests._stack import SERVER_NAMES
 from loadtests._summary import FAIL, INCONCLUSIVE, Summary
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE
 
 SAMPLE_INTERVAL_S = 5.0
 DEFAULT_SCENARIO = catalog.locate("soak")
+
+
+_SHOWN_LINES = ("gate ", "arrivals: ", "sse-soak:", "Traceback", "run directory:", *(f"{n}:" for n in SERVER_NAMES))
+"""The Locust run's lines the soak passes on: gates, notices, tracebacks, the run directory, the server."""
 
 
 @dataclass
@@ -105,7 +110,7 @@ class Soak:
         """Pass on the lines worth seeing; remember the last error, for a refusal before any run."""
         if line.startswith("sse-soak: ") or "error: " in line:
             self._last_error = line
-        if line.startswith(("gate ", "arrivals: ", "sse-soak:", "Traceback", "target server:", "run directory:")):
+        if line.startswith(_SHOWN_LINES):
             self.printer.print(line)
 
     def _learn_services(self) -> None:
@@ -120,7 +125,7 @@ class Soak:
         if manifest is None:
             return
         self._sampler.service_pids.update(service.pid for service in manifest.services)
-        server = manifest.service("target server")
+        server = next(filter(None, (manifest.service(name) for name in SERVER_NAMES)), None)
         self._sampler.server_pid = server.pid if server else None
         self._services_known = True
 

@@ -31,7 +31,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from loadtests._real_vllm import VllmProfile
 from loadtests.errors import RunFailed
 from target_server.lifeline import harness_environment, parse_refusal
 
@@ -290,23 +292,50 @@ def _terminate(process: subprocess.Popen[str], grace: float = 5.0) -> int | None
     return process.returncode
 
 
+class Service(Protocol):
+    """A started part of the stack: its name, the URL it serves, its process id; ``stop()`` ends it."""
+
+    name: str
+    url: str
+
+    @property
+    def pid(self) -> int: ...
+
+    def stop(self) -> int | None: ...
+
+
+SERVER_NAMES = ("target server", "real vLLM")
+"""The names of the services that are the server itself (not a proxy in front of it)."""
+
+
 @dataclass
 class Stack:
-    """What stands in front of the harness for one run: a bundled server (unless a host is given)
-    and a proxy (unless ``proxy`` is ``none``). ``url`` is where the harness sends requests."""
+    """What stands in front of the harness for one run: a server (unless a host is given: the
+    bundled one, or real vLLM with ``server="vllm"``) and a proxy (unless ``proxy`` is ``none``).
+    ``url`` is where the harness sends requests; ``notes`` what the server could not be given."""
 
     url: str
-    services: list[ChildService] = field(default_factory=list)
+    services: list[Service] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def start(
-        cls, host: str | None, server_args: Sequence[str], proxy: str = "none", read_timeout: float = 60.0
+        cls,
+        host: str | None,
+        server_args: Sequence[str],
+        proxy: str = "none",
+        read_timeout: float = 60.0,
+        server: str = "bundled",
     ) -> Stack:
         if proxy not in PROXY_KINDS:
             raise ValueError(f"proxy must be one of {', '.join(PROXY_KINDS)}, got {proxy!r}")
         stack = cls(url=host or "")
         try:
-            if host is None:
+            if host is None and server == "vllm":
+                profile = VllmProfile.of(server_args)
+                stack.notes += profile.describe()
+                stack._add(profile.server().start())
+            elif host is None:
                 stack._add(TargetServerProcess.start(server_args))
             if proxy == "embedded":
                 stack._add(start_embedded_proxy(stack.url, read_timeout))
@@ -317,7 +346,7 @@ class Stack:
             raise
         return stack
 
-    def _add(self, service: ChildService) -> None:
+    def _add(self, service: Service) -> None:
         self.services.append(service)
         self.url = service.url
 
@@ -326,5 +355,10 @@ class Stack:
         while self.services:
             self.services.pop().stop()
 
+    @property
+    def server_url(self) -> str | None:
+        """The URL of the server the stack started (never a proxy's); None when it started none."""
+        return next((service.url for service in self.services if service.name in SERVER_NAMES), None)
+
     def describe(self) -> list[str]:
-        return [f"{service.name}: {service.url} (pid {service.pid})" for service in self.services]
+        return [f"{service.name}: {service.url} (pid {service.pid})" for service in self.services] + self.notes

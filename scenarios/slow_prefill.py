@@ -3,7 +3,7 @@
 Six users share two slots (``--max-num-seqs 2``); each prompt of 1500 tokens takes 1.5 s to
 prefill, so a stream waits up to several seconds before its first token, through the embedded
 proxy (read timeout 10 s). Gates: every stream ``ok``; every stream silent for longer than the
-keep-alive interval before its first token got keep-alive comments; and no silence anywhere in a
+keep-alive interval (plus ``SLACK_S``) before its first token got keep-alive comments; and no silence anywhere in a
 stream exceeded the interval by more than ``SLACK_S``. ``--keep-alive-interval 0`` is the
 negative control: the run fails and its gate lines say which streams went uncovered.
 ``scenarios/soak.py`` reuses ``mix``.
@@ -63,7 +63,7 @@ def gates(settings: RunSettings) -> list[Gate]:
         every_stream_ok,
         Expect(
             "keepalive_through_silence",
-            where=f"client == 'raw' and silence_before_first_token_s > {interval}",
+            where=f"client == 'raw' and silence_before_first_token_s > {interval + SLACK_S}",
             require="keepalive_frames >= 1",
             unexercised=f"no stream was silent for the keep-alive interval: {QUEUE_FOR_SILENCE}",
         ),

@@ -74,7 +74,7 @@ def test_slow_prefill_makes_its_silence_by_queueing_at_a_server_with_fast_prefil
     finished = run.requests.query("outcome == 'ok' and client == 'raw'")
     short = finished["max_tokens"] == 8  # sent before the first stream showed the server's pace: one per user
     assert short.sum() <= 6 and (finished.loc[~short, "max_tokens"] > 500).all() and (~short).sum() >= 4
-    silent = finished.query("silence_before_first_token_s > 0.5")
+    silent = finished.query("silence_before_first_token_s > 0.75")  # the interval and slow_prefill.SLACK_S
     assert len(silent) >= 3 and (silent["keepalive_frames"] >= 1).all()
     through = run.gate("keepalive_through_silence")
     assert through["passed"] and int(through["detail"].split("/")[1].split()[0]) == len(silent)

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from loadtests._real_vllm import VllmProfile
 from loadtests._scenario import Scenario
+from loadtests.errors import UsageError
 
 pytestmark = pytest.mark.fast
 
@@ -47,3 +49,38 @@ def test_a_scenario_without_an_interval_runs_the_one_given_last() -> None:
     plain = Scenario(name="p", server_args="--sse-keep-alive-interval 0.25")
     assert plain.settings(options()).keep_alive_interval == 0.25
     assert plain.settings(options(keep_alive_interval=0.0)).keep_alive_interval == 0.0  # the negative control
+
+
+def test_real_vllm_runs_the_profiles_interval_in_whole_seconds_and_knows_it() -> None:
+    settings = SCENARIO.settings(options(server="vllm"))
+    assert (settings.keep_alive_interval, settings.keep_alive_interval_source) == (1.0, "real vLLM")
+    assert settings.starts_server == "vllm" and not settings.profile_in_force
+    assert settings.as_dict()["server"] == "vllm" and settings.as_dict()["server_args"][:2] == ["--max-num-seqs", "2"]
+    off = SCENARIO.settings(options(server="vllm", keep_alive_interval=0.0))
+    assert off.keep_alive_interval == 0.0  # the negative control runs on vLLM too
+    assert SCENARIO.settings(options()).profile_in_force  # the bundled server, by default
+
+
+def test_a_server_to_start_and_a_host_to_target_are_refused_together_in_one_line() -> None:
+    with pytest.raises(UsageError, match=r"^--server vllm starts a server and --host targets one already running"):
+        SCENARIO.settings(options(server="vllm", host="http://vllm:8000"))
+
+
+def test_a_profile_translates_to_vllms_knobs_and_names_the_rest() -> None:
+    profile = VllmProfile.of(
+        ["--max-num-seqs", "2", "--prefill-time-per-token=1", "--sse-keep-alive-interval", "0.25",
+         "--failure-types", "stall", "inband_error", "--max-model-len", "4096", "--api-key", "k", "--model", "m"]
+    )  # fmt: skip
+    assert profile.settings == {
+        "max_num_seqs": 2, "keep_alive_interval": 1, "max_model_len": 4096, "api_key": "k", "model": "m"
+    }  # fmt: skip
+    assert profile.untranslated == ("--prefill-time-per-token", "--failure-types")
+    assert profile.describe() == [
+        "sse-soak: real vLLM: keep-alive 0.25 s runs as 1 s (vLLM takes whole seconds)",
+        "sse-soak: real vLLM has no knob for the profile's --prefill-time-per-token, --failure-types: its prefill "
+        "is fast, so scenarios that need silence make it by queueing",
+    ]
+    assert VllmProfile.of(["--sse-keep-alive-interval", "2", "--sse-keep-alive-interval", "0"]).describe() == []
+    assert VllmProfile.of(["--sse-keep-alive-interval", "nan"]).keep_alive_interval == 0  # off, as vLLM's function
+    with pytest.raises(UsageError, match=r"^--max-num-seqs must be a whole number, got 'two'$"):
+        VllmProfile.of(["--max-num-seqs", "two"])
