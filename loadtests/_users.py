@@ -46,6 +46,8 @@ from loadtests._workload import PreparedRequest, RequestMix
 from loadtests.errors import SseSoakError
 
 REQUEST_TYPE = "SSE"
+SDK_PARAMETERS = frozenset({"model", "prompt", "messages", "max_tokens", "stream", "stream_options"})
+"""Body fields the openai SDK's ``create`` takes as keywords; it sends any other as ``extra_body``."""
 HARNESS_ERROR_PAUSE_S = 1.0
 """A user whose request failed inside sse-soak waits this long before its next one: a harness bug
 must not turn into a tight loop of failing rows."""
@@ -365,7 +367,9 @@ class OpenAISDKUser(StreamingUser, User):
 
     @staticmethod
     def _read(create: Any, body: dict[str, Any], tracker: StreamTracker, started: float) -> Outcome | None:
-        extra = {key: body.pop(key) for key in ("truncate_prompt_tokens",) if key in body}
+        # The SDK's own parameters as keywords; the rest (truncate_prompt_tokens, a spec's extra_body) as
+        # extra_body, sent as they are, as the raw client sends them.
+        extra = {key: body.pop(key) for key in list(body) if key not in SDK_PARAMETERS}
         try:
             with create(
                 **body, extra_body=extra or None, extra_headers={"X-Request-Id": tracker.plan.request_id}

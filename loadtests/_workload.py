@@ -18,7 +18,7 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +35,10 @@ EXACT = "exact"
 PROBE_TIMEOUT = 10.0
 """Seconds the first ``/tokenize`` request may take before sizing falls back to estimates."""
 PROBE_WORDS = 8
+OWNED_FIELDS = frozenset(
+    {"model", "prompt", "messages", "max_tokens", "truncate_prompt_tokens", "stream", "stream_options"}
+)
+"""Body fields a ``RequestSpec`` sets itself: ``extra_body`` may not replace them."""
 BODY_SHAPES: dict[str, str] = {"completions": '{"model", "prompt"}', "chat": '{"model", "messages"}'}
 
 
@@ -51,6 +55,10 @@ class RequestSpec:
     expected: str = Outcome.OK
     weight: int = 1
     include_usage: bool = True
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    """More fields of the request body, as sent (sampling parameters: ``{"temperature": 0.7}``);
+    they may not replace the fields a spec owns (``prompt``/``messages``, ``max_tokens``,
+    ``truncate_prompt_tokens``, ``model``, ``stream``, ``stream_options``)."""
     hold_s: float | None = None
     """Against a server the run did not start (``--host``), whose first token comes sooner than
     this: once the run's first stream has shown the server's pace, ask for enough tokens to stream
@@ -287,6 +295,10 @@ class RequestMix:
     def __post_init__(self) -> None:
         if not self.specs:
             raise ValueError("a request mix needs at least one spec")
+        for spec in self.specs:
+            owned = sorted(set(spec.extra_body) & OWNED_FIELDS)
+            if owned:
+                raise ValueError(f"request spec {spec.label}: extra_body may not set {', '.join(owned)}")
 
     def prepare(self, client: httpx.Client, facts: ServerFacts) -> PreparedMix:
         """Build and measure every spec's prompt once (one text per route and size)."""
@@ -297,7 +309,7 @@ class RequestMix:
             if key not in cache:
                 cache[key] = sized_text(client, facts, spec.route, spec.prompt_tokens)
             text, counted = cache[key]
-            body: dict[str, Any] = {**_source(spec.route, text), "max_tokens": spec.max_tokens}
+            body: dict[str, Any] = {**spec.extra_body, **_source(spec.route, text), "max_tokens": spec.max_tokens}
             if spec.truncate_prompt_tokens is not None:
                 body["truncate_prompt_tokens"] = spec.truncate_prompt_tokens
             prepared.append(PreparedRequest(spec, body, counted))
