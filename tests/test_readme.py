@@ -54,3 +54,10 @@ def test_the_nightly_soak_keeps_a_baseline_only_from_a_pass() -> None:
     assert '0) echo "verdict=pass"' in workflow and '3) echo "verdict=inconclusive"' in workflow
     keeping = [line for line in workflow.splitlines() if "steps.soak.outputs.verdict == 'pass'" in line]
     assert len(keeping) == 2  # copying the summary and saving it
+
+
+def test_the_nightly_soak_also_soaks_real_vllm_with_its_own_baseline() -> None:
+    workflow = (ROOT / ".github" / "workflows" / "nightly-soak.yml").read_text()
+    assert "server: [bundled, vllm]" in workflow and "run: python -m loadtests vllm setup" in workflow
+    assert '--server "${{ matrix.server }}"' in workflow
+    assert workflow.count("soak-baseline-${{ matrix.server }}-") == 3  # restored, its prefix, saved: per server
