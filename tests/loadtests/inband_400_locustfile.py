@@ -1,5 +1,7 @@
-"""Streams with a sampling parameter real vLLM refuses (``temperature: -1``): with ``stream: true``
-vLLM answers HTTP 200, then ``data: {"error": {..., "code": 400}}`` and ``[DONE]``. Both clients
+"""Streams with a sampling parameter real vLLM refuses only once the stream is under way (a
+``logit_bias`` token id outside the vocabulary; ``temperature: -1``, by contrast, is refused with an
+HTTP 400 before the stream): with ``stream: true`` vLLM answers HTTP 200, then
+``data: {"error": {..., "code": 400}}`` and ``[DONE]``. Both clients
 must record it as ``inband_error`` with code 400, which the spec expects (so Locust counts it a
 success and the verdict turns on the classification alone).
 
@@ -15,7 +17,12 @@ scenario = Scenario(name="inband_400")
 MIX = RequestMix(
     [
         RequestSpec(
-            "bad-temperature", route, 8, max_tokens=4, extra_body={"temperature": -1}, expected=Outcome.INBAND_ERROR
+            "bad-logit-bias",
+            route,
+            8,
+            max_tokens=4,
+            extra_body={"logit_bias": {"999999": 1}},
+            expected=Outcome.INBAND_ERROR,
         )
         for route in ("completions", "chat")
     ]
