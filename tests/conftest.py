@@ -24,6 +24,12 @@ StartServer = Callable[..., TargetServerProcess]
 os.environ.setdefault("SSE_SOAK_HARNESS_LAG_LIMIT_MS", "0")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that use the session's real vLLM run last, together: it starts once, after every
+    other test, and stops with the session, so no other test shares the machine with it."""
+    items.sort(key=lambda item: "vllm_server" in getattr(item, "fixturenames", ()))
+
+
 @pytest.fixture(autouse=True)
 def _fast_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test marked ``fast`` fails if it starts a child process, even one whose error it caught."""
