@@ -340,6 +340,11 @@ def chat_completion(config: ServerConfig, raw: bytes) -> Admitted:
     check_model(body.model, config.model)
     if not body.messages:
         raise APIError(400, "Cannot apply chat template to an empty conversation. Provide at least one message.")
+    for message in body.messages:
+        for part in message.content if isinstance(message.content, list) else ():
+            problem = part.problem(config.model)
+            if problem is not None:
+                raise APIError(400, problem)
     requested: int | None
     if body.max_completion_tokens is not None:
         requested, param = body.max_completion_tokens, "max_completion_tokens"

@@ -181,12 +181,39 @@ class CompletionRequest(_GenerationRequest):
         return data
 
 
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal", "thinking": "thinking"}
+"""vLLM's content parts that are text, and the member that holds it."""
+MEDIA_PARTS = frozenset(
+    {"image_url", "input_image", "image_pil", "image_embeds", "audio_url", "input_audio", "audio_embeds"}
+    | {"video_url", "video_embeds", "prompt_embeds"}
+)
+"""vLLM's content parts that carry media: a text-only model refuses them."""
+
+
 class ContentPart(_Request):
-    """One part of a message's content: its ``text`` counts when its type is ``text``; other parts
-    (images, audio) are accepted and ignored, as by a text-only model."""
+    """One part of a message's content, checked when the prompt is rendered (``problem``), as vLLM
+    checks its parts then: text parts (``TEXT_PARTS``) count their text."""
 
     type: str
     text: str | None = None
+
+    def body_text(self) -> str | None:
+        """The part's text if it is a text part holding one."""
+        member = TEXT_PARTS.get(self.type)
+        value = self.text if member == "text" else (self.model_extra or {}).get(member or "")
+        return value if isinstance(value, str) else None
+
+    def problem(self, model: str) -> str | None:
+        """Why vLLM serving the text-only ``model`` refuses this part, or None."""
+        if self.type in MEDIA_PARTS:
+            return f"{model} is not a multimodal model"
+        if self.type == "tool_reference":
+            return None
+        if self.type not in TEXT_PARTS:
+            return f"Unsupported chat content part type: {quote(self.type)}"
+        if self.body_text() is None:
+            return f"a {quote(self.type)} content part needs its {quote(TEXT_PARTS[self.type])}, a string"
+        return None
 
 
 class ChatMessage(_Request):
@@ -196,12 +223,12 @@ class ChatMessage(_Request):
     content: str | list[ContentPart] | None = None
 
     def text(self) -> str:
-        """The message's text; text parts contribute their ``text``."""
+        """The message's text; text parts contribute theirs."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return " ".join(part.text or "" for part in self.content if part.type == "text")
+        return " ".join(part.body_text() or "" for part in self.content)
 
 
 class ChatCompletionRequest(_GenerationRequest):

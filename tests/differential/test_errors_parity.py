@@ -436,6 +436,15 @@ SAMPLING = [
     *sampling("top-logprobs-below-minus-1", error("top_logprobs"), (CHAT,), logprobs=True, top_logprobs=-2),
 ]
 
+IMAGE = {"url": "http://127.0.0.1/nothing.png"}
+WAV = {"data": "AAAA", "format": "wav"}
+
+
+def part(content: dict[str, Any], role: str = "user") -> list[dict[str, Any]]:
+    """One message whose content is the one part ``content``."""
+    return [{"role": role, "content": [content]}]
+
+
 NAN_TEMPERATURE = b'{"prompt": "hi", "max_tokens": 2, "temperature": NaN}'
 
 PROMPTS = [
@@ -456,6 +465,27 @@ PROMPTS = [
         "message-role-unknown", ok(), CHAT, gen(CHAT, False, max_tokens=2, prompt=[{"role": "wizard", "content": "hi"}])
     ),
     Case("message-lone-surrogate", error(None), CHAT, raw=b'{"messages": [{"role": "user", "content": "a\\udfffb"}]}'),
+    Case(
+        "message-image-part",
+        error(None),
+        CHAT,
+        gen(CHAT, False, prompt=part({"type": "image_url", "image_url": IMAGE})),
+    ),
+    Case(
+        "message-audio-part",
+        error(None),
+        CHAT,
+        gen(CHAT, True, prompt=part({"type": "input_audio", "input_audio": WAV})),
+    ),
+    Case("message-unknown-part", error(None), CHAT, gen(CHAT, False, prompt=part({"type": "foo", "text": "x"}))),
+    Case("message-text-part-without-text", error(None), CHAT, gen(CHAT, True, prompt=part({"type": "text"}))),
+    Case("message-text-parts", ok(), CHAT, gen(CHAT, False, max_tokens=2, prompt=part({"type": "text", "text": "a"}))),
+    Case(
+        "message-refusal-part",
+        ok(),
+        CHAT,
+        gen(CHAT, False, max_tokens=2, prompt=part({"type": "refusal", "refusal": "no"}, role="assistant")),
+    ),
 ]
 
 ORDER = [

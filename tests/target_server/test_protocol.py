@@ -221,6 +221,28 @@ def test_a_message_of_any_role_is_accepted(client: httpx.Client) -> None:
     assert client.post("/v1/chat/completions", json=body).status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("part", "accepted"),
+    [
+        ({"type": "text", "text": "hi"}, True),
+        ({"type": "input_text", "text": "hi"}, True),
+        ({"type": "image_url", "image_url": {"url": "http://127.0.0.1/x.png"}}, False),
+        ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, False),
+        ({"type": "text"}, False),
+        ({"type": "hologram", "text": "hi"}, False),
+    ],
+)
+def test_content_parts_a_text_only_model_takes(client: httpx.Client, part: dict[str, Any], accepted: bool) -> None:
+    """Text parts count; media parts, unknown parts and text parts without text are a 400 naming
+    no parameter, as vLLM serving a text-only model answers (media parts were once ignored)."""
+    body = {"messages": [{"role": "user", "content": [part]}], "max_tokens": 1}
+    response = client.post("/v1/chat/completions", json=body)
+    if accepted:
+        assert response.status_code == 200, response.text
+    else:
+        assert_error(response, 400, None)
+
+
 @pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
 def test_engine_checks_arrive_in_band_on_a_stream(client: httpx.Client, route: str) -> None:
     """vLLM's engine checks its request after a stream's headers went out: HTTP 200, then the 400
