@@ -537,6 +537,7 @@ def run(pair: Pair, case: Case) -> tuple[Verdict, Verdict]:
     return verdict(vllm, case.usage), verdict(bundled, case.usage)
 
 
+@pytest.mark.fast
 def test_case_ids_are_unique() -> None:
     ids = [case.id for case in CASES]
     assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
