@@ -103,7 +103,7 @@ def decode(raw: bytes) -> Any:
         raise HTTPException(400, UNPARSABLE) from None
 
 
-def json_object(raw: bytes) -> Any:
+def json_body(raw: bytes) -> Any:
     """The decoded body; an empty one, or JSON ``null``, is a missing body (a validation error at ``body``)."""
     data = decode(raw) if raw else None
     if data is None:
@@ -319,7 +319,7 @@ class Admitted:
 
 def completion(config: ServerConfig, raw: bytes) -> Admitted:
     """``POST /v1/completions``."""
-    body = validate(json_object(raw), CompletionRequest)
+    body = validate(json_body(raw), CompletionRequest)
     check_model(body.model, config.model)
     prompt = single_prompt(body.prompt)
     requested = body.max_tokens if body.max_tokens is not None else 16
@@ -336,7 +336,7 @@ def chat_completion(config: ServerConfig, raw: bytes) -> Admitted:
     generates until the end-of-sequence token, at most what the context leaves; this server has
     no such token and generates ``--default-chat-max-tokens`` instead (an extension), at most what
     the context leaves."""
-    body = validate(json_object(raw), ChatCompletionRequest)
+    body = validate(json_body(raw), ChatCompletionRequest)
     check_model(body.model, config.model)
     if not body.messages:
         raise APIError(400, "Cannot apply chat template to an empty conversation. Provide at least one message.")
@@ -360,7 +360,7 @@ def chat_completion(config: ServerConfig, raw: bytes) -> Admitted:
 
 def tokenize(raw: bytes) -> tuple[TokenizeCompletionRequest | TokenizeChatRequest, list[int]]:
     """vLLM's ``POST /tokenize``: a prompt or chat messages, and their token ids."""
-    data = json_object(raw)
+    data = json_body(raw)
     if isinstance(data, dict) and "messages" in data:
         chat = validate(data, TokenizeChatRequest)
         return chat, tokenizer.encode(tokenizable(chat_text(chat.messages)))
@@ -370,7 +370,7 @@ def tokenize(raw: bytes) -> tuple[TokenizeCompletionRequest | TokenizeChatReques
 
 def tokenize_text(raw: bytes) -> list[int]:
     """The foreign ``POST /tokenize`` (``--tokenize-api text``): only ``{"text": "..."}``."""
-    data = json_object(raw)
+    data = json_body(raw)
     if not isinstance(data, dict) or set(data) != {"text"} or not isinstance(data["text"], str):
         keys = sorted(data) if isinstance(data, dict) else type(data).__name__
         raise APIError(400, f'this /tokenize takes only {{"text": "..."}}, got keys {quote(keys)}', "text")
