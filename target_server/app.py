@@ -1,10 +1,13 @@
 """The HTTP surface: vLLM's OpenAI-compatible routes over the simulated engine.
 
-Order of work for a generation request, as in vLLM: parse and validate, tokenize, apply
-``truncate_prompt_tokens`` and the ``max_model_len`` check, and only then answer. A streaming
-request gets its ``200`` and headers at that point, BEFORE it queues for a slot or prefills, so
-time-to-first-byte is not time-to-first-token. Every error is vLLM's error body with a 4xx for
-bad input, never a 500.
+Order of work for a generation request, as in vLLM: decode and validate, look up the model,
+tokenize, apply ``truncate_prompt_tokens`` and the ``max_model_len`` checks, check the sampling
+parameters (all in ``intake``), and only then answer. A streaming request gets its ``200`` and
+headers at that point, BEFORE it queues for a slot or prefills, so time-to-first-byte is not
+time-to-first-token; the engine's own checks then arrive in-band (``data: {"error": {..., "code":
+400}}`` and ``[DONE]``), as vLLM's do. Every error is vLLM's error body with a 4xx for bad input,
+never a 500; the framework's own errors (unknown path, wrong method, a body that cannot be
+decoded) are FastAPI's ``{"detail": ...}``, as in vLLM.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
-from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -32,53 +34,13 @@ from target_server.config import ServerConfig
 from target_server.engine import Engine, Generation
 from target_server.faults import Fault, FaultInjector, InjectedDisconnect
 from target_server.keep_alive import with_keep_alive
-from target_server.protocol import (
-    APIError,
-    ChatCompletionRequest,
-    CompletionRequest,
-    error_body,
-    quote,
-    validation_message,
-)
-from target_server.streaming import Reply, Route, full_body, sse_frames
+from target_server.protocol import APIError, invalid_request
+from target_server.streaming import DONE_FRAME, Reply, Route, data_frame, full_body, sse_frames
 from target_server.trace import FrameTracer
 
 SSE_MEDIA_TYPE = "text/event-stream"  # Starlette appends "; charset=utf-8"
 ID_SLICE = 10_000
 """Token ids rendered per call in a /tokenize answer (2 ms each; 50,000 took 10 ms)."""
-
-
-def fit_prompt(prompt_tokens: int, max_tokens: int, truncate: int | None, max_model_len: int) -> int:
-    """Apply ``truncate_prompt_tokens`` (keep the LAST k tokens; -1 = the most that fits) and the
-    context check, with vLLM's ``param`` on each rejection; returns the prompt tokens kept."""
-    max_input = max_model_len - max_tokens
-    if truncate is not None:
-        if truncate == 0:
-            raise APIError(
-                400, "truncate_prompt_tokens must be -1 or a positive integer, got 0", "truncate_prompt_tokens"
-            )
-        keep = max_input if truncate == -1 else truncate
-        if keep > max_input or keep < 1:
-            raise APIError(
-                400,
-                f"truncate_prompt_tokens value ({quote(truncate)}) is greater than the maximum input length "
-                f"({quote(max_input)} = max_model_len {max_model_len} - max_tokens {quote(max_tokens)}). "
-                "Please request a smaller truncation size.",
-                "truncate_prompt_tokens",
-            )
-        prompt_tokens = min(prompt_tokens, keep)
-    if not prompt_tokens:
-        raise APIError(400, "The prompt cannot be empty.", "prompt")
-    if prompt_tokens + max_tokens > max_model_len:
-        raise APIError(
-            400,
-            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{quote(max_tokens)} output tokens and your prompt contains {prompt_tokens} input tokens, for a "
-            f"total of {quote(prompt_tokens + max_tokens)} tokens; at most {max(max_input, 0)} input tokens "
-            "fit. Please reduce the length of the input prompt or the number of requested output tokens.",
-            "input_tokens",
-        )
-    return prompt_tokens
 
 
 class TargetServer:
@@ -92,25 +54,17 @@ class TargetServer:
         self.tracer = FrameTracer(config.trace_file) if config.trace_file else None
 
     def check_model(self, model: str | None) -> None:
-        if model is not None and model != self.config.model:
-            raise APIError(404, f"The model {quote(model)} does not exist. Served: `{self.config.model}`.", "model")
+        intake.check_model(model, self.config.model)
 
-    async def generate(
-        self,
-        request: Request,
-        route: Route,
-        body: CompletionRequest | ChatCompletionRequest,
-        prompt_tokens: int,
-        max_tokens: int,
-    ) -> Response:
-        """Check, draw a fault, and answer: a stream, a full body, or an error."""
-        self.check_model(body.model)
-        if body.stream_options is not None and not body.stream:
-            raise APIError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
-        prompt_tokens = fit_prompt(prompt_tokens, max_tokens, body.truncate_prompt_tokens, self.config.max_model_len)
-        self.stats.requests_by_route[route] += 1
+    async def generate(self, request: Request, route: Route, admitted: intake.Admitted) -> Response:
+        """Answer an admitted request: the engine's rejection (in-band on a stream), else draw a
+        fault and answer with a stream, a full body, or an error."""
+        body, prompt_tokens, max_tokens = admitted.body, admitted.prompt_tokens, admitted.max_tokens
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         headers = {"X-Request-Id": request_id}
+        if admitted.rejection is not None:
+            return self._reject(admitted.rejection, bool(body.stream), headers)
+        self.stats.requests_by_route[route] += 1
         fault = self.faults.draw()
         if fault is Fault.SERVER_ERROR:
             raise APIError(500, "injected fault: internal server error")
@@ -122,6 +76,19 @@ class TargetServer:
         if body.stream:
             return StreamingResponse(self._sse(reply, tokens), media_type=SSE_MEDIA_TYPE, headers=headers)
         return await self._whole(request, reply, tokens, headers)
+
+    def _reject(self, error: APIError, stream: bool, headers: dict[str, str]) -> Response:
+        """The engine refused the request: a 400 body, or on a stream (whose headers vLLM has sent
+        by then) the error as its one data frame, then ``[DONE]``."""
+        if not stream:
+            raise error
+        self.stats.errors_by_status[error.status] += 1
+
+        async def frames() -> AsyncIterator[bytes]:
+            yield data_frame(error.body())
+            yield DONE_FRAME
+
+        return StreamingResponse(frames(), media_type=SSE_MEDIA_TYPE, headers=headers)
 
     def _sse(self, reply: Reply, tokens: AsyncIterator[str]) -> AsyncIterator[bytes]:
         frames = sse_frames(reply, tokens, on_error=self._count_inband_error)
@@ -246,19 +213,15 @@ async def prometheus(request: Request) -> Response:
 
 
 async def completions(request: Request) -> Response:
-    body, prompt_tokens = await intake.prepare(request, intake.completion)
-    max_tokens = body.max_tokens if body.max_tokens is not None else 16
-    return await _server(request).generate(request, "completions", body, prompt_tokens, max_tokens)
+    server = _server(request)
+    admitted = await intake.prepare(request, functools.partial(intake.completion, server.config))
+    return await server.generate(request, "completions", admitted)
 
 
 async def chat_completions(request: Request) -> Response:
     server = _server(request)
-    config = server.config
-    body, prompt_tokens = await intake.prepare(request, intake.chat_completion)
-    requested = body.max_completion_tokens or body.max_tokens
-    room = config.max_model_len - prompt_tokens
-    max_tokens = requested if requested is not None else max(1, min(config.default_chat_max_tokens, room))
-    return await server.generate(request, "chat", body, prompt_tokens, max_tokens)
+    admitted = await intake.prepare(request, functools.partial(intake.chat_completion, server.config))
+    return await server.generate(request, "chat", admitted)
 
 
 async def tokenize(request: Request) -> Response:
@@ -308,7 +271,7 @@ def json_pieces_response(pieces: list[bytes]) -> Response:
 
 
 def _error_handlers() -> dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]]:
-    """Every error, the framework's included, answers in vLLM's body and is counted by status.
+    """Every error answers as vLLM does and is counted by status.
     Given to ``FastAPI()``, whose parameter types each handler by the exception class it is keyed
     by; ``add_exception_handler``'s stub wants handlers of any ``Exception`` instead."""
     return {
@@ -329,16 +292,16 @@ async def api_error(request: Request, exc: APIError) -> JSONResponse:
 
 
 async def framework_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    """404, 405 and the like, in vLLM's body (its ``type`` is the status phrase, as vLLM's is)."""
+    """404, 405 and a body that cannot be decoded: FastAPI's own ``{"detail": ...}`` (with the
+    ``allow`` header of a 405), not vLLM's error body: vLLM 0.32.0 answers these so (measured)."""
     _server(request).stats.errors_by_status[exc.status_code] += 1
-    body = error_body(exc.status_code, str(exc.detail))
-    body["error"]["type"] = HTTPStatus(exc.status_code).phrase
-    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    message, param = validation_message(list(exc.errors()))
-    return _error_response(request, APIError(400, message, param))
+    """FastAPI's own validation (the routes validate their bodies themselves), in vLLM's shape."""
+    errors = [{**error, "loc": tuple(error.get("loc", ()))[1:]} for error in exc.errors()]
+    return _error_response(request, invalid_request(errors))
 
 
 async def internal_error(request: Request, exc: Exception) -> JSONResponse:

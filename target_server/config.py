@@ -4,6 +4,8 @@ Option names follow vLLM (``--max-model-len``, ``--max-num-seqs``, ``--sse-keep-
 and llm-d-inference-sim (``--time-to-first-token``, ``--inter-token-latency``,
 ``--prefill-time-per-token``, ``--failure-injection-rate``, ``--failure-types``), with their
 units: latencies in milliseconds, the keep-alive interval in seconds, the failure rate in percent.
+Options vLLM does not have, or takes otherwise, say so in their help ("extension"): the server
+answers as vLLM 0.32.0 does only where it was measured against it (``tests/differential``).
 Invariant: a ``ServerConfig`` that exists has passed ``validate()``; the CLI and ``create_app``
 both go through it.
 """
@@ -55,37 +57,46 @@ class ServerConfig:
     host: str = _opt("127.0.0.1", "address to listen on")
     port: int = _opt(0, "port to listen on; 0 picks a free one (the ready line prints it)")
     model: str = _opt("sse-soak/tiny-sim", "model name served and listed by /v1/models")
-    max_model_len: int = _opt(8192, "context length: prompt tokens + max_tokens must fit in it")
+    max_model_len: int = _opt(
+        8192,
+        "context length: a longer prompt is a 400 (param input_tokens) and max_tokens is clamped to what the "
+        "prompt leaves, as in vLLM",
+    )
     max_num_seqs: int = _opt(16, "sequences generating at once; further requests wait FIFO")
     sse_keep_alive_interval: float = _opt(
-        0.0, "seconds of stream silence before a ': keep-alive' comment is sent; 0 disables"
+        0.0,
+        "seconds of stream silence before a ': keep-alive' comment is sent; 0 disables (extension: fractions "
+        "of a second are taken, vLLM takes whole seconds)",
     )
-    time_to_first_token: float = _opt(0.0, "fixed part of prefill, in milliseconds")
-    prefill_time_per_token: float = _opt(0.0, "prefill time per prompt token, in milliseconds")
-    inter_token_latency: float = _opt(0.0, "time between generated tokens, in milliseconds")
+    time_to_first_token: float = _opt(0.0, "extension: fixed part of prefill, in milliseconds")
+    prefill_time_per_token: float = _opt(0.0, "extension: prefill time per prompt token, in milliseconds")
+    inter_token_latency: float = _opt(0.0, "extension: time between generated tokens, in milliseconds")
     default_chat_max_tokens: int = _opt(
-        128, "tokens a chat request generates when it sets neither max_tokens nor max_completion_tokens"
+        128,
+        "extension: tokens a chat request generates when it sets neither max_tokens nor max_completion_tokens, "
+        "at most what the context leaves (vLLM generates until its end-of-sequence token; this server has none)",
     )
-    failure_injection_rate: float = _opt(0.0, "percent of requests that get an injected fault (0-100)")
+    failure_injection_rate: float = _opt(0.0, "extension: percent of requests that get an injected fault (0-100)")
     failure_types: tuple[str, ...] = _opt(
         FAILURE_TYPES,
-        "faults to draw from, uniformly: " + ", ".join(FAILURE_TYPES),
+        "extension: faults to draw from, uniformly: " + ", ".join(FAILURE_TYPES),
         nargs="+",
         choices=FAILURE_TYPES,
     )
     stall_seconds: float = _opt(
-        90.0, "length of the mid-stream silence of the 'stall' fault (longer than nginx's 60 s default)"
+        90.0, "extension: length of the mid-stream silence of the 'stall' fault (longer than nginx's 60 s default)"
     )
     slowdown_after: float | None = _opt(
         None,
-        "seconds after the first generation request at which prefill and decode slow down by --slowdown-factor "
-        "(None: never)",
+        "extension: seconds after the first generation request at which prefill and decode slow down by "
+        "--slowdown-factor (None: never)",
         type=float,
     )
     slowdown_factor: float = _opt(
-        1.0, "how much slower prefill and decode become after --slowdown-after (a server degrading mid-run)"
+        1.0,
+        "extension: how much slower prefill and decode become after --slowdown-after (a server degrading mid-run)",
     )
-    seed: int = _opt(0, "seed of the fault draws and of the generated text")
+    seed: int = _opt(0, "extension: seed of the fault draws and of the generated text")
     api_key: str | None = _opt(
         None,
         f"require 'Authorization: Bearer KEY' on the /v1 routes (as vLLM: /tokenize, /health, /metrics are open); "
@@ -93,11 +104,11 @@ class ServerConfig:
         "wins if both are given",
     )
     trace_file: str | None = _opt(
-        None, "append one JSON line per SSE frame written: request id, kind, time.monotonic(), bytes"
+        None, "extension: append one JSON line per SSE frame written: request id, kind, time.monotonic(), bytes"
     )
     tokenize_api: str = _opt(
         "vllm",
-        "what POST /tokenize takes: vllm ({model, prompt} or {model, messages}, answers with a count), "
+        "extension: what POST /tokenize takes: vllm ({model, prompt} or {model, messages}, answers with a count), "
         "text (only {text}, answers {tokens}; vLLM's body gets a 400, like a non-vLLM server) or none (no route)",
         choices=TOKENIZE_APIS,
     )
@@ -138,7 +149,9 @@ class ServerConfig:
     def parser(cls) -> argparse.ArgumentParser:
         parser = _Parser(
             prog="target-server",
-            description="vLLM-faithful OpenAI-compatible streaming server for load and soak tests (no GPU).",
+            description="OpenAI-compatible streaming server for load and soak tests (no GPU). It answers as "
+            "vLLM 0.32.0 does where it was measured against it (errors, request validation, truncation); "
+            "options marked 'extension' have no vLLM counterpart or differ from vLLM's on purpose.",
             formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         )
         for spec in dataclasses.fields(cls):

@@ -4,7 +4,9 @@
 parsed JSON when it is JSON, and, for an event stream, its data payloads (parsed) and comment
 count in order. ``Pair.both`` sends one request to each server (each with the shared API key
 unless told otherwise) and returns ``(vllm, bundled)``. Prompts that must have a given size are
-sized by each server's own ``/tokenize``: the two tokenizers differ, the rules must not.
+sized by each server's own ``/tokenize``: the two tokenizers differ, the rules must not. In a body,
+``MODEL`` stands for each server's model name, and ``SIZED(n)`` as the ``prompt`` (or as the
+``messages``) for a prompt (or one user message) of exactly ``n`` tokens on that server.
 """
 
 from __future__ import annotations
@@ -63,6 +65,23 @@ def parse(response: httpx.Response) -> Answer:
     return answer
 
 
+@dataclass(frozen=True)
+class Sized:
+    """A prompt of exactly ``tokens`` tokens, as the server it is sent to counts them."""
+
+    tokens: int
+
+
+def SIZED(tokens: int) -> Sized:
+    """A prompt of ``tokens`` tokens in a body given to ``Pair.both`` (named like ``MODEL``)."""
+    return Sized(tokens)
+
+
+FILLER = "w "
+"""One filler word: each server's tokenizer counts a run of them as one token a word (plus its
+own fixed overhead, such as a BOS token or a chat template), which is what makes sizing converge."""
+
+
 @dataclass
 class Server:
     """One side of the pair: its base URL, model name and API key."""
@@ -71,16 +90,54 @@ class Server:
     url: str
     model: str
     key: str | None
+    _sized: dict[tuple[int, bool], str] = field(default_factory=dict, repr=False)
+
+    def count(self, text: str, chat: bool = False) -> int:
+        """The tokens ``text`` makes on this server, as a prompt or as one user message (its
+        chat template included), by its own ``/tokenize``."""
+        body: dict[str, Any] = {"model": self.model}
+        body.update({"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text})
+        with self.client() as client:
+            response = client.post("/tokenize", json=body)
+        response.raise_for_status()
+        return int(response.json()["count"])
+
+    def sized_prompt(self, tokens: int, chat: bool = False) -> str:
+        """Filler text of exactly ``tokens`` tokens on this server (as one user message when
+        ``chat``), found with a few ``/tokenize`` calls and remembered."""
+        if (tokens, chat) not in self._sized:
+            words = tokens
+            for _ in range(8):
+                text = FILLER * max(words, 0)
+                counted = self.count(text, chat)
+                if counted == tokens:
+                    self._sized[tokens, chat] = text
+                    break
+                words += tokens - counted
+            else:
+                raise AssertionError(f"{self.name}: no filler prompt of exactly {tokens} tokens (chat={chat})")
+        return self._sized[tokens, chat]
+
+    def _substituted(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with ``MODEL`` and ``SIZED(n)`` made this server's."""
+        body = dict(body)
+        if body.get("model") is MODEL:
+            body["model"] = self.model
+        if isinstance(body.get("prompt"), Sized):
+            body["prompt"] = self.sized_prompt(body["prompt"].tokens)
+        if isinstance(body.get("messages"), Sized):
+            body["messages"] = [{"role": "user", "content": self.sized_prompt(body["messages"].tokens, chat=True)}]
+        return body
 
     def client(self, key: bool = True, timeout: float = 60.0) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.key}"} if key and self.key else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=timeout, trust_env=False)
 
     def ask(self, method: str, path: str, *, key: bool = True, **kwargs: Any) -> Answer:
-        """One request; a JSON ``json=`` body naming ``"model": MODEL`` gets this server's model."""
+        """One request; in a JSON ``json=`` body, ``MODEL`` and ``SIZED(n)`` become this server's."""
         body = kwargs.get("json")
-        if isinstance(body, dict) and body.get("model") is MODEL:
-            kwargs["json"] = {**body, "model": self.model}
+        if isinstance(body, dict):
+            kwargs["json"] = self._substituted(body)
         with self.client(key) as client:
             return parse(client.request(method, path, **kwargs))
 

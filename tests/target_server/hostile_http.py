@@ -1,4 +1,4 @@
-"""Raw requests and vLLM's error body, shared by the hostile-input and fuzz tests.
+"""Raw requests and vLLM's error bodies, shared by the hostile-input and fuzz tests.
 
 Bodies go out as bytes, so a test can send what no JSON library writes: integers past Python's
 4,300-digit limit, lone surrogate escapes, nesting deeper than any recursion limit, invalid UTF-8.
@@ -34,16 +34,43 @@ def raw_body(base: dict[str, Any], **raw_members: str) -> bytes:
     return ("{" + ", ".join(members) + "}").encode()
 
 
+FRAMEWORK_DETAILS = {404: "Not Found", 405: "Method Not Allowed", 400: "There was an error parsing the body"}
+"""FastAPI's own answers, which vLLM sends as they are: ``{"detail": ...}`` for an unknown path, a
+wrong method, and a body its JSON decoder gave up on (other than by a syntax error)."""
+
+
+def json_body(response: httpx.Response) -> Any:
+    status = response.status_code
+    assert response.headers.get("content-type", "").startswith("application/json"), (status, response.headers)
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AssertionError(f"{status} body is not JSON: {response.content[:200]!r}") from exc
+
+
+def detail_of(response: httpx.Response) -> str:
+    """The ``detail`` of a framework error, asserted to be FastAPI's body with its status's words."""
+    body = json_body(response)
+    assert isinstance(body, dict) and set(body) == {"detail"}, f"{response.status_code}: {response.text[:300]}"
+    assert body["detail"] == FRAMEWORK_DETAILS.get(response.status_code), _short(body)
+    return str(body["detail"])
+
+
+def answers_as_vllm(response: httpx.Response) -> None:
+    """A 4xx/5xx ``response`` is one vLLM could send: its error body, or the framework's."""
+    body = json_body(response)
+    if isinstance(body, dict) and set(body) == {"detail"}:
+        detail_of(response)
+    else:
+        error_of(response)
+
+
 def error_of(response: httpx.Response) -> dict[str, Any]:
     """The ``error`` object of a 4xx/5xx ``response``, asserted to be vLLM's ``ErrorResponse``:
     ``{"error": {"message": str, "type": str, "param": str | null, "code": <the status>}}``,
     served as JSON, with a message of bounded size."""
     status = response.status_code
-    assert response.headers.get("content-type", "").startswith("application/json"), (status, response.headers)
-    try:
-        body = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise AssertionError(f"{status} body is not JSON: {response.content[:200]!r}") from exc
+    body = json_body(response)
     assert isinstance(body, dict) and set(body) == {"error"}, f"{status}: {response.text[:300]}"
     error = body["error"]
     assert isinstance(error, dict) and set(error) == {"message", "type", "param", "code"}, _short(body)

@@ -6,8 +6,10 @@ unknown members), arbitrary JSON, and garbage bytes; GET routes, unknown paths a
 too. Hostile values are written as raw JSON text: integers past Python's 4,300-digit limit, lone
 surrogate escapes, nesting up to 100,000 deep, wrong types, NaN, empty and long (up to 1 MB)
 strings. Invariants, with fault injection off: no answer is a 5xx; every 4xx is vLLM's error body
-with ``code`` equal to the status and a bounded message; an accepted stream ends with
-``data: [DONE]`` and carries no 5xx error frame; the server answers ``GET /health`` afterwards.
+with ``code`` equal to the status and a bounded message, or the framework's ``{"detail": ...}``
+where vLLM sends that (an unknown path, a wrong method, a body the JSON decoder gave up on); an
+accepted stream ends with ``data: [DONE]`` and carries no 5xx error frame; the server answers
+``GET /health`` afterwards.
 
 Reproducible by choice: ``derandomize=True`` makes every run (CI's included) send the same
 ``MAX_EXAMPLES`` requests, so a failure seen once is seen again, and the time the test takes is
@@ -35,12 +37,13 @@ from pydantic import BaseModel
 from loadtests._stack import TargetServerProcess
 from target_server.protocol import (
     ChatCompletionRequest,
+    ChatMessage,
     CompletionRequest,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
 )
 from target_server.tokenizer import VOCAB_SIZE
-from tests.target_server.hostile_http import RAW_HEADERS, assert_healthy, error_of
+from tests.target_server.hostile_http import RAW_HEADERS, answers_as_vllm, assert_healthy
 
 MAX_EXAMPLES = 1000
 """Requests per run; about 20 s on a 2-core machine with a quiet server."""
@@ -192,12 +195,29 @@ def typed(annotation: Any, metadata: Sequence[Any] = ()) -> st.SearchStrategy[An
     return json_values
 
 
+token_ids = st.lists(st.integers(0, VOCAB_SIZE - 1), min_size=1, max_size=8)
 FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "model": st.one_of(st.just(SERVED_MODEL), st.text(max_size=20)),
     "stream": weighted((3, st.just(True)), (1, st.just(False))),
+    "prompt": st.one_of(st.text(min_size=1, max_size=60), token_ids, token_ids.map(lambda ids: [ids])),
+    "temperature": st.floats(0, 2),
+    "top_p": st.floats(0.01, 1),
+    "min_p": st.floats(0, 1),
+    "top_k": st.integers(-1, 64),
+    "presence_penalty": st.floats(-2, 2),
+    "frequency_penalty": st.floats(-2, 2),
+    "repetition_penalty": st.floats(0.01, 2),
+    "min_tokens": st.integers(0, 1),
+    "logprobs": st.one_of(st.booleans(), st.integers(0, 20)),
+    "top_logprobs": st.integers(0, 20),
+    "prompt_logprobs": st.just(0),  # more is refused on a stream
+    "logit_bias": st.dictionaries(st.integers(0, VOCAB_SIZE - 1).map(str), st.floats(-100, 100), max_size=3),
+    "stop": st.lists(st.text(min_size=1, max_size=8), max_size=2),
+    "messages": st.deferred(lambda: st.lists(model_bodies(ChatMessage), min_size=1, max_size=3)),
 }
-"""Where the type alone would almost never give a value the server accepts (``model``), or
-rarely reach the code worth fuzzing (``stream``)."""
+"""Where the type alone would almost never give a value the server accepts (``model``; the
+sampling parameters vLLM bounds, ``prompt``'s batch forms), or rarely reach the code worth fuzzing
+(``stream``)."""
 
 
 def field_values(name: str, annotation: Any, metadata: Sequence[Any]) -> st.SearchStrategy[Any]:
@@ -205,8 +225,9 @@ def field_values(name: str, annotation: Any, metadata: Sequence[Any]) -> st.Sear
     return weighted((9, FIELD_VALUES.get(name, typed(annotation, metadata))), (1, json_values))
 
 
-ALWAYS_SENT = {"stream"}
-"""Sent in every model-shaped body (its absence is the same as ``false``): streams get fuzzed too."""
+ALWAYS_SENT = {"stream", "prompt"}
+"""Sent in every model-shaped body: ``stream`` (its absence is the same as ``false``), so streams
+get fuzzed too; ``prompt``, which its model may leave out (as vLLM's does) but a completion needs."""
 
 
 def model_bodies(model: type[BaseModel]) -> st.SearchStrategy[dict[Any, Any]]:
@@ -288,12 +309,12 @@ requests = weighted(
 
 
 def check(request: FuzzRequest, response: httpx.Response) -> None:
-    """No 5xx; a 4xx (with a body: not HEAD) is vLLM's error body; a stream ends with [DONE] and
-    carries no 5xx error frame."""
+    """No 5xx; a 4xx (with a body: not HEAD) is an error body vLLM sends; a stream ends with [DONE]
+    and carries no 5xx error frame."""
     status = response.status_code
     assert status < 500, f"{status} for {request!r}: {response.text[:300]}"
     if status >= 400 and request.method != "HEAD":
-        error_of(response)
+        answers_as_vllm(response)
     if status == 200 and response.headers.get("content-type", "").startswith("text/event-stream"):
         data = [line[len("data: ") :] for line in response.text.splitlines() if line.startswith("data: ")]
         assert data and data[-1] == "[DONE]", f"stream without [DONE] for {request!r}"

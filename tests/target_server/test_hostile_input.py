@@ -1,6 +1,8 @@
-"""Hostile requests, each one that once broke the server: every one is a 4xx in vLLM's error body
-(code equal to the status, a message naming the field when there is one, never the whole value),
-never a 500, and the server answers ``GET /health`` after it.
+"""Hostile requests, each one that once broke the server: every one is a 4xx as vLLM 0.32.0 answers
+it (its error body, code equal to the status, a message naming the field when there is one, never
+the whole value; or the framework's ``{"detail": ...}`` where vLLM sends that), never a 500, and
+the server answers ``GET /health`` after it. What vLLM answers was measured
+(``tests/differential/test_errors_parity.py`` compares the two servers).
 
 Bodies are raw bytes (see ``hostile_http``): Python's json would refuse to write most of them.
 """
@@ -13,7 +15,7 @@ import httpx
 import pytest
 
 from target_server.tokenizer import VOCAB_SIZE
-from tests.target_server.hostile_http import assert_healthy, assert_rejected, raw_body, send
+from tests.target_server.hostile_http import assert_healthy, assert_rejected, detail_of, raw_body, send
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -40,39 +42,48 @@ def test_the_unspoiled_bodies_are_accepted(client: httpx.Client) -> None:
 @pytest.mark.parametrize("digits", [4301, 5001, 100_000])
 @pytest.mark.parametrize("member", ["max_tokens", "extra"])
 def test_an_integer_past_pythons_digit_limit_is_400(client: httpx.Client, route: str, digits: int, member: str) -> None:
-    """Python's json refuses integers of more than 4,300 digits (ValueError, once a 500); the
-    client sent malformed input. ``extra`` puts it in an unknown member, nested in lists."""
+    """Python's json refuses integers of more than 4,300 digits (ValueError, once a 500): FastAPI's
+    400 ``There was an error parsing the body``, as vLLM answers. ``extra`` puts it in an unknown
+    member, nested in lists."""
     number = "1" + "0" * (digits - 1)
     value = number if member == "max_tokens" else f"[[{number}]]"
-    assert_rejected(send(client, "POST", route, raw_body(VALID[route], **{member: value})), 400)
+    response = send(client, "POST", route, raw_body(VALID[route], **{member: value}))
+    assert response.status_code == 400
+    detail_of(response)
     assert_healthy(client)
 
 
 LONE = "LONE"
 TEXT_PART = '[{"role": "user", "content": [{"type": "text", "text": "LONE"}]}]'
 SURROGATE_SITES = [
-    pytest.param(COMPLETIONS, "model", '"LONE"', id="completions-model"),
-    pytest.param(COMPLETIONS, "prompt", '"a LONE b"', id="completions-prompt"),
-    pytest.param(CHAT, "model", '"LONE"', id="chat-model"),
-    pytest.param(CHAT, "messages", '[{"role": "user", "content": "LONE"}]', id="chat-content"),
-    pytest.param(CHAT, "messages", TEXT_PART, id="chat-text-part"),
-    pytest.param(TOKENIZE, "model", '"LONE"', id="tokenize-model"),
-    pytest.param(TOKENIZE, "prompt", '"LONE"', id="tokenize-prompt"),
-    pytest.param(TOKENIZE, "messages", TEXT_PART, id="tokenize-text-part"),
+    pytest.param(COMPLETIONS, "model", '"LONE"', 404, "model", id="completions-model"),
+    pytest.param(COMPLETIONS, "prompt", '"a LONE b"', 400, None, id="completions-prompt"),
+    pytest.param(CHAT, "model", '"LONE"', 404, "model", id="chat-model"),
+    pytest.param(CHAT, "messages", '[{"role": "user", "content": "LONE"}]', 400, None, id="chat-content"),
+    pytest.param(CHAT, "messages", TEXT_PART, 400, None, id="chat-text-part"),
+    pytest.param(TOKENIZE, "model", '"LONE"', 404, "model", id="tokenize-model"),
+    pytest.param(TOKENIZE, "prompt", '"LONE"', 400, None, id="tokenize-prompt"),
+    pytest.param(TOKENIZE, "messages", TEXT_PART, 400, None, id="tokenize-text-part"),
 ]
-"""Where a lone surrogate goes: (route, field, the field's JSON text with ``LONE`` for it)."""
+"""Where a lone surrogate goes: (route, field, the field's JSON text with ``LONE`` for it, the
+status and ``param`` vLLM answers with: an unknown model's 404, or the 400 of a tokenizer that
+cannot encode the text, naming no parameter)."""
 
 
 @pytest.mark.parametrize("escape", ["\\ud800", "\\udfff"])
-@pytest.mark.parametrize(("route", "field", "template"), SURROGATE_SITES)
-def test_a_lone_surrogate_is_400_naming_the_field(
-    client: httpx.Client, route: str, field: str, template: str, escape: str
+@pytest.mark.parametrize(("route", "field", "template", "status", "param"), SURROGATE_SITES)
+def test_a_lone_surrogate_is_a_4xx_as_in_vllm(
+    client: httpx.Client, route: str, field: str, template: str, status: int, param: str | None, escape: str
 ) -> None:
     """A lone surrogate escape (six characters of valid JSON) decodes to a str that cannot be
-    encoded as UTF-8 (UnicodeEncodeError, once a 500). The chat body of /tokenize drops ``prompt``."""
+    encoded as UTF-8 (UnicodeEncodeError, once a 500): a model name holding one is unknown (404,
+    the name quoted escaped), a text to tokenize holding one cannot be tokenized (400, param null,
+    as vLLM's tokenizer refuses it). The chat body of /tokenize drops ``prompt``."""
     base = {key: value for key, value in VALID[route].items() if not (field == "messages" and key == "prompt")}
     response = send(client, "POST", route, raw_body(base, **{field: template.replace(LONE, escape)}))
-    assert_rejected(response, 400, field)
+    error = assert_rejected(response, status)
+    assert error["param"] == param
+    assert escape in error["message"]
     assert_healthy(client)
 
 
@@ -83,47 +94,59 @@ DEPTH = 100_000
 @pytest.mark.parametrize("where", ["member", "body"])
 def test_nesting_100k_deep_is_400(client: httpx.Client, route: str, where: str) -> None:
     """JSON nested deeper than Python's recursion limit (RecursionError, once a 500), as the
-    value of one member or as the whole body."""
+    value of one member or as the whole body: FastAPI's 400 ``There was an error parsing the
+    body``, as vLLM answers."""
     nested = "[" * DEPTH + "]" * DEPTH
     body = raw_body(VALID[route], max_tokens=nested) if where == "member" else nested.encode()
-    assert_rejected(send(client, "POST", route, body), 400)
+    response = send(client, "POST", route, body)
+    assert response.status_code == 400
+    detail_of(response)
     assert_healthy(client)
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "status", "phrase"),
+    ("method", "path", "status", "allow"),
     [
-        ("GET", "/nope", 404, "Not Found"),
-        ("POST", "/v1/nope", 404, "Not Found"),
-        ("GET", COMPLETIONS, 405, "Method Not Allowed"),
-        ("GET", CHAT, 405, "Method Not Allowed"),
-        ("GET", TOKENIZE, 405, "Method Not Allowed"),
-        ("PUT", "/health", 405, "Method Not Allowed"),
-        ("DELETE", "/v1/models", 405, "Method Not Allowed"),
+        ("GET", "/nope", 404, None),
+        ("POST", "/v1/nope", 404, None),
+        ("GET", COMPLETIONS, 405, "POST"),
+        ("GET", CHAT, 405, "POST"),
+        ("GET", TOKENIZE, 405, "POST"),
+        ("PUT", "/health", 405, "GET"),
+        ("DELETE", "/v1/models", 405, "GET"),
     ],
 )
-def test_framework_errors_use_vllms_body(
-    client: httpx.Client, method: str, path: str, status: int, phrase: str
+def test_framework_errors_are_fastapis_detail(
+    client: httpx.Client, method: str, path: str, status: int, allow: str | None
 ) -> None:
-    """An unknown path or a wrong method gets vLLM's body, as vLLM's HTTPException handler writes
-    it: ``type`` is the status phrase and ``param`` is null (once FastAPI's ``{"detail": ...}``)."""
-    error = assert_rejected(send(client, method, path), status)
-    assert error["type"] == phrase
-    assert error["param"] is None
+    """An unknown path or a wrong method gets FastAPI's own ``{"detail": "Not Found"}`` or
+    ``{"detail": "Method Not Allowed"}`` (with the ``allow`` header), as vLLM answers: vLLM's
+    handler is for FastAPI's HTTPException, which Starlette's router does not raise."""
+    response = send(client, method, path)
+    assert response.status_code == status
+    detail_of(response)
+    assert response.headers.get("allow") == allow
     assert_healthy(client)
 
 
 TOKEN_ID_ROUTES = [COMPLETIONS, TOKENIZE]
 
 
-@pytest.mark.parametrize("route", TOKEN_ID_ROUTES)
-@pytest.mark.parametrize(
-    "ids", ["[-5]", "[1000000000000000000000000000000]", f"[{VOCAB_SIZE}]", f"[0, 1, {VOCAB_SIZE + 1}]"]
-)
-def test_token_ids_outside_the_vocabulary_are_400(client: httpx.Client, route: str, ids: str) -> None:
-    """A prompt of token ids must hold ids in ``0 .. VOCAB_SIZE - 1``, as vLLM checks them (once 200)."""
-    assert_rejected(send(client, "POST", route, raw_body(VALID[route], prompt=ids)), 400, "prompt")
+@pytest.mark.parametrize("ids", ["[1000000000000000000000000000000]", f"[{VOCAB_SIZE}]", f"[0, 1, {VOCAB_SIZE + 1}]"])
+def test_token_ids_outside_the_vocabulary_are_400(client: httpx.Client, ids: str) -> None:
+    """A prompt of token ids must hold ids in ``0 .. VOCAB_SIZE - 1`` (once 200). vLLM's engine
+    checks them: a 400 naming no parameter (in-band on a stream); ``/tokenize`` names ``prompt``."""
+    error = assert_rejected(send(client, "POST", COMPLETIONS, raw_body(VALID[COMPLETIONS], prompt=ids)), 400)
+    assert error["param"] is None and "out of vocabulary" in error["message"]
+    assert_rejected(send(client, "POST", TOKENIZE, raw_body(VALID[TOKENIZE], prompt=ids)), 400, "prompt")
     assert_healthy(client)
+
+
+def test_a_negative_token_id_is_a_validation_error(client: httpx.Client) -> None:
+    """Token ids are integers >= 0 in vLLM's request model: pydantic's location names the id."""
+    error = assert_rejected(send(client, "POST", COMPLETIONS, raw_body(VALID[COMPLETIONS], prompt="[3, -5]")), 400)
+    assert (error["type"], error["param"]) == ("Bad Request", "body.prompt.1")
+    assert_rejected(send(client, "POST", TOKENIZE, raw_body(VALID[TOKENIZE], prompt="[-5]")), 400, "prompt")
 
 
 @pytest.mark.parametrize("route", TOKEN_ID_ROUTES)
@@ -143,22 +166,40 @@ def test_an_empty_id_list_is_tokenized_to_nothing(client: httpx.Client) -> None:
 
 @pytest.mark.parametrize("route", GENERATION_ROUTES)
 @pytest.mark.parametrize(
-    ("field", "value"),
+    ("field", "value", "tokens", "streamed"),
     [
-        ("stream", '"yes"'),
-        ("stream", '"true"'),
-        ("stream", "1"),
-        ("max_tokens", '"16"'),
-        ("max_tokens", "16.5"),
-        ("max_tokens", "true"),
+        ("stream", '"yes"', 1, True),
+        ("stream", '"true"', 1, True),
+        ("stream", "1", 1, True),
+        ("stream", '"no"', 1, False),
+        ("max_tokens", '"3"', 3, False),
+        ("max_tokens", "3.0", 3, False),
+        ("max_tokens", "true", 1, False),
     ],
 )
-def test_values_of_the_wrong_type_are_400_not_coerced(client: httpx.Client, route: str, field: str, value: str) -> None:
-    """Types are strict, as vLLM's request models are: no string, number or float is coerced into
-    a bool or an int, nor a bool into an int (``"stream": "yes"`` once streamed, ``"max_tokens": "16"``
-    once generated 16 tokens, ``"max_tokens": true`` one)."""
+def test_values_are_coerced_as_pydantic_does_in_vllm(
+    client: httpx.Client, route: str, field: str, value: str, tokens: int, streamed: bool
+) -> None:
+    """Types are lax, as in vLLM's request models (pydantic's lax mode): ``"stream": "yes"``
+    streams, ``"max_tokens": "3"`` and ``3.0`` generate 3 tokens, ``true`` is 1 (once each a 400)."""
     response = send(client, "POST", route, raw_body(VALID[route], **{field: value}))
-    assert_rejected(response, 400, field)
+    assert response.status_code == 200, response.text[:300]
+    if streamed:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.text.rstrip().endswith("data: [DONE]")
+    else:
+        assert response.json()["usage"]["completion_tokens"] == tokens
+
+
+@pytest.mark.parametrize("route", GENERATION_ROUTES)
+@pytest.mark.parametrize(("field", "value"), [("stream", '"yes please"'), ("max_tokens", "16.5"), ("max_tokens", "[]")])
+def test_values_that_do_not_coerce_are_400_at_their_location(
+    client: httpx.Client, route: str, field: str, value: str
+) -> None:
+    """What lax mode cannot coerce is vLLM's validation error: type "Bad Request", ``param``
+    the location in the body."""
+    error = assert_rejected(send(client, "POST", route, raw_body(VALID[route], **{field: value})), 400)
+    assert (error["type"], error["param"]) == ("Bad Request", f"body.{field}")
     assert_healthy(client)
 
 

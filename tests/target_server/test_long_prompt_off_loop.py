@@ -68,7 +68,10 @@ def waiting_stream(start_server: StartServer) -> Iterator[tuple[str, KeepAliveLi
     address = urlsplit(server.url)
     body = json.dumps({"prompt": "hello", "max_tokens": 1, "stream": True}).encode()
     with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
-        head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+        head = (
+            f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
         sock.sendall(head.encode() + body)
         listener = KeepAliveListener(sock)
         listener.listen()
