@@ -15,7 +15,6 @@ import hashlib
 import json
 import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -40,7 +39,15 @@ from target_server.protocol import (
     quote,
     validation_message,
 )
-from target_server.streaming import Reply, Route, full_body, sse_frames
+from target_server.streaming import (
+    Reply,
+    Route,
+    choice_tokens,
+    full_body,
+    random_request_id,
+    sse_frames,
+    system_fingerprint,
+)
 from target_server.trace import FrameTracer
 
 SSE_MEDIA_TYPE = "text/event-stream"  # Starlette appends "; charset=utf-8"
@@ -90,6 +97,7 @@ class TargetServer:
         self.faults = FaultInjector(config)
         self.stats = metrics.ServerStats()
         self.tracer = FrameTracer(config.trace_file) if config.trace_file else None
+        self.fingerprint = system_fingerprint(config.model, config.max_model_len)
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.config.model:
@@ -109,21 +117,26 @@ class TargetServer:
             raise APIError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
         prompt_tokens = fit_prompt(prompt_tokens, max_tokens, body.truncate_prompt_tokens, self.config.max_model_len)
         self.stats.requests_by_route[route] += 1
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-        headers = {"X-Request-Id": request_id}
+        given = request.headers.get("x-request-id")  # vLLM's id when given, even empty; never echoed as a header
+        request_id = random_request_id() if given is None else given
         fault = self.faults.draw()
         if fault is Fault.SERVER_ERROR:
             raise APIError(500, "injected fault: internal server error")
         if fault is Fault.RATE_LIMIT:
             raise APIError(429, "injected fault: too many requests, retry later")
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        reply = Reply(route, request_id, self.config.model, prompt_tokens, max_tokens, include_usage)
-        tokens = self.engine.generate(Generation(prompt_tokens, max_tokens, fault))
+        continuous = include_usage and bool(body.stream_options and body.stream_options.continuous_usage_stats)
+        reply = Reply(
+            route, request_id, self.config.model, prompt_tokens, max_tokens, self.fingerprint, body.n, include_usage,
+            continuous,
+        )  # fmt: skip
+        job = Generation(prompt_tokens, max_tokens, fault)
+        tokens = choice_tokens([self.engine.generate(job) for _ in range(body.n)])
         if body.stream:
-            return StreamingResponse(self._sse(reply, tokens), media_type=SSE_MEDIA_TYPE, headers=headers)
-        return await self._whole(request, reply, tokens, headers)
+            return StreamingResponse(self._sse(reply, tokens), media_type=SSE_MEDIA_TYPE)
+        return await self._whole(request, reply, tokens)
 
-    def _sse(self, reply: Reply, tokens: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    def _sse(self, reply: Reply, tokens: AsyncIterator[tuple[int, str]]) -> AsyncIterator[bytes]:
         frames = sse_frames(reply, tokens, on_error=self._count_inband_error)
         frames = with_keep_alive(frames, self.config.sse_keep_alive_interval, self.stats.count_keepalive)
         if self.tracer is not None:
@@ -133,9 +146,7 @@ class TargetServer:
     def _count_inband_error(self) -> None:
         self.stats.errors_by_status[500] += 1
 
-    async def _whole(
-        self, request: Request, reply: Reply, tokens: AsyncIterator[str], headers: dict[str, str]
-    ) -> Response:
+    async def _whole(self, request: Request, reply: Reply, tokens: AsyncIterator[tuple[int, str]]) -> Response:
         """The non-streaming answer. Invariant: when the client leaves first, the generation is
         cancelled then and there, so its slot is free before this returns (vLLM aborts such a
         request too); the response then goes to nobody."""
@@ -153,10 +164,10 @@ class TargetServer:
         try:
             content = generation.result()
         except InjectedDisconnect:
-            return _truncated_json(headers)
+            return _truncated_json()
         except Exception as exc:
             raise APIError(500, f"{type(exc).__name__}: {exc}") from exc
-        return JSONResponse(content, headers=headers)
+        return JSONResponse(content)
 
 
 async def _client_left(request: Request) -> None:
@@ -167,7 +178,7 @@ async def _client_left(request: Request) -> None:
         pass
 
 
-def _truncated_json(headers: dict[str, str]) -> Response:
+def _truncated_json() -> Response:
     """A response that promises a body and dies half-way: the non-streaming ``disconnect`` fault."""
     promised = b'{"error": "this body is cut off by the disconnect fault"}'
 
@@ -175,7 +186,7 @@ def _truncated_json(headers: dict[str, str]) -> Response:
         yield promised[: len(promised) // 2]
         raise InjectedDisconnect("injected fault: connection dropped mid-body")
 
-    headers = {**headers, "Content-Length": str(len(promised))}
+    headers = {"Content-Length": str(len(promised))}
     return StreamingResponse(half_then_drop(), media_type="application/json", headers=headers)
 
 

@@ -84,6 +84,8 @@ class StreamOptions(_Request):
 
 
 TruncatePromptTokens = Annotated[int, Field(ge=-1)]
+MAX_N = 16384
+"""The most choices a request may ask for: vLLM's default ``VLLM_MAX_N_SEQUENCES``."""
 
 
 class _GenerationRequest(_Request):
@@ -91,7 +93,7 @@ class _GenerationRequest(_Request):
     stream: bool = False
     stream_options: StreamOptions | None = None
     truncate_prompt_tokens: TruncatePromptTokens | None = None
-    n: Annotated[int, Field(ge=1, le=1)] = 1
+    n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
     temperature: float | None = None
     top_p: float | None = None
     seed: int | None = None
