@@ -96,6 +96,7 @@ class TargetServer:
         self.engine = Engine(config)
         self.faults = FaultInjector(config)
         self.stats = metrics.ServerStats()
+        self.metrics = metrics.Exposition(self.engine, self.stats, config.model)
         self.tracer = FrameTracer(config.trace_file) if config.trace_file else None
         self.fingerprint = system_fingerprint(config.model, config.max_model_len)
 
@@ -116,7 +117,6 @@ class TargetServer:
         if body.stream_options is not None and not body.stream:
             raise APIError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
         prompt_tokens = fit_prompt(prompt_tokens, max_tokens, body.truncate_prompt_tokens, self.config.max_model_len)
-        self.stats.requests_by_route[route] += 1
         given = request.headers.get("x-request-id")  # vLLM's id when given, even empty; never echoed as a header
         request_id = random_request_id() if given is None else given
         fault = self.faults.draw()
@@ -194,10 +194,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     """The ASGI app for ``config``; ``app.state.server`` holds its ``TargetServer``, which every
     route and error handler below reads from there (none closes over it)."""
     app = FastAPI(title="sse-soak target server", lifespan=_lifespan, exception_handlers=_error_handlers())
-    app.state.server = TargetServer(config)
-    _install_auth(app, config)
+    app.state.server = server = TargetServer(config)
     for path, endpoint, method in _routes(config):
         app.add_api_route(path, endpoint, methods=[method])
+    # vLLM's request counter, inside the API key check (the last added is outermost), as vLLM's
+    app.add_middleware(metrics.CountRequests, stats=server.stats, routes=app.router.routes)
+    _install_auth(app, config)
     return app
 
 
@@ -252,8 +254,7 @@ async def models(request: Request) -> dict[str, Any]:
 
 
 async def prometheus(request: Request) -> Response:
-    server = _server(request)
-    return Response(metrics.render(server.engine, server.stats), media_type="text/plain; version=0.0.4")
+    return Response(_server(request).metrics.render(), media_type=metrics.CONTENT_TYPE)
 
 
 async def completions(request: Request) -> Response:
