@@ -22,6 +22,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -40,6 +41,7 @@ from target_server.protocol import (
     validation_message,
 )
 from target_server.streaming import (
+    VLLM_VERSION,
     Reply,
     Route,
     choice_tokens,
@@ -197,8 +199,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.server = server = TargetServer(config)
     for path, endpoint, method in _routes(config):
         app.add_api_route(path, endpoint, methods=[method])
-    # vLLM's request counter, inside the API key check (the last added is outermost), as vLLM's
+    # vLLM's layers, innermost first (the last added is outermost): its request counter, CORS with
+    # its defaults (any method and header, no origin allowed: every answer varies by Origin, a
+    # preflight from an origin is refused), then the API key check.
     app.add_middleware(metrics.CountRequests, stats=server.stats, routes=app.router.routes)
+    app.add_middleware(CORSMiddleware, allow_origins=[], allow_methods=["*"], allow_headers=["*"])
     _install_auth(app, config)
     return app
 
@@ -223,9 +228,11 @@ def _routes(config: ServerConfig) -> list[tuple[str, Callable[..., Any], str]]:
     ``--tokenize-api`` says: vLLM's (a prompt or chat messages, answered with a ``count``), a
     foreign one that takes only ``{"text"}`` and answers bare ``tokens`` (as non-vLLM servers
     do), or none at all (the framework's 404 for an unknown path)."""
-    tokenize_routes = {"vllm": [("/tokenize", tokenize, "POST")], "text": [("/tokenize", tokenize_text, "POST")]}
+    vllm_tokenize = [("/tokenize", tokenize, "POST"), ("/detokenize", detokenize, "POST")]
+    tokenize_routes = {"vllm": vllm_tokenize, "text": [("/tokenize", tokenize_text, "POST")]}
     return [
         ("/health", health, "GET"),
+        ("/version", version, "GET"),
         ("/v1/models", models, "GET"),
         ("/metrics", prometheus, "GET"),
         *tokenize_routes.get(config.tokenize_api, []),
@@ -238,17 +245,38 @@ async def health() -> Response:
     return Response(status_code=200)
 
 
+async def version() -> dict[str, str]:
+    """The vLLM version whose API this server answers as."""
+    return {"version": VLLM_VERSION}
+
+
 async def models(request: Request) -> dict[str, Any]:
+    """vLLM's card: ``root`` is the model's path there, its name here (served under its own name)."""
     config = _server(request).config
+    created = int(time.time())
+    permission = {
+        "id": f"modelperm-{random_request_id()}",
+        "object": "model_permission",
+        "created": created,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
     card = {
         "id": config.model,
         "object": "model",
-        "created": int(time.time()),
-        "owned_by": "sse-soak",
+        "created": created,
+        "owned_by": "vllm",
         "root": config.model,
         "parent": None,
         "max_model_len": config.max_model_len,
-        "permission": [],
+        "permission": [permission],
     }
     return {"object": "list", "data": [card]}
 
@@ -280,10 +308,18 @@ async def tokenize(request: Request) -> Response:
 
 
 def _vllm_tokenize_answer(server: TargetServer, raw: bytes) -> list[bytes]:
-    body, ids = intake.tokenize(raw)
+    body, ids, strings = intake.tokenize(raw)
     server.check_model(body.model)
-    head = {"count": len(ids), "max_model_len": server.config.max_model_len, "token_strs": None}
-    return json_with_ids(head, "tokens", ids)
+    head = {"count": len(ids), "max_model_len": server.config.max_model_len}
+    return json_with_ids(head, "tokens", ids, strings)
+
+
+async def detokenize(request: Request) -> Response:
+    """vLLM's ``/detokenize``: ``{"tokens"}`` in, ``{"prompt"}`` out."""
+    server = _server(request)
+    body, text = await intake.prepare(request, intake.detokenize)
+    server.check_model(body.model)
+    return JSONResponse({"prompt": text})
 
 
 async def tokenize_text(request: Request) -> Response:
@@ -295,21 +331,36 @@ def _text_tokenize_answer(raw: bytes) -> list[bytes]:
     return json_with_ids({}, "tokens", intake.tokenize_text(raw))
 
 
-def json_with_ids(head: dict[str, Any], key: str, ids: list[int]) -> list[bytes]:
-    """``head`` with ``key: ids`` as JSON, in pieces of ``ID_SLICE`` ids each rendered by one short
-    call: a 5-million-id list as one ``json.dumps`` call held the interpreter, loop included, for
-    half a second, and as one 30 MB body the event loop copied it whole on its way out. Consumes
-    ``ids``: it is emptied a slice at a time, since freeing 5 million ids in one call held the
-    interpreter 45 ms."""
-    parts = [(json.dumps(head)[:-1] + (", " if head else "") + json.dumps(key) + ": [").encode()]
+def json_with_ids(head: dict[str, Any], key: str, ids: list[int], strings: list[str] | None = None) -> list[bytes]:
+    """``head`` with ``key: ids`` (then, for vLLM's ``/tokenize``, ``token_strs: strings``) as compact
+    JSON, vLLM's, in pieces of ``ID_SLICE`` items each rendered by one short call: a 5-million-id
+    list as one ``json.dumps`` call held the interpreter, loop included, for half a second, and as
+    one 30 MB body the event loop copied it whole on its way out. Consumes ``ids``: it is emptied a
+    slice at a time, since freeing 5 million ids in one call held the interpreter 45 ms."""
+    vllm = bool(head)
+    parts = [(_compact(head)[:-1] + ("," if head else "") + json.dumps(key) + ":[").encode()]
     parts.extend(
         (("," if start else "") + ",".join(map(str, ids[start : start + ID_SLICE]))).encode()
         for start in range(0, len(ids), ID_SLICE)
     )
-    parts.append(b"]}")
+    parts.append(b"]")
     while ids:
         del ids[-ID_SLICE:]
+    if vllm and strings is None:
+        parts.append(b',"token_strs":null')
+    elif strings is not None:
+        parts.append(b',"token_strs":[')
+        parts.extend(
+            (("," if start else "") + _compact(strings[start : start + ID_SLICE])[1:-1]).encode()
+            for start in range(0, len(strings), ID_SLICE)
+        )
+        parts.append(b"]")
+    parts.append(b"}")
     return parts
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def json_pieces_response(pieces: list[bytes]) -> Response:
@@ -362,13 +413,17 @@ def _install_auth(app: FastAPI, config: ServerConfig) -> None:
         app.add_middleware(_RequireAPIKey, key=config.api_key)
 
 
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+"""The paths vLLM's API key guards, route or no route."""
+
+
 class _RequireAPIKey:
     """vLLM's API key check, as pure ASGI (not ``BaseHTTPMiddleware``, which would buffer and delay
-    streams). Guarded: every request whose path starts with ``/v1``, except ``OPTIONS`` (CORS
-    preflight); every other path (``/health``, ``/metrics``, ``/tokenize``) is open, as in vLLM.
-    A guarded request passes only with exactly one ``Authorization`` header, ``<scheme> <token>``
-    split at the first space, the scheme ``bearer`` in any case and the token exactly the key
-    (stricter than vLLM, which reads the first of several headers). Token and key are compared as
+    streams). Guarded: every request whose path starts with one of ``GUARDED_PREFIXES``, except
+    ``OPTIONS`` (CORS preflight); every other path (``/health``, ``/metrics``, ``/tokenize``) is
+    open. As vLLM reads it: the first ``Authorization`` header, ``<scheme> <token>`` split at the
+    first space, the scheme ``bearer`` in any case and the token (its bytes read as Latin-1, then
+    written as UTF-8, as Starlette and vLLM do) exactly the key. Token and key are compared as
     sha256 digests with ``secrets.compare_digest``, so the time taken does not tell how much of a
     guess was right. Anything else: 401 with vLLM's body, which names neither key nor token."""
 
@@ -377,15 +432,16 @@ class _RequireAPIKey:
         self._key_digest = hashlib.sha256(key.encode()).digest()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        guarded = scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"].startswith("/v1")
+        guarded = (
+            scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"].startswith(GUARDED_PREFIXES)
+        )
         if guarded and not self._authorized(scope["headers"]):
             await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
     def _authorized(self, headers: Iterable[tuple[bytes, bytes]]) -> bool:
-        values = [value for name, value in headers if name.lower() == b"authorization"]
-        if len(values) != 1:
-            return False
-        scheme, _, token = values[0].partition(b" ")
-        return scheme.lower() == b"bearer" and secrets.compare_digest(hashlib.sha256(token).digest(), self._key_digest)
+        value = next((value for name, value in headers if name.lower() == b"authorization"), b"")
+        scheme, _, token = value.decode("latin-1").partition(" ")
+        digest = hashlib.sha256(token.encode()).digest()
+        return scheme.lower() == "bearer" and secrets.compare_digest(digest, self._key_digest)

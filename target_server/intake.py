@@ -30,6 +30,7 @@ from target_server.protocol import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
+    DetokenizeRequest,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
     quote,
@@ -125,8 +126,9 @@ def _check_vocabulary(ids: list[int]) -> None:
             raise APIError(400, f"Token id {quote(bad)} is out of vocabulary", "prompt")
 
 
-def chat_text(messages: list[ChatMessage]) -> str:
-    return tokenizer.apply_chat_template([(message.role, message.text()) for message in messages])
+def chat_text(messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+    pairs = [(message.role, message.text()) for message in messages]
+    return tokenizer.apply_chat_template(pairs, add_generation_prompt)
 
 
 def completion(raw: bytes) -> tuple[CompletionRequest, int]:
@@ -141,14 +143,28 @@ def chat_completion(raw: bytes) -> tuple[ChatCompletionRequest, int]:
     return body, tokenizer.count(chat_text(body.messages))
 
 
-def tokenize(raw: bytes) -> tuple[TokenizeCompletionRequest | TokenizeChatRequest, list[int]]:
-    """vLLM's ``POST /tokenize``: a prompt or chat messages, and their token ids."""
+def tokenize(raw: bytes) -> tuple[TokenizeCompletionRequest | TokenizeChatRequest, list[int], list[str] | None]:
+    """vLLM's ``POST /tokenize``: a prompt or chat messages, their token ids and, when asked
+    (``return_token_strs``), each token's text."""
     data = json_object(raw)
+    body: TokenizeCompletionRequest | TokenizeChatRequest
     if "messages" in data:
-        chat = validate(data, TokenizeChatRequest)
-        return chat, tokenizer.encode(chat_text(chat.messages))
-    body = validate(data, TokenizeCompletionRequest)
-    return body, prompt_ids(body.prompt)
+        body = validate(data, TokenizeChatRequest)
+        text: str | list[int] = chat_text(body.messages, body.add_generation_prompt)
+    else:
+        body = validate(data, TokenizeCompletionRequest)
+        text = body.prompt
+    ids = prompt_ids(text)
+    if not body.return_token_strs:
+        return body, ids, None
+    strings = tokenizer.pieces(text) if isinstance(text, str) else [tokenizer.decode([token]) for token in ids]
+    return body, ids, strings
+
+
+def detokenize(raw: bytes) -> tuple[DetokenizeRequest, str]:
+    """vLLM's ``POST /detokenize``: token ids and their text."""
+    body = validate(json_object(raw), DetokenizeRequest)
+    return body, tokenizer.decode(body.tokens)
 
 
 def tokenize_text(raw: bytes) -> list[int]:

@@ -140,12 +140,21 @@ class TokenizeCompletionRequest(_Request):
     model: str | None = None
     prompt: str | list[int]
     add_special_tokens: bool = True
+    return_token_strs: bool | None = False
 
 
 class TokenizeChatRequest(_Request):
     model: str | None = None
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     add_generation_prompt: bool = True
+    return_token_strs: bool | None = False
+
+
+class DetokenizeRequest(_Request):
+    """``POST /detokenize``."""
+
+    model: str | None = None
+    tokens: list[Annotated[int, Field(ge=0)]]
 
 
 def validation_message(errors: Sequence[ErrorDetails]) -> tuple[str, str | None]:

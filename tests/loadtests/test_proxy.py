@@ -116,6 +116,7 @@ def test_keepalive_comments_pass_through_and_keep_the_stream_alive(
     assert result.kinds()[-4:] == ["data", "data", "data", "done"]
     assert {payload["id"] for payload in result.payloads()[:-1]} == {"cmpl-via-proxy"}  # the header went through
     assert result.response.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert result.response.headers["vary"] == "Origin"  # and the server's headers came back
 
 
 def test_frames_are_relayed_as_they_come_not_buffered(start_proxy: StartProxy, start_server: StartServer) -> None:
