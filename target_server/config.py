@@ -4,6 +4,8 @@ Option names follow vLLM (``--max-model-len``, ``--max-num-seqs``, ``--sse-keep-
 and llm-d-inference-sim (``--time-to-first-token``, ``--inter-token-latency``,
 ``--prefill-time-per-token``, ``--failure-injection-rate``, ``--failure-types``), with their
 units: latencies in milliseconds, the keep-alive interval in seconds, the failure rate in percent.
+The options vLLM does not have (timing, faults, slowdown, trace, ``--tokenize-api``), and a
+fractional keep-alive interval, are this server's extensions; their help says so.
 Invariant: a ``ServerConfig`` that exists has passed ``validate()``; the CLI and ``create_app``
 both go through it.
 """
@@ -58,15 +60,17 @@ class ServerConfig:
     max_model_len: int = _opt(8192, "context length: prompt tokens + max_tokens must fit in it")
     max_num_seqs: int = _opt(16, "sequences generating at once; further requests wait FIFO")
     sse_keep_alive_interval: float = _opt(
-        0.0, "seconds of stream silence before a ': keep-alive' comment is sent; 0 disables"
+        0.0,
+        "seconds of stream silence before a ': keep-alive' comment is sent; 0 disables (fractions are an "
+        "extension: vLLM takes whole seconds)",
     )
-    time_to_first_token: float = _opt(0.0, "fixed part of prefill, in milliseconds")
-    prefill_time_per_token: float = _opt(0.0, "prefill time per prompt token, in milliseconds")
-    inter_token_latency: float = _opt(0.0, "time between generated tokens, in milliseconds")
+    time_to_first_token: float = _opt(0.0, "fixed part of prefill, in milliseconds (extension)")
+    prefill_time_per_token: float = _opt(0.0, "prefill time per prompt token, in milliseconds (extension)")
+    inter_token_latency: float = _opt(0.0, "time between generated tokens, in milliseconds (extension)")
     default_chat_max_tokens: int = _opt(
         128, "tokens a chat request generates when it sets neither max_tokens nor max_completion_tokens"
     )
-    failure_injection_rate: float = _opt(0.0, "percent of requests that get an injected fault (0-100)")
+    failure_injection_rate: float = _opt(0.0, "percent of requests that get an injected fault (0-100) (extension)")
     failure_types: tuple[str, ...] = _opt(
         FAILURE_TYPES,
         "faults to draw from, uniformly: " + ", ".join(FAILURE_TYPES),
@@ -79,7 +83,7 @@ class ServerConfig:
     slowdown_after: float | None = _opt(
         None,
         "seconds after the first generation request at which prefill and decode slow down by --slowdown-factor "
-        "(None: never)",
+        "(None: never) (extension)",
         type=float,
     )
     slowdown_factor: float = _opt(
@@ -88,17 +92,19 @@ class ServerConfig:
     seed: int = _opt(0, "seed of the fault draws and of the generated text")
     api_key: str | None = _opt(
         None,
-        f"require 'Authorization: Bearer KEY' on the /v1 routes (as vLLM: /tokenize, /health, /metrics are open); "
-        f"also read from ${API_KEY_ENV} (as vLLM does), which keeps the key out of the process list; this option "
-        "wins if both are given",
+        f"require 'Authorization: Bearer KEY' (the first such header) on paths under /v1, /v2, /inference and "
+        f"/cohere, as vLLM does (/tokenize, /detokenize, /version, /health, /metrics are open); also read from "
+        f"${API_KEY_ENV} (as vLLM does), which keeps the key out of the process list; this option wins if both "
+        "are given",
     )
     trace_file: str | None = _opt(
-        None, "append one JSON line per SSE frame written: request id, kind, time.monotonic(), bytes"
+        None, "append one JSON line per SSE frame written: request id, kind, time.monotonic(), bytes (extension)"
     )
     tokenize_api: str = _opt(
         "vllm",
         "what POST /tokenize takes: vllm ({model, prompt} or {model, messages}, answers with a count), "
-        "text (only {text}, answers {tokens}; vLLM's body gets a 400, like a non-vLLM server) or none (no route)",
+        "text (only {text}, answers {tokens}; vLLM's body gets a 400, like a non-vLLM server) or none (no route); "
+        "text and none are extensions, and /detokenize is there only with vllm",
         choices=TOKENIZE_APIS,
     )
     log_level: str = _opt("warning", "uvicorn log level")
