@@ -239,12 +239,15 @@ HOLD_CHOICES = 3
 While the holder's first choice runs, its other two wait, and so does the queued stream."""
 ADMITTED_S = 0.5
 """Time the holder is given to take the slot before the queued stream is sent."""
+GAUGE_EVERY_S = 0.5
+"""How often the gauges are read while the stream queues (a vLLM scrape is 60 KB of text)."""
 WHILE_QUEUED = {"vllm:num_requests_running": 1.0, "vllm:num_requests_waiting": float(HOLD_CHOICES)}
 ATTEMPTS = 3
 """Measurements of one server before its queueing is given up as unmeasurable. On a busy machine
 vLLM's API server can go silent while its engine generates (measured here under a load average
-of 15 to 35: ``/health`` and ``/metrics`` unanswered for 7 to 34 s, its event loop idle), so the
-holder may have ended before it was cut, or the gauges read after the queue was gone."""
+of 15 to 35: ``/health`` and ``/metrics`` unanswered for 7 to 34 s, its event loop idle; or
+``/metrics`` answered with the gauges still at 0 while a request ran), so the holder may have
+ended before it was cut, or the gauges may not be the queue's."""
 
 
 @dataclass
@@ -255,10 +258,9 @@ class Queued:
     status: int = 0
     headers_at: float = 0.0
     released_at: float = 0.0
-    gauges: dict[str, float] = field(default_factory=dict)
-    """The server's running and waiting gauges, asked for once the queued stream had its headers,
-    and when their answer came."""
-    gauges_at: float = 0.0
+    readings: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    """The server's running and waiting gauges, read every ``GAUGE_EVERY_S`` from the queued
+    stream's headers until the holder was cut, each with the time its answer came."""
 
     @property
     def first_data(self) -> int:
@@ -271,9 +273,17 @@ class Queued:
         return self.first_data < len(self.frames) and self.frames[self.first_data].t > self.released_at
 
     @property
-    def gauged_while_queued(self) -> bool:
-        """The gauges' answer came before the queued stream's first token: they are the queue's."""
-        return self.held_until_cut and 0 < self.gauges_at < self.frames[self.first_data].t
+    def gauges(self) -> dict[str, float] | None:
+        """The last reading that came before the queued stream's first token and is current: it
+        shows the holder running (which it was, until it was cut). vLLM's gauges are updated from
+        the engine's outputs, and a busy API server read them as 0 while a request ran."""
+        if not self.held_until_cut:
+            return None
+        first_token = self.frames[self.first_data].t
+        current = [
+            gauges for at, gauges in self.readings if at < first_token and gauges["vllm:num_requests_running"] == 1
+        ]
+        return current[-1] if current else None
 
 
 def gauges(server: Server) -> dict[str, float]:
@@ -304,11 +314,11 @@ def hold_the_slot(server: Server) -> socket.socket:
 
 def queue_behind_a_held_slot(server: Server) -> Queued:
     """A long request takes the one slot; then a chat stream is sent, which has to queue; once it
-    has its headers the server's gauges are asked for (in the background: a server may be slow to
-    answer); ``QUEUE_S`` after those headers the holder is cut, and the queued stream runs to its
-    end."""
+    has its headers the server's gauges are read, in the background (a server may be slow to
+    answer), until ``QUEUE_S`` after those headers the holder is cut; the queued stream then runs
+    to its end."""
     seen = Queued()
-    headers = threading.Event()
+    headers, released = threading.Event(), threading.Event()
     failures: list[BaseException] = []
     queued_body = {**request("chat", stream=True), "model": server.model}
 
@@ -330,8 +340,10 @@ def queue_behind_a_held_slot(server: Server) -> Queued:
 
     def read_gauges() -> None:
         try:
-            seen.gauges = gauges(server)
-            seen.gauges_at = time.monotonic()
+            while not released.is_set():
+                reading = gauges(server)
+                seen.readings.append((time.monotonic(), reading))
+                released.wait(GAUGE_EVERY_S)
         except BaseException as exc:
             failures.append(exc)
 
@@ -342,11 +354,11 @@ def queue_behind_a_held_slot(server: Server) -> Queued:
         time.sleep(ADMITTED_S)
         queued.start()
         assert headers.wait(60), "the queued stream got no headers"
-        time.sleep(0.5)
         reader.start()
         time.sleep(max(0.0, seen.headers_at + QUEUE_S - time.monotonic()))
     finally:
         seen.released_at = time.monotonic()
+        released.set()
         holder.close()
         for thread in (queued, reader):
             if thread.ident is not None:
@@ -387,6 +399,6 @@ def test_a_queued_stream_and_the_holders_other_choices_are_counted_waiting(pair:
     """While one choice of the holder runs, its other choices and the stream queued behind them
     are ``vllm:num_requests_waiting``; the one running is ``vllm:num_requests_running``."""
     for server in (pair.vllm, pair.bundled):
-        seen = measure_queueing(server, lambda seen: seen.gauged_while_queued)
-        assert seen.gauged_while_queued, (server.name, f"no gauges read while queued, {ATTEMPTS} times", seen)
-        assert seen.gauges == WHILE_QUEUED, (server.name, seen.gauges)
+        seen = measure_queueing(server, lambda seen: seen.gauges is not None)
+        assert seen.gauges is not None, (server.name, f"no current gauges read while queued, {ATTEMPTS} times", seen)
+        assert seen.gauges == WHILE_QUEUED, (server.name, seen.readings)
