@@ -96,7 +96,7 @@ TTFT in seconds), and harness_kept_up says so; two processes gave 0.19-0.20 ms. 
 the lag monitor nor ``wait_s`` flags was once taken for the server's share, since the harness read
 those bytes within 1 ms of the read's stamp. A capture on the loopback device says otherwise
 (2026-12-04, ``tcpdump -i lo`` during one run of 200 users, each server segment matched to its
-frame by the response's ``X-Request-Id`` and the trace's frame sizes): all 106 such errors were a
+frame by its stream's ``X-Request-Id`` and the trace's frame sizes): all 106 such errors were a
 frame the server handed to the kernel 0.01-0.10 ms after its stamp, as a segment of its own, that
 the harness read together with the next frame of the stream 25-51 ms later (the error: p50 38.6 ms,
 one inter-token interval) and so stamped with that frame's arrival. Over every frame of the run,

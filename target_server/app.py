@@ -18,13 +18,13 @@ import hashlib
 import json
 import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -34,8 +34,22 @@ from target_server.config import ServerConfig
 from target_server.engine import Engine, Generation
 from target_server.faults import Fault, FaultInjector, InjectedDisconnect
 from target_server.keep_alive import with_keep_alive
-from target_server.protocol import APIError, invalid_request
-from target_server.streaming import DONE_FRAME, Reply, Route, data_frame, full_body, sse_frames
+from target_server.protocol import (
+    APIError,
+    invalid_request,
+)
+from target_server.streaming import (
+    DONE_FRAME,
+    VLLM_VERSION,
+    Reply,
+    Route,
+    choice_tokens,
+    data_frame,
+    full_body,
+    random_request_id,
+    sse_frames,
+    system_fingerprint,
+)
 from target_server.trace import FrameTracer
 
 SSE_MEDIA_TYPE = "text/event-stream"  # Starlette appends "; charset=utf-8"
@@ -51,7 +65,9 @@ class TargetServer:
         self.engine = Engine(config)
         self.faults = FaultInjector(config)
         self.stats = metrics.ServerStats()
+        self.metrics = metrics.Exposition(self.engine, self.stats, config.model)
         self.tracer = FrameTracer(config.trace_file) if config.trace_file else None
+        self.fingerprint = system_fingerprint(config.model, config.max_model_len)
 
     def check_model(self, model: str | None) -> None:
         intake.check_model(model, self.config.model)
@@ -60,24 +76,28 @@ class TargetServer:
         """Answer an admitted request: the engine's rejection (in-band on a stream), else draw a
         fault and answer with a stream, a full body, or an error."""
         body, prompt_tokens, max_tokens = admitted.body, admitted.prompt_tokens, admitted.max_tokens
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-        headers = {"X-Request-Id": request_id}
+        given = request.headers.get("x-request-id")  # vLLM's id when given, even empty; never echoed as a header
+        request_id = random_request_id() if given is None else given
         if admitted.rejection is not None:
-            return self._reject(admitted.rejection, bool(body.stream), headers)
-        self.stats.requests_by_route[route] += 1
+            return self._reject(admitted.rejection, bool(body.stream))
         fault = self.faults.draw()
         if fault is Fault.SERVER_ERROR:
             raise APIError(500, "injected fault: internal server error")
         if fault is Fault.RATE_LIMIT:
             raise APIError(429, "injected fault: too many requests, retry later")
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        reply = Reply(route, request_id, self.config.model, prompt_tokens, max_tokens, include_usage)
-        tokens = self.engine.generate(Generation(prompt_tokens, max_tokens, fault))
+        continuous = include_usage and bool(body.stream_options and body.stream_options.continuous_usage_stats)
+        reply = Reply(
+            route, request_id, self.config.model, prompt_tokens, max_tokens, self.fingerprint, body.n, include_usage,
+            continuous,
+        )  # fmt: skip
+        job = Generation(prompt_tokens, max_tokens, fault)
+        tokens = choice_tokens([self.engine.generate(job) for _ in range(body.n)])
         if body.stream:
-            return StreamingResponse(self._sse(reply, tokens), media_type=SSE_MEDIA_TYPE, headers=headers)
-        return await self._whole(request, reply, tokens, headers)
+            return StreamingResponse(self._sse(reply, tokens), media_type=SSE_MEDIA_TYPE)
+        return await self._whole(request, reply, tokens)
 
-    def _reject(self, error: APIError, stream: bool, headers: dict[str, str]) -> Response:
+    def _reject(self, error: APIError, stream: bool) -> Response:
         """The engine refused the request: a 400 body, or on a stream (whose headers vLLM has sent
         by then) the error as its one data frame, then ``[DONE]``."""
         if not stream:
@@ -88,9 +108,9 @@ class TargetServer:
             yield data_frame(error.body())
             yield DONE_FRAME
 
-        return StreamingResponse(frames(), media_type=SSE_MEDIA_TYPE, headers=headers)
+        return StreamingResponse(frames(), media_type=SSE_MEDIA_TYPE)
 
-    def _sse(self, reply: Reply, tokens: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    def _sse(self, reply: Reply, tokens: AsyncIterator[tuple[int, str]]) -> AsyncIterator[bytes]:
         frames = sse_frames(reply, tokens, on_error=self._count_inband_error)
         frames = with_keep_alive(frames, self.config.sse_keep_alive_interval, self.stats.count_keepalive)
         if self.tracer is not None:
@@ -100,9 +120,7 @@ class TargetServer:
     def _count_inband_error(self) -> None:
         self.stats.errors_by_status[500] += 1
 
-    async def _whole(
-        self, request: Request, reply: Reply, tokens: AsyncIterator[str], headers: dict[str, str]
-    ) -> Response:
+    async def _whole(self, request: Request, reply: Reply, tokens: AsyncIterator[tuple[int, str]]) -> Response:
         """The non-streaming answer. Invariant: when the client leaves first, the generation is
         cancelled then and there, so its slot is free before this returns (vLLM aborts such a
         request too); the response then goes to nobody."""
@@ -120,10 +138,10 @@ class TargetServer:
         try:
             content = generation.result()
         except InjectedDisconnect:
-            return _truncated_json(headers)
+            return _truncated_json()
         except Exception as exc:
             raise APIError(500, f"{type(exc).__name__}: {exc}") from exc
-        return JSONResponse(content, headers=headers)
+        return JSONResponse(content)
 
 
 async def _client_left(request: Request) -> None:
@@ -134,7 +152,7 @@ async def _client_left(request: Request) -> None:
         pass
 
 
-def _truncated_json(headers: dict[str, str]) -> Response:
+def _truncated_json() -> Response:
     """A response that promises a body and dies half-way: the non-streaming ``disconnect`` fault."""
     promised = b'{"error": "this body is cut off by the disconnect fault"}'
 
@@ -142,7 +160,7 @@ def _truncated_json(headers: dict[str, str]) -> Response:
         yield promised[: len(promised) // 2]
         raise InjectedDisconnect("injected fault: connection dropped mid-body")
 
-    headers = {**headers, "Content-Length": str(len(promised))}
+    headers = {"Content-Length": str(len(promised))}
     return StreamingResponse(half_then_drop(), media_type="application/json", headers=headers)
 
 
@@ -150,10 +168,15 @@ def create_app(config: ServerConfig) -> FastAPI:
     """The ASGI app for ``config``; ``app.state.server`` holds its ``TargetServer``, which every
     route and error handler below reads from there (none closes over it)."""
     app = FastAPI(title="sse-soak target server", lifespan=_lifespan, exception_handlers=_error_handlers())
-    app.state.server = TargetServer(config)
-    _install_auth(app, config)
+    app.state.server = server = TargetServer(config)
     for path, endpoint, method in _routes(config):
         app.add_api_route(path, endpoint, methods=[method])
+    # vLLM's layers, innermost first (the last added is outermost): its request counter, CORS with
+    # its defaults (any method and header, no origin allowed: every answer varies by Origin, a
+    # preflight from an origin is refused), then the API key check.
+    app.add_middleware(metrics.CountRequests, stats=server.stats, routes=app.router.routes)
+    app.add_middleware(CORSMiddleware, allow_origins=[], allow_methods=["*"], allow_headers=["*"])
+    _install_auth(app, config)
     return app
 
 
@@ -177,9 +200,11 @@ def _routes(config: ServerConfig) -> list[tuple[str, Callable[..., Any], str]]:
     ``--tokenize-api`` says: vLLM's (a prompt or chat messages, answered with a ``count``), a
     foreign one that takes only ``{"text"}`` and answers bare ``tokens`` (as non-vLLM servers
     do), or none at all (the framework's 404 for an unknown path)."""
-    tokenize_routes = {"vllm": [("/tokenize", tokenize, "POST")], "text": [("/tokenize", tokenize_text, "POST")]}
+    vllm_tokenize = [("/tokenize", tokenize, "POST"), ("/detokenize", detokenize, "POST")]
+    tokenize_routes = {"vllm": vllm_tokenize, "text": [("/tokenize", tokenize_text, "POST")]}
     return [
         ("/health", health, "GET"),
+        ("/version", version, "GET"),
         ("/v1/models", models, "GET"),
         ("/metrics", prometheus, "GET"),
         *tokenize_routes.get(config.tokenize_api, []),
@@ -192,24 +217,44 @@ async def health() -> Response:
     return Response(status_code=200)
 
 
+async def version() -> dict[str, str]:
+    """The vLLM version whose API this server answers as."""
+    return {"version": VLLM_VERSION}
+
+
 async def models(request: Request) -> dict[str, Any]:
+    """vLLM's card: ``root`` is the model's path there, its name here (served under its own name)."""
     config = _server(request).config
+    created = int(time.time())
+    permission = {
+        "id": f"modelperm-{random_request_id()}",
+        "object": "model_permission",
+        "created": created,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
     card = {
         "id": config.model,
         "object": "model",
-        "created": int(time.time()),
-        "owned_by": "sse-soak",
+        "created": created,
+        "owned_by": "vllm",
         "root": config.model,
         "parent": None,
         "max_model_len": config.max_model_len,
-        "permission": [],
+        "permission": [permission],
     }
     return {"object": "list", "data": [card]}
 
 
 async def prometheus(request: Request) -> Response:
-    server = _server(request)
-    return Response(metrics.render(server.engine, server.stats), media_type="text/plain; version=0.0.4")
+    return Response(_server(request).metrics.render(), media_type=metrics.CONTENT_TYPE)
 
 
 async def completions(request: Request) -> Response:
@@ -231,10 +276,18 @@ async def tokenize(request: Request) -> Response:
 
 
 def _vllm_tokenize_answer(server: TargetServer, raw: bytes) -> list[bytes]:
-    body, ids = intake.tokenize(raw)
+    body, ids, strings = intake.tokenize(raw)
     server.check_model(body.model)
-    head = {"count": len(ids), "max_model_len": server.config.max_model_len, "token_strs": None}
-    return json_with_ids(head, "tokens", ids)
+    head = {"count": len(ids), "max_model_len": server.config.max_model_len}
+    return json_with_ids(head, "tokens", ids, strings)
+
+
+async def detokenize(request: Request) -> Response:
+    """vLLM's ``/detokenize``: ``{"tokens"}`` in, ``{"prompt"}`` out."""
+    server = _server(request)
+    body, text = await intake.prepare(request, intake.detokenize)
+    server.check_model(body.model)
+    return JSONResponse({"prompt": text})
 
 
 async def tokenize_text(request: Request) -> Response:
@@ -246,21 +299,36 @@ def _text_tokenize_answer(raw: bytes) -> list[bytes]:
     return json_with_ids({}, "tokens", intake.tokenize_text(raw))
 
 
-def json_with_ids(head: dict[str, Any], key: str, ids: list[int]) -> list[bytes]:
-    """``head`` with ``key: ids`` as JSON, in pieces of ``ID_SLICE`` ids each rendered by one short
-    call: a 5-million-id list as one ``json.dumps`` call held the interpreter, loop included, for
-    half a second, and as one 30 MB body the event loop copied it whole on its way out. Consumes
-    ``ids``: it is emptied a slice at a time, since freeing 5 million ids in one call held the
-    interpreter 45 ms."""
-    parts = [(json.dumps(head)[:-1] + (", " if head else "") + json.dumps(key) + ": [").encode()]
+def json_with_ids(head: dict[str, Any], key: str, ids: list[int], strings: list[str] | None = None) -> list[bytes]:
+    """``head`` with ``key: ids`` (then, for vLLM's ``/tokenize``, ``token_strs: strings``) as compact
+    JSON, vLLM's, in pieces of ``ID_SLICE`` items each rendered by one short call: a 5-million-id
+    list as one ``json.dumps`` call held the interpreter, loop included, for half a second, and as
+    one 30 MB body the event loop copied it whole on its way out. Consumes ``ids``: it is emptied a
+    slice at a time, since freeing 5 million ids in one call held the interpreter 45 ms."""
+    vllm = bool(head)
+    parts = [(_compact(head)[:-1] + ("," if head else "") + json.dumps(key) + ":[").encode()]
     parts.extend(
         (("," if start else "") + ",".join(map(str, ids[start : start + ID_SLICE]))).encode()
         for start in range(0, len(ids), ID_SLICE)
     )
-    parts.append(b"]}")
+    parts.append(b"]")
     while ids:
         del ids[-ID_SLICE:]
+    if vllm and strings is None:
+        parts.append(b',"token_strs":null')
+    elif strings is not None:
+        parts.append(b',"token_strs":[')
+        parts.extend(
+            (("," if start else "") + _compact(strings[start : start + ID_SLICE])[1:-1]).encode()
+            for start in range(0, len(strings), ID_SLICE)
+        )
+        parts.append(b"]")
+    parts.append(b"}")
     return parts
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def json_pieces_response(pieces: list[bytes]) -> Response:
@@ -313,13 +381,17 @@ def _install_auth(app: FastAPI, config: ServerConfig) -> None:
         app.add_middleware(_RequireAPIKey, key=config.api_key)
 
 
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+"""The paths vLLM's API key guards, route or no route."""
+
+
 class _RequireAPIKey:
     """vLLM's API key check, as pure ASGI (not ``BaseHTTPMiddleware``, which would buffer and delay
-    streams). Guarded: every request whose path starts with ``/v1``, except ``OPTIONS`` (CORS
-    preflight); every other path (``/health``, ``/metrics``, ``/tokenize``) is open, as in vLLM.
-    A guarded request passes only with exactly one ``Authorization`` header, ``<scheme> <token>``
-    split at the first space, the scheme ``bearer`` in any case and the token exactly the key
-    (stricter than vLLM, which reads the first of several headers). Token and key are compared as
+    streams). Guarded: every request whose path starts with one of ``GUARDED_PREFIXES``, except
+    ``OPTIONS`` (CORS preflight); every other path (``/health``, ``/metrics``, ``/tokenize``) is
+    open. As vLLM reads it: the first ``Authorization`` header, ``<scheme> <token>`` split at the
+    first space, the scheme ``bearer`` in any case and the token (its bytes read as Latin-1, then
+    written as UTF-8, as Starlette and vLLM do) exactly the key. Token and key are compared as
     sha256 digests with ``secrets.compare_digest``, so the time taken does not tell how much of a
     guess was right. Anything else: 401 with vLLM's body, which names neither key nor token."""
 
@@ -328,15 +400,16 @@ class _RequireAPIKey:
         self._key_digest = hashlib.sha256(key.encode()).digest()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        guarded = scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"].startswith("/v1")
+        guarded = (
+            scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"].startswith(GUARDED_PREFIXES)
+        )
         if guarded and not self._authorized(scope["headers"]):
             await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
     def _authorized(self, headers: Iterable[tuple[bytes, bytes]]) -> bool:
-        values = [value for name, value in headers if name.lower() == b"authorization"]
-        if len(values) != 1:
-            return False
-        scheme, _, token = values[0].partition(b" ")
-        return scheme.lower() == b"bearer" and secrets.compare_digest(hashlib.sha256(token).digest(), self._key_digest)
+        value = next((value for name, value in headers if name.lower() == b"authorization"), b"")
+        scheme, _, token = value.decode("latin-1").partition(" ")
+        digest = hashlib.sha256(token.encode()).digest()
+        return scheme.lower() == "bearer" and secrets.compare_digest(digest, self._key_digest)

@@ -99,9 +99,10 @@ class ServerConfig:
     seed: int = _opt(0, "extension: seed of the fault draws and of the generated text")
     api_key: str | None = _opt(
         None,
-        f"require 'Authorization: Bearer KEY' on the /v1 routes (as vLLM: /tokenize, /health, /metrics are open); "
-        f"also read from ${API_KEY_ENV} (as vLLM does), which keeps the key out of the process list; this option "
-        "wins if both are given",
+        f"require 'Authorization: Bearer KEY' (the first such header) on paths under /v1, /v2, /inference and "
+        f"/cohere, as vLLM does (/tokenize, /detokenize, /version, /health, /metrics are open); also read from "
+        f"${API_KEY_ENV} (as vLLM does), which keeps the key out of the process list; this option wins if both "
+        "are given",
     )
     trace_file: str | None = _opt(
         None, "extension: append one JSON line per SSE frame written: request id, kind, time.monotonic(), bytes"
@@ -109,7 +110,8 @@ class ServerConfig:
     tokenize_api: str = _opt(
         "vllm",
         "extension: what POST /tokenize takes: vllm ({model, prompt} or {model, messages}, answers with a count), "
-        "text (only {text}, answers {tokens}; vLLM's body gets a 400, like a non-vLLM server) or none (no route)",
+        "text (only {text}, answers {tokens}; vLLM's body gets a 400, like a non-vLLM server) or none (no route); "
+        "/detokenize is there only with vllm",
         choices=TOKENIZE_APIS,
     )
     log_level: str = _opt("warning", "uvicorn log level")

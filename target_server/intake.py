@@ -45,6 +45,7 @@ from target_server.protocol import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
+    DetokenizeRequest,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
     invalid_request,
@@ -164,8 +165,9 @@ def _out_of_vocabulary(ids: list[int]) -> int | None:
     return None
 
 
-def chat_text(messages: list[ChatMessage]) -> str:
-    return tokenizer.apply_chat_template([(message.role, message.text()) for message in messages])
+def chat_text(messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+    pairs = [(message.role, message.text()) for message in messages]
+    return tokenizer.apply_chat_template(pairs, add_generation_prompt)
 
 
 def single_prompt(prompt: Any) -> str | list[int]:
@@ -358,14 +360,30 @@ def chat_completion(config: ServerConfig, raw: bytes) -> Admitted:
     return Admitted(body, kept, max_tokens, engine_rejection(body, kept, None))
 
 
-def tokenize(raw: bytes) -> tuple[TokenizeCompletionRequest | TokenizeChatRequest, list[int]]:
-    """vLLM's ``POST /tokenize``: a prompt or chat messages, and their token ids."""
+def tokenize(raw: bytes) -> tuple[TokenizeCompletionRequest | TokenizeChatRequest, list[int], list[str] | None]:
+    """vLLM's ``POST /tokenize``: a prompt or chat messages, their token ids and, when asked
+    (``return_token_strs``), each token's text."""
     data = json_body(raw)
+    body: TokenizeCompletionRequest | TokenizeChatRequest
     if isinstance(data, dict) and "messages" in data:
-        chat = validate(data, TokenizeChatRequest)
-        return chat, tokenizer.encode(tokenizable(chat_text(chat.messages)))
-    body = validate(data, TokenizeCompletionRequest)
-    return body, prompt_ids(body.prompt)
+        body = validate(data, TokenizeChatRequest)
+        templated = tokenizable(chat_text(body.messages, body.add_generation_prompt))
+        text: str | list[int] = templated
+        ids = tokenizer.encode(templated)
+    else:
+        body = validate(data, TokenizeCompletionRequest)
+        text = body.prompt
+        ids = prompt_ids(text)
+    if not body.return_token_strs:
+        return body, ids, None
+    strings = tokenizer.pieces(text) if isinstance(text, str) else [tokenizer.decode([token]) for token in ids]
+    return body, ids, strings
+
+
+def detokenize(raw: bytes) -> tuple[DetokenizeRequest, str]:
+    """vLLM's ``POST /detokenize``: token ids and their text."""
+    body = validate(json_body(raw), DetokenizeRequest)
+    return body, tokenizer.decode(body.tokens)
 
 
 def tokenize_text(raw: bytes) -> list[int]:

@@ -98,6 +98,8 @@ class StreamOptions(_Request):
 
 TruncatePromptTokens = Annotated[int, Field(ge=-1, le=INT64_MAX)]
 TokenId = Annotated[int, Field(ge=0)]
+MAX_N = 16384
+"""The most choices a request may ask for: vLLM's default ``VLLM_MAX_N_SEQUENCES``."""
 
 
 def _stream_options_need_stream(data: Any) -> Any:
@@ -125,7 +127,7 @@ class _GenerationRequest(_Request):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     truncate_prompt_tokens: TruncatePromptTokens | None = None
-    n: Annotated[int, Field(ge=1, le=1)] = 1
+    n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
     temperature: float | None = None
     top_p: float | None = None
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
@@ -264,12 +266,21 @@ class TokenizeCompletionRequest(_Request):
     model: str | None = None
     prompt: str | list[int]
     add_special_tokens: bool = True
+    return_token_strs: bool | None = False
 
 
 class TokenizeChatRequest(_Request):
     model: str | None = None
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     add_generation_prompt: bool = True
+    return_token_strs: bool | None = False
+
+
+class DetokenizeRequest(_Request):
+    """``POST /detokenize``."""
+
+    model: str | None = None
+    tokens: list[Annotated[int, Field(ge=0)]]
 
 
 MAX_REPORTED_ERRORS = 10

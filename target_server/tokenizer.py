@@ -3,7 +3,10 @@
 A token is a run of word characters or one other non-space character; its id is a stable hash
 of its text. Invariant: ``count(text) == len(encode(text))``, the same for every process, so
 ``/tokenize`` and ``usage.prompt_tokens`` always agree and a client can size prompts exactly
-(``"w " * n`` is ``n`` tokens).
+(``"w " * n`` is ``n`` tokens). There are no special tokens (no BOS), as with tokenizers that add
+none. A hash has no inverse, so ``decode`` knows the text of the ids ``encode`` has given in this
+process (the last piece given each id: at most ``VOCAB_SIZE`` entries, each no longer than the
+piece a client sent); any other id decodes to nothing, as an id outside vLLM's vocabulary does.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ SLICE_CHARS = 1 << 14
 prompt hands the interpreter back to the event loop between calls (one call over 10 MB took 1 s)."""
 _PIECE = re.compile(r"\w+|[^\w\s]")
 _NOT_WORD = re.compile(r"\W")
+_WORD_START = re.compile(r"\w")
 _SYMBOL = re.compile(r"[^\w\s]")
 r"""A character that is a token by itself: neither a word character nor white space (every
 character is a word character, white space, or this; ``str.split`` and ``\s`` agree on white space)."""
@@ -47,9 +51,31 @@ _OUTPUT_WORDS = (
 )
 
 
+_TEXT_OF: dict[int, str] = {}
+"""The piece of text each id was last given for, for ``decode``."""
+
+
 def encode(text: str) -> list[int]:
     """Token ids of ``text``."""
-    return [zlib.crc32(piece.encode()) % VOCAB_SIZE for part in slices(text) for piece in _PIECE.findall(part)]
+    ids: list[int] = []
+    for part in slices(text):
+        found = _PIECE.findall(part)
+        part_ids = [zlib.crc32(piece.encode()) % VOCAB_SIZE for piece in found]
+        _TEXT_OF.update(zip(part_ids, found, strict=True))
+        ids += part_ids
+    return ids
+
+
+def pieces(text: str) -> list[str]:
+    """The text of each token of ``text``, in order (``/tokenize``'s ``token_strs``)."""
+    return [piece for part in slices(text) for piece in _PIECE.findall(part)]
+
+
+def decode(ids: list[int]) -> str:
+    """The text of ``ids``: words one space apart, a symbol against what precedes it (white space
+    is not kept by ``encode``); an id ``encode`` has not given decodes to nothing."""
+    text = [_TEXT_OF.get(token, "") for token in ids]
+    return "".join((" " + piece if index and _WORD_START.match(piece) else piece) for index, piece in enumerate(text))
 
 
 def count(text: str) -> int:
@@ -82,12 +108,14 @@ def slices(text: str, size: int = SLICE_CHARS) -> Iterator[str]:
     yield text[start:]
 
 
-def apply_chat_template(messages: Sequence[tuple[str, str]]) -> str:
+def apply_chat_template(messages: Sequence[tuple[str, str]], add_generation_prompt: bool = True) -> str:
     """Render ``(role, content)`` pairs the way a chat template would: role markers around each
-    message, then the assistant's turn marker. Each marker is one token (``|``) plus the role word.
+    message, then (with ``add_generation_prompt``, as chat completions always render) the
+    assistant's turn marker. Each marker is one token (``|``) plus the role word.
     """
     parts = [f"| {role} {content}" for role, content in messages]
-    parts.append("| assistant")
+    if add_generation_prompt:
+        parts.append("| assistant")
     return "\n".join(parts)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,6 +25,9 @@ import pytest
 
 from tests.conftest import require_nginx
 from tests.loadtests.locust_run import LiveLocust
+
+IDLE = re.compile(r"^vllm:num_requests_running(\{[^}]*\})? 0\.0$", re.MULTILINE)
+"""The server's running gauge at 0 (labelled, as vLLM's: ``engine``, ``model_name``)."""
 
 SERVICE = r"^(?P<name>target server|embedded proxy|nginx): (?P<url>http://\S+) \(pid (?P<pid>\d+)\)$"
 
@@ -71,7 +75,7 @@ def test_kill_9_of_locust_stops_every_service_it_started(tmp_path: Path, proxy: 
             live.wait_for(r"^run directory: ")
             metrics = services["target server"]["url"] + "/metrics"
             deadline = time.monotonic() + 30
-            while "vllm:num_requests_running 0.0" in httpx.get(metrics, timeout=10).text:
+            while IDLE.search(httpx.get(metrics, timeout=10).text):
                 assert time.monotonic() < deadline, "no stream reached the server"
                 time.sleep(0.05)  # polling the server's gauge: streams are open when it moves
 

@@ -1,7 +1,8 @@
-"""``--api-key`` as vLLM checks it, route by route: the ``/v1`` routes want exactly one
-``Authorization: Bearer KEY`` header (scheme in any case, token exactly the key); ``/tokenize``,
-``/health`` and ``/metrics`` are open; ``OPTIONS`` is never refused for the key. A refusal is 401
-with vLLM's body and names no key."""
+"""``--api-key`` as vLLM 0.32.0 checks it (measured: ``tests/differential``), route by route: the
+``/v1`` routes read the first ``Authorization`` header, which must be ``Bearer KEY`` (scheme in
+any case, token exactly the key); ``/tokenize``, ``/detokenize``, ``/version``, ``/health`` and
+``/metrics`` are open; ``OPTIONS`` is never refused for the key. A refusal is 401 with vLLM's body
+and names no key."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ ROUTES: dict[str, tuple[str, str, dict[str, Any] | None]] = {
     "chat": ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}),
     "models": ("GET", "/v1/models", None),
     "tokenize": ("POST", "/tokenize", {"prompt": "hi"}),
+    "detokenize": ("POST", "/detokenize", {"tokens": [1, 2]}),
+    "version": ("GET", "/version", None),
     "health": ("GET", "/health", None),
     "metrics": ("GET", "/metrics", None),
 }
@@ -40,8 +43,8 @@ HEADERS: dict[str, tuple[list[str], bool]] = {
     "two spaces": ([f"Bearer  {KEY}"], False),
     "scheme only": (["Bearer"], False),
     "wrong then right": ([f"Bearer not-{KEY}", f"Bearer {KEY}"], False),
-    "right then wrong": ([f"Bearer {KEY}", f"Bearer not-{KEY}"], False),
-    "right twice": ([f"Bearer {KEY}", f"Bearer {KEY}"], False),
+    "right then wrong": ([f"Bearer {KEY}", f"Bearer not-{KEY}"], True),  # vLLM reads the first
+    "right twice": ([f"Bearer {KEY}", f"Bearer {KEY}"], True),
 }
 
 
@@ -80,7 +83,7 @@ def test_options_is_not_refused_for_the_key(keyed_server: TargetServerProcess, r
 
 
 def test_a_refusal_names_neither_the_key_nor_the_token(keyed_server: TargetServerProcess) -> None:
-    for authorization in ([f"Bearer {KEY}x"], [f"Basic {KEY}"], [f"Bearer {KEY}", "Bearer other"]):
+    for authorization in ([f"Bearer {KEY}x"], [f"Basic {KEY}"], ["Bearer other", f"Bearer {KEY}"]):
         response = send(keyed_server.url, "completions", authorization)
         assert response.status_code == 401 and KEY not in response.text and "other" not in response.text
 
@@ -88,3 +91,11 @@ def test_a_refusal_names_neither_the_key_nor_the_token(keyed_server: TargetServe
 def test_without_a_key_no_route_asks_for_one(default_server: TargetServerProcess) -> None:
     for route in ROUTES:
         assert send(default_server.url, route, []).status_code == 200, route
+
+
+@pytest.mark.parametrize("path", ["/v1/no-such", "/v2/no-such", "/inference/no-such", "/cohere/no-such"])
+def test_vllms_guarded_prefixes_ask_for_the_key_route_or_not(keyed_server: TargetServerProcess, path: str) -> None:
+    response = httpx.get(keyed_server.url + path, timeout=10)
+    assert (response.status_code, response.json()) == (401, UNAUTHORIZED)
+    keyed = httpx.get(keyed_server.url + path, headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+    assert keyed.status_code == 404

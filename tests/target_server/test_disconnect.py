@@ -25,9 +25,9 @@ BODY = {"prompt": "hi", "max_tokens": 4}
 
 
 def gauge(url: str, name: str) -> float:
-    """The value of one unlabelled gauge in ``/metrics``."""
+    """The value of one gauge in ``/metrics`` (one label set: vLLM's ``engine`` and ``model_name``)."""
     text = httpx.get(url + "/metrics", timeout=10).text
-    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
+    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith((name + " ", name + "{")))
 
 
 def request_then_leave(url: str, stream: bool) -> None:

@@ -18,7 +18,7 @@ def first_data_at(result: Streamed) -> float:
 
 def gauge(url: str, name: str) -> float:
     text = httpx.get(url + "/metrics").text
-    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    match = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)  # labelled as vLLM's
     assert match, f"{name} missing from /metrics"
     return float(match[1])
 

@@ -56,3 +56,30 @@ SPARSE_TEXT = st.lists(
 def test_count_agrees_where_symbols_are_sparse(text: str) -> None:
     assert tokenizer.count(text) == len(WHOLE.findall(text))
     assert tokenizer.count(text.replace(" ", "\n", 3)) == len(WHOLE.findall(text))  # any white space
+
+
+def test_pieces_are_the_text_of_each_token() -> None:
+    text = "Hello, world: 42 tokens!"
+    assert tokenizer.pieces(text) == ["Hello", ",", "world", ":", "42", "tokens", "!"]
+    assert len(tokenizer.pieces(text)) == len(tokenizer.encode(text)) == tokenizer.count(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True), min_size=1, max_size=20))
+def test_decode_gives_back_words_one_space_apart(words: list[str]) -> None:
+    text = " ".join(words)
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_decode_puts_a_symbol_against_what_precedes_it_and_knows_no_unseen_id() -> None:
+    ids = tokenizer.encode("well , said !")
+    assert tokenizer.decode(ids) == "well, said!"
+    unseen = next(token for token in range(tokenizer.VOCAB_SIZE) if token not in tokenizer._TEXT_OF)
+    assert tokenizer.decode([*tokenizer.encode("well"), unseen, *tokenizer.encode("said")]) == "well said"
+
+
+def test_the_generation_prompt_is_the_templates_last_line() -> None:
+    messages = [("user", "hi")]
+    with_prompt = tokenizer.apply_chat_template(messages)
+    without = tokenizer.apply_chat_template(messages, add_generation_prompt=False)
+    assert with_prompt == without + "\n| assistant"
