@@ -242,7 +242,7 @@ ADMITTED_S = 0.5
 GAUGE_EVERY_S = 0.5
 """How often the gauges are read while the stream queues (a vLLM scrape is 60 KB of text)."""
 RUNNING, WAITING, GENERATED = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total"
-ATTEMPTS = 3
+ATTEMPTS = 4
 """Measurements of one server before its queueing is given up as unmeasurable. On a busy machine
 vLLM's API server can go silent while its engine generates (measured here under a load average
 of 15 to 35: ``/health`` and ``/metrics`` unanswered for 7 to 34 s, its event loop idle; or
