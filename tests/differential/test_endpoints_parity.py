@@ -204,6 +204,13 @@ def test_the_authorization_header_is_read_alike(pair: Pair, authorization: str, 
     assert vllm.status == bundled.status == status
 
 
+@pytest.mark.parametrize(("first", "second", "status"), [("{key}", "wrong", 200), ("wrong", "{key}", 401)])
+def test_of_two_authorization_headers_the_first_is_read(pair: Pair, first: str, second: str, status: int) -> None:
+    headers = [("Authorization", "Bearer " + token.format(key=pair.vllm.key)) for token in (first, second)]
+    vllm, bundled = pair.both("GET", "/v1/models", key=False, headers=headers)
+    assert vllm.status == bundled.status == status
+
+
 def test_cors_headers_are_alike(pair: Pair) -> None:
     """vLLM's CORS settings by default: any method and header, no origin allowed; every answer
     varies by Origin, and a preflight from an origin is refused."""
