@@ -68,6 +68,8 @@ class Launch:
     model: str | None = None
     proxy: str | None = None
     """none, embedded or nginx; None keeps the scenario's own."""
+    server: str | None = None
+    """bundled or vllm (started by the run when no host is given); None: the bundled server."""
     report_dir: Path = Path("reports")
     options: Mapping[str, Any] = field(default_factory=dict)
     """Any other option of the scenario or of Locust, as keywords (``options.locust_arguments``):
@@ -81,7 +83,7 @@ class Launch:
     def headless(self) -> HeadlessRun:
         """This run as the child runs it; ``catalog.CatalogError`` when the scenario has no locustfile,
         ``ValueError`` in one line naming the option when a value of ours is refused."""
-        options = {"model": self.model, "proxy": self.proxy, **self.options}
+        options = {"model": self.model, "proxy": self.proxy, "server": self.server, **self.options}
         for name, value in {"spawn_rate": self.spawn_rate, "host": self.host, **options}.items():
             if name in _KNOWN and value is not None:
                 check_value(name, value)

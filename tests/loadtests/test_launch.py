@@ -36,6 +36,8 @@ def test_a_launch_is_a_headless_locust_command_with_the_key_out_of_it(tmp_path: 
     assert "secret" not in " ".join(command) and launch.environment()["SSE_SOAK_API_KEY"] == "secret"
     with pytest.raises(ValueError, match="at least 1 user and 1 s, got 0 users"):
         Launch("mixed_truncate", users=0).command()
+    started = Launch("mixed_truncate", users=3, duration_s=7, server="vllm", report_dir=tmp_path).command()
+    assert "--server=vllm" in started  # real vLLM in place of the bundled server
 
 
 def free_port() -> int:
