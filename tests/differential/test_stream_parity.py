@@ -237,8 +237,10 @@ HOLD_CHOICES = 3
 """The holder's size: three choices of ``HOLD_TOKENS`` each, one after the other in the one slot
 (vLLM decodes 8000 tokens in 3 to 11 s here, as the machine is idle or busy; the twin in 12.8 s).
 While the holder's first choice runs, its other two wait, and so does the queued stream."""
-ADMITTED_S = 0.5
-"""Time the holder is given to take the slot before the queued stream is sent."""
+ADMITTED_WITHIN_S = 60.0
+"""How long the holder may take to start generating (its tokens counted in ``GENERATED``) before
+the measurement fails: the queued stream is sent only once the holder has the slot. A fixed
+half-second wait was not enough in CI, where vLLM once scheduled the queued stream first."""
 GAUGE_EVERY_S = 0.5
 """How often the gauges are read while the stream queues (a vLLM scrape is 60 KB of text)."""
 RUNNING, WAITING, GENERATED = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total"
@@ -318,6 +320,15 @@ def hold_the_slot(server: Server) -> socket.socket:
     return holder
 
 
+def wait_until_generating(server: Server, generated_before: float) -> None:
+    """Return once the server has generated a token since ``generated_before``: the holder, the
+    only request, has the slot."""
+    deadline = time.monotonic() + ADMITTED_WITHIN_S
+    while gauges(server)[GENERATED] <= generated_before:
+        assert time.monotonic() < deadline, f"{server.name}: the holder generated nothing in {ADMITTED_WITHIN_S} s"
+        time.sleep(0.05)
+
+
 def queue_behind_a_held_slot(server: Server) -> Queued:
     """A long request takes the one slot; then a chat stream is sent, which has to queue; once it
     has its headers the server's gauges are read, in the background (a server may be slow to
@@ -358,7 +369,7 @@ def queue_behind_a_held_slot(server: Server) -> Queued:
     seen.generated_before = gauges(server)[GENERATED]
     holder = hold_the_slot(server)
     try:
-        time.sleep(ADMITTED_S)
+        wait_until_generating(server, seen.generated_before)
         queued.start()
         assert headers.wait(60), "the queued stream got no headers"
         reader.start()
