@@ -283,6 +283,8 @@ def _run_vllm(options: argparse.Namespace) -> int | None:
         stop = _stop_on_signals()
         key = " --api-key KEY" if options.api_key else ""
         print(f"vllm ready: {server.url} (model {server.model}, pid {server.pid}, ready in {server.ready_s:.0f} s)")
+        for note in server.notes():
+            print(note.replace("sse-soak: ", "vllm serve: ", 1))
         print(f"vllm serve: log {server.log}; Ctrl-C stops it")
         print(
             f"use it as: locust -f scenarios/mixed_truncate.py --host {server.url} --keep-alive-interval "

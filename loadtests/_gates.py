@@ -30,10 +30,11 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+import numpy as np
 import pandas as pd
 
 from loadtests import _figures as figures
-from loadtests._lag import DEFAULT_LAG_LIMIT_MS, lag_summary
+from loadtests._lag import DEFAULT_LAG_LIMIT_MS, STALLED_COLUMN, lag_summary
 from loadtests._options import DEFAULT_MAX_UNJUDGED_SHARE
 from loadtests._outcome import Outcome
 from loadtests._recorder import REQUEST_SCHEMA, to_pandas
@@ -480,7 +481,7 @@ class KeepAliveCovered(Gate):
         short = silent[silent["keepalive_frames"] < implied]
         # The harness's worst stall while a stream was open may have moved the stamps its silence is
         # measured between: a shortfall that such a stall explains is unjudged, not failed.
-        stall = short["harness_lag_max_s"].fillna(0.0)
+        stall = harness_stall_s(short)
         allowed = ((silence[short.index] - stall).clip(lower=0.0) // period).astype(int)
         excused = short[short["keepalive_frames"] >= allowed]
         short = short.drop(excused.index)
@@ -635,13 +636,23 @@ def _excused(bad: pd.DataFrame, resolution_s: float | None) -> pd.DataFrame:
     rule's resolution: their violation may be the harness's, so they are unjudged, not failed."""
     if resolution_s is None or bad.empty:
         return bad.iloc[0:0]
-    return bad[bad["harness_lag_max_s"].fillna(0.0) >= resolution_s]
+    return bad[harness_stall_s(bad) >= resolution_s]
+
+
+def harness_stall_s(rows: pd.DataFrame) -> pd.Series:
+    """Per row, how much of its time the harness could not see: its worst single stall
+    (``harness_lag_max_s``, measured as it ran) or, when larger, all its stalls of at least
+    ``loadtests._lag.STALL_FLOOR_S`` added up (``harness_stalled_s``, added when the run is judged)."""
+    worst = rows["harness_lag_max_s"].astype("float64").fillna(0.0)
+    if STALLED_COLUMN in rows.columns:
+        worst = np.maximum(worst, rows[STALLED_COLUMN].astype("float64").fillna(0.0))
+    return worst
 
 
 def _excused_detail(excused: pd.DataFrame) -> str:
     if excused.empty:
         return ""
-    worst = float(excused["harness_lag_max_s"].max()) * 1000.0
+    worst = float(harness_stall_s(excused).max()) * 1000.0
     return (
         f"; {len(excused)} requests unjudged: the harness stalled up to {worst:.0f} ms while they were open, "
         f"enough to explain their violation{_examples(excused)}"

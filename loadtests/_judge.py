@@ -39,7 +39,7 @@ from loadtests._gates import (
     evaluate,
     inferred_keep_alive_interval,
 )
-from loadtests._lag import while_streams_open
+from loadtests._lag import STALLED_COLUMN, stalled_while_open, while_streams_open
 from loadtests._run_dir import Manifest, RunDir
 from loadtests._server_metrics import server_metrics_summary
 from loadtests._summary import Summary, SummaryError, summarize
@@ -106,6 +106,7 @@ def judge(
     specs = _stored_specs(previous, manifest, gates)
     gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate.spec() not in specs)]
     requests, lag = run.read_requests(), run.read_lag()
+    requests[STALLED_COLUMN] = stalled_while_open(requests, lag)
     tables = RunTables(requests, None if lag is None else while_streams_open(lag, requests), run.read_resources())
     lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None)
     # Only what the summary said is carried over: a field its file lacks falls back to the manifest.

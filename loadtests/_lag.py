@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -141,6 +142,49 @@ def while_streams_open(lag: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFram
     first, last = starts.min(), ends.max()
     keep = (lag["time"] >= first) & (lag["time"] - lag["lag_s"] <= last)
     return lag[keep]
+
+
+STALLED_COLUMN = "harness_stalled_s"
+"""The column ``stalled_while_open`` fills on the requests a run is judged on (not stored in
+requests.parquet: it is derived from lag.parquet each time)."""
+STALL_FLOOR_S = 0.05
+"""A wake at least this late counts as a stall in ``stalled_while_open``: far above the loop's
+ordinary jitter (p99 of 1 to 26 ms, quiet box to busy one), below the shortest timing tolerance
+a shipped gate relies on (0.12 s)."""
+
+
+def stalled_while_open(requests: pd.DataFrame, lag: pd.DataFrame | None) -> pd.Series:
+    """Per row of ``requests``, the seconds its worker's loop spent in stalls of at least
+    ``STALL_FLOOR_S`` while the request was open (``start_time`` to ``start_time + duration_s``,
+    wall clock): several stalls in one silence add up. Each sample ``(time, lag_s)`` blocked the
+    loop over ``[time - lag_s, time]``; only the part inside the request's span counts. A whole
+    machine that froze (seen with real vLLM on these VMs: no process ran for 0.3 to 10 s at a time,
+    back to back) shows here as a long total made of stalls each shorter than a gate's tolerance.
+    0 where nothing was measured."""
+    stalled = pd.Series(0.0, index=requests.index, dtype="float64")
+    if lag is None or lag.empty or requests.empty or "start_time" not in requests or "duration_s" not in requests:
+        return stalled
+    stalls = lag[lag["lag_s"] >= STALL_FLOOR_S]
+    for worker, samples in stalls.groupby("worker", sort=False):
+        rows = requests[(requests["worker"] == worker) & requests["start_time"].notna()]
+        if rows.empty:
+            continue
+        ends = samples["time"].to_numpy(dtype="float64")
+        order = ends.argsort()
+        ends = ends[order]
+        lags = samples["lag_s"].to_numpy(dtype="float64")[order]
+        begins = ends - lags
+        total = np.concatenate([[0.0], np.cumsum(lags)])
+        opened = rows["start_time"].to_numpy(dtype="float64")
+        closed = opened + rows["duration_s"].fillna(0.0).to_numpy(dtype="float64")
+        first = np.searchsorted(ends, opened, side="right")  # the first stall ending after the open
+        last = np.searchsorted(begins, closed, side="left")  # stalls [first, last) begin before the close
+        seconds = total[last] - total[first]
+        meets = last > first
+        head = np.where(meets, np.clip(opened - begins[np.minimum(first, len(ends) - 1)], 0.0, None), 0.0)
+        tail = np.where(meets, np.clip(ends[np.maximum(last - 1, 0)] - closed, 0.0, None), 0.0)
+        stalled[rows.index] = np.clip(np.where(meets, seconds - head - tail, 0.0), 0.0, None)
+    return stalled
 
 
 def lag_summary(lag: pd.DataFrame, limit_ms: float | None = None) -> dict[str, Any]:

@@ -106,6 +106,16 @@ def watchdog(command: Sequence[str], remove: Sequence[str] = ()) -> int:
     return code
 
 
+def _cpu_list(text: str) -> list[int]:
+    try:
+        cpus = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of CPU numbers") from None
+    if not cpus or min(cpus) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of CPU numbers")
+    return cpus
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m loadtests._parent_watch",
@@ -118,11 +128,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="DIR",
         help="directory to remove after COMMAND was stopped because stdin closed",
     )
+    parser.add_argument(
+        "--cpus",
+        type=_cpu_list,
+        metavar="N,N...",
+        help="run COMMAND (and every process it starts) on these CPUs only",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="after --: the program and its arguments")
     options = parser.parse_args(argv)
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
     if not command:
         parser.error("give the command to run after --")
+    if options.cpus:
+        try:
+            os.sched_setaffinity(0, options.cpus)  # inherited by the child, before it starts anything
+        except OSError as error:
+            parser.error(f"--cpus {','.join(map(str, options.cpus))}: {error.strerror}")
     code = watchdog(command, options.remove)
     if code < 0:  # ended by a signal: end the same way, so our parent sees what happened
         if -code not in (signal.SIGKILL, signal.SIGSTOP):  # these two have no handler to reset

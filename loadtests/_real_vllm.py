@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -90,6 +90,23 @@ SERVE_ENV = {
     "DO_NOT_TRACK": "1",
 }
 """The environment ``vllm serve`` runs with here, on top of this process's own."""
+
+VLLM_CPUS_AT_MOST = 3
+"""vLLM's busy processes here: the API server, the engine core and its worker (one OpenMP thread)."""
+
+
+def cpus_for_vllm(available: Collection[int] | None = None) -> list[int] | None:
+    """The CPUs a started vLLM is confined to: the first of those this process may use, at most
+    ``VLLM_CPUS_AT_MOST``, always leaving one to the load generator; None on a single CPU (nothing
+    to leave). Measured on these 2-vCPU VMs: with vLLM's engine core and worker busy-polling on both
+    vCPUs, the whole VM froze (no process ran, not even perf's sampling) for 0.3 to 10 s at a time,
+    up to 16 s of every 24, and the kernel logged workqueue lockups; confined to one vCPU, 0 stalls
+    over 3 runs and the harness's lag p99 1.3 ms."""
+    cpus = sorted(os.sched_getaffinity(0) if available is None else available)
+    if len(cpus) < 2:
+        return None
+    return cpus[: min(VLLM_CPUS_AT_MOST, len(cpus) - 1)]
+
 
 READY_TIMEOUT_S = 240.0
 POLL_S = 0.5
@@ -495,6 +512,8 @@ class VllmServer:
         self.ready_timeout = ready_timeout
         self.url = ""
         self.name = "real vLLM"
+        self.cpus = cpus_for_vllm()
+        """The CPUs vLLM runs on (``cpus_for_vllm``); None: all of them."""
         self.ready_s: float | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -504,6 +523,16 @@ class VllmServer:
         if self._process is None:
             raise RuntimeError("the server is not started")
         return self._process.pid
+
+    def notes(self) -> list[str]:
+        """One line on where vLLM runs, when it is confined (``cpus_for_vllm``)."""
+        if self.cpus is None:
+            return []
+        listed = ",".join(map(str, self.cpus))
+        return [
+            f"sse-soak: real vLLM runs on CPU {listed} of {os.cpu_count()}, the rest left to the load generator "
+            "(vLLM busy-polling every vCPU froze these VMs for seconds at a time)"
+        ]
 
     def command(self, install: Install, port: int) -> list[str]:
         """``vllm serve ...`` with this server's settings (no key: that travels in the environment)."""
@@ -530,7 +559,8 @@ class VllmServer:
         environment.update(SERVE_ENV)
         if self.api_key is not None:
             environment[API_KEY_ENV] = self.api_key
-        watched = [sys.executable, "-m", "loadtests._parent_watch", "--", *self.command(install, port)]
+        confined = [] if self.cpus is None else ["--cpus", ",".join(map(str, self.cpus))]
+        watched = [sys.executable, "-m", "loadtests._parent_watch", *confined, "--", *self.command(install, port)]
         began = time.monotonic()
         with self.log.open("wb") as out:
             # stdin: a pipe only we hold; the watchdog stops vLLM when it closes (we are gone).

@@ -333,8 +333,9 @@ class Stack:
         try:
             if host is None and server == "vllm":
                 profile = VllmProfile.of(server_args)
-                stack.notes += profile.describe()
-                stack._add(profile.server().start())
+                vllm = profile.server()
+                stack.notes += [*profile.describe(), *vllm.notes()]
+                stack._add(vllm.start())
             elif host is None:
                 stack._add(TargetServerProcess.start(server_args))
             if proxy == "embedded":

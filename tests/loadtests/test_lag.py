@@ -11,7 +11,7 @@ import pytest
 
 from loadtests._gates import Gate, HarnessKeptUp, RunTables, evaluate
 from loadtests._judge import judge
-from loadtests._lag import LAG_COLUMNS, LagMonitor, lag_summary, while_streams_open
+from loadtests._lag import LAG_COLUMNS, STALL_FLOOR_S, LagMonitor, lag_summary, stalled_while_open, while_streams_open
 from loadtests._outcome import RequestPlan, StreamTracker
 from loadtests._recorder import Recorder
 from loadtests._run_dir import RunDir
@@ -181,6 +181,29 @@ def test_only_stalls_that_meet_an_open_stream_are_kept() -> None:
     )
     kept = while_streams_open(lag, timed_requests((10.0, 2.0), (11.0, 4.0)))
     assert kept["time"].tolist() == [10.1, 12.0, 15.2]
+
+
+def test_stalls_add_up_over_the_part_of_each_that_falls_while_a_request_was_open() -> None:
+    """A machine that froze in several back-to-back stalls, each under a gate's tolerance, is seen
+    as their sum; a stall is cut at the request's open and close, and other workers' stalls and
+    ordinary jitter (under ``STALL_FLOOR_S``) do not count."""
+    lag = pd.DataFrame(
+        [
+            ("local", 10.3, 10.3, 0.5),  # [9.8, 10.3]: 0.3 s of it after the open at 10.0
+            ("local", 10.9, 10.9, 0.55),  # [10.35, 10.9]: wholly inside
+            ("local", 11.0, 11.0, STALL_FLOOR_S / 2),  # jitter
+            ("local", 11.5, 11.5, 0.4),  # [11.1, 11.5]: 0.3 s of it before the close at 11.4
+            ("worker-2", 10.9, 10.9, 0.9),  # another process's loop
+            ("local", 20.0, 20.0, 1.0),  # after every request
+        ],
+        columns=list(LAG_COLUMNS),
+    )
+    requests = timed_requests((10.0, 1.4), (10.4, 0.1), (12.0, 1.0), (float("nan"), 1.0))
+    requests["worker"] = ["local", "local", "local", "local"]
+    stalled = stalled_while_open(requests, lag)
+    assert stalled.round(6).tolist() == [1.15, 0.1, 0.0, 0.0]  # 0.3 + 0.55 + 0.3; 0.1 inside the second stall
+    assert stalled_while_open(requests, None).tolist() == [0.0] * 4
+    assert stalled_while_open(requests, lag.iloc[0:0]).tolist() == [0.0] * 4
 
 
 def test_without_timed_requests_every_sample_is_kept() -> None:

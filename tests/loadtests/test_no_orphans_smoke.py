@@ -101,11 +101,14 @@ def test_kill_9_of_locust_stops_every_service_it_started(tmp_path: Path, proxy: 
 
 
 @contextlib.contextmanager
-def watchdog(*command: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m loadtests._parent_watch -- COMMAND`` with a stdin pipe from this test; ended by
-    its id afterwards if a failed test left it running."""
+def watchdog(*command: str, cpus: int | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m loadtests._parent_watch [--cpus N] -- COMMAND`` with a stdin pipe from this test;
+    ended by its id afterwards if a failed test left it running."""
+    confined = [] if cpus is None else ["--cpus", str(cpus)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "loadtests._parent_watch", "--", *command], stdin=subprocess.PIPE, start_new_session=True
+        [sys.executable, "-m", "loadtests._parent_watch", *confined, "--", *command],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         yield process
@@ -121,6 +124,20 @@ def watchdog(*command: str) -> Iterator[subprocess.Popen[bytes]]:
 def test_the_watchdog_exits_as_its_command_did(script: str, code: int) -> None:
     with watchdog(sys.executable, "-c", script) as process:
         assert process.wait(30) == code
+
+
+def test_the_watchdog_runs_its_command_on_the_cpus_it_is_given() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    script = "import os, sys; sys.exit(sorted(os.sched_getaffinity(0)) != [int(sys.argv[1])])"
+    with watchdog(sys.executable, "-c", script, str(cpu), cpus=cpu) as process:
+        assert process.wait(30) == 0
+    refused = subprocess.run(
+        [sys.executable, "-m", "loadtests._parent_watch", "--cpus", "x", "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "'x' is not a comma-separated list of CPU numbers" in refused.stderr
 
 
 @pytest.mark.parametrize("stop", ["pipe closes", "SIGTERM"])

@@ -190,3 +190,11 @@ def test_making_the_model_without_the_venvs_python_says_to_run_setup(tmp_path: P
     with pytest.raises(real.VllmError, match=r"no Python with tokenizers at .*: run 'python -m loadtests vllm setup'"):
         real.make_model_dir(tmp_path / "model")
     assert list(tmp_path.iterdir()) == []  # nothing made, not even the building directory
+
+
+@pytest.mark.parametrize(
+    ("available", "confined"),
+    [({0}, None), ({0, 1}, [0]), ({2, 5}, [2]), ({0, 1, 2, 3}, [0, 1, 2]), (set(range(64)), [0, 1, 2])],
+)
+def test_vllm_keeps_to_three_cpus_leaving_one(available: set[int], confined: list[int] | None) -> None:
+    assert real.cpus_for_vllm(available) == confined

@@ -6,9 +6,11 @@ these skip, saying why, unless ``SSE_SOAK_REQUIRE_VLLM=1`` (CI sets it): then th
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import httpx
+import psutil
 
 from loadtests import _real_vllm as real
 from tests.conftest import VLLM_AUTH as AUTH
@@ -55,3 +57,18 @@ def test_the_model_directory_is_the_same_bytes_each_time_and_reused(tmp_path: Pa
     made = (first / "tokenizer.json").stat().st_mtime_ns
     assert real.make_model_dir(first, Path("/nonexistent/python")) == first  # reused: nothing run
     assert (first / "tokenizer.json").stat().st_mtime_ns == made
+
+
+def test_vllm_and_every_process_it_started_run_on_the_cpus_left_to_it(vllm_server: real.VllmServer) -> None:
+    """On a machine of several CPUs, vLLM (its API server, engine core and worker) keeps off the
+    last one, which the load generator keeps: busy-polling on every vCPU froze these VMs."""
+    tree = [psutil.Process(vllm_server.pid), *psutil.Process(vllm_server.pid).children(recursive=True)]
+    assert len(tree) >= 3, [process.name() for process in tree]  # the watchdog, vLLM, its engine
+    if len(os.sched_getaffinity(0)) < 2:
+        assert vllm_server.cpus is None and vllm_server.notes() == []
+        return
+    assert vllm_server.cpus == real.cpus_for_vllm()
+    assert {process.name(): process.cpu_affinity() for process in tree} == {
+        process.name(): vllm_server.cpus for process in tree
+    }
+    assert f"runs on CPU {','.join(map(str, vllm_server.cpus))} of" in vllm_server.notes()[0]

@@ -12,7 +12,7 @@ import pytest
 from loadtests.__main__ import main
 from loadtests._ending import how_it_ended
 from loadtests._gates import Expect, GateResult, KeepAliveCovered, RunTables, evaluate, unjudged
-from loadtests._lag import lag_summary
+from loadtests._lag import STALLED_COLUMN, lag_summary
 from loadtests._summary import FAIL, INCONCLUSIVE, PASS, Summary
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE
 from tests.loadtests.test_gates import raw_stream, table
@@ -87,6 +87,27 @@ def test_keepalive_covered_leaves_a_shortfall_the_harness_stall_explains_unjudge
     assert thin.unjudged and not thin.passed and "1 of 3 unjudged, over the 25% allowed" in thin.detail
     not_explained = {**raw_stream(2.0, 1), "harness_lag_max_s": 0.5}  # 1.5 s still implies 4
     assert not KeepAliveCovered(0.25).evaluate(table(not_explained)).passed  # the failure survives the allowance
+
+
+def test_stalls_that_add_up_excuse_a_shortfall_no_single_one_explains() -> None:
+    """vLLM's VM froze in back-to-back stalls of about half a second: a stream silent 2.1 s with
+    no keep-alive, during which the harness was stalled 1.6 s in all, cannot be blamed on the server."""
+
+    def with_stalls(rows: pd.DataFrame, *seconds: float) -> pd.DataFrame:
+        rows[STALLED_COLUMN] = list(seconds)
+        return rows
+
+    frozen = {**raw_stream(2.1, 0), "harness_lag_max_s": 0.55}
+    result = KeepAliveCovered(1.0).evaluate(with_stalls(table(frozen, raw_stream(2.5, 2)), 1.6, 0.0))
+    assert result.passed and (result.unjudged_rows, result.judged_rows) == (1, 1)
+    assert "the harness stalled up to 1600 ms while they were open" in result.detail
+    assert not KeepAliveCovered(1.0).evaluate(with_stalls(table(frozen), 0.6)).passed  # 1.5 s still implies 1
+    gap = Expect("gap", where=None, require="max_gap_s <= 0.75", resolution_s=0.25)
+    spread = {"status": 200, "outcome": "ok", "max_gap_s": 0.9, "harness_lag_max_s": 0.1}
+    steady = {"status": 200, "outcome": "ok", "max_gap_s": 0.2}
+    excused = gap.evaluate(with_stalls(table(spread, steady), 0.3, 0.0))
+    assert excused.passed and excused.unjudged_rows == 1
+    assert not gap.evaluate(with_stalls(table(spread, steady), 0.2, 0.0)).passed
 
 
 def test_an_expect_with_a_resolution_excuses_rows_the_harness_stalled_through() -> None:
