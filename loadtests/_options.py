@@ -456,6 +456,7 @@ OPTIONS: tuple[Option, ...] = (
         "inferred from the keep-alive comments the run sees, never assumed); 0 turns keep-alive off (the negative "
         "control); nan and inf also mean off",
         None,
+        frozenset({L, S, P, A}),
     ),
     Option(
         "preflight_timeout",

@@ -70,6 +70,8 @@ class Launch:
     """none, embedded or nginx; None keeps the scenario's own."""
     server: str | None = None
     """bundled or vllm (started by the run when no host is given); None: the bundled server."""
+    keep_alive_interval: float | None = None
+    """The server's keep-alive interval (s); None: the scenario's, or with ``host`` inferred from the comments seen."""
     report_dir: Path = Path("reports")
     options: Mapping[str, Any] = field(default_factory=dict)
     """Any other option of the scenario or of Locust, as keywords (``options.locust_arguments``):
@@ -83,7 +85,8 @@ class Launch:
     def headless(self) -> HeadlessRun:
         """This run as the child runs it; ``catalog.CatalogError`` when the scenario has no locustfile,
         ``ValueError`` in one line naming the option when a value of ours is refused."""
-        options = {"model": self.model, "proxy": self.proxy, "server": self.server, **self.options}
+        named = {"model": self.model, "proxy": self.proxy, "server": self.server}
+        options = {**named, "keep_alive_interval": self.keep_alive_interval, **self.options}
         for name, value in {"spawn_rate": self.spawn_rate, "host": self.host, **options}.items():
             if name in _KNOWN and value is not None:
                 check_value(name, value)
