@@ -39,6 +39,12 @@ DEFAULT_CLIENT_IDLE_TIMEOUT = 130.0
 Cloudflare's 100 s, so that a proxy, not the client, is what cuts a silent stream."""
 
 
+PACE_CHECK_MIN_TOKENS = 32
+"""A slot holder checks the learnt pace only when it streamed at least this many tokens."""
+PACE_TOLERANCE = 0.25
+"""How far a holder's pace may differ from the learnt one before the holders are sized again."""
+
+
 @dataclass
 class RunState:
     model_option: str | None = None
@@ -49,10 +55,10 @@ class RunState:
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     """Longest SSE line a user reads; a longer one is a protocol error and ends that stream."""
     probe_timeout: float = PROBE_TIMEOUT
+    """Seconds the first ``/tokenize`` request may take before prompt sizing turns to estimates."""
     hold_slots: bool = False
     """The target is a server the run did not start (``--host``): once a stream shows its pace,
     requests with ``hold_s`` are lengthened to it so that streams queue (``learn_pace``)."""
-    """Seconds the first ``/tokenize`` request may take before prompt sizing turns to estimates."""
     runner: Any = None
     recorder: Recorder = field(default_factory=Recorder)
     lag: LagMonitor = field(default_factory=LagMonitor)
@@ -63,6 +69,8 @@ class RunState:
     _mixes: dict[int, PreparedMix] = field(default_factory=dict)
     _lock: Semaphore = field(default_factory=Semaphore)
     _announced_estimate: bool = False
+    _pace_checked: bool = False
+    """The pace was checked once against a lengthened slot holder's own stream (``learn_pace``)."""
     _worker: str | None = None
 
     @property
@@ -136,18 +144,41 @@ class RunState:
 
     def learn_pace(self, row: RequestRow) -> None:
         """With ``hold_slots``, the first ``ok`` stream with tokens sets the server's pace and
-        lengthens every prepared mix's slot holders to it, said in one line; then nothing more."""
-        if not self.hold_slots or self.facts is None or self.facts.pace is not None or row.outcome != Outcome.OK:
+        lengthens every prepared mix's slot holders to it, said in one line. The first lengthened
+        holder to finish checks that pace once: a short first stream under another's prefill (the
+        soak's, against vLLM) showed 10 ms a token where holders streamed at 5.8, so they held
+        their slots 1.7 s, not 3. When the two differ by more than ``PACE_TOLERANCE``, the holders
+        are sized again at the holder's pace, in one more line; then nothing more."""
+        if not self.hold_slots or self.facts is None or row.outcome != Outcome.OK:
             return
-        pace = ServerPace.of(row.ttft_s, row.duration_s, row.usage_completion_tokens or row.data_frames - 1)
+        tokens = row.usage_completion_tokens or row.data_frames - 1
+        pace = ServerPace.of(row.ttft_s, row.duration_s, tokens)
         if pace is None:
             return
-        self.facts.pace = pace
-        raised = sorted({why for mix in self._mixes.values() for why in mix.hold_slots(pace, self.facts.max_model_len)})
+        first = self.facts.pace
+        if first is None:
+            self.facts.pace = pace
+            self._lengthen_holders(f"{pace.describe()}: to make silence by queueing")
+            return
+        if self._pace_checked or min(row.max_tokens or 0, tokens) < PACE_CHECK_MIN_TOKENS:
+            return
+        self._pace_checked = True
+        if abs(pace.per_token_s / max(first.per_token_s, 1e-9) - 1.0) <= PACE_TOLERANCE:
+            return
+        self.facts.pace = ServerPace(first.first_token_s, pace.per_token_s)  # its first token waited in the queue
+        self._lengthen_holders(
+            f"the slot holders streamed a token every {pace.per_token_s * 1000:.1f} ms, not "
+            f"{first.per_token_s * 1000:.1f}: sized again"
+        )
+
+    def _lengthen_holders(self, why: str) -> None:
+        assert self.facts is not None and self.facts.pace is not None
+        pace, room = self.facts.pace, self.facts.max_model_len
+        raised = sorted({what for mix in self._mixes.values() for what in mix.hold_slots(pace, room)})
         if raised:
             print(
-                f"sse-soak: {pace.describe()}: to make silence by queueing, {'; '.join(raised)}, each holding a "
-                "slot; streams queue only with more users (-u) than the server's concurrent slots",
+                f"sse-soak: {why}, {'; '.join(raised)}, each holding a slot; streams queue only with more users "
+                "(-u) than the server's concurrent slots",
                 flush=True,
             )
 

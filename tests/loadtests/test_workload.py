@@ -100,3 +100,38 @@ def test_a_slot_holder_streams_for_its_hold_at_the_servers_pace_within_the_conte
     assert ServerPace.of(0.01, 0.5, tokens=1) is None and ServerPace.of(None, 0.5, tokens=9) is None
     plain = RequestSpec("plain", "chat", 1500, max_tokens=8)
     assert fast.hold_tokens(plain, None) == (8, None)
+
+
+def test_a_lengthened_holder_checks_the_learnt_pace_once_and_resizes_the_holders(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The soak against vLLM: a short first stream (under another request's prefill) showed 10 ms a
+    token; the holders it sized streamed at 5 ms and held their slots half as long as meant."""
+    import dataclasses
+    import random
+
+    from loadtests._outcome import Outcome, RequestPlan, StreamTracker
+    from loadtests._run_state import RunState
+    from loadtests._workload import PreparedMix, PreparedRequest, ServerFacts
+
+    holder = RequestSpec("holder", "completions", 100, max_tokens=8, hold_s=3.0)
+    mix = PreparedMix([PreparedRequest(holder, {"max_tokens": 8}, 100)], random.Random(0))
+    state = RunState(hold_slots=True, facts=ServerFacts("m", max_model_len=8192))
+    state._mixes[id(mix)] = mix
+
+    def finished(max_tokens: int, tokens: int, per_token_s: float) -> object:
+        row = StreamTracker(RequestPlan("r", "n", "completions", prompt_tokens=100, max_tokens=max_tokens), 0.0).finish(
+            0.05 + per_token_s * (tokens - 1)
+        )
+        return dataclasses.replace(row, outcome=Outcome.OK, ttft_s=0.05, usage_completion_tokens=tokens)
+
+    state.learn_pace(finished(16, 16, 0.010))  # the first stream: 10 ms a token
+    assert mix.requests[0].body["max_tokens"] == 300 and "now asks for 300 tokens" in capsys.readouterr().out
+    state.learn_pace(finished(16, 16, 0.005))  # not a holder: too short to check the pace
+    assert mix.requests[0].body["max_tokens"] == 300
+    state.learn_pace(finished(300, 300, 0.005))  # the holder streamed at 5 ms
+    said = capsys.readouterr().out
+    assert mix.requests[0].body["max_tokens"] == 600
+    assert "the slot holders streamed a token every 5.0 ms, not 10.0: sized again" in said and "600 tokens" in said
+    state.learn_pace(finished(600, 600, 0.002))  # checked once: nothing more
+    assert mix.requests[0].body["max_tokens"] == 600 and capsys.readouterr().out == ""
