@@ -109,8 +109,16 @@ def _stream_options_need_stream(data: Any) -> Any:
     return data
 
 
+def _logprobs_bounds(data: Any, *names: str) -> Any:
+    """vLLM's raw-body checks of each logprobs count in ``names``, in that order: a number, and
+    positive or -1. ``data`` is returned as it came (a body that is not an object is left alone)."""
+    if isinstance(data, dict):
+        for name in names:
+            _logprobs_bound(data, name)
+    return data
+
+
 def _logprobs_bound(data: dict[str, Any], name: str) -> None:
-    """vLLM's raw-body checks of a logprobs count: a number, and positive or -1."""
     value = data.get(name)
     if value is None:
         return
@@ -165,10 +173,7 @@ class CompletionRequest(_GenerationRequest):
     @model_validator(mode="before")
     @classmethod
     def _logprobs(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for name in ("prompt_logprobs", "logprobs"):
-                _logprobs_bound(data, name)
-        return data
+        return _logprobs_bounds(data, "prompt_logprobs", "logprobs")
 
     @model_validator(mode="before")
     @classmethod
@@ -252,10 +257,8 @@ class ChatCompletionRequest(_GenerationRequest):
     @model_validator(mode="before")
     @classmethod
     def _logprobs(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
+        if not isinstance(_logprobs_bounds(data, "prompt_logprobs", "top_logprobs"), dict):
             return data
-        for name in ("prompt_logprobs", "top_logprobs"):
-            _logprobs_bound(data, name)
         top = data.get("top_logprobs")
         if top is not None and (top == -1 or top > 0) and not data.get("logprobs"):
             raise APIError(400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
