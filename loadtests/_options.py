@@ -184,7 +184,12 @@ def target_url(text: str) -> str:
 
 
 def choice(*choices: str) -> Kind:
-    return Kind(str, f"one of {', '.join(choices)}", choices=choices)
+    listed = ", ".join(choices)
+
+    def problem(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {listed}, got {value!r}"
+
+    return Kind(str, f"one of {listed}", problem, choices=choices)
 
 
 def _server_args_problem(value: str) -> str | None:

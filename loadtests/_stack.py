@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from loadtests._options import PROXY_KINDS
 from loadtests._real_vllm import VllmProfile
 from loadtests.errors import RunFailed
 from target_server.lifeline import harness_environment, parse_refusal
 
 READY_LINE = re.compile(r"^(?:target_server|proxy) ready: (?P<url>http://\S+)")
-PROXY_KINDS = ("none", "embedded", "nginx")
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM's name; the bundled server reads it too
 
 

@@ -38,6 +38,12 @@ def test_a_launch_is_a_headless_locust_command_with_the_key_out_of_it(tmp_path: 
         Launch("mixed_truncate", users=0).command()
     started = Launch("mixed_truncate", users=3, duration_s=7, server="vllm", report_dir=tmp_path).command()
     assert "--server=vllm" in started  # real vLLM in place of the bundled server
+    with pytest.raises(ValueError, match="--server must be one of bundled, vllm, got 'gpu'"):
+        Launch("mixed_truncate", server="gpu").command()
+    with pytest.raises(ValueError, match="--proxy must be one of none, embedded, nginx, got 'squid'"):
+        Launch("mixed_truncate", proxy="squid").command()
+    told = Launch("proxy_timeout", host="http://127.0.0.1:9", keep_alive_interval=1.0).command()
+    assert "--keep-alive-interval=1" in told  # a --host server's interval, for the gates
 
 
 def free_port() -> int:
