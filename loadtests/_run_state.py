@@ -40,7 +40,8 @@ Cloudflare's 100 s, so that a proxy, not the client, is what cuts a silent strea
 
 
 PACE_CHECK_MIN_TOKENS = 32
-"""A slot holder checks the learnt pace only when it streamed at least this many tokens."""
+"""A finished stream checks the pace in use only when it asked for and streamed at least this many
+tokens: a lengthened slot holder."""
 PACE_TOLERANCE = 0.25
 """How far a holder's pace may differ from the learnt one before the holders are sized again."""
 
@@ -69,8 +70,8 @@ class RunState:
     _mixes: dict[int, PreparedMix] = field(default_factory=dict)
     _lock: Semaphore = field(default_factory=Semaphore)
     _announced_estimate: bool = False
-    _pace_checked: bool = False
-    """The pace was checked once against a lengthened slot holder's own stream (``learn_pace``)."""
+    _resized: bool = False
+    """The holders were sized again once (``learn_pace``): later re-sizings are quiet."""
     _worker: str | None = None
 
     @property
@@ -144,38 +145,38 @@ class RunState:
 
     def learn_pace(self, row: RequestRow) -> None:
         """With ``hold_slots``, the first ``ok`` stream with tokens sets the server's pace and
-        lengthens every prepared mix's slot holders to it, said in one line. The first lengthened
-        holder to finish checks that pace once: a short first stream under another's prefill (the
-        soak's, against vLLM) showed 10 ms a token where holders streamed at 5.8, so they held
-        their slots 1.7 s, not 3. When the two differ by more than ``PACE_TOLERANCE``, the holders
-        are sized again at the holder's pace, in one more line; then nothing more."""
+        lengthens every prepared mix's slot holders to it, said in one line. Each lengthened holder
+        that finishes then checks the pace, which depends on the load: a short first stream showed
+        vLLM at 5.9 ms a token, its holders then streamed at 3 to 18 ms as prefills came and went.
+        When a holder's pace differs from the one in use by more than ``PACE_TOLERANCE``, the
+        holders are sized again at it, said in one more line the first time, quietly after."""
         if not self.hold_slots or self.facts is None or row.outcome != Outcome.OK:
             return
         tokens = row.usage_completion_tokens or row.data_frames - 1
         pace = ServerPace.of(row.ttft_s, row.duration_s, tokens)
         if pace is None:
             return
-        first = self.facts.pace
-        if first is None:
+        current = self.facts.pace
+        if current is None:
             self.facts.pace = pace
             self._lengthen_holders(f"{pace.describe()}: to make silence by queueing")
             return
-        if self._pace_checked or min(row.max_tokens or 0, tokens) < PACE_CHECK_MIN_TOKENS:
+        if min(row.max_tokens or 0, tokens) < PACE_CHECK_MIN_TOKENS:
+            return  # not a lengthened holder: too short to show the pace the holders stream at
+        if abs(pace.per_token_s / max(current.per_token_s, 1e-9) - 1.0) <= PACE_TOLERANCE:
             return
-        self._pace_checked = True
-        if abs(pace.per_token_s / max(first.per_token_s, 1e-9) - 1.0) <= PACE_TOLERANCE:
-            return
-        self.facts.pace = ServerPace(first.first_token_s, pace.per_token_s)  # its first token waited in the queue
-        self._lengthen_holders(
-            f"the slot holders streamed a token every {pace.per_token_s * 1000:.1f} ms, not "
-            f"{first.per_token_s * 1000:.1f}: sized again"
-        )
+        self.facts.pace = ServerPace(current.first_token_s, pace.per_token_s)  # its first token waited in the queue
+        was, now = current.per_token_s * 1000, pace.per_token_s * 1000
+        why = f"the slot holders streamed a token every {now:.1f} ms, not {was:.1f}: sized again"
+        self._lengthen_holders(None if self._resized else why)
+        self._resized = True
 
-    def _lengthen_holders(self, why: str) -> None:
+    def _lengthen_holders(self, why: str | None) -> None:
+        """Size every prepared mix's slot holders at the pace in use; say so, with ``why``, unless None."""
         assert self.facts is not None and self.facts.pace is not None
         pace, room = self.facts.pace, self.facts.max_model_len
         raised = sorted({what for mix in self._mixes.values() for what in mix.hold_slots(pace, room)})
-        if raised:
+        if raised and why is not None:
             print(
                 f"sse-soak: {why}, {'; '.join(raised)}, each holding a slot; streams queue only with more users "
                 "(-u) than the server's concurrent slots",

@@ -102,7 +102,7 @@ def test_a_slot_holder_streams_for_its_hold_at_the_servers_pace_within_the_conte
     assert fast.hold_tokens(plain, None) == (8, None)
 
 
-def test_a_lengthened_holder_checks_the_learnt_pace_once_and_resizes_the_holders(
+def test_lengthened_holders_check_the_pace_and_resize_the_holders_when_it_changed(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The soak against vLLM: a short first stream (under another request's prefill) showed 10 ms a
@@ -133,5 +133,7 @@ def test_a_lengthened_holder_checks_the_learnt_pace_once_and_resizes_the_holders
     said = capsys.readouterr().out
     assert mix.requests[0].body["max_tokens"] == 600
     assert "the slot holders streamed a token every 5.0 ms, not 10.0: sized again" in said and "600 tokens" in said
-    state.learn_pace(finished(600, 600, 0.002))  # checked once: nothing more
-    assert mix.requests[0].body["max_tokens"] == 600 and capsys.readouterr().out == ""
+    state.learn_pace(finished(600, 600, 0.0055))  # within 25% of the pace in use: kept
+    assert mix.requests[0].body["max_tokens"] == 600
+    state.learn_pace(finished(600, 600, 0.010))  # the load changed: sized again, quietly this time
+    assert mix.requests[0].body["max_tokens"] == 300 and capsys.readouterr().out == ""
