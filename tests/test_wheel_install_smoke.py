@@ -6,9 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import require_vllm
 
 pytestmark = pytest.mark.smoke
 
@@ -35,29 +38,53 @@ def build_wheel(work: Path) -> Path:
     return wheel
 
 
-def test_a_wheel_installed_in_a_fresh_venv_ships_the_scenarios_and_the_plugin(tmp_path: Path) -> None:
-    wheel = build_wheel(tmp_path)
-    venv = tmp_path / "venv"
-    # isolated from this machine's site-packages: the wheel's declared dependencies must be enough
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    python, sse_soak = venv / "bin" / "python", venv / "bin" / "sse-soak"
-    install = [python, "-m", "pip", "install", "-q", str(wheel), "pytest"]
-    installed = subprocess.run(install, timeout=900, capture_output=True, text=True)
-    assert installed.returncode == 0, installed.stderr[-3000:]
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+@dataclass(frozen=True)
+class Installed:
+    """The wheel installed in a fresh venv (no PYTHONPATH to the clone), and a directory outside
+    the clone to run its commands in."""
 
-    def run(*command: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    venv: Path
+    elsewhere: Path
+    env: dict[str, str]
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def sse_soak(self) -> Path:
+        return self.venv / "bin" / "sse-soak"
+
+    def run(self, *command: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(part) for part in command],
-            cwd=elsewhere,
-            env=env,
+            cwd=self.elsewhere,
+            env=self.env,
             capture_output=True,
             text=True,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    work = tmp_path_factory.mktemp("wheel")
+    wheel = build_wheel(work)
+    venv = work / "venv"
+    # isolated from this machine's site-packages: the wheel's declared dependencies must be enough
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    install = [venv / "bin" / "python", "-m", "pip", "install", "-q", str(wheel), "pytest"]
+    done = subprocess.run(install, timeout=900, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()
+    return Installed(venv, elsewhere, {name: value for name, value in os.environ.items() if name != "PYTHONPATH"})
+
+
+def test_a_wheel_installed_in_a_fresh_venv_ships_the_scenarios_and_the_plugin(installed: Installed) -> None:
+    venv, elsewhere, run = installed.venv, installed.elsewhere, installed.run
+    python, sse_soak = installed.python, installed.sse_soak
 
     # what this venv imports, pytest's plugin included: the wheel's copy
     where = "import loadtests, loadtests._soak as s; print(loadtests.__file__); print(s.DEFAULT_SCENARIO)"
@@ -86,3 +113,15 @@ def test_a_wheel_installed_in_a_fresh_venv_ships_the_scenarios_and_the_plugin(tm
     passed = [line.split()[0] for line in smoke.stdout.splitlines() if " PASSED " in line]
     assert "::test_gate[mixed_truncate-no_http_500]" in passed and "::test_verdict[mixed_truncate]" in passed
     assert len(list((elsewhere / "reports").iterdir())) == 2  # the plugin's run beside the command's
+
+
+def test_the_installed_wheel_starts_real_vllm_outside_the_clone(installed: Installed) -> None:
+    """``--server vllm`` from the wheel: its watchdog, CPU confinement and the install it reuses."""
+    require_vllm()
+    reports = installed.elsewhere / "vllm-runs"
+    command = ("run", "slow_prefill", "--server", "vllm", "--headless", "-u", "4", "-r", "4", "-t", "12s")
+    started = installed.run(installed.sse_soak, *command, "--only-summary", "--report-dir", reports, timeout=600)
+    assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
+    assert "verdict: PASS" in started.stdout and "real vLLM runs on CPU" in started.stdout
+    (run_dir,) = reports.iterdir()
+    assert (run_dir / "summary.json").exists()
