@@ -30,7 +30,6 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-import numpy as np
 import pandas as pd
 
 from loadtests import _figures as figures
@@ -645,7 +644,7 @@ def harness_stall_s(rows: pd.DataFrame) -> pd.Series:
     ``loadtests._lag.STALL_FLOOR_S`` added up (``harness_stalled_s``, added when the run is judged)."""
     worst = rows["harness_lag_max_s"].astype("float64").fillna(0.0)
     if STALLED_COLUMN in rows.columns:
-        worst = np.maximum(worst, rows[STALLED_COLUMN].astype("float64").fillna(0.0))
+        worst = worst.combine(rows[STALLED_COLUMN].astype("float64").fillna(0.0), max)
     return worst
 
 
