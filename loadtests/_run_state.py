@@ -44,6 +44,8 @@ PACE_CHECK_MIN_TOKENS = 32
 tokens: a lengthened slot holder."""
 PACE_TOLERANCE = 0.25
 """How far a holder's pace may differ from the learnt one before the holders are sized again."""
+PACE_MAX_RESIZES = 3
+"""Re-sizings before the pace is settled whatever the holders show."""
 
 
 @dataclass
@@ -70,8 +72,10 @@ class RunState:
     _mixes: dict[int, PreparedMix] = field(default_factory=dict)
     _lock: Semaphore = field(default_factory=Semaphore)
     _announced_estimate: bool = False
-    _resized: bool = False
-    """The holders were sized again once (``learn_pace``): later re-sizings are quiet."""
+    _resizes: int = 0
+    """How often the holders were sized again (``learn_pace``); only the first is said."""
+    _pace_settled: bool = False
+    """The pace is confirmed (or was resized ``PACE_MAX_RESIZES`` times): holders are sized for good."""
     _worker: str | None = None
 
     @property
@@ -145,11 +149,13 @@ class RunState:
 
     def learn_pace(self, row: RequestRow) -> None:
         """With ``hold_slots``, the first ``ok`` stream with tokens sets the server's pace and
-        lengthens every prepared mix's slot holders to it, said in one line. Each lengthened holder
-        that finishes then checks the pace, which depends on the load: a short first stream showed
-        vLLM at 5.9 ms a token, its holders then streamed at 3 to 18 ms as prefills came and went.
-        When a holder's pace differs from the one in use by more than ``PACE_TOLERANCE``, the
-        holders are sized again at it, said in one more line the first time, quietly after."""
+        lengthens every prepared mix's slot holders to it, said in one line. Lengthened holders
+        that finish then check the pace, which depends on the load: a short first stream showed
+        vLLM at 5.9 ms a token, its holders then streamed at 3 to 18 ms. When a holder's pace
+        differs from the one in use by more than ``PACE_TOLERANCE``, the holders are sized again
+        at it (said in one more line the first time). The pace settles at the first holder that
+        confirms it, or after ``PACE_MAX_RESIZES``: from then on the workload is fixed, so a
+        server that slows down shows as longer waits (latency drift), not as shorter holders."""
         if not self.hold_slots or self.facts is None or row.outcome != Outcome.OK:
             return
         tokens = row.usage_completion_tokens or row.data_frames - 1
@@ -161,15 +167,17 @@ class RunState:
             self.facts.pace = pace
             self._lengthen_holders(f"{pace.describe()}: to make silence by queueing")
             return
-        if min(row.max_tokens or 0, tokens) < PACE_CHECK_MIN_TOKENS:
-            return  # not a lengthened holder: too short to show the pace the holders stream at
+        if self._pace_settled or min(row.max_tokens or 0, tokens) < PACE_CHECK_MIN_TOKENS:
+            return  # settled, or not a lengthened holder: too short to show the pace holders stream at
         if abs(pace.per_token_s / max(current.per_token_s, 1e-9) - 1.0) <= PACE_TOLERANCE:
+            self._pace_settled = True  # confirmed: from here on the workload is fixed, and its TTFT the server's
             return
+        self._resizes += 1
+        self._pace_settled = self._resizes >= PACE_MAX_RESIZES
         self.facts.pace = ServerPace(current.first_token_s, pace.per_token_s)  # its first token waited in the queue
         was, now = current.per_token_s * 1000, pace.per_token_s * 1000
         why = f"the slot holders streamed a token every {now:.1f} ms, not {was:.1f}: sized again"
-        self._lengthen_holders(None if self._resized else why)
-        self._resized = True
+        self._lengthen_holders(why if self._resizes == 1 else None)
 
     def _lengthen_holders(self, why: str | None) -> None:
         """Size every prepared mix's slot holders at the pace in use; say so, with ``why``, unless None."""

@@ -165,7 +165,13 @@ class LiveLocust:
         self.process.send_signal(signum)
 
     def wait(self, timeout: float = 60.0) -> int:
-        code = self.process.wait(timeout)
+        """Locust's exit code; an ``AssertionError`` with the end of its output when it does not
+        exit within ``timeout`` (a hang shows what it printed last)."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            tail = "\n".join(self.lines[-40:])
+            raise AssertionError(f"Locust did not exit within {timeout:g} s; output ends:\n{tail}") from None
         self._reader.join(timeout)
         return code
 

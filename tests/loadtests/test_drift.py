@@ -77,6 +77,9 @@ def test_latency_drift_fails_beyond_both_limits() -> None:
     assert latency_drift(
         windows_table(requests_over(100, small), memory(100, np.ones(5), np.ones(5)), 5), LIMITS
     ).passed
+    warm_up = np.concatenate([np.full(40, 0.1), np.full(160, 0.4)])  # slow only in the first window
+    judged = latency_drift(windows_table(requests_over(100, warm_up), memory(100, np.ones(5), np.ones(5)), 5), LIMITS)
+    assert judged.passed and judged.detail.startswith("TTFT p50 second window 400.0 ms, last 400.0 ms")
 
 
 def test_no_requests_means_no_windows_and_unjudged_gates() -> None:

@@ -111,7 +111,7 @@ def test_lengthened_holders_check_the_pace_and_resize_the_holders_when_it_change
     import random
 
     from loadtests._outcome import Outcome, RequestPlan, StreamTracker
-    from loadtests._run_state import RunState
+    from loadtests._run_state import PACE_MAX_RESIZES, RunState
     from loadtests._workload import PreparedMix, PreparedRequest, ServerFacts
 
     holder = RequestSpec("holder", "completions", 100, max_tokens=8, hold_s=3.0)
@@ -133,7 +133,15 @@ def test_lengthened_holders_check_the_pace_and_resize_the_holders_when_it_change
     said = capsys.readouterr().out
     assert mix.requests[0].body["max_tokens"] == 600
     assert "the slot holders streamed a token every 5.0 ms, not 10.0: sized again" in said and "600 tokens" in said
-    state.learn_pace(finished(600, 600, 0.0055))  # within 25% of the pace in use: kept
-    assert mix.requests[0].body["max_tokens"] == 600
     state.learn_pace(finished(600, 600, 0.010))  # the load changed: sized again, quietly this time
     assert mix.requests[0].body["max_tokens"] == 300 and capsys.readouterr().out == ""
+    state.learn_pace(finished(300, 300, 0.011))  # within 25% of the pace in use: confirmed, settled
+    state.learn_pace(finished(300, 300, 0.002))  # settled: the workload is fixed from here on
+    assert mix.requests[0].body["max_tokens"] == 300 and capsys.readouterr().out == ""
+
+    restless = RunState(hold_slots=True, facts=ServerFacts("m", max_model_len=8192))
+    restless._mixes[id(mix)] = mix
+    paces = [0.010, 0.005, 0.010, 0.005, 0.010]
+    for pace in paces:  # never confirmed: settled after PACE_MAX_RESIZES re-sizings
+        restless.learn_pace(finished(300, 300, pace))
+    assert restless._resizes == PACE_MAX_RESIZES and mix.requests[0].body["max_tokens"] == 600  # the 4th pace
