@@ -43,7 +43,7 @@ PACE_CHECK_MIN_TOKENS = 32
 """A finished stream checks the pace in use only when it asked for and streamed at least this many
 tokens: a lengthened slot holder."""
 PACE_TOLERANCE = 0.25
-"""How far a holder's pace may differ from the learnt one before the holders are sized again."""
+"""How much faster than the pace in use a holder must stream for the holders to be sized again."""
 PACE_MAX_RESIZES = 3
 """Re-sizings before the pace is settled whatever the holders show."""
 
@@ -149,13 +149,13 @@ class RunState:
 
     def learn_pace(self, row: RequestRow) -> None:
         """With ``hold_slots``, the first ``ok`` stream with tokens sets the server's pace and
-        lengthens every prepared mix's slot holders to it, said in one line. Lengthened holders
-        that finish then check the pace, which depends on the load: a short first stream showed
-        vLLM at 5.9 ms a token, its holders then streamed at 3 to 18 ms. When a holder's pace
-        differs from the one in use by more than ``PACE_TOLERANCE``, the holders are sized again
-        at it (said in one more line the first time). The pace settles at the first holder that
-        confirms it, or after ``PACE_MAX_RESIZES``: from then on the workload is fixed, so a
-        server that slows down shows as longer waits (latency drift), not as shorter holders."""
+        lengthens every prepared mix's slot holders to it, said in one line. The pace depends on
+        the load (vLLM's holders streamed at 3 to 20 ms a token as long prefills came and went),
+        so holders are sized at the fastest pace seen, to hold their slot at least ``hold_s``: a
+        lengthened holder that streamed faster by more than ``PACE_TOLERANCE`` sizes them again
+        (said in one more line the first time). The pace settles at the first holder that was not
+        faster, or after ``PACE_MAX_RESIZES``: from then on the workload is fixed, so a server that
+        slows down shows as longer waits (latency drift), never as shorter holders."""
         if not self.hold_slots or self.facts is None or row.outcome != Outcome.OK:
             return
         tokens = row.usage_completion_tokens or row.data_frames - 1
@@ -169,8 +169,8 @@ class RunState:
             return
         if self._pace_settled or min(row.max_tokens or 0, tokens) < PACE_CHECK_MIN_TOKENS:
             return  # settled, or not a lengthened holder: too short to show the pace holders stream at
-        if abs(pace.per_token_s / max(current.per_token_s, 1e-9) - 1.0) <= PACE_TOLERANCE:
-            self._pace_settled = True  # confirmed: from here on the workload is fixed, and its TTFT the server's
+        if pace.per_token_s >= current.per_token_s * (1.0 - PACE_TOLERANCE):
+            self._pace_settled = True  # none faster: from here on the workload is fixed, its TTFT the server's
             return
         self._resizes += 1
         self._pace_settled = self._resizes >= PACE_MAX_RESIZES
