@@ -59,6 +59,7 @@ from loadtests._judge import judge, write_html_files
 from loadtests._loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests._options import add_locust_options, check_locust_options
 from loadtests._parent_watch import end_with_launcher
+from loadtests._ports import own_master_port
 from loadtests._preflight import PreflightError, base_url, preflight
 from loadtests._real_vllm import VllmError, vllm_available
 from loadtests._run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
@@ -146,6 +147,7 @@ def _add_run_options(parser: Any) -> None:
     _registered[:] = [controller]
     if controller is not None:
         controller.add_options(parser)
+        own_master_port(parser, sys.argv[1:])
 
 
 @_refusing
@@ -278,6 +280,7 @@ class RunController:
         if state.api_key is None and options.host is None:  # the bundled server's own key, if it was given one
             state.api_key = split_api_key(self.scenario.settings(options).server_args)[1]
         state.client_idle_timeout = options.client_idle_timeout
+        state.stream_deadline = options.stream_deadline
         state.frame_sample_rate = options.frame_sample_rate
         state.max_line_bytes = options.max_line_bytes
         # the server is not the bundled one running the profile: silence must come from queueing

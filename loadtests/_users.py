@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import gevent
 import openai
-from geventhttpclient.response import HTTPParseError
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from locust import FastHttpUser, User
 from pydantic import BaseModel
 
@@ -62,6 +62,19 @@ _harness_errors_logged: set[str] = set()
 
 class UnexpectedOutcome(SseSoakError):
     """The failure Locust's statistics show for a request whose outcome was not the expected one."""
+
+
+CLOSED_BEFORE_ANY_BYTE = "the server closed the connection before sending any byte"
+IDLE_BEFORE_HEADERS = "no response headers within the client's idle timeout (--client-idle-timeout)"
+IDLE_IN_BODY = "no byte for the client's idle timeout (--client-idle-timeout) after the headers"
+"""The ``error_message`` of rows the client ended (``StreamTracker.client_ended``): the two clients
+word the same cause alike."""
+
+
+class StreamDeadline(BaseException):
+    """Raised into a user's greenlet when its stream outlives ``--stream-deadline``: a
+    ``BaseException``, so no ``except Exception`` on the way (the clients', ours) mistakes it for
+    the server's doing; the clients' ``finally`` blocks close the connection."""
 
 
 def _describe(exc: BaseException) -> str:
@@ -115,12 +128,22 @@ class StreamingUser:
 
     def send(self, request: PreparedRequest) -> RequestRow:
         plan = self.plan(request)
-        tracker = StreamTracker(plan, time.time(), self.harness.worker, self.sees_comments)
+        harness = self.harness
+        tracker = StreamTracker(plan, time.time(), harness.worker, self.sees_comments)
         started = time.monotonic()
+        deadline = harness.stream_deadline
         try:
-            failure = self._stream_into(request, tracker, started)
+            with gevent.Timeout(deadline, StreamDeadline()):
+                failure = self._stream_into(request, tracker, started)
+        except StreamDeadline:
+            tracker.client_ended(
+                f"still open {deadline:g} s after it was sent (--stream-deadline): the server neither ended nor "
+                "failed it"
+            )
+            failure = Outcome.TIMEOUT
         except gevent.GreenletExit:  # the run is stopping this user mid-stream
-            self.report(tracker.finish(time.monotonic() - started, Outcome.STOPPED), tracker.frames, request.path)
+            open_s = time.monotonic() - started
+            self.report(tracker.finish(open_s, self._ended_by_the_run(tracker, open_s)), tracker.frames, request.path)
             raise
         except Exception as exc:
             return self._harness_failure(plan, exc, tracker, started)
@@ -129,6 +152,16 @@ class StreamingUser:
         if row.outcome == Outcome.CONNECT_ERROR:
             gevent.sleep(CONNECT_ERROR_PAUSE_S)
         return row
+
+    def _ended_by_the_run(self, tracker: StreamTracker, open_s: float) -> Outcome:
+        """A stream the run's end closed is ``stopped`` (no verdict), unless it was open far longer
+        than streams of its kind take to finish: then it is stuck, a ``timeout`` saying so."""
+        stuck = self.harness.stuck_after(tracker.plan.name)
+        if stuck is None or open_s <= stuck[0]:
+            tracker.client_ended(f"the run ended {open_s:.1f} s after it was sent")
+            return Outcome.STOPPED
+        tracker.client_ended(f"stuck: still open when the run ended, {open_s:.1f} s after it was sent, over {stuck[1]}")
+        return Outcome.TIMEOUT
 
     def _harness_failure(
         self, plan: RequestPlan, exc: Exception, tracker: StreamTracker | None = None, started: float | None = None
@@ -201,6 +234,7 @@ class StreamingUser:
             row.scheduled_time = self._ticket.due_epoch
             row.start_lateness_s = max(0.0, row.start_time - self._ticket.due_epoch)
         harness.recorder.add(row, frames if harness.keeps_frames(row.request_id, row.outcome) else None)
+        harness.note_finished(row)
         harness.learn_pace(row)
         if row.outcome == Outcome.STOPPED:
             return  # the run ended it; no verdict for Locust's statistics either
@@ -263,10 +297,17 @@ class SSEUser(StreamingUser, FastHttpUser):
         status = getattr(response, "status_code", 0) or 0
         if not status:
             error = getattr(response, "error", None)
+            if isinstance(error, HTTPConnectionClosed):  # closed or reset before a single byte came back
+                tracker.client_ended(CLOSED_BEFORE_ANY_BYTE)
+                return Outcome.CONNECT_ERROR
             if isinstance(error, HTTPParseError):  # bytes came back, but not an HTTP response
                 tracker.protocol_error(f"malformed HTTP response: {error}")
                 return Outcome.PROTOCOL_ERROR
-            return Outcome.TIMEOUT if isinstance(error, TimeoutError) else Outcome.CONNECT_ERROR
+            if isinstance(error, TimeoutError):
+                tracker.client_ended(IDLE_BEFORE_HEADERS)
+                return Outcome.TIMEOUT
+            tracker.client_ended(_describe(error) if error is not None else "no response and no error to say why")
+            return Outcome.CONNECT_ERROR
         tracker.headers(status, time.monotonic() - started, response.headers.get("content-type"))
         raw = response._response  # geventhttpclient's response: the only handle on the live socket
         try:
@@ -297,6 +338,7 @@ class SSEUser(StreamingUser, FastHttpUser):
                 on_frame(frame, t, wait)
             tracker.protocol_error(str(exc))
         except TimeoutError:
+            tracker.client_ended(IDLE_IN_BODY)
             return Outcome.TIMEOUT
         except (HTTPParseError, OSError):
             return None  # the connection ended mid-body: the tracker sees no [DONE] and says "cut"
@@ -396,13 +438,19 @@ def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | 
         tracker.headers(exc.status_code, t)
         tracker.error_body(exc.response.content)
     elif isinstance(exc, openai.APITimeoutError):
+        tracker.client_ended(IDLE_IN_BODY if tracker.status else IDLE_BEFORE_HEADERS)
         return Outcome.TIMEOUT
     elif isinstance(exc, openai.APIConnectionError):
         if tracker.status:
             return None  # after the headers: a cut stream
-        if type(exc.__cause__).__name__ == "RemoteProtocolError":  # httpx's or httpx2's
-            tracker.protocol_error(f"malformed HTTP response: {exc.__cause__}")
+        cause = exc.__cause__
+        if type(cause).__name__ == "RemoteProtocolError":  # httpx's or httpx2's
+            if "without sending a response" in str(cause):  # closed or reset before a single byte
+                tracker.client_ended(CLOSED_BEFORE_ANY_BYTE)
+                return Outcome.CONNECT_ERROR
+            tracker.protocol_error(f"malformed HTTP response: {cause}")
             return Outcome.PROTOCOL_ERROR
+        tracker.client_ended(_describe(cause) if cause is not None else _describe(exc))
         return Outcome.CONNECT_ERROR
     elif isinstance(exc, openai.APIError):  # an in-band error frame
         error = exc.body if isinstance(exc.body, dict) else {"message": str(exc.body or exc.message)}

@@ -137,3 +137,49 @@ def test_frame_sampling_keeps_every_row_and_the_frames_of_a_share(tmp_path: Path
     cut = requests[requests["outcome"] == "cut"]
     assert len(cut) > 0 and cut["request_id"].isin(sampled).all()  # failures always keep their frames
     assert run.summary["frame_sample_rate"] == 0.2
+
+
+def test_two_runs_with_processes_started_together_keep_to_their_own_workers(tmp_path: Path) -> None:
+    """No port given: each master binds a free port of its own and its forked workers reach it
+    (before, both bound Locust's 5557: the second died and its workers joined the first)."""
+    runs = []
+    for name in ("first", "second"):
+        stats = tmp_path / f"{name}-stats"
+        command = locust_command(
+            SCENARIO, "--headless", "-u", "4", "-r", "4", "-t", "6s", "--processes", "2",
+            "--report-dir", str(tmp_path / name), "--only-summary", "--json-file", str(stats),
+            "--harness-lag-limit-ms", "1000",
+        )  # fmt: skip
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        runs.append((process, stats))
+    for process, stats in runs:
+        output, _ = process.communicate(timeout=240)
+        match = REPORT_LINE.search(output)
+        run = LocustRun(process.returncode, output, Path(match["path"]) if match else None)
+        assert_nothing_lost(run, stats.with_suffix(".json"), {"worker-0", "worker-1"})
+        assert "Address already in use" not in output
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("argv", "port"),
+    [
+        (["--processes", "2", "--master-bind-port", "6000"], 6000),
+        (["--processes=2", "--master-port=6001"], 6001),
+        (["-u", "2"], 5557),  # no --processes: Locust's own default, for a --master given by hand
+    ],
+)
+def test_a_processes_run_binds_and_reaches_one_port_of_its_own(argv: list[str], port: int) -> None:
+    import argparse
+
+    from loadtests._ports import own_master_port
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--master-port", type=int, default=5557)
+    parser.add_argument("--master-bind-port", type=int, default=5557)
+    own_master_port(parser, argv)
+    parsed = parser.parse_args([])
+    assert parsed.master_port == parsed.master_bind_port == port
+    own_master_port(parser, ["--processes", "2"])
+    chosen = parser.parse_args([])
+    assert chosen.master_port == chosen.master_bind_port != 5557  # a free port, the same for both
