@@ -19,7 +19,10 @@ give the interval, when there is nothing to infer from); a re-judgement keeps wh
 from __future__ import annotations
 
 import dataclasses
+import json
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -43,7 +46,7 @@ from loadtests._lag import STALLED_COLUMN, stalled_while_open, while_streams_ope
 from loadtests._run_dir import Manifest, RunDir
 from loadtests._server_metrics import server_metrics_summary
 from loadtests._summary import Summary, SummaryError, summarize
-from loadtests.errors import UsageError
+from loadtests.errors import RecordNotWritten, UsageError
 
 NO_SUMMARY = "the run ended before writing its summary"
 
@@ -143,10 +146,27 @@ def judge(
     summary.soak = _soak_section(tables, gates, soak, previous, server_metrics, judge_window)
     reason = ((previous.server_metrics if previous else None) or {}).get("reason")
     summary.server_metrics = server_metrics_summary(server_metrics, server_metrics_unavailable or reason)
-    summary.write(run)
+    try:
+        summary.write(run)
+    except RecordNotWritten as exc:  # the verdict stands; where the summary went is the caller's to say
+        summary.unwritten = str(exc)
+        return summary
     if html:
         write_html_files(run, summary)
     return summary
+
+
+def keep_elsewhere(run: RunDir, summary: Summary) -> str:
+    """The summary of a run whose directory refused it, in the first place that takes it: a file in
+    the system's temporary directory, else standard output; the one line that says where."""
+    text = json.dumps(summary.to_json(), indent=2) + "\n"
+    fallback = Path(tempfile.gettempdir()) / f"sse-soak-{run.path.name}-summary.json"
+    try:
+        fallback.write_text(text, encoding="utf-8")
+    except OSError:
+        print(text, end="", flush=True)
+        return f"sse-soak: {summary.unwritten}; the summary is printed above (no place on disk took it)"
+    return f"sse-soak: {summary.unwritten}; the summary is in {fallback}"
 
 
 def _point(given: Sequence[str] | None, previous: Summary | None, manifest: Manifest | None) -> list[str] | None:

@@ -55,7 +55,7 @@ from loadtests import _arrival_clock as arrival_clock
 from loadtests._arrivals import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
 from loadtests._collect import Collector
 from loadtests._ending import how_it_ended
-from loadtests._judge import judge, write_html_files
+from loadtests._judge import judge, keep_elsewhere, write_html_files
 from loadtests._loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests._options import add_locust_options, check_locust_options
 from loadtests._parent_watch import end_with_launcher
@@ -71,7 +71,7 @@ from loadtests._signals import SignalGuard
 from loadtests._stack import ServerStartError, Stack, split_api_key
 from loadtests._users import OpenAISDKUser, SSEUser, StreamingUser
 from loadtests._workload import PROBE_TIMEOUT, probe_prompt_sizing
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, RunFailed, SseSoakError, UsageError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, RunFailed, SseSoakError, UsageError
 
 __all__ = ["OpenAISDKUser", "RunController", "SSEUser", "Scenario", "find_scenario", "register"]
 
@@ -577,13 +577,21 @@ class RunController:
                 )
             print(f"ended: {ended}")
             print(summary.verdict_line(), flush=True)
-            if not summary.passed and environment.process_exit_code in (None, 0, INCONCLUSIVE_EXIT_CODE):
+            if summary.unwritten is not None:
+                print(keep_elsewhere(run, summary), flush=True)
+                environment.process_exit_code = summary.exit_code  # the record is incomplete, whatever the verdict
+            elif not summary.passed and environment.process_exit_code in (None, 0, INCONCLUSIVE_EXIT_CODE):
                 environment.process_exit_code = summary.exit_code  # a FAIL outweighs an inconclusive test
-        try:
-            with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
-                write_html_files(run, summary)
-        except KeyboardInterrupt:
-            print(f"sse-soak: report.html was not written (interrupted); python -m loadtests report {run} writes it")
+        if summary.unwritten is None:
+            try:
+                with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
+                    write_html_files(run, summary)
+            except KeyboardInterrupt:
+                again = f"python -m loadtests report {run}"
+                print(f"sse-soak: report.html was not written (interrupted); {again} writes it")
+            except OSError as exc:  # the disk filled up after the summary
+                print(f"sse-soak: report.html was not written in {run}: {exc.strerror or exc}", flush=True)
+                environment.process_exit_code = UNWRITTEN_EXIT_CODE
         print(f"report: {run}", flush=True)
 
 

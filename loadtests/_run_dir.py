@@ -12,6 +12,7 @@ renamed into place, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 from loadtests._lag import LAG_SCHEMA
 from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
 from loadtests._server_metrics import SERVER_METRICS_SCHEMA
-from loadtests.errors import SseSoakError, UsageError
+from loadtests.errors import RecordNotWritten, SseSoakError, UsageError
 
 RUN_DIR_ENV = "SSE_SOAK_RUN_DIR"
 """An empty directory the next test writes into instead of making its own (the soak job makes it,
@@ -267,11 +268,17 @@ class RunDir:
 
     # -- whole files ------------------------------------------------------------------------------
     def write_text(self, name: str, text: str) -> Path:
-        """Write ``name`` atomically (a temporary file renamed into place)."""
+        """Write ``name`` atomically (a temporary file renamed into place); ``RecordNotWritten``
+        when the disk refuses, with the temporary file removed."""
         path = self.path / name
         temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(text, encoding="utf-8")
-        temporary.replace(path)
+        try:
+            temporary.write_text(text, encoding="utf-8")
+            temporary.replace(path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
+            raise RecordNotWritten(f"could not write {path}: {exc.strerror or exc}") from None
         return path
 
     def write_json(self, name: str, data: dict[str, Any]) -> Path:

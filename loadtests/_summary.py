@@ -27,7 +27,7 @@ from loadtests._gates import FAIL, INCONCLUSIVE, PASS, GateResult, verdict_of
 from loadtests._lag import lag_summary
 from loadtests._outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests._run_dir import RunDir
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UsageError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, UsageError
 
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
@@ -73,6 +73,9 @@ class Summary:
     point: list[str] | None = None
     """The names of the gates that are the run's point (its scenario's own): one of them unjudged
     makes the run INCONCLUSIVE. None (not recorded): see ``point_names``."""
+    unwritten: str | None = field(default=None, compare=False)
+    """Why this summary could not be written into its run directory (``RecordNotWritten``'s line);
+    never in the file. A run with it exits ``UNWRITTEN_EXIT_CODE``."""
     stated: tuple[bool, bool] | None = field(default=None, compare=False, repr=False)
     stated_verdict: str | None = field(default=None, compare=False, repr=False)
     """``verdict`` as its file stated it (PASS, FAIL or INCONCLUSIVE); None for an older file."""
@@ -116,7 +119,10 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        """0 for PASS, 1 for FAIL, ``INCONCLUSIVE_EXIT_CODE`` for INCONCLUSIVE."""
+        """0 for PASS, 1 for FAIL, ``INCONCLUSIVE_EXIT_CODE`` for INCONCLUSIVE; ``UNWRITTEN_EXIT_CODE``
+        whatever the verdict when the summary could not be written where it belongs."""
+        if self.unwritten is not None:
+            return UNWRITTEN_EXIT_CODE
         return {PASS: 0, FAIL: 1}.get(self.verdict, INCONCLUSIVE_EXIT_CODE)
 
     @property
@@ -386,9 +392,9 @@ def _figures(value: Any) -> bool:
 
 
 _REQUIRED = ("scenario", "requests", "outcomes", "http_500", "inband_500")
-_COMPARED = ("requests", "http_500", "inband_500", "outcomes", "passed")
+_COMPARED = ("requests", "http_500", "inband_500", "outcomes", "passed", "latency", "keepalive_per_stream")
 """What ``compare`` needs of a file (no ``scenario``: a baseline kept by hand may lack it)."""
-_COMPARED_TYPES = (*_COMPARED, "gates_passed", "latency", "keepalive_per_stream")
+_COMPARED_TYPES = (*_COMPARED, "gates_passed")
 _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "scenario": (lambda v: isinstance(v, str), "a string"),
     "requests": (is_count, "a count"),
