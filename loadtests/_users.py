@@ -21,8 +21,11 @@ outcome ``harness_error`` (logged once per distinct message), never a traceback 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
+import os
 import time
 import uuid
 from typing import Any, ClassVar
@@ -69,6 +72,34 @@ IDLE_BEFORE_HEADERS = "no response headers within the client's idle timeout (--c
 IDLE_IN_BODY = "no byte for the client's idle timeout (--client-idle-timeout) after the headers"
 """The ``error_message`` of rows the client ended (``StreamTracker.client_ended``): the two clients
 word the same cause alike."""
+
+
+_OUR_LIMITS = {
+    errno.EMFILE: "sse-soak ran out of file descriptors (this process's limit, `ulimit -n`): raise it, or run "
+    "fewer users per process (--processes)",
+    errno.ENFILE: "the machine ran out of file descriptors (the system's limit, fs.file-max): run fewer users",
+    errno.ENOBUFS: "the machine ran out of socket buffers: run fewer users",
+    errno.ENOMEM: "sse-soak's machine ran out of memory: run fewer users, or keep fewer frames (--frame-sample-rate)",
+    errno.EADDRNOTAVAIL: "the machine ran out of local ports for new connections: run fewer users, or reuse "
+    "connections",
+}
+"""The load generator's own limits, by errno, each with its fix: a request that failed on one is a
+``harness_error``, never the server's ``connect_error``."""
+
+
+def harness_cause(exc: BaseException) -> str | None:
+    """The load generator's own limit behind ``exc`` (it or any exception it was raised from), said
+    with its fix; None when the failure is the network's or the server's."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, MemoryError):
+            return _OUR_LIMITS[errno.ENOMEM]
+        if isinstance(current, OSError) and current.errno in _OUR_LIMITS:
+            return f"{_OUR_LIMITS[current.errno]} ({os.strerror(current.errno)})"
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class StreamDeadline(BaseException):
@@ -306,6 +337,9 @@ class SSEUser(StreamingUser, FastHttpUser):
             if isinstance(error, TimeoutError):
                 tracker.client_ended(IDLE_BEFORE_HEADERS)
                 return Outcome.TIMEOUT
+            if error is not None and (ours := harness_cause(error)) is not None:
+                tracker.harness_error(ours)  # never charged to the server
+                return None
             tracker.client_ended(_describe(error) if error is not None else "no response and no error to say why")
             return Outcome.CONNECT_ERROR
         tracker.headers(status, time.monotonic() - started, response.headers.get("content-type"))
@@ -320,17 +354,23 @@ class SSEUser(StreamingUser, FastHttpUser):
             feed, on_frame = parser.feed, tracker.frame
             stamped = raw._sock is not None and arrival_clock.stamp_arrivals(raw._sock)  # None: body read already
             t = tracker.ttfb or 0.0
-            while True:
-                chunk, arrived, read_at = _next_chunk(raw, stamped)
-                if not chunk:
-                    break
-                wait = None if arrived is None else read_at - arrived
-                arrived_at = read_at if arrived is None else arrived
-                t = max(t, arrived_at - started)  # never before the headers or the previous read
-                for frame in feed(chunk, t):
-                    on_frame(frame, t, wait)
-                if tracker.broken:
-                    return None
+            try:
+                while True:
+                    chunk, arrived, read_at = _next_chunk(raw, stamped)
+                    if not chunk:
+                        break
+                    wait = None if arrived is None else read_at - arrived
+                    arrived_at = read_at if arrived is None else arrived
+                    t = max(t, arrived_at - started)  # never before the headers or the previous read
+                    for frame in feed(chunk, t):
+                        on_frame(frame, t, wait)
+                    if tracker.broken:
+                        return None
+            except gevent.GreenletExit:  # the run ends: what had arrived is the stream's, not lost
+                t = max(t, time.monotonic() - started)
+                for frame in feed(_arrived_already(raw), t):
+                    on_frame(frame, t, None)
+                raise
             if parser.invalid_utf8:  # in a frame the body ended before completing
                 tracker.protocol_error(INVALID_UTF8)
         except LineTooLong as exc:
@@ -346,6 +386,22 @@ class SSEUser(StreamingUser, FastHttpUser):
             raw.release()  # back to the pool only when the body was read to its end; closed otherwise
             forget_failure(response)
         return None
+
+
+def _arrived_already(raw: Any) -> bytes:
+    """The body bytes that had arrived when the run stopped the reader: read but not parsed yet, or
+    waiting in the socket's receive buffer (read without waiting: gevent's socket wraps the OS one,
+    which is non-blocking). Frames still on the wire are not waited for."""
+    sock = getattr(raw._sock, "_sock", None)
+    with contextlib.suppress(OSError):  # BlockingIOError: nothing more has arrived
+        while sock is not None and not raw.message_complete:
+            data = sock.recv(raw.block_size)
+            if not data:
+                break
+            raw.feed(data)
+    chunk = bytes(raw._body_buffer)
+    del raw._body_buffer[:]
+    return chunk
 
 
 def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float | None, float]:
@@ -450,6 +506,10 @@ def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | 
                 return Outcome.CONNECT_ERROR
             tracker.protocol_error(f"malformed HTTP response: {cause}")
             return Outcome.PROTOCOL_ERROR
+        ours = harness_cause(exc)
+        if ours is not None:
+            tracker.harness_error(ours)  # never charged to the server
+            return None
         tracker.client_ended(_describe(cause) if cause is not None else _describe(exc))
         return Outcome.CONNECT_ERROR
     elif isinstance(exc, openai.APIError):  # an in-band error frame
