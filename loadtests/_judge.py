@@ -43,7 +43,7 @@ from loadtests._gates import (
     inferred_keep_alive_interval,
 )
 from loadtests._lag import STALLED_COLUMN, stalled_while_open, while_streams_open
-from loadtests._run_dir import Manifest, RunDir
+from loadtests._run_dir import Manifest, RunDir, RunDirChanged, parts_problem
 from loadtests._server_metrics import server_metrics_summary
 from loadtests._summary import Summary, SummaryError, summarize
 from loadtests.errors import RecordNotWritten, UsageError
@@ -103,6 +103,15 @@ def judge(
     (module docstring); ``server_metrics_unavailable`` is why a run without server metrics has none
     (its scraper's finding). Raises ``NotARunDirectory`` or ``SummaryError``."""
     previous = previous_summary(run)
+    parts = run.part_counts()
+    if previous is not None and previous.parts is not None:
+        growing = bool((previous.soak or {}).get("partial"))  # a soak's checkpoint: the run went on writing
+        problem = parts_problem(previous.parts, parts, growing)
+        if problem is not None:
+            raise RunDirChanged(
+                f"{run.path}: {problem} since its summary.json was written: judging it again would judge "
+                "other rows than the run recorded (summary.json left as it was)"
+            )
     if point is None and gates is not None:  # judged by the caller's gates: those are its point
         point = [*(gate.name for gate in gates), "requests_completed"]
     manifest = run.read_manifest()
@@ -141,6 +150,7 @@ def judge(
         summary.point = list(dict.fromkeys([*stored, "requests_completed"]))
     summary.ended = ended if ended is not None else previous.ended if previous else None
     summary.interrupted = interrupted or (previous.interrupted if previous else None)
+    summary.parts = parts
     server_metrics = run.read_server_metrics()
     judge_window = WindowJudge(gates, summary.point_names, share)
     summary.soak = _soak_section(tables, gates, soak, previous, server_metrics, judge_window)

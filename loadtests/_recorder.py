@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from loadtests._outcome import RequestRow
 
@@ -84,3 +86,16 @@ class Recorder:
         self.rows = []
         self.frames = {column: [] for column in FRAME_COLUMNS}
         return batch
+
+
+def write_part(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to the parquet file ``path`` under a hidden temporary name, then rename it into
+    place: a reader sees the whole part or none. On a disk error the temporary file is removed and
+    the ``OSError`` raised; the caller keeps the rows for a retry."""
+    temporary = path.with_name("." + path.name + ".tmp")
+    try:
+        pq.write_table(table, temporary)
+        temporary.replace(path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise

@@ -65,6 +65,26 @@ class RunDirError(UsageError, ValueError):
     e.g. ``--report-dir reports: not a directory (a file is in the way)``."""
 
 
+class RunDirChanged(SseSoakError, ValueError):
+    """A run directory no longer holds the parts its summary recorded (one missing, or holding other
+    rows): judging it again would judge less than the run recorded. Exit 2, nothing rewritten."""
+
+
+def parts_problem(recorded: dict[str, int], present: dict[str, int], growing: bool) -> str | None:
+    """What differs between the parts a summary ``recorded`` and those ``present`` now, or None.
+    New parts are a change too, unless the run was still ``growing`` (a soak's checkpoint)."""
+    missing = [name for name in recorded if name not in present]
+    changed = [f"{name} ({recorded[name]} rows, now {present[name]})" for name in recorded
+               if name in present and present[name] != recorded[name]]  # fmt: skip
+    added = [] if growing else [name for name in present if name not in recorded]
+    problems = [
+        *([f"{len(missing)} part(s) missing: {', '.join(missing[:3])}"] if missing else []),
+        *([f"{len(changed)} part(s) changed: {', '.join(changed[:3])}"] if changed else []),
+        *([f"{len(added)} part(s) added: {', '.join(added[:3])}"] if added else []),
+    ]
+    return "; ".join(problems) or None
+
+
 class ManifestError(SseSoakError, ValueError):
     """``manifest.json`` is there but is not a manifest; the message names the file."""
 
@@ -241,6 +261,17 @@ class RunDir:
     @property
     def unwritable_rows(self) -> Path:
         return self.path / self.UNWRITABLE_ROWS
+
+    def part_counts(self) -> dict[str, int]:
+        """Each parquet file of the run's tables (``requests.parquet/part-….parquet``, or a table
+        written as one file) and its row count, read from the files' footers only."""
+        counts: dict[str, int] = {}
+        for table in (self.REQUESTS, self.FRAMES, self.LAG, self.SERVER_METRICS):
+            path = self.path / table
+            files = sorted(path.glob("*.parquet")) if path.is_dir() else [path] if path.is_file() else []
+            for file in files:
+                counts[str(file.relative_to(self.path))] = pq.read_metadata(file).num_rows
+        return counts
 
     def holds_results(self) -> bool:
         """The run wrote its request table (possibly empty): something to judge."""

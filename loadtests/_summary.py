@@ -73,6 +73,9 @@ class Summary:
     point: list[str] | None = None
     """The names of the gates that are the run's point (its scenario's own): one of them unjudged
     makes the run INCONCLUSIVE. None (not recorded): see ``point_names``."""
+    parts: dict[str, int] | None = None
+    """Each parquet file of the run directory's tables and its rows, as judged (``RunDir.part_counts``):
+    a later ``report`` refuses a directory that lost or changed one. None: not recorded (older runs)."""
     unwritten: str | None = field(default=None, compare=False)
     """Why this summary could not be written into its run directory (``RecordNotWritten``'s line);
     never in the file. A run with it exits ``UNWRITTEN_EXIT_CODE``."""
@@ -230,6 +233,8 @@ class Summary:
             data["soak"] = self.soak
         if self.point is not None:
             data["point"] = self.point
+        if self.parts is not None:
+            data["parts"] = self.parts
         data.update(
             ended=self.ended,
             interrupted=self.interrupted,
@@ -274,6 +279,7 @@ class Summary:
             interrupted=data.get("interrupted"),
             soak=data.get("soak"),
             point=data.get("point"),
+            parts=data.get("parts"),
             extra={key: value for key, value in data.items() if key not in fields | _COMPUTED},
             said=frozenset(key for key, value in data.items() if value is not None),
             stated=None if passed is None else (data.get("gates_passed", passed), passed),
@@ -409,6 +415,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "interrupted": (_optional(str), "a string"),
     "soak": (_optional(dict), "an object"),
     "point": (lambda v: v is None or (isinstance(v, list) and all(isinstance(n, str) for n in v)), "a list of names"),
+    "parts": (lambda v: v is None or (isinstance(v, dict) and all(map(is_count, v.values()))), "an object of counts"),
     "arrival": (_optional(dict), "an object"),
     "server_metrics": (_optional(dict), "an object"),
     "passed": (lambda v: isinstance(v, bool), "true or false"),
