@@ -98,6 +98,7 @@ def judge(
     server_metrics_unavailable: str | None = None,
     point: Sequence[str] | None = None,
     html: bool = True,
+    lost_rows: dict[str, dict[str, Any]] | None = None,
 ) -> Summary:
     """Judge ``run`` and write its summary; whatever is not given is what the run already said
     (module docstring); ``server_metrics_unavailable`` is why a run without server metrics has none
@@ -119,7 +120,10 @@ def judge(
     gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate.spec() not in specs)]
     requests, lag = run.read_requests(), run.read_lag()
     requests[STALLED_COLUMN] = stalled_while_open(requests, lag)
-    tables = RunTables(requests, None if lag is None else while_streams_open(lag, requests), run.read_resources())
+    if lost_rows is None and previous is not None:
+        lost_rows = previous.lost_rows
+    open_lag = None if lag is None else while_streams_open(lag, requests)
+    tables = RunTables(requests, open_lag, run.read_resources(), lost_rows or None)
     lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None)
     # Only what the summary said is carried over: a field its file lacks falls back to the manifest.
     said = previous.said if previous is not None else frozenset()
@@ -151,6 +155,7 @@ def judge(
     summary.ended = ended if ended is not None else previous.ended if previous else None
     summary.interrupted = interrupted or (previous.interrupted if previous else None)
     summary.parts = parts
+    summary.lost_rows = lost_rows or None
     server_metrics = run.read_server_metrics()
     judge_window = WindowJudge(gates, summary.point_names, share)
     summary.soak = _soak_section(tables, gates, soak, previous, server_metrics, judge_window)

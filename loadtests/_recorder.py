@@ -68,6 +68,12 @@ class Recorder:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
         self.frames: dict[str, list[Any]] = {column: [] for column in FRAME_COLUMNS}
+        self.started = 0
+        """Requests started since the last batch: a master tells from them how many rows a worker
+        that vanished never sent (``loadtests._collect``)."""
+
+    def note_started(self) -> None:
+        self.started += 1
 
     def add(self, row: RequestRow, frames: list[FrameRecord] | None) -> None:
         self.rows.append(row.as_dict())
@@ -82,9 +88,10 @@ class Recorder:
 
     def take_batch(self) -> dict[str, Any]:
         """Everything added since the last batch, as plain lists; removed from this recorder."""
-        batch = {"rows": self.rows, "frames": self.frames}
+        batch = {"rows": self.rows, "frames": self.frames, "started": self.started}
         self.rows = []
         self.frames = {column: [] for column in FRAME_COLUMNS}
+        self.started = 0
         return batch
 
 

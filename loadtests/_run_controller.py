@@ -58,7 +58,7 @@ from loadtests._ending import how_it_ended
 from loadtests._judge import judge, keep_elsewhere, write_html_files
 from loadtests._loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests._options import add_locust_options, check_locust_options
-from loadtests._parent_watch import end_with_launcher
+from loadtests._parent_watch import end_with_launcher, end_with_parent
 from loadtests._ports import own_master_port
 from loadtests._preflight import PreflightError, base_url, preflight
 from loadtests._real_vllm import VllmError, vllm_available
@@ -304,6 +304,8 @@ class RunController:
         state.lag.start()  # for the whole run, in every process: its samples travel with the rows
         self._collector = Collector(environment, options.flush_interval)
         self._collector.start()
+        if isinstance(environment.runner, WorkerRunner) and getattr(options, "processes", None):
+            end_with_parent(self._collector.master_gone)  # forked by the master: gone with it, rows kept here
         lifecycle = environment.events
         lifecycle.test_start.add_listener(self._on_test_start)
         lifecycle.test_stopping.add_listener(self._on_test_stopping)
@@ -567,6 +569,7 @@ class RunController:
                 server_metrics_unavailable=test.server_metrics_unavailable,
                 point=self.scenario.point_of(settings),
                 html=False,
+                lost_rows=self._collector.lost if self._collector is not None else None,
             )
             for line in summary.console_lines():
                 print(line)

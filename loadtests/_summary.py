@@ -73,6 +73,8 @@ class Summary:
     point: list[str] | None = None
     """The names of the gates that are the run's point (its scenario's own): one of them unjudged
     makes the run INCONCLUSIVE. None (not recorded): see ``point_names``."""
+    lost_rows: dict[str, dict[str, Any]] | None = None
+    """Workers whose rows never all reached the master, with their counts (``RunTables.lost_rows``)."""
     parts: dict[str, int] | None = None
     """Each parquet file of the run directory's tables and its rows, as judged (``RunDir.part_counts``):
     a later ``report`` refuses a directory that lost or changed one. None: not recorded (older runs)."""
@@ -233,6 +235,8 @@ class Summary:
             data["soak"] = self.soak
         if self.point is not None:
             data["point"] = self.point
+        if self.lost_rows:
+            data["lost_rows"] = self.lost_rows
         if self.parts is not None:
             data["parts"] = self.parts
         data.update(
@@ -280,6 +284,7 @@ class Summary:
             soak=data.get("soak"),
             point=data.get("point"),
             parts=data.get("parts"),
+            lost_rows=data.get("lost_rows"),
             extra={key: value for key, value in data.items() if key not in fields | _COMPUTED},
             said=frozenset(key for key, value in data.items() if value is not None),
             stated=None if passed is None else (data.get("gates_passed", passed), passed),
@@ -390,6 +395,11 @@ def _number_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
 
 
+def _optional_objects(value: Any) -> bool:
+    """None, or an object whose values are objects (``lost_rows``' figures by worker)."""
+    return value is None or (isinstance(value, dict) and all(isinstance(entry, dict) for entry in value.values()))
+
+
 def _figures(value: Any) -> bool:
     """An object of figures by name: ``latency``'s ``{"ttft_s": {"p50": 0.2, ...}, ...}``."""
     return isinstance(value, dict) and all(
@@ -416,6 +426,10 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "soak": (_optional(dict), "an object"),
     "point": (lambda v: v is None or (isinstance(v, list) and all(isinstance(n, str) for n in v)), "a list of names"),
     "parts": (lambda v: v is None or (isinstance(v, dict) and all(map(is_count, v.values()))), "an object of counts"),
+    "lost_rows": (
+        lambda v: v is None or (isinstance(v, dict) and all(isinstance(w, dict) for w in v.values())),
+        "an object",
+    ),
     "arrival": (_optional(dict), "an object"),
     "server_metrics": (_optional(dict), "an object"),
     "passed": (lambda v: isinstance(v, bool), "true or false"),

@@ -161,6 +161,7 @@ class StreamingUser:
         plan = self.plan(request)
         harness = self.harness
         tracker = StreamTracker(plan, time.time(), harness.worker, self.sees_comments)
+        harness.recorder.note_started()
         started = time.monotonic()
         deadline = harness.stream_deadline
         try:
@@ -204,7 +205,8 @@ class StreamingUser:
             logger.error(
                 "sse-soak: harness error (logged once, counted as harness_error rows): %s", message, exc_info=exc
             )
-        if tracker is None:
+        if tracker is None:  # a request that could not even be built: started and ended here
+            self.harness.recorder.note_started()
             tracker = StreamTracker(plan, time.time(), self.harness.worker, self.sees_comments)
         tracker.harness_error(message)
         row = tracker.finish(0.0 if started is None else time.monotonic() - started)
