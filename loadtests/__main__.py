@@ -146,6 +146,12 @@ def parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("base", help="the base run: a run directory or its summary.json")
     compare.add_argument("new", help="the new run: a run directory or its summary.json")
+    compare.add_argument(
+        "--allow-different",
+        action="store_true",
+        help="compare runs of different scenarios or settings (server, host, server args, proxy, keep-alive, "
+        "open loop); refused otherwise, as their figures measure different things",
+    )
     defaults = compare_module.Thresholds()
     for name in _THRESHOLDS:
         compare.add_argument(
@@ -368,6 +374,13 @@ def _run_compare(options: argparse.Namespace) -> int:
         base, new = Summary.load(options.base), Summary.load(options.new)
     except SummaryError as exc:
         raise UsageError(str(exc)) from None
+    for path, summary in ((options.base, base), (options.new, new)):
+        lacking = compare_module.missing_figures(summary)
+        if lacking:
+            raise UsageError(f"{path}: not a run summary compare can read (no {', '.join(lacking)})")
+    different = compare_module.incomparable(base, new)
+    if different is not None and not options.allow_different:
+        raise UsageError(f"{different}: pass --allow-different to compare them anyway")
     limits = compare_module.Thresholds(**{name: getattr(options, name) for name in _THRESHOLDS})
     rows = compare_module.compare(base, new, limits)
     print(compare_module.render(rows, options.base, options.new))
@@ -385,7 +398,7 @@ def _run_compare(options: argparse.Namespace) -> int:
 def _run_report(options: argparse.Namespace) -> int:
     """Re-judge a run directory: exit 0 only on a PASS; a run that never wrote its summary (killed,
     or still going) is judged as interrupted, so FAIL; not a run directory (or unreadable): 2."""
-    from loadtests._judge import judge, previous_summary, unfinished  # pandas, matplotlib: only here
+    from loadtests._judge import judge, keep_elsewhere, previous_summary, unfinished  # pandas, matplotlib: only here
     from loadtests._run_dir import RunDir
 
     run = RunDir(options.run_dir)
@@ -396,8 +409,10 @@ def _run_report(options: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:  # a file of the run that cannot be read
         raise UsageError(str(exc)) from None
     print(summary.verdict_line())
+    if summary.unwritten is not None:  # a read-only or full disk: the verdict stands, the file went elsewhere
+        print(keep_elsewhere(run, summary))
     print(f"report: {options.run_dir}")
-    return summary.exit_code  # 0 PASS, 1 FAIL, 3 INCONCLUSIVE
+    return summary.exit_code  # 0 PASS, 1 FAIL, 3 INCONCLUSIVE, 4 the summary not written in place
 
 
 def _os_reason(exc: OSError) -> str:

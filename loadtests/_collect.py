@@ -9,27 +9,64 @@ quitting on Ctrl-C/SIGTERM): its users are stopped first, so streams still runni
 as ``stopped``, and the batch goes out before the worker tells the master it stopped or quit.
 Before the master judges a test (``finish()``) it asks every worker for a final batch
 (``sse_soak_flush``, for stops the workers did not see) and waits, bounded, until every worker
-that took part has sent one or is gone. Each process's lag samples (``loadtests._lag``) travel in
-its batches; the master writes its own on the same cadence. Invariant: a row reaches the run
-directory once, in the test it was recorded in.
+that took part has sent one or is gone; a worker Locust marks missing (no heartbeat for about
+3 s) is not waited for. Each process's lag samples (``loadtests._lag``) travel in its batches; the
+master writes its own on the same cadence.
+
+Every batch also says how many requests its worker started since the last one, so the master
+knows, per worker, requests started against rows received: a worker killed mid-test leaves that
+difference (``lost``, with when it was last heard from), and the test is judged with it
+(``requests_completed`` unjudged, naming the worker and the count). Invariant: a row reaches the
+run directory once, in the test it was recorded in.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gevent
-from locust.runners import STATE_CLEANUP, STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
+from locust.runners import STATE_CLEANUP, STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
+from loadtests._outcome import Outcome
 from loadtests._run_state import run_state
 from loadtests._run_writer import RunWriter
 
 BATCH_MESSAGE = "sse_soak_batch"
 FLUSH_MESSAGE = "sse_soak_flush"
 FINAL_BATCH_TIMEOUT_S = 30.0
+ORPHANED_ROWS = "orphaned-rows-{worker}-{pid}.jsonl"
+"""Where a worker whose master died keeps the rows it could not send, under the report root."""
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerTally:
+    """One worker's account in the current test: requests it said it started, rows that reached the
+    master (open-loop tickets never sent are rows of no started request), and when it last sent."""
+
+    name: str
+    started: int = 0
+    rows: int = 0
+    last_heard: float = 0.0
+
+    def count(self, batch: dict[str, Any]) -> None:
+        self.started += int(batch.get("started") or 0)
+        self.rows += sum(1 for row in batch["rows"] if row.get("outcome") != Outcome.NOT_SENT)
+        self.last_heard = time.time()
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.started - self.rows)
+
+    def as_dict(self) -> dict[str, Any]:
+        heard = time.strftime("%H:%M:%S", time.gmtime(self.last_heard)) if self.last_heard else None
+        return {"started": self.started, "rows": self.rows, "missing": self.missing, "last_heard": heard}
 
 
 class Collector:
@@ -42,6 +79,9 @@ class Collector:
         self.writer: RunWriter | None = None
         self.participants: set[str] = set()
         self.final_from: set[str] = set()
+        self._orphaned = False
+        self.tallies: dict[str, WorkerTally] = {}
+        """Per worker of the current test (by Locust's client id): requests started, rows received."""
         self._greenlet: gevent.Greenlet | None = None
 
     @property
@@ -67,6 +107,7 @@ class Collector:
         """A test starts (master or standalone): its rows go to ``writer``."""
         self.writer = writer
         self.final_from.clear()
+        self.tallies.clear()
         self._own_batch()  # what this process recorded between tests belongs to none
         self.participants = {client.id for client in self.runner.clients.all} if self._is_master else set()
 
@@ -93,7 +134,8 @@ class Collector:
     def _own_batch(self) -> dict[str, Any]:
         """What this process recorded since the last batch: its users' rows and frames, and its lag samples."""
         state = run_state(self.environment)
-        return {**state.recorder.take_batch(), "lag": state.lag.take("master" if self._is_master else state.worker)}
+        name = "master" if self._is_master else state.worker
+        return {**state.recorder.take_batch(), "lag": state.lag.take(name), "worker": name}
 
     # -- standalone and master ----------------------------------------------------------------
     def write_local(self) -> None:
@@ -102,10 +144,32 @@ class Collector:
             self.writer.write_batch(self._own_batch())
 
     # -- worker -------------------------------------------------------------------------------
+    def master_gone(self) -> None:
+        """The master died (this worker's parent is gone): what is not shipped yet stays here, in
+        ``ORPHANED_ROWS`` under the report root, instead of going to no one; this process then quits."""
+        self._orphaned = True
+        logger.error("sse-soak: the master is gone; this worker stops and keeps its unsent rows locally")
+
     def _ship(self, final: bool = False) -> None:
         batch = self._own_batch()
-        if final or batch["rows"] or batch["frames"]["request_id"] or batch["lag"]["lag_s"]:
+        if self._orphaned:
+            self._keep_locally(batch)
+        elif final or batch["rows"] or batch["frames"]["request_id"] or batch["lag"]["lag_s"]:
             self.runner.send_message(BATCH_MESSAGE, {**batch, "final": final})
+
+    def _keep_locally(self, batch: dict[str, Any]) -> None:
+        if not batch["rows"]:
+            return
+        root = Path(getattr(self.environment.parsed_options, "report_dir", None) or ".")
+        path = root / ORPHANED_ROWS.format(worker=batch["worker"], pid=os.getpid())
+        try:
+            with path.open("a", encoding="utf-8") as file:
+                for row in batch["rows"]:
+                    file.write(json.dumps(row, default=str) + "\n")
+        except OSError as exc:
+            logger.error("sse-soak: %d unsent rows lost: %s could not be written (%s)", len(batch["rows"]), path, exc)
+            return
+        logger.error("sse-soak: %d rows the master never got are kept in %s", len(batch["rows"]), path)
 
     def _ship_final(self, **_: Any) -> None:
         self._ship(final=True)
@@ -130,6 +194,8 @@ class Collector:
         if msg.data.get("final"):
             self.final_from.add(msg.node_id)
         if self.writer is not None:
+            tally = self.tallies.setdefault(msg.node_id, WorkerTally(str(msg.data.get("worker") or msg.node_id)))
+            tally.count(msg.data)
             self.writer.write_batch(msg.data)
         elif msg.data["rows"]:
             logger.error(
@@ -141,8 +207,14 @@ class Collector:
     def _waiting_for(self) -> set[str]:
         """Workers of this test still connected and without a final batch (a worker that quit or
         stopped sent its final batch before saying so; one that vanished never will)."""
-        connected = {client.id for client in self.runner.clients.all}
+        connected = {client.id for client in self.runner.clients.all if client.state != STATE_MISSING}
         return (self.participants - self.final_from) & connected
+
+    @property
+    def lost(self) -> dict[str, dict[str, Any]]:
+        """The workers of this test whose rows fell short of the requests they started, by worker
+        name: ``started``, ``rows``, ``missing`` and ``last_heard`` (UTC); empty when none did."""
+        return {tally.name: tally.as_dict() for tally in self.tallies.values() if tally.missing > 0}
 
     def _collect_final_batches(self) -> None:
         self.participants |= {client.id for client in self.runner.clients.all}

@@ -21,8 +21,11 @@ as the server. A figure a summary lacks (no metrics, an older summary) is shown 
 Thresholds are numbers >= 0; ``inf`` turns a check off (never flag). NaN and negative values are
 refused (``Thresholds`` raises ``ValueError``), and so is a keep-alive drop above 1 other than
 ``inf``: a share cannot fall by more than all of it. A file that is not a run summary raises
-``SummaryError`` naming the file and what is wrong. ``python -m loadtests compare`` exits 0 on no
-regression, 1 on a regression, 2 on bad input (one line naming the file or option).
+``SummaryError`` naming the file and what is wrong, and so does one without the sections compare
+reads (``latency`` and its timings, ``keepalive_per_stream``). Runs of different scenarios or
+settings (``incomparable``) are refused unless asked (``--allow-different``). ``python -m loadtests
+compare`` exits 0 on no regression, 1 on a regression, 2 on bad input (one line naming the file or
+option).
 """
 
 from __future__ import annotations
@@ -90,6 +93,38 @@ def _fmt(value: float | None) -> str:
 
 def _rate(count: int, summary: Summary) -> float:
     return count / summary.requests_judged if summary.requests_judged else 0.0
+
+
+COMPARABLE_SETTINGS = (
+    "server",
+    "host",
+    "server_args",
+    "proxy",
+    "proxy_read_timeout",
+    "keep_alive_interval",
+    "open_loop",
+)
+"""The settings two runs must share to be compared: what they ran against and how hard. (Duration
+and prompt sizing may differ: the figures are rates and percentiles.)"""
+
+
+def incomparable(base: Summary, new: Summary) -> str | None:
+    """Why ``new`` is no fair comparison with ``base`` (another scenario, or other settings), or
+    None. A summary that does not record a setting (a baseline kept by hand) is not held to it."""
+    if base.scenario and new.scenario and base.scenario != new.scenario:
+        return f"the base ran {base.scenario}, the new run {new.scenario}"
+    differing = [
+        f"{name} {base.settings[name]!r} against {new.settings[name]!r}"
+        for name in COMPARABLE_SETTINGS
+        if name in base.settings and name in new.settings and base.settings[name] != new.settings[name]
+    ]
+    return f"the runs differ in {'; '.join(differing)}" if differing else None
+
+
+def missing_figures(summary: Summary) -> list[str]:
+    """The timing figures ``compare`` reads that ``summary`` lacks (``latency.ttft_s`` ...): a
+    summary without them is no comparison, never a pass by default."""
+    return sorted({f"latency.{column}" for column, _ in LATENCY_FIGURES if column not in summary.latency})
 
 
 def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> list[Row]:

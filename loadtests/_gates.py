@@ -104,6 +104,9 @@ class RunTables:
     requests: pd.DataFrame
     lag: pd.DataFrame | None = None
     resources: pd.DataFrame | None = None
+    lost_rows: dict[str, dict[str, Any]] | None = None
+    """Workers whose rows never all arrived (``loadtests._collect.Collector.lost``): their missing
+    requests are not judged, so ``requests_completed`` is not either."""
 
 
 class RunFigures(Protocol):
@@ -200,6 +203,18 @@ class RequestsCompleted(Gate):
         if requests.empty:
             return unjudged(self.name, "no request finished: nothing was judged")
         return GateResult(self.name, True, f"{len(requests)} requests finished")
+
+    def with_losses(self, result: GateResult, lost: dict[str, dict[str, Any]] | None) -> GateResult:
+        """``result``, unjudged when a worker's rows never all arrived: the line names each such
+        worker, how many of the requests it started have no row, and when it was last heard from."""
+        if not lost:
+            return result
+        said = "; ".join(
+            f"{worker} started {figures['started']} requests and sent {figures['rows']} rows ({figures['missing']} "
+            f"missing; last heard from at {figures['last_heard']} UTC)"
+            for worker, figures in sorted(lost.items())
+        )
+        return unjudged(self.name, f"{result.detail}; rows lost: {said}: those requests were not judged")
 
 
 @dataclass(frozen=True)
@@ -606,7 +621,9 @@ def evaluate(
     tables = dataclasses.replace(tables, requests=figures.judged(tables.requests))
     results = []
     for gate in ALWAYS_ON:
-        if tables.requests.empty and not isinstance(gate, RequestsCompleted):
+        if isinstance(gate, RequestsCompleted):
+            results.append(gate.with_losses(gate.evaluate(tables.requests), tables.lost_rows))
+        elif tables.requests.empty:
             results.append(unjudged(gate.name, NOTHING_TO_JUDGE))
         else:
             results.append(gate.evaluate(tables.requests))

@@ -19,7 +19,10 @@ give the interval, when there is nothing to infer from); a re-judgement keeps wh
 from __future__ import annotations
 
 import dataclasses
+import json
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -40,10 +43,10 @@ from loadtests._gates import (
     inferred_keep_alive_interval,
 )
 from loadtests._lag import STALLED_COLUMN, stalled_while_open, while_streams_open
-from loadtests._run_dir import Manifest, RunDir
+from loadtests._run_dir import Manifest, RunDir, RunDirChanged, parts_problem
 from loadtests._server_metrics import server_metrics_summary
 from loadtests._summary import Summary, SummaryError, summarize
-from loadtests.errors import UsageError
+from loadtests.errors import RecordNotWritten, UsageError
 
 NO_SUMMARY = "the run ended before writing its summary"
 
@@ -95,11 +98,21 @@ def judge(
     server_metrics_unavailable: str | None = None,
     point: Sequence[str] | None = None,
     html: bool = True,
+    lost_rows: dict[str, dict[str, Any]] | None = None,
 ) -> Summary:
     """Judge ``run`` and write its summary; whatever is not given is what the run already said
     (module docstring); ``server_metrics_unavailable`` is why a run without server metrics has none
     (its scraper's finding). Raises ``NotARunDirectory`` or ``SummaryError``."""
     previous = previous_summary(run)
+    parts = run.part_counts()
+    if previous is not None and previous.parts is not None:
+        growing = bool((previous.soak or {}).get("partial"))  # a soak's checkpoint: the run went on writing
+        problem = parts_problem(previous.parts, parts, growing)
+        if problem is not None:
+            raise RunDirChanged(
+                f"{run.path}: {problem} since its summary.json was written: judging it again would judge "
+                "other rows than the run recorded (summary.json left as it was)"
+            )
     if point is None and gates is not None:  # judged by the caller's gates: those are its point
         point = [*(gate.name for gate in gates), "requests_completed"]
     manifest = run.read_manifest()
@@ -107,7 +120,10 @@ def judge(
     gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate.spec() not in specs)]
     requests, lag = run.read_requests(), run.read_lag()
     requests[STALLED_COLUMN] = stalled_while_open(requests, lag)
-    tables = RunTables(requests, None if lag is None else while_streams_open(lag, requests), run.read_resources())
+    if lost_rows is None and previous is not None:
+        lost_rows = previous.lost_rows
+    open_lag = None if lag is None else while_streams_open(lag, requests)
+    tables = RunTables(requests, open_lag, run.read_resources(), lost_rows or None)
     lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None)
     # Only what the summary said is carried over: a field its file lacks falls back to the manifest.
     said = previous.said if previous is not None else frozenset()
@@ -138,15 +154,34 @@ def judge(
         summary.point = list(dict.fromkeys([*stored, "requests_completed"]))
     summary.ended = ended if ended is not None else previous.ended if previous else None
     summary.interrupted = interrupted or (previous.interrupted if previous else None)
+    summary.parts = parts
+    summary.lost_rows = lost_rows or None
     server_metrics = run.read_server_metrics()
     judge_window = WindowJudge(gates, summary.point_names, share)
     summary.soak = _soak_section(tables, gates, soak, previous, server_metrics, judge_window)
     reason = ((previous.server_metrics if previous else None) or {}).get("reason")
     summary.server_metrics = server_metrics_summary(server_metrics, server_metrics_unavailable or reason)
-    summary.write(run)
+    try:
+        summary.write(run)
+    except RecordNotWritten as exc:  # the verdict stands; where the summary went is the caller's to say
+        summary.unwritten = str(exc)
+        return summary
     if html:
         write_html_files(run, summary)
     return summary
+
+
+def keep_elsewhere(run: RunDir, summary: Summary) -> str:
+    """The summary of a run whose directory refused it, in the first place that takes it: a file in
+    the system's temporary directory, else standard output; the one line that says where."""
+    text = json.dumps(summary.to_json(), indent=2) + "\n"
+    fallback = Path(tempfile.gettempdir()) / f"sse-soak-{run.path.name}-summary.json"
+    try:
+        fallback.write_text(text, encoding="utf-8")
+    except OSError:
+        print(text, end="", flush=True)
+        return f"sse-soak: {summary.unwritten}; the summary is printed above (no place on disk took it)"
+    return f"sse-soak: {summary.unwritten}; the summary is in {fallback}"
 
 
 def _point(given: Sequence[str] | None, previous: Summary | None, manifest: Manifest | None) -> list[str] | None:

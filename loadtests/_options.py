@@ -52,6 +52,9 @@ __all__ = [
 DEFAULT_CLIENT_IDLE_TIMEOUT = 130.0
 """Seconds of silence before the client gives up: above nginx's and AWS ALB's 60 s and
 Cloudflare's 100 s, so that a proxy, not the client, is what cuts a silent stream."""
+DEFAULT_STREAM_DEADLINE_S = 600.0
+"""Seconds a stream may stay open, however lively: a hung engine behind keep-alive never goes
+silent, so the idle timeout never fires; this does."""
 DEFAULT_SCRAPE_INTERVAL_S = 1.0
 DEFAULT_MAX_UNJUDGED_SHARE = 0.1
 """A gate that passed with more of its qualifying requests unjudged than this share is unjudged."""
@@ -494,6 +497,17 @@ OPTIONS: tuple[Option, ...] = (
         "seconds of silence after which the client gives up on a stream; keep it above any proxy read timeout",
         DEFAULT_CLIENT_IDLE_TIMEOUT,
         scenario_field="client_idle_timeout",
+        group="stream",
+    ),
+    Option(
+        "stream_deadline",
+        SECONDS,
+        "seconds a stream may stay open from its send, however lively (keep-alive comments and slow tokens "
+        "included); past it the client closes it as a timeout naming this limit. Apart from it, a stream still "
+        "open when the run ends, over 3x the longest finished stream of its kind and over 5 s, is judged stuck "
+        "(a timeout), not stopped",
+        DEFAULT_STREAM_DEADLINE_S,
+        scenario_field="stream_deadline",
         group="stream",
     ),
     Option(

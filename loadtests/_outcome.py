@@ -236,6 +236,7 @@ class StreamTracker:
     comments: their comment counts and any-byte gaps are null, not zero."""
 
     __slots__ = (
+        "_client_reason",
         "_comment",
         "_data",
         "_error",
@@ -280,6 +281,7 @@ class StreamTracker:
         self._usage: Any = None
         self._protocol_error: str | None = None
         self._harness_error: str | None = None
+        self._client_reason: str | None = None
 
     @property
     def broken(self) -> bool:
@@ -410,6 +412,12 @@ class StreamTracker:
         if done and self._protocol_error is None:
             self.done = True
 
+    def client_ended(self, why: str) -> None:
+        """Why the client, not the server, ended the request (its deadline, the run's end, the
+        connection failing): the row's ``error_message`` when its outcome is the client's
+        (``timeout``, ``connect_error``, ``stopped``)."""
+        self._client_reason = why
+
     def finish(self, t: float, failure: Outcome | None = None) -> RequestRow:
         """The stream ended ``t`` seconds after it was sent. ``failure`` is ``TIMEOUT``,
         ``CONNECT_ERROR``, ``STOPPED`` when the client, not the server, ended it, or
@@ -425,9 +433,13 @@ class StreamTracker:
             and (completion_tokens is not None or usage.get("completion_tokens") is None)
         )
         outcome = self._outcome(failure)
-        message = {Outcome.PROTOCOL_ERROR: self._protocol_error, Outcome.HARNESS_ERROR: self._harness_error}.get(
-            outcome
-        )
+        message = {
+            Outcome.PROTOCOL_ERROR: self._protocol_error,
+            Outcome.HARNESS_ERROR: self._harness_error,
+            Outcome.TIMEOUT: self._client_reason,
+            Outcome.CONNECT_ERROR: self._client_reason,
+            Outcome.STOPPED: self._client_reason,
+        }.get(outcome)
         code = error.get("code")
         plan = self.plan
         comments = self._sees_comments

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 from target_server.lifeline import ENV_VAR, GRACE_S, exit_when_stdin_closes, wait_for_stdin_eof
@@ -55,15 +55,24 @@ def end_with_launcher() -> bool:
     named = os.environ.get(LAUNCHER_ENV, "")
     if not named.isdigit() or os.getppid() != int(named):
         return False
+    end_with_parent()
+    return True
+
+
+def end_with_parent(when_gone: Callable[[], None] | None = None) -> None:
+    """Watch, from a greenlet, for this process's parent to go (even by SIGKILL: the process is
+    re-parented), then call ``when_gone`` and SIGTERM this process, which ends as a Ctrl-C would.
+    A launcher's run follows its launcher so; a ``--processes`` worker follows its master."""
     import gevent  # here: ``python -m loadtests._parent_watch`` (nginx's watchdog) runs without it
 
-    def watch(launcher: int) -> None:
-        while os.getppid() == launcher:
+    def watch(parent: int) -> None:
+        while os.getppid() == parent:
             gevent.sleep(LAUNCHER_POLL_S)
+        if when_gone is not None:
+            when_gone()
         os.kill(os.getpid(), signal.SIGTERM)
 
-    gevent.spawn(watch, int(named))
-    return True
+    gevent.spawn(watch, os.getppid())
 
 
 def watchdog(command: Sequence[str], remove: Sequence[str] = ()) -> int:

@@ -29,7 +29,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from loadtests._ports import free_loopback_port
 from loadtests.errors import RunFailed, UsageError
 
 __all__ = [
@@ -453,13 +453,6 @@ def _whole(name: str, value: object, low: int, high: int | None = None, extra: s
 KEEP_ALIVE_RULE = " of seconds (vLLM's --sse-keep-alive-interval is an integer: it refuses 0.5; 0 turns keep-alive off)"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def log_tail(log: Path | None, lines: int = 1) -> str:
     """The last ``lines`` non-empty lines of ``log``, joined by " | "."""
     if log is None:
@@ -550,7 +543,7 @@ class VllmServer:
         if self._process is not None:
             raise RuntimeError("the server is already started")
         install = require_installed(self.home)
-        port = self.port or _free_port()
+        port = self.port or free_loopback_port()
         self.url = f"http://127.0.0.1:{port}"
         if self.log is None:
             self.log = install.home / "logs" / f"serve-{port}.log"

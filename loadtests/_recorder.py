@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from loadtests._outcome import RequestRow
 
@@ -66,6 +68,12 @@ class Recorder:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
         self.frames: dict[str, list[Any]] = {column: [] for column in FRAME_COLUMNS}
+        self.started = 0
+        """Requests started since the last batch: a master tells from them how many rows a worker
+        that vanished never sent (``loadtests._collect``)."""
+
+    def note_started(self) -> None:
+        self.started += 1
 
     def add(self, row: RequestRow, frames: list[FrameRecord] | None) -> None:
         self.rows.append(row.as_dict())
@@ -80,7 +88,21 @@ class Recorder:
 
     def take_batch(self) -> dict[str, Any]:
         """Everything added since the last batch, as plain lists; removed from this recorder."""
-        batch = {"rows": self.rows, "frames": self.frames}
+        batch = {"rows": self.rows, "frames": self.frames, "started": self.started}
         self.rows = []
         self.frames = {column: [] for column in FRAME_COLUMNS}
+        self.started = 0
         return batch
+
+
+def write_part(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to the parquet file ``path`` under a hidden temporary name, then rename it into
+    place: a reader sees the whole part or none. On a disk error the temporary file is removed and
+    the ``OSError`` raised; the caller keeps the rows for a retry."""
+    temporary = path.with_name("." + path.name + ".tmp")
+    try:
+        pq.write_table(table, temporary)
+        temporary.replace(path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise

@@ -55,10 +55,11 @@ from loadtests import _arrival_clock as arrival_clock
 from loadtests._arrivals import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
 from loadtests._collect import Collector
 from loadtests._ending import how_it_ended
-from loadtests._judge import judge, write_html_files
+from loadtests._judge import judge, keep_elsewhere, write_html_files
 from loadtests._loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests._options import add_locust_options, check_locust_options
-from loadtests._parent_watch import end_with_launcher
+from loadtests._parent_watch import end_with_launcher, end_with_parent
+from loadtests._ports import own_master_port
 from loadtests._preflight import PreflightError, base_url, preflight
 from loadtests._real_vllm import VllmError, vllm_available
 from loadtests._run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
@@ -70,7 +71,7 @@ from loadtests._signals import SignalGuard
 from loadtests._stack import ServerStartError, Stack, split_api_key
 from loadtests._users import OpenAISDKUser, SSEUser, StreamingUser
 from loadtests._workload import PROBE_TIMEOUT, probe_prompt_sizing
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, RunFailed, SseSoakError, UsageError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, RunFailed, SseSoakError, UsageError
 
 __all__ = ["OpenAISDKUser", "RunController", "SSEUser", "Scenario", "find_scenario", "register"]
 
@@ -146,6 +147,7 @@ def _add_run_options(parser: Any) -> None:
     _registered[:] = [controller]
     if controller is not None:
         controller.add_options(parser)
+        own_master_port(parser, sys.argv[1:])
 
 
 @_refusing
@@ -278,6 +280,7 @@ class RunController:
         if state.api_key is None and options.host is None:  # the bundled server's own key, if it was given one
             state.api_key = split_api_key(self.scenario.settings(options).server_args)[1]
         state.client_idle_timeout = options.client_idle_timeout
+        state.stream_deadline = options.stream_deadline
         state.frame_sample_rate = options.frame_sample_rate
         state.max_line_bytes = options.max_line_bytes
         # the server is not the bundled one running the profile: silence must come from queueing
@@ -301,6 +304,8 @@ class RunController:
         state.lag.start()  # for the whole run, in every process: its samples travel with the rows
         self._collector = Collector(environment, options.flush_interval)
         self._collector.start()
+        if isinstance(environment.runner, WorkerRunner) and getattr(options, "processes", None):
+            end_with_parent(self._collector.master_gone)  # forked by the master: gone with it, rows kept here
         lifecycle = environment.events
         lifecycle.test_start.add_listener(self._on_test_start)
         lifecycle.test_stopping.add_listener(self._on_test_stopping)
@@ -564,6 +569,7 @@ class RunController:
                 server_metrics_unavailable=test.server_metrics_unavailable,
                 point=self.scenario.point_of(settings),
                 html=False,
+                lost_rows=self._collector.lost if self._collector is not None else None,
             )
             for line in summary.console_lines():
                 print(line)
@@ -574,13 +580,21 @@ class RunController:
                 )
             print(f"ended: {ended}")
             print(summary.verdict_line(), flush=True)
-            if not summary.passed and environment.process_exit_code in (None, 0, INCONCLUSIVE_EXIT_CODE):
+            if summary.unwritten is not None:
+                print(keep_elsewhere(run, summary), flush=True)
+                environment.process_exit_code = summary.exit_code  # the record is incomplete, whatever the verdict
+            elif not summary.passed and environment.process_exit_code in (None, 0, INCONCLUSIVE_EXIT_CODE):
                 environment.process_exit_code = summary.exit_code  # a FAIL outweighs an inconclusive test
-        try:
-            with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
-                write_html_files(run, summary)
-        except KeyboardInterrupt:
-            print(f"sse-soak: report.html was not written (interrupted); python -m loadtests report {run} writes it")
+        if summary.unwritten is None:
+            try:
+                with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
+                    write_html_files(run, summary)
+            except KeyboardInterrupt:
+                again = f"python -m loadtests report {run}"
+                print(f"sse-soak: report.html was not written (interrupted); {again} writes it")
+            except OSError as exc:  # the disk filled up after the summary
+                print(f"sse-soak: report.html was not written in {run}: {exc.strerror or exc}", flush=True)
+                environment.process_exit_code = UNWRITTEN_EXIT_CODE
         print(f"report: {run}", flush=True)
 
 

@@ -12,6 +12,7 @@ renamed into place, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 from loadtests._lag import LAG_SCHEMA
 from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
 from loadtests._server_metrics import SERVER_METRICS_SCHEMA
-from loadtests.errors import SseSoakError, UsageError
+from loadtests.errors import RecordNotWritten, SseSoakError, UsageError
 
 RUN_DIR_ENV = "SSE_SOAK_RUN_DIR"
 """An empty directory the next test writes into instead of making its own (the soak job makes it,
@@ -62,6 +63,26 @@ def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
 class RunDirError(UsageError, ValueError):
     """The report root cannot hold a run directory; the message is one line naming it and why,
     e.g. ``--report-dir reports: not a directory (a file is in the way)``."""
+
+
+class RunDirChanged(SseSoakError, ValueError):
+    """A run directory no longer holds the parts its summary recorded (one missing, or holding other
+    rows): judging it again would judge less than the run recorded. Exit 2, nothing rewritten."""
+
+
+def parts_problem(recorded: dict[str, int], present: dict[str, int], growing: bool) -> str | None:
+    """What differs between the parts a summary ``recorded`` and those ``present`` now, or None.
+    New parts are a change too, unless the run was still ``growing`` (a soak's checkpoint)."""
+    missing = [name for name in recorded if name not in present]
+    changed = [f"{name} ({recorded[name]} rows, now {present[name]})" for name in recorded
+               if name in present and present[name] != recorded[name]]  # fmt: skip
+    added = [] if growing else [name for name in present if name not in recorded]
+    problems = [
+        *([f"{len(missing)} part(s) missing: {', '.join(missing[:3])}"] if missing else []),
+        *([f"{len(changed)} part(s) changed: {', '.join(changed[:3])}"] if changed else []),
+        *([f"{len(added)} part(s) added: {', '.join(added[:3])}"] if added else []),
+    ]
+    return "; ".join(problems) or None
 
 
 class ManifestError(SseSoakError, ValueError):
@@ -241,6 +262,17 @@ class RunDir:
     def unwritable_rows(self) -> Path:
         return self.path / self.UNWRITABLE_ROWS
 
+    def part_counts(self) -> dict[str, int]:
+        """Each parquet file of the run's tables (``requests.parquet/part-….parquet``, or a table
+        written as one file) and its row count, read from the files' footers only."""
+        counts: dict[str, int] = {}
+        for table in (self.REQUESTS, self.FRAMES, self.LAG, self.SERVER_METRICS):
+            path = self.path / table
+            files = sorted(path.glob("*.parquet")) if path.is_dir() else [path] if path.is_file() else []
+            for file in files:
+                counts[str(file.relative_to(self.path))] = pq.read_metadata(file).num_rows
+        return counts
+
     def holds_results(self) -> bool:
         """The run wrote its request table (possibly empty): something to judge."""
         return self.requests.exists()
@@ -267,11 +299,17 @@ class RunDir:
 
     # -- whole files ------------------------------------------------------------------------------
     def write_text(self, name: str, text: str) -> Path:
-        """Write ``name`` atomically (a temporary file renamed into place)."""
+        """Write ``name`` atomically (a temporary file renamed into place); ``RecordNotWritten``
+        when the disk refuses, with the temporary file removed."""
         path = self.path / name
         temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(text, encoding="utf-8")
-        temporary.replace(path)
+        try:
+            temporary.write_text(text, encoding="utf-8")
+            temporary.replace(path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
+            raise RecordNotWritten(f"could not write {path}: {exc.strerror or exc}") from None
         return path
 
     def write_json(self, name: str, data: dict[str, Any]) -> Path:

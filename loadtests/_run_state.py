@@ -21,6 +21,7 @@ from gevent.lock import Semaphore
 from loadtests._arrivals import ArrivalSchedule
 from loadtests._lag import LagMonitor
 from loadtests._loop_hygiene import shared_ssl_context
+from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S
 from loadtests._outcome import Outcome, RequestRow
 from loadtests._recorder import Recorder
 from loadtests._sse import DEFAULT_MAX_LINE_BYTES
@@ -34,9 +35,10 @@ from loadtests._workload import (
     probe_prompt_sizing,
 )
 
-DEFAULT_CLIENT_IDLE_TIMEOUT = 130.0
-"""Seconds of silence before the client gives up: above nginx's and AWS ALB's 60 s and
-Cloudflare's 100 s, so that a proxy, not the client, is what cuts a silent stream."""
+STUCK_FACTOR = 3.0
+STUCK_MIN_S = 5.0
+"""A stream still open when the run ends is stuck (judged a ``timeout``) when it was open over
+``STUCK_FACTOR`` times the longest stream of its kind that finished, and over ``STUCK_MIN_S``."""
 
 
 PACE_CHECK_MIN_TOKENS = 32
@@ -53,6 +55,8 @@ class RunState:
     model_option: str | None = None
     api_key: str | None = None
     client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
+    stream_deadline: float = DEFAULT_STREAM_DEADLINE_S
+    """Seconds a stream may stay open from its send, however lively (``--stream-deadline``)."""
     frame_sample_rate: float = 1.0
     """Share of ``ok`` streams whose frame records are kept; other outcomes always keep theirs."""
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
@@ -76,6 +80,8 @@ class RunState:
     """How often the holders were sized again (``learn_pace``); only the first is said."""
     _pace_settled: bool = False
     """The pace is confirmed (or was resized ``PACE_MAX_RESIZES`` times): holders are sized for good."""
+    _longest: dict[str, float] = field(default_factory=dict)
+    """The longest stream of each name that finished (any outcome but ``stopped``): one float per name."""
     _worker: str | None = None
 
     @property
@@ -146,6 +152,24 @@ class RunState:
                         if self.facts.pace is not None:  # a mix prepared after the pace was learnt
                             prepared.hold_slots(self.facts.pace, self.facts.max_model_len)
         return prepared
+
+    def note_finished(self, row: RequestRow) -> None:
+        """Remember how long a stream the server ended took, for ``stuck_after``."""
+        if row.outcome not in (Outcome.STOPPED, Outcome.NOT_SENT) and row.duration_s > self._longest.get(row.name, 0.0):
+            self._longest[row.name] = row.duration_s
+
+    def stuck_after(self, name: str) -> tuple[float, str] | None:
+        """How long a stream named ``name`` may be open at the run's end before it is stuck, and
+        what that was measured against; None when no stream finished yet (nothing to compare)."""
+        if name in self._longest:
+            longest, kind = self._longest[name], f"{name} stream"
+        elif self._longest:
+            longest, kind = max(self._longest.values()), "stream"
+        else:
+            return None
+        return max(
+            STUCK_MIN_S, STUCK_FACTOR * longest
+        ), f"{STUCK_FACTOR:g}x the longest finished {kind} ({longest:.1f} s)"
 
     def learn_pace(self, row: RequestRow) -> None:
         """With ``hold_slots``, the first ``ok`` stream with tokens sets the server's pace and

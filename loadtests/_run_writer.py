@@ -35,11 +35,10 @@ from typing import Any, TypeVar, cast
 
 import gevent
 import pyarrow as pa
-import pyarrow.parquet as pq
 from gevent.lock import Semaphore
 
 from loadtests._lag import LAG_SCHEMA
-from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA
+from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA, write_part
 from loadtests._run_dir import RunDir
 
 UNWRITABLE_ROWS = RunDir.UNWRITABLE_ROWS
@@ -199,6 +198,4 @@ class RunWriter:
 
     @staticmethod
     def _write(table: pa.Table, path: Path) -> None:
-        temporary = path.with_name("." + path.name + ".tmp")
-        pq.write_table(table, temporary)
-        temporary.replace(path)
+        write_part(table, path)

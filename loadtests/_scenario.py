@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtests._gates import BUNDLED, GIVEN, REAL_VLLM, UNKNOWN, Gate, HarnessKeptUp, KeepAliveCovered
-from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, keep_alive_interval
+from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S, keep_alive_interval
 from loadtests._real_vllm import VllmProfile
 from loadtests._stack import split_api_key
 from loadtests.errors import UsageError
@@ -92,14 +92,15 @@ class Scenario:
     ``--keep-alive-interval`` says otherwise; it is never assumed of a server given by ``--host``.
     ``server_args`` may be one string, split as a shell would (as ``--server-args``). A gate that
     depends on the run's settings reads them itself (``NoProxyTimeouts()``); ``gates`` may also be a
-    function of the ``RunSettings``. The defaults of ``client_idle_timeout``, ``proxy`` and
-    ``proxy_read_timeout`` are the options' own.
+    function of the ``RunSettings``. The defaults of ``client_idle_timeout``, ``stream_deadline``,
+    ``proxy`` and ``proxy_read_timeout`` are the options' own.
     """
 
     name: str
     server_args: str | Sequence[str] = ()
     gates: GateList = ()
     client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
+    stream_deadline: float = DEFAULT_STREAM_DEADLINE_S
     proxy: str = "none"
     proxy_read_timeout: float = 60.0
     keep_alive_interval: float | None = None

@@ -44,11 +44,11 @@ from urllib.parse import urlsplit
 import gevent
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 from gevent import monkey
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests._figures import quantile
+from loadtests._recorder import write_part
 from loadtests.errors import SseSoakError
 
 _SERVER_METRICS_FIELDS: list[tuple[str, pa.DataType]] = [  # typed: a literal's mixed DataTypes would join to object
@@ -296,11 +296,9 @@ class ServerMetricsScraper:
             return
         self._parts += 1
         path = self.directory / f"part-{os.getpid()}-{self._parts:06d}.parquet"
-        temporary = path.with_name("." + path.name + ".tmp")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.Table.from_pydict(self._batch, schema=SERVER_METRICS_SCHEMA), temporary)
-            temporary.replace(path)
+            write_part(pa.Table.from_pydict(self._batch, schema=SERVER_METRICS_SCHEMA), path)
         except OSError as exc:
             if not self._write_failed:
                 self._write_failed = True

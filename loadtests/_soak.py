@@ -212,6 +212,12 @@ class Soak:
         except (OSError, ValueError) as exc:
             self.printer.print(f"baseline: cannot read {self.plan.baseline}: {exc}")
             return ["baseline unreadable"]
+        lacking = compare.missing_figures(base)
+        different = compare.incomparable(base, summary)
+        if lacking or different:
+            why = different or f"it lacks {', '.join(lacking)}"
+            self.printer.print(f"baseline: {self.plan.baseline} is no comparison for this run: {why}")
+            return ["baseline not comparable"]
         rows = compare.compare(base, summary, self.plan.thresholds)
         self.printer.print(compare.render(rows, str(self.plan.baseline), str(self.run_dir)))
         return [f"regression in {row.metric}" for row in rows if row.regressed]

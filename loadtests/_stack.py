@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Protocol
 
 from loadtests._options import PROXY_KINDS
+from loadtests._ports import free_loopback_port
 from loadtests._real_vllm import VllmProfile
 from loadtests.errors import RunFailed
 from target_server.lifeline import harness_environment, parse_refusal
@@ -198,7 +199,7 @@ def start_nginx(upstream: str, read_timeout: float, timeout: float = 30.0) -> Ch
     if binary is None:
         raise ServerStartError("--proxy nginx needs nginx installed (Debian: apt-get install nginx)")
     directory = Path(tempfile.mkdtemp(prefix="sse-soak-nginx-"))
-    port = _free_port()
+    port = free_loopback_port()
     (directory / "nginx.conf").write_text(nginx_config(directory, port, upstream, read_timeout))
     nginx = [binary, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-e", str(directory / "error.log")]
     argv = [sys.executable, "-m", "loadtests._parent_watch", "--remove", str(directory), "--", *nginx]
@@ -221,12 +222,6 @@ def start_nginx(upstream: str, read_timeout: float, timeout: float = 30.0) -> Ch
         service.stop()
         raise
     return service
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _wait_for_port(process: subprocess.Popen[str], port: int, timeout: float, log: Path) -> None:

@@ -27,7 +27,7 @@ from loadtests._gates import FAIL, INCONCLUSIVE, PASS, GateResult, verdict_of
 from loadtests._lag import lag_summary
 from loadtests._outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests._run_dir import RunDir
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UsageError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, UsageError
 
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
@@ -73,6 +73,14 @@ class Summary:
     point: list[str] | None = None
     """The names of the gates that are the run's point (its scenario's own): one of them unjudged
     makes the run INCONCLUSIVE. None (not recorded): see ``point_names``."""
+    lost_rows: dict[str, dict[str, Any]] | None = None
+    """Workers whose rows never all reached the master, with their counts (``RunTables.lost_rows``)."""
+    parts: dict[str, int] | None = None
+    """Each parquet file of the run directory's tables and its rows, as judged (``RunDir.part_counts``):
+    a later ``report`` refuses a directory that lost or changed one. None: not recorded (older runs)."""
+    unwritten: str | None = field(default=None, compare=False)
+    """Why this summary could not be written into its run directory (``RecordNotWritten``'s line);
+    never in the file. A run with it exits ``UNWRITTEN_EXIT_CODE``."""
     stated: tuple[bool, bool] | None = field(default=None, compare=False, repr=False)
     stated_verdict: str | None = field(default=None, compare=False, repr=False)
     """``verdict`` as its file stated it (PASS, FAIL or INCONCLUSIVE); None for an older file."""
@@ -116,7 +124,10 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        """0 for PASS, 1 for FAIL, ``INCONCLUSIVE_EXIT_CODE`` for INCONCLUSIVE."""
+        """0 for PASS, 1 for FAIL, ``INCONCLUSIVE_EXIT_CODE`` for INCONCLUSIVE; ``UNWRITTEN_EXIT_CODE``
+        whatever the verdict when the summary could not be written where it belongs."""
+        if self.unwritten is not None:
+            return UNWRITTEN_EXIT_CODE
         return {PASS: 0, FAIL: 1}.get(self.verdict, INCONCLUSIVE_EXIT_CODE)
 
     @property
@@ -224,6 +235,10 @@ class Summary:
             data["soak"] = self.soak
         if self.point is not None:
             data["point"] = self.point
+        if self.lost_rows:
+            data["lost_rows"] = self.lost_rows
+        if self.parts is not None:
+            data["parts"] = self.parts
         data.update(
             ended=self.ended,
             interrupted=self.interrupted,
@@ -268,6 +283,8 @@ class Summary:
             interrupted=data.get("interrupted"),
             soak=data.get("soak"),
             point=data.get("point"),
+            parts=data.get("parts"),
+            lost_rows=data.get("lost_rows"),
             extra={key: value for key, value in data.items() if key not in fields | _COMPUTED},
             said=frozenset(key for key, value in data.items() if value is not None),
             stated=None if passed is None else (data.get("gates_passed", passed), passed),
@@ -378,6 +395,11 @@ def _number_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
 
 
+def _optional_objects(value: Any) -> bool:
+    """None, or an object whose values are objects (``lost_rows``' figures by worker)."""
+    return value is None or (isinstance(value, dict) and all(isinstance(entry, dict) for entry in value.values()))
+
+
 def _figures(value: Any) -> bool:
     """An object of figures by name: ``latency``'s ``{"ttft_s": {"p50": 0.2, ...}, ...}``."""
     return isinstance(value, dict) and all(
@@ -386,9 +408,9 @@ def _figures(value: Any) -> bool:
 
 
 _REQUIRED = ("scenario", "requests", "outcomes", "http_500", "inband_500")
-_COMPARED = ("requests", "http_500", "inband_500", "outcomes", "passed")
+_COMPARED = ("requests", "http_500", "inband_500", "outcomes", "passed", "latency", "keepalive_per_stream")
 """What ``compare`` needs of a file (no ``scenario``: a baseline kept by hand may lack it)."""
-_COMPARED_TYPES = (*_COMPARED, "gates_passed", "latency", "keepalive_per_stream")
+_COMPARED_TYPES = (*_COMPARED, "gates_passed")
 _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "scenario": (lambda v: isinstance(v, str), "a string"),
     "requests": (is_count, "a count"),
@@ -403,6 +425,11 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "interrupted": (_optional(str), "a string"),
     "soak": (_optional(dict), "an object"),
     "point": (lambda v: v is None or (isinstance(v, list) and all(isinstance(n, str) for n in v)), "a list of names"),
+    "parts": (lambda v: v is None or (isinstance(v, dict) and all(map(is_count, v.values()))), "an object of counts"),
+    "lost_rows": (
+        lambda v: v is None or (isinstance(v, dict) and all(isinstance(w, dict) for w in v.values())),
+        "an object",
+    ),
     "arrival": (_optional(dict), "an object"),
     "server_metrics": (_optional(dict), "an object"),
     "passed": (lambda v: isinstance(v, bool), "true or false"),

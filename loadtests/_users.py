@@ -21,15 +21,18 @@ outcome ``harness_error`` (logged once per distinct message), never a traceback 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
+import os
 import time
 import uuid
 from typing import Any, ClassVar
 
 import gevent
 import openai
-from geventhttpclient.response import HTTPParseError
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from locust import FastHttpUser, User
 from pydantic import BaseModel
 
@@ -62,6 +65,47 @@ _harness_errors_logged: set[str] = set()
 
 class UnexpectedOutcome(SseSoakError):
     """The failure Locust's statistics show for a request whose outcome was not the expected one."""
+
+
+CLOSED_BEFORE_ANY_BYTE = "the server closed the connection before sending any byte"
+IDLE_BEFORE_HEADERS = "no response headers within the client's idle timeout (--client-idle-timeout)"
+IDLE_IN_BODY = "no byte for the client's idle timeout (--client-idle-timeout) after the headers"
+"""The ``error_message`` of rows the client ended (``StreamTracker.client_ended``): the two clients
+word the same cause alike."""
+
+
+_OUR_LIMITS = {
+    errno.EMFILE: "sse-soak ran out of file descriptors (this process's limit, `ulimit -n`): raise it, or run "
+    "fewer users per process (--processes)",
+    errno.ENFILE: "the machine ran out of file descriptors (the system's limit, fs.file-max): run fewer users",
+    errno.ENOBUFS: "the machine ran out of socket buffers: run fewer users",
+    errno.ENOMEM: "sse-soak's machine ran out of memory: run fewer users, or keep fewer frames (--frame-sample-rate)",
+    errno.EADDRNOTAVAIL: "the machine ran out of local ports for new connections: run fewer users, or reuse "
+    "connections",
+}
+"""The load generator's own limits, by errno, each with its fix: a request that failed on one is a
+``harness_error``, never the server's ``connect_error``."""
+
+
+def harness_cause(exc: BaseException) -> str | None:
+    """The load generator's own limit behind ``exc`` (it or any exception it was raised from), said
+    with its fix; None when the failure is the network's or the server's."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, MemoryError):
+            return _OUR_LIMITS[errno.ENOMEM]
+        if isinstance(current, OSError) and current.errno in _OUR_LIMITS:
+            return f"{_OUR_LIMITS[current.errno]} ({os.strerror(current.errno)})"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+class StreamDeadline(BaseException):
+    """Raised into a user's greenlet when its stream outlives ``--stream-deadline``: a
+    ``BaseException``, so no ``except Exception`` on the way (the clients', ours) mistakes it for
+    the server's doing; the clients' ``finally`` blocks close the connection."""
 
 
 def _describe(exc: BaseException) -> str:
@@ -115,12 +159,23 @@ class StreamingUser:
 
     def send(self, request: PreparedRequest) -> RequestRow:
         plan = self.plan(request)
-        tracker = StreamTracker(plan, time.time(), self.harness.worker, self.sees_comments)
+        harness = self.harness
+        tracker = StreamTracker(plan, time.time(), harness.worker, self.sees_comments)
+        harness.recorder.note_started()
         started = time.monotonic()
+        deadline = harness.stream_deadline
         try:
-            failure = self._stream_into(request, tracker, started)
+            with gevent.Timeout(deadline, StreamDeadline()):
+                failure = self._stream_into(request, tracker, started)
+        except StreamDeadline:
+            tracker.client_ended(
+                f"still open {deadline:g} s after it was sent (--stream-deadline): the server neither ended nor "
+                "failed it"
+            )
+            failure = Outcome.TIMEOUT
         except gevent.GreenletExit:  # the run is stopping this user mid-stream
-            self.report(tracker.finish(time.monotonic() - started, Outcome.STOPPED), tracker.frames, request.path)
+            open_s = time.monotonic() - started
+            self.report(tracker.finish(open_s, self._ended_by_the_run(tracker, open_s)), tracker.frames, request.path)
             raise
         except Exception as exc:
             return self._harness_failure(plan, exc, tracker, started)
@@ -129,6 +184,16 @@ class StreamingUser:
         if row.outcome == Outcome.CONNECT_ERROR:
             gevent.sleep(CONNECT_ERROR_PAUSE_S)
         return row
+
+    def _ended_by_the_run(self, tracker: StreamTracker, open_s: float) -> Outcome:
+        """A stream the run's end closed is ``stopped`` (no verdict), unless it was open far longer
+        than streams of its kind take to finish: then it is stuck, a ``timeout`` saying so."""
+        stuck = self.harness.stuck_after(tracker.plan.name)
+        if stuck is None or open_s <= stuck[0]:
+            tracker.client_ended(f"the run ended {open_s:.1f} s after it was sent")
+            return Outcome.STOPPED
+        tracker.client_ended(f"stuck: still open when the run ended, {open_s:.1f} s after it was sent, over {stuck[1]}")
+        return Outcome.TIMEOUT
 
     def _harness_failure(
         self, plan: RequestPlan, exc: Exception, tracker: StreamTracker | None = None, started: float | None = None
@@ -140,7 +205,8 @@ class StreamingUser:
             logger.error(
                 "sse-soak: harness error (logged once, counted as harness_error rows): %s", message, exc_info=exc
             )
-        if tracker is None:
+        if tracker is None:  # a request that could not even be built: started and ended here
+            self.harness.recorder.note_started()
             tracker = StreamTracker(plan, time.time(), self.harness.worker, self.sees_comments)
         tracker.harness_error(message)
         row = tracker.finish(0.0 if started is None else time.monotonic() - started)
@@ -201,6 +267,7 @@ class StreamingUser:
             row.scheduled_time = self._ticket.due_epoch
             row.start_lateness_s = max(0.0, row.start_time - self._ticket.due_epoch)
         harness.recorder.add(row, frames if harness.keeps_frames(row.request_id, row.outcome) else None)
+        harness.note_finished(row)
         harness.learn_pace(row)
         if row.outcome == Outcome.STOPPED:
             return  # the run ended it; no verdict for Locust's statistics either
@@ -263,10 +330,20 @@ class SSEUser(StreamingUser, FastHttpUser):
         status = getattr(response, "status_code", 0) or 0
         if not status:
             error = getattr(response, "error", None)
+            if isinstance(error, HTTPConnectionClosed):  # closed or reset before a single byte came back
+                tracker.client_ended(CLOSED_BEFORE_ANY_BYTE)
+                return Outcome.CONNECT_ERROR
             if isinstance(error, HTTPParseError):  # bytes came back, but not an HTTP response
                 tracker.protocol_error(f"malformed HTTP response: {error}")
                 return Outcome.PROTOCOL_ERROR
-            return Outcome.TIMEOUT if isinstance(error, TimeoutError) else Outcome.CONNECT_ERROR
+            if isinstance(error, TimeoutError):
+                tracker.client_ended(IDLE_BEFORE_HEADERS)
+                return Outcome.TIMEOUT
+            if error is not None and (ours := harness_cause(error)) is not None:
+                tracker.harness_error(ours)  # never charged to the server
+                return None
+            tracker.client_ended(_describe(error) if error is not None else "no response and no error to say why")
+            return Outcome.CONNECT_ERROR
         tracker.headers(status, time.monotonic() - started, response.headers.get("content-type"))
         raw = response._response  # geventhttpclient's response: the only handle on the live socket
         try:
@@ -279,17 +356,23 @@ class SSEUser(StreamingUser, FastHttpUser):
             feed, on_frame = parser.feed, tracker.frame
             stamped = raw._sock is not None and arrival_clock.stamp_arrivals(raw._sock)  # None: body read already
             t = tracker.ttfb or 0.0
-            while True:
-                chunk, arrived, read_at = _next_chunk(raw, stamped)
-                if not chunk:
-                    break
-                wait = None if arrived is None else read_at - arrived
-                arrived_at = read_at if arrived is None else arrived
-                t = max(t, arrived_at - started)  # never before the headers or the previous read
-                for frame in feed(chunk, t):
-                    on_frame(frame, t, wait)
-                if tracker.broken:
-                    return None
+            try:
+                while True:
+                    chunk, arrived, read_at = _next_chunk(raw, stamped)
+                    if not chunk:
+                        break
+                    wait = None if arrived is None else read_at - arrived
+                    arrived_at = read_at if arrived is None else arrived
+                    t = max(t, arrived_at - started)  # never before the headers or the previous read
+                    for frame in feed(chunk, t):
+                        on_frame(frame, t, wait)
+                    if tracker.broken:
+                        return None
+            except gevent.GreenletExit:  # the run ends: what had arrived is the stream's, not lost
+                t = max(t, time.monotonic() - started)
+                for frame in feed(_arrived_already(raw), t):
+                    on_frame(frame, t, None)
+                raise
             if parser.invalid_utf8:  # in a frame the body ended before completing
                 tracker.protocol_error(INVALID_UTF8)
         except LineTooLong as exc:
@@ -297,6 +380,7 @@ class SSEUser(StreamingUser, FastHttpUser):
                 on_frame(frame, t, wait)
             tracker.protocol_error(str(exc))
         except TimeoutError:
+            tracker.client_ended(IDLE_IN_BODY)
             return Outcome.TIMEOUT
         except (HTTPParseError, OSError):
             return None  # the connection ended mid-body: the tracker sees no [DONE] and says "cut"
@@ -304,6 +388,22 @@ class SSEUser(StreamingUser, FastHttpUser):
             raw.release()  # back to the pool only when the body was read to its end; closed otherwise
             forget_failure(response)
         return None
+
+
+def _arrived_already(raw: Any) -> bytes:
+    """The body bytes that had arrived when the run stopped the reader: read but not parsed yet, or
+    waiting in the socket's receive buffer (read without waiting: gevent's socket wraps the OS one,
+    which is non-blocking). Frames still on the wire are not waited for."""
+    sock = getattr(raw._sock, "_sock", None)
+    with contextlib.suppress(OSError):  # BlockingIOError: nothing more has arrived
+        while sock is not None and not raw.message_complete:
+            data = sock.recv(raw.block_size)
+            if not data:
+                break
+            raw.feed(data)
+    chunk = bytes(raw._body_buffer)
+    del raw._body_buffer[:]
+    return chunk
 
 
 def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float | None, float]:
@@ -396,13 +496,23 @@ def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | 
         tracker.headers(exc.status_code, t)
         tracker.error_body(exc.response.content)
     elif isinstance(exc, openai.APITimeoutError):
+        tracker.client_ended(IDLE_IN_BODY if tracker.status else IDLE_BEFORE_HEADERS)
         return Outcome.TIMEOUT
     elif isinstance(exc, openai.APIConnectionError):
         if tracker.status:
             return None  # after the headers: a cut stream
-        if type(exc.__cause__).__name__ == "RemoteProtocolError":  # httpx's or httpx2's
-            tracker.protocol_error(f"malformed HTTP response: {exc.__cause__}")
+        cause = exc.__cause__
+        if type(cause).__name__ == "RemoteProtocolError":  # httpx's or httpx2's
+            if "without sending a response" in str(cause):  # closed or reset before a single byte
+                tracker.client_ended(CLOSED_BEFORE_ANY_BYTE)
+                return Outcome.CONNECT_ERROR
+            tracker.protocol_error(f"malformed HTTP response: {cause}")
             return Outcome.PROTOCOL_ERROR
+        ours = harness_cause(exc)
+        if ours is not None:
+            tracker.harness_error(ours)  # never charged to the server
+            return None
+        tracker.client_ended(_describe(cause) if cause is not None else _describe(exc))
         return Outcome.CONNECT_ERROR
     elif isinstance(exc, openai.APIError):  # an in-band error frame
         error = exc.body if isinstance(exc.body, dict) else {"message": str(exc.body or exc.message)}

@@ -8,13 +8,24 @@ Classes keep the builtin base their callers caught before (``ValueError``, ``OSE
 
 from __future__ import annotations
 
-__all__ = ["INCONCLUSIVE_EXIT_CODE", "USAGE_EXIT_CODE", "RunFailed", "SseSoakError", "UsageError"]
+__all__ = [
+    "INCONCLUSIVE_EXIT_CODE",
+    "UNWRITTEN_EXIT_CODE",
+    "USAGE_EXIT_CODE",
+    "RecordNotWritten",
+    "RunFailed",
+    "SseSoakError",
+    "UsageError",
+]
 
 USAGE_EXIT_CODE = 2
 """A usage error's exit code: distinct from 1, a failed verdict or a regression."""
 INCONCLUSIVE_EXIT_CODE = 3
 """An inconclusive run's exit code: the run could not judge what it set out to judge, which is
 neither a pass nor a failure of the server (1) nor a usage error (2)."""
+UNWRITTEN_EXIT_CODE = 4
+"""The run's record could not be written where it belongs (a full or read-only disk): its verdict
+was printed, its summary went elsewhere (said in one line), whatever the verdict was."""
 
 
 class SseSoakError(Exception):
@@ -32,3 +43,10 @@ class RunFailed(SseSoakError):
     """The run cannot go on for a reason that is no usage error (a service that would not start): exit 1."""
 
     exit_code = 1
+
+
+class RecordNotWritten(SseSoakError, OSError):
+    """A file of a run's record could not be written (no space, a read-only disk): one line naming
+    the file and the system's reason. No temporary file is left behind."""
+
+    exit_code = UNWRITTEN_EXIT_CODE

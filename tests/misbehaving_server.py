@@ -298,6 +298,20 @@ async def not_http(ex: Exchange) -> bool:
     return False
 
 
+async def close_before_any_byte(ex: Exchange) -> bool:
+    """The request read, then the connection closed with nothing sent (a crashed worker behind a
+    balancer, a server refusing the client)."""
+    return False
+
+
+async def reset_before_any_byte(ex: Exchange) -> bool:
+    """The request read, then a TCP reset with nothing sent."""
+    sock = ex.writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    ex.writer.transport.abort()
+    return False
+
+
 async def malformed_usage(ex: Exchange) -> bool:
     return await ex.stream(ex.frames(usage={"prompt_tokens": "abc", "total_tokens": 12, "completion_tokens": 4}))
 
@@ -328,6 +342,8 @@ MODES: dict[str, Mode] = {
         inband_500,
         http_500,
         not_http,
+        close_before_any_byte,
+        reset_before_any_byte,
         malformed_usage,
         huge_usage,
         keepalive_ok,

@@ -3,7 +3,8 @@
 A test fixture for ``test_arrival_clock_smoke.py``: one ``SSEUser`` streams small completions while
 a ``LoopBlocker`` holds the event loop in a busy wait (no greenlet runs, as in a blocking call or
 a long collection) for ``STALL_BLOCK_S`` out of every ``STALL_PERIOD_S`` seconds (environment
-variables, set by the test). Frames that arrive meanwhile wait in the kernel until the loop is free.
+variables, set by the test; ``STALL_MAX_TOKENS``, default 8, sizes the streams). Frames that arrive
+meanwhile wait in the kernel until the loop is free.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from loadtests import RequestMix, RequestSpec, Scenario, SSEUser
 
 BLOCK_S = float(os.environ["STALL_BLOCK_S"])
 PERIOD_S = float(os.environ["STALL_PERIOD_S"])
+MAX_TOKENS = int(os.environ.get("STALL_MAX_TOKENS", "8"))
 
 scenario = Scenario(name="stalling")
 
 
 class RawUser(SSEUser):
     fixed_count = 1
-    mix = RequestMix([RequestSpec("small", "completions", 8, max_tokens=8)])
+    mix = RequestMix([RequestSpec("small", "completions", 8, max_tokens=MAX_TOKENS)])
 
 
 class LoopBlocker(User):

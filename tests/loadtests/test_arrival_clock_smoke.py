@@ -74,3 +74,38 @@ def test_frames_keep_their_gaps_while_the_loop_is_blocked(start_server: StartSer
     assert waits.notna().mean() >= 0.9 and (waits.dropna() >= 0).all()
     assert waits.max() >= BLOCK_S * 0.5, "no frame says it was read late, though the loop was blocked"
     assert waits.median() < BLOCK_S * 0.5, "most frames were read as they came"
+
+
+def test_a_stream_the_runs_end_stops_keeps_every_frame_that_had_arrived(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """Streams of 5 ms tokens still open when the run ends, read by a loop blocked 80 ms of every
+    300: frames that lay unread in the kernel when the run stopped the reader are recorded, not
+    lost (before: 1-4 frames short on 21 to 25 of 32 such streams)."""
+    trace = tmp_path / "trace.jsonl"
+    server = start_server("--trace-file", str(trace), "--inter-token-latency", "5", "--max-num-seqs", "8")
+    locustfile = ROOT / "tests" / "loadtests" / "stalling_locustfile.py"
+    options = f"--headless -u 2 -r 2 -t 4s --only-summary --host {server.url}".split()
+    command = [sys.executable, "-m", "locust", "-f", str(locustfile), *options, "--report-dir", str(tmp_path / "r")]
+    env = {**os.environ, "STALL_BLOCK_S": str(BLOCK_S), "STALL_PERIOD_S": str(PERIOD_S), "STALL_MAX_TOKENS": "4000"}
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env, stdin=subprocess.DEVNULL
+    )
+    match = REPORT_LINE.search(result.stdout)
+    assert match, (result.stdout + result.stderr)[-3000:]
+    run_dir = Path(match["path"])
+    server.stop()  # the trace is whole once the server has shut down
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    stopped = requests[requests["outcome"] == "stopped"]
+    assert len(stopped) >= 1, requests["outcome"].value_counts()
+    recorded = pd.read_parquet(run_dir / "frames.parquet")
+    sent = pd.DataFrame([json.loads(line) for line in trace.read_text().splitlines()])
+    for row in stopped.itertuples():
+        frames = recorded[recorded["request_id"] == row.request_id].sort_values("seq")
+        sent_frames = sent[sent["request_id"] == row.request_id].sort_values("t", kind="stable")
+        assert len(frames) >= 2 and len(frames) <= len(sent_frames), row.request_id
+        # the send on the server's clock: where the recorded arrivals line up with the sent frames
+        offset = float(np.median(sent_frames["t"].to_numpy()[: len(frames)] - frames["t_s"].to_numpy()))
+        stop = offset + row.duration_s
+        due = int((sent_frames["t"] < stop - 0.01).sum())  # sent 10 ms or more before the reader stopped
+        assert len(frames) >= due, f"{row.request_id}: {len(frames)} frames recorded, {due} had arrived"

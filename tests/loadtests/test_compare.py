@@ -151,7 +151,15 @@ def test_compare_on_a_file_that_is_not_json_is_bad_input(tmp_path: Path) -> None
     ("text", "problem"),
     [
         pytest.param(
-            "{}", "not a run summary (no 'requests', 'http_500', 'inband_500', 'outcomes', 'passed')", id="empty_object"
+            "{}",
+            "not a run summary (no 'requests', 'http_500', 'inband_500', 'outcomes', 'passed', 'latency', "
+            "'keepalive_per_stream')",
+            id="empty_object",
+        ),
+        pytest.param(
+            json.dumps({key: value for key, value in summary().items() if key != "latency"}),
+            "not a run summary (no 'latency')",
+            id="no_latency_section",
         ),
         pytest.param("[]", "not a run summary (a JSON array, expected an object)", id="empty_list"),
         pytest.param("3", "not a run summary (a JSON number, expected an object)", id="a_number"),
@@ -273,3 +281,32 @@ def test_the_servers_queue_and_kv_cache_are_shown_never_a_regression() -> None:
     older = {row.metric: row for row in compare(loaded(summary()), loaded(summary(server_metrics=unavailable)))}
     assert (older["server waiting max"].base, older["server waiting max"].new) == (None, None)
     assert older["server waiting max"].cells()[1:3] == ["-", "-"]
+
+
+def test_compare_refuses_a_summary_without_the_timings_it_reads(tmp_path: Path) -> None:
+    base, thin = tmp_path / "base.json", tmp_path / "thin.json"
+    base.write_text(json.dumps(summary()))
+    thin.write_text(json.dumps(summary(latency={"duration_s": {"p95": 1.0}})))
+    assert bad_input(run_compare(str(base), str(thin))) == (
+        f"{thin}: not a run summary compare can read (no latency.max_gap_s, latency.ttft_s)"
+    )
+
+
+def test_compare_refuses_runs_of_other_scenarios_or_settings_unless_asked(tmp_path: Path) -> None:
+    files = {
+        "base": summary(scenario="soak", settings={"server": "bundled", "proxy": "embedded"}),
+        "other_scenario": summary(scenario="slow_prefill", settings={"server": "bundled", "proxy": "embedded"}),
+        "other_server": summary(scenario="soak", settings={"server": "vllm", "proxy": "embedded"}),
+        "by_hand": summary(),  # a baseline kept by hand, recording neither: held to nothing
+    }
+    for name, data in files.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    base = str(tmp_path / "base.json")
+    assert bad_input(run_compare(base, str(tmp_path / "other_scenario.json"))) == (
+        "the base ran soak, the new run slow_prefill: pass --allow-different to compare them anyway"
+    )
+    assert bad_input(run_compare(base, str(tmp_path / "other_server.json"))) == (
+        "the runs differ in server 'bundled' against 'vllm': pass --allow-different to compare them anyway"
+    )
+    assert run_compare(base, str(tmp_path / "other_server.json"), "--allow-different").returncode == 0
+    assert run_compare(str(tmp_path / "by_hand.json"), base).returncode == 0

@@ -40,6 +40,8 @@ EXPECTED = {
     "invalid_utf8": "protocol_error",
     "long_line": "protocol_error",
     "not_http": "protocol_error",
+    "close_before_any_byte": "connect_error",
+    "reset_before_any_byte": "connect_error",
     "headers_then_silence": "timeout",
     "error_frame_no_done": "inband_error",
     "inband_500": "inband_error",
@@ -55,6 +57,12 @@ PROTOCOL_REASONS = {
     "long_line": "longer than",
     "not_http": "malformed http response",
 }
+CLIENT_REASONS = {
+    "close_before_any_byte": "closed the connection before sending any byte",
+    "reset_before_any_byte": "closed the connection before sending any byte",
+    "headers_then_silence": "--client-idle-timeout",
+}
+"""Rows the client ended carry the cause in ``error_message``, worded alike by both clients."""
 CLIENTS = ("raw", "openai")
 READY_PREFIX = "listening on "
 MISBEHAVING_LOCUSTFILE = ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"
@@ -197,6 +205,9 @@ def test_each_misbehaviour_ends_in_its_outcome(run: Run, mode: str, client: str)
     if mode in PROTOCOL_REASONS:
         messages = finished["error_message"].fillna("").str.lower()
         assert messages.str.contains(PROTOCOL_REASONS[mode], regex=False).all(), _describe(finished)
+    if mode in CLIENT_REASONS:
+        messages = finished["error_message"].fillna("")
+        assert messages.str.contains(CLIENT_REASONS[mode], regex=False).all(), _describe(finished)
     if mode in ("malformed_usage", "huge_usage"):
         assert "raw_usage" in finished.columns, "requests.parquet has no raw_usage column"
         assert finished["usage_prompt_tokens"].isna().all(), _describe(finished)

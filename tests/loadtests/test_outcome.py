@@ -298,3 +298,29 @@ def test_outcomes_are_their_plain_strings_in_text_json_and_parquet(tmp_path: Pat
     stored = pq.read_table(run.requests).column("outcome").to_pylist()
     assert stored == ["cut"] and type(stored[0]) is str
     assert (run.read_requests()["outcome"] == Outcome.CUT).all()
+
+
+def test_the_clients_reason_is_the_message_of_rows_the_client_ended_only() -> None:
+    for failure in ("timeout", "connect_error", "stopped"):
+        tracker = StreamTracker(RequestPlan("r", "n", "chat"), 0.0)
+        tracker.client_ended("why")
+        assert tracker.finish(1.0, failure).error_message == "why"
+    served = StreamTracker(RequestPlan("r", "n", "chat"), 0.0)
+    served.headers(500, 0.1, "application/json")
+    served.client_ended("why")
+    assert served.finish(1.0, "timeout").error_message is None  # the server's 500 is the outcome
+
+
+def test_a_stream_is_stuck_after_three_times_the_longest_finished_of_its_kind() -> None:
+    from loadtests._run_state import STUCK_MIN_S, RunState
+
+    state = RunState()
+    assert state.stuck_after("chat:a") is None  # nothing finished: nothing to compare with
+    for name, outcome, seconds in [("chat:a", "ok", 2.0), ("chat:a", "cut", 3.0), ("chat:b", "stopped", 50.0)]:
+        row = StreamTracker(RequestPlan("r", name, "chat"), 0.0).finish(seconds, outcome if outcome != "ok" else None)
+        state.note_finished(row)
+    assert state.stuck_after("chat:a") == (9.0, "3x the longest finished chat:a stream (3.0 s)")
+    assert state.stuck_after("chat:b") == (9.0, "3x the longest finished stream (3.0 s)")  # stopped rows do not count
+    quick = StreamTracker(RequestPlan("r", "chat:c", "chat"), 0.0).finish(0.2, "cut")
+    state.note_finished(quick)
+    assert state.stuck_after("chat:c") == (STUCK_MIN_S, "3x the longest finished chat:c stream (0.2 s)")
