@@ -102,12 +102,6 @@ def harness_cause(exc: BaseException) -> str | None:
     return None
 
 
-class StreamDeadline(BaseException):
-    """Raised into a user's greenlet when its stream outlives ``--stream-deadline``: a
-    ``BaseException``, so no ``except Exception`` on the way (the clients', ours) mistakes it for
-    the server's doing; the clients' ``finally`` blocks close the connection."""
-
-
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -164,10 +158,13 @@ class StreamingUser:
         harness.recorder.note_started()
         started = time.monotonic()
         deadline = harness.stream_deadline
+        timer = gevent.Timeout(deadline)  # a BaseException raised into this greenlet: no except Exception stops it
         try:
-            with gevent.Timeout(deadline, StreamDeadline()):
+            with timer:
                 failure = self._stream_into(request, tracker, started)
-        except StreamDeadline:
+        except gevent.Timeout as fired:
+            if fired is not timer:
+                raise
             tracker.client_ended(
                 f"still open {deadline:g} s after it was sent (--stream-deadline): the server neither ended nor "
                 "failed it"

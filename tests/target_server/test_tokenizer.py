@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from target_server import tokenizer
@@ -67,6 +67,9 @@ def test_pieces_are_the_text_of_each_token() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True), min_size=1, max_size=20))
 def test_decode_gives_back_words_one_space_apart(words: list[str]) -> None:
+    """Ids are hashes into 32,000: two distinct words may share one ("qs0" and "uulo0e" do), and
+    then decode gives the last one encoded, as documented; the property is for words that do not."""
+    assume(len({tokenizer.encode(word)[0] for word in words}) == len(set(words)))
     text = " ".join(words)
     assert tokenizer.decode(tokenizer.encode(text)) == text
 
