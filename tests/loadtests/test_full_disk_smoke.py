@@ -75,12 +75,15 @@ def run_breaking_the_disk(disk: Path, breaks: Callable[[Path], None]) -> tuple[s
     return subprocess.CompletedProcess(command, process.returncode, output, ""), run_dir
 
 
-def assert_the_verdict_survives(result: subprocess.CompletedProcess[str], run_dir: Path) -> None:
+def assert_the_verdict_survives(result: subprocess.CompletedProcess[str], run_dir: Path, gates: bool = True) -> None:
+    """Exit 4, no traceback, the verdict line (and, from a run, each gate line), one line saying
+    where the summary went, no temporary file."""
     output = result.stdout
     assert result.returncode == UNWRITTEN_EXIT_CODE, output[-3000:]
     assert "Traceback" not in output and "Uncaught exception" not in output, output[-3000:]
     lines = output.splitlines()
-    assert any(line.startswith("gate ") for line in lines) and any(line.startswith("verdict: ") for line in lines)
+    assert any(line.startswith("verdict: ") for line in lines), output[-3000:]
+    assert not gates or any(line.startswith("gate ") for line in lines), output[-3000:]
     said = [line for line in lines if line.startswith(f"sse-soak: could not write {run_dir / 'summary.json'}: ")]
     assert len(said) == 1, output[-3000:]
     assert not list(run_dir.rglob("*.tmp")), list(run_dir.rglob("*.tmp"))
@@ -121,5 +124,6 @@ def test_report_on_a_read_only_run_directory_prints_its_verdict_and_exits_4(smal
     again = subprocess.run(
         [sys.executable, "-m", "loadtests", "report", str(run_dir)], capture_output=True, text=True, timeout=180
     )
-    assert_the_verdict_survives(subprocess.CompletedProcess([], again.returncode, again.stdout, ""), run_dir)
+    judged = subprocess.CompletedProcess([], again.returncode, again.stdout, "")
+    assert_the_verdict_survives(judged, run_dir, gates=False)
     assert (run_dir / "summary.json").read_bytes() == before
