@@ -72,11 +72,14 @@ def verdict_of(
 ) -> str:
     """The one verdict rule, for a run or a window of one: ``FAIL`` when a gate failed (evidence
     against the server) or the run was interrupted; else ``INCONCLUSIVE`` when no request was judged
-    or a gate of ``point`` is unjudged (it could not judge what it set out to judge); else ``PASS``."""
+    or a gate of ``point`` is unjudged (it could not judge what it set out to judge), and
+    ``requests_completed`` is of every run's point (unjudged: nothing finished, or rows were lost);
+    else ``PASS``."""
     results = list(results)
     if any(not result.passed and not result.skipped for result in results) or interrupted is not None:
         return FAIL
-    if requests_judged == 0 or any(result.skipped and result.name in point for result in results):
+    points = {*point, RequestsCompleted.name}
+    if requests_judged == 0 or any(result.skipped and result.name in points for result in results):
         return INCONCLUSIVE
     return PASS
 

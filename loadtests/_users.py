@@ -28,6 +28,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import gevent
@@ -67,7 +68,7 @@ class UnexpectedOutcome(SseSoakError):
     """The failure Locust's statistics show for a request whose outcome was not the expected one."""
 
 
-CLOSED_BEFORE_ANY_BYTE = "the server closed the connection before sending any byte"
+CLOSED_BEFORE_ANY_BYTE = "the server closed or reset the connection before any response"
 IDLE_BEFORE_HEADERS = "no response headers within the client's idle timeout (--client-idle-timeout)"
 IDLE_IN_BODY = "no byte for the client's idle timeout (--client-idle-timeout) after the headers"
 """The ``error_message`` of rows the client ended (``StreamTracker.client_ended``): the two clients
@@ -87,18 +88,28 @@ _OUR_LIMITS = {
 ``harness_error``, never the server's ``connect_error``."""
 
 
-def harness_cause(exc: BaseException) -> str | None:
-    """The load generator's own limit behind ``exc`` (it or any exception it was raised from), said
-    with its fix; None when the failure is the network's or the server's."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it was raised from or during, nearest first."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, MemoryError):
-            return _OUR_LIMITS[errno.ENOMEM]
-        if isinstance(current, OSError) and current.errno in _OUR_LIMITS:
-            return f"{_OUR_LIMITS[current.errno]} ({os.strerror(current.errno)})"
+        yield current
         current = current.__cause__ or current.__context__
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    return any(isinstance(link, kind) for link in _chain(exc))
+
+
+def harness_cause(exc: BaseException) -> str | None:
+    """The load generator's own limit behind ``exc`` (it or any exception it was raised from), said
+    with its fix; None when the failure is the network's or the server's."""
+    for link in _chain(exc):
+        if isinstance(link, MemoryError):
+            return _OUR_LIMITS[errno.ENOMEM]
+        if isinstance(link, OSError) and link.errno in _OUR_LIMITS:
+            return f"{_OUR_LIMITS[link.errno]} ({os.strerror(link.errno)})"
     return None
 
 
@@ -509,6 +520,9 @@ def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | 
         if ours is not None:
             tracker.harness_error(ours)  # never charged to the server
             return None
+        if _caused_by(exc, ConnectionResetError):  # reset before the headers: as the raw client words it
+            tracker.client_ended(CLOSED_BEFORE_ANY_BYTE)
+            return Outcome.CONNECT_ERROR
         tracker.client_ended(_describe(cause) if cause is not None else _describe(exc))
         return Outcome.CONNECT_ERROR
     elif isinstance(exc, openai.APIError):  # an in-band error frame

@@ -110,7 +110,9 @@ def test_compare_flags_a_faulty_run_against_a_clean_one(tmp_path: Path) -> None:
     faults = "--server-args=--failure-injection-rate 40 --failure-types inband_error disconnect"
     faulty = run_locust("mixed_truncate", tmp_path, faults, seconds=4)
     assert clean.run_dir and faulty.run_dir
-    flagged = run_compare(str(clean.run_dir), str(faulty.run_dir))
+    refused = run_compare(str(clean.run_dir), str(faulty.run_dir))  # another server: not compared unless asked
+    assert refused.returncode == 2 and "the runs differ in server_args" in refused.stderr, refused.stderr
+    flagged = run_compare(str(clean.run_dir), str(faulty.run_dir), "--allow-different")
     assert flagged.returncode == 1, flagged.stdout
     last = flagged.stdout.strip().splitlines()[-1]
     assert last.startswith("compare: REGRESSION:") and "500 rate" in last and "failure rate" in last

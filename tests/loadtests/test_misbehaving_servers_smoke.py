@@ -58,8 +58,8 @@ PROTOCOL_REASONS = {
     "not_http": "malformed http response",
 }
 CLIENT_REASONS = {
-    "close_before_any_byte": "closed the connection before sending any byte",
-    "reset_before_any_byte": "closed the connection before sending any byte",
+    "close_before_any_byte": "closed or reset the connection before any response",
+    "reset_before_any_byte": "closed or reset the connection before any response",
     "headers_then_silence": "--client-idle-timeout",
 }
 """Rows the client ended carry the cause in ``error_message``, worded alike by both clients."""
