@@ -149,8 +149,8 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--allow-different",
         action="store_true",
-        help="compare runs of different scenarios or settings (server, host, server args, proxy, keep-alive, "
-        "open loop); refused otherwise, as their figures measure different things",
+        help="compare runs of different scenarios or load settings (proxy, its read timeout, keep-alive, open "
+        "loop); refused otherwise, as their figures measure different things (the server may always differ)",
     )
     defaults = compare_module.Thresholds()
     for name in _THRESHOLDS:

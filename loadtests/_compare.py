@@ -23,7 +23,7 @@ refused (``Thresholds`` raises ``ValueError``), and so is a keep-alive drop abov
 ``inf``: a share cannot fall by more than all of it. A file that is not a run summary raises
 ``SummaryError`` naming the file and what is wrong, and so does one without the sections compare
 reads (``latency`` and its timings, ``keepalive_per_stream``). Runs of different scenarios or
-settings (``incomparable``) are refused unless asked (``--allow-different``). ``python -m loadtests
+load settings (``incomparable``) are refused unless asked (``--allow-different``). ``python -m loadtests
 compare`` exits 0 on no regression, 1 on a regression, 2 on bad input (one line naming the file or
 option).
 """
@@ -95,17 +95,10 @@ def _rate(count: int, summary: Summary) -> float:
     return count / summary.requests_judged if summary.requests_judged else 0.0
 
 
-COMPARABLE_SETTINGS = (
-    "server",
-    "host",
-    "server_args",
-    "proxy",
-    "proxy_read_timeout",
-    "keep_alive_interval",
-    "open_loop",
-)
-"""The settings two runs must share to be compared: what they ran against and how hard. (Duration
-and prompt sizing may differ: the figures are rates and percentiles.)"""
+COMPARABLE_SETTINGS = ("proxy", "proxy_read_timeout", "keep_alive_interval", "open_loop")
+"""The settings two runs must share to be compared: how the load was made and measured. The server
+may differ (another build, another host, injected faults): comparing servers is what compare is
+for. Duration and prompt sizing may differ too: the figures are rates and percentiles."""
 
 
 def incomparable(base: Summary, new: Summary) -> str | None:
