@@ -112,14 +112,18 @@ class Collector:
         self.participants = {client.id for client in self.runner.clients.all} if self._is_master else set()
 
     def finish(self) -> None:
-        """The test stopped: get its last rows to disk (from every worker, when distributed)."""
+        """The test stopped: get its last rows to disk (from every worker, when distributed), then
+        write no more of it. Invariant: once this returns, the run directory holds every part the
+        judging will count and no greenlet adds one (the periodic write and late workers' batches
+        find no writer), so the summary's ``parts`` are what a later ``report`` finds."""
         if self._is_master:
             self._collect_final_batches()
         if self.writer is not None:
             self.write_local()
+        self.end()
 
     def end(self) -> None:
-        """The test is judged; rows that still arrive belong to no test."""
+        """The test is judged or ended; rows that still arrive belong to no test."""
         self.writer = None
 
     def stop(self) -> None:

@@ -1,0 +1,50 @@
+"""The collector's end of a test: once ``finish()`` returns, nothing adds a part to the run
+directory, so the summary's ``parts`` are what a later ``report`` finds. Run in its own process,
+monkey-patched as Locust's are (importing Locust here would patch pytest's process too late)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FINISHED_TEST = """
+import gevent.monkey; gevent.monkey.patch_all()
+import json, sys
+from pathlib import Path
+import gevent
+from locust.env import Environment
+from loadtests._collect import Collector
+from loadtests._run_dir import RunDir
+from loadtests._run_state import run_state
+from loadtests._run_writer import RunWriter
+
+environment = Environment()
+environment.create_local_runner()
+state = run_state(environment)
+state.lag.start()  # a sample every 10 ms: each periodic write has some to write
+collector = Collector(environment, flush_interval=0.05)
+run = RunDir(Path(sys.argv[1]))
+collector.start()
+collector.begin(RunWriter(run))
+gevent.sleep(0.3)
+while_running = run.part_counts()
+collector.finish()
+judged = run.part_counts()  # what the judging counts, as a summary records it
+gevent.sleep(0.3)  # six flush intervals: the periodic write goes on, with no test to write to
+after = run.part_counts()
+collector.stop(); state.lag.stop(); environment.runner.quit()
+print(json.dumps({"while_running": len(while_running), "judged": judged, "after": after}))
+"""
+
+
+def test_no_part_is_written_after_the_test_is_finished(tmp_path: Path) -> None:
+    command = [sys.executable, "-c", FINISHED_TEST, str(tmp_path / "run")]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    parts = json.loads(result.stdout)
+    assert parts["while_running"] >= 2  # the periodic write ran while the test did
+    assert parts["after"] == parts["judged"]
