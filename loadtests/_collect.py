@@ -73,9 +73,11 @@ class Collector:
     """One per process; ``start()`` picks the role from the environment's runner. The master or
     standalone process writes into ``writer``, the current test's, set by ``begin()``."""
 
-    def __init__(self, environment: Any, flush_interval: float) -> None:
+    def __init__(self, environment: Any, flush_interval: float, refused: set[str] | None = None) -> None:
         self.environment = environment
         self.flush_interval = flush_interval
+        self.refused = refused if refused is not None else set()
+        """Master: workers refused as another run's (``loadtests._run_identity``): none of their batches is written."""
         self.writer: RunWriter | None = None
         self.participants: set[str] = set()
         self.final_from: set[str] = set()
@@ -109,7 +111,9 @@ class Collector:
         self.final_from.clear()
         self.tallies.clear()
         self._own_batch()  # what this process recorded between tests belongs to none
-        self.participants = {client.id for client in self.runner.clients.all} if self._is_master else set()
+        self.participants = (
+            {client.id for client in self.runner.clients.all} - self.refused if self._is_master else set()
+        )
 
     def finish(self) -> None:
         """The test stopped: get its last rows to disk (from every worker, when distributed), then
@@ -194,6 +198,8 @@ class Collector:
 
     # -- master -------------------------------------------------------------------------------
     def _on_batch(self, environment: Any, msg: Any, **_: Any) -> None:
+        if msg.node_id in self.refused:
+            return  # another run's worker: its rows are not this run's
         self.participants.add(msg.node_id)
         if msg.data.get("final"):
             self.final_from.add(msg.node_id)
@@ -212,7 +218,7 @@ class Collector:
         """Workers of this test still connected and without a final batch (a worker that quit or
         stopped sent its final batch before saying so; one that vanished never will)."""
         connected = {client.id for client in self.runner.clients.all if client.state != STATE_MISSING}
-        return (self.participants - self.final_from) & connected
+        return (self.participants - self.final_from - self.refused) & connected
 
     @property
     def lost(self) -> dict[str, dict[str, Any]]:
@@ -221,7 +227,7 @@ class Collector:
         return {tally.name: tally.as_dict() for tally in self.tallies.values() if tally.missing > 0}
 
     def _collect_final_batches(self) -> None:
-        self.participants |= {client.id for client in self.runner.clients.all}
+        self.participants |= {client.id for client in self.runner.clients.all} - self.refused
         self.runner.send_message(FLUSH_MESSAGE, None)
         deadline = time.monotonic() + FINAL_BATCH_TIMEOUT_S + (self.environment.stop_timeout or 0)
         while self._waiting_for() and time.monotonic() < deadline:

@@ -411,6 +411,19 @@ OPTIONS: tuple[Option, ...] = (
         group="load",
     ),
     Option(
+        "run_id",
+        TEXT,
+        "this run's identity, checked in every worker's hello: the master refuses a worker whose --run-id "
+        "or scenario differs from its own, and writes nothing it sends. --processes makes a random one; a "
+        "cluster started by hand gives the master and each worker the same value, on the command line or "
+        "in $SSE_SOAK_RUN_ID (default: none, so any worker of the same scenario joins)",
+        None,
+        frozenset({L}),
+        env_var="SSE_SOAK_RUN_ID",
+        metavar="ID",
+        group="load",
+    ),
+    Option(
         "host",
         URL,
         "the server under test, an http(s) URL (default: the scenario's bundled stack)",

@@ -23,12 +23,12 @@ def own_master_port(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Non
     workers after parsing, so they inherit the port."""
     if not any(arg == "--processes" or arg.startswith("--processes=") for arg in argv):
         return
-    given = _flag_value(argv, "--master-port") or _flag_value(argv, "--master-bind-port")
+    given = flag_value(argv, "--master-port") or flag_value(argv, "--master-bind-port")
     port = int(given) if given is not None and given.isdigit() else free_loopback_port()
     parser.set_defaults(master_port=port, master_bind_port=port)
 
 
-def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
     """The value of ``flag`` on a command line (``--flag V`` or ``--flag=V``; the last one given)."""
     value = None
     for index, arg in enumerate(argv):

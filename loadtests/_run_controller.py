@@ -63,6 +63,7 @@ from loadtests._ports import own_master_port
 from loadtests._preflight import PreflightError, base_url, preflight
 from loadtests._real_vllm import VllmError, vllm_available
 from loadtests._run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
+from loadtests._run_identity import Admission, RunIdentity, own_run_id
 from loadtests._run_state import run_state
 from loadtests._run_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests._scenario import RunSettings, Scenario
@@ -148,6 +149,7 @@ def _add_run_options(parser: Any) -> None:
     if controller is not None:
         controller.add_options(parser)
         own_master_port(parser, sys.argv[1:])
+        controller.run_id = own_run_id(parser, sys.argv[1:])
 
 
 @_refusing
@@ -256,6 +258,8 @@ class RunController:
         self._guard = SignalGuard()
         self._quitting = False
         self._quit_done = Event()
+        self.run_id: str | None = None
+        """``--run-id`` as this process was started with (``own_run_id``): never the master's copy."""
 
     @property
     def name(self) -> str:
@@ -289,6 +293,9 @@ class RunController:
         for user_class in environment.user_classes:
             if issubclass(user_class, FastHttpUser):
                 user_class.network_timeout = options.client_idle_timeout
+        # first: a master answers the hellos of workers that connect while its stack starts
+        state.admission = Admission(environment, RunIdentity(self.name, self.run_id))
+        state.admission.start()
         if not isinstance(environment.runner, WorkerRunner):
             self._settings = self.scenario.settings(options)
             self.scenario.check(self._settings)  # a function's gates: checked once known
@@ -302,7 +309,7 @@ class RunController:
         if environment.runner is None:
             return  # run_single_user (debugging): Locust prints each request; no run directory
         state.lag.start()  # for the whole run, in every process: its samples travel with the rows
-        self._collector = Collector(environment, options.flush_interval)
+        self._collector = Collector(environment, options.flush_interval, state.admission.refused)
         self._collector.start()
         if isinstance(environment.runner, WorkerRunner) and getattr(options, "processes", None):
             end_with_parent(self._collector.master_gone)  # forked by the master: gone with it, rows kept here

@@ -24,6 +24,7 @@ from loadtests._loop_hygiene import shared_ssl_context
 from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S
 from loadtests._outcome import Outcome, RequestRow
 from loadtests._recorder import Recorder
+from loadtests._run_identity import Admission
 from loadtests._sse import DEFAULT_MAX_LINE_BYTES
 from loadtests._workload import (
     PROBE_TIMEOUT,
@@ -70,6 +71,8 @@ class RunState:
     recorder: Recorder = field(default_factory=Recorder)
     lag: LagMonitor = field(default_factory=LagMonitor)
     """This process's lag monitor; started by the scenario for the whole run."""
+    admission: Admission = field(default_factory=Admission)
+    """Whether this process may send: a worker waits for its master to admit it (``loadtests._run_identity``)."""
     facts: ServerFacts | None = None
     arrivals: ArrivalSchedule | None = None
     """Open loop (``--rate``): this process's schedule for the test under way; None in a closed loop."""

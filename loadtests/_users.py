@@ -120,6 +120,7 @@ def _describe(exc: BaseException) -> str:
 def _send_next(user: StreamingUser) -> None:
     """The default task: the next request of the user's mix, at once (closed loop) or when the run's
     arrival schedule says (open loop, ``loadtests._arrivals``)."""
+    user.harness.admission.wait()  # a worker sends nothing until its master admitted it to the run
     schedule = user.harness.arrivals
     if schedule is None or schedule.closed:
         user.send_next()

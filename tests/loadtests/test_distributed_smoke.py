@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
+import os
 import subprocess
 import sys
 import time
@@ -13,16 +13,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from loadtests._ports import free_loopback_port
+from loadtests._run_identity import RUN_ID_ENV
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
 
 pytestmark = pytest.mark.smoke
 SCENARIO = str(ROOT / "scenarios" / "mixed_truncate.py")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def locust_requests(stats_file: Path) -> int:
@@ -46,7 +42,7 @@ def assert_nothing_lost(run: LocustRun, stats_file: Path, workers: set[str]) -> 
 
 
 def test_processes_2_loses_no_row_and_both_workers_appear(tmp_path: Path) -> None:
-    port = free_port()
+    port = free_loopback_port()
     stats = tmp_path / "stats"
     run = run_locust(
         "mixed_truncate",
@@ -76,7 +72,7 @@ def test_processes_2_loses_no_row_and_both_workers_appear(tmp_path: Path) -> Non
 
 
 def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
-    port = free_port()
+    port = free_loopback_port()
     stats = tmp_path / "stats"
     master = subprocess.Popen(
         locust_command(
@@ -98,6 +94,8 @@ def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
             "--only-summary",
             "--json-file",
             str(stats),
+            "--run-id",
+            "night-1",
         ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -110,6 +108,7 @@ def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             cwd=ROOT,
+            env={**os.environ, RUN_ID_ENV: "night-1"},  # the run's id, given the other way
         )
         for _ in range(2)
     ]
@@ -161,6 +160,82 @@ def test_two_runs_with_processes_started_together_keep_to_their_own_workers(tmp_
         run = LocustRun(process.returncode, output, Path(match["path"]) if match else None)
         assert_nothing_lost(run, stats.with_suffix(".json"), {"worker-0", "worker-1"})
         assert "Address already in use" not in output
+
+
+def test_a_worker_of_another_run_is_refused_and_nothing_it_sends_is_written(tmp_path: Path) -> None:
+    """A worker started by hand at the port of a ``--processes`` run (whose forked workers share a
+    random run id) is refused in its hello: it says so and exits 2, sends no request, and the run
+    holds the rows of its own two workers only (before: the stranger joined and its rows were judged)."""
+    port = free_loopback_port()
+    stats = tmp_path / "stats"
+    command = locust_command(
+        SCENARIO, "--headless", "-u", "4", "-r", "4", "-t", "8s", "--processes", "2",
+        "--master-port", str(port), "--report-dir", str(tmp_path), "--only-summary",
+        "--json-file", str(stats), "--harness-lag-limit-ms", "1000",
+    )  # fmt: skip
+    master = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    stranger = None
+    try:
+        deadline = time.monotonic() + 60
+        while not any(tmp_path.glob("*/requests.parquet/*.parquet")):
+            assert master.poll() is None and time.monotonic() < deadline, "the run never got going"
+            time.sleep(0.1)  # polling for the run's first rows: its workers are in
+        stranger = subprocess.run(
+            locust_command(SCENARIO, "--worker", "--master-port", str(port)),
+            capture_output=True, text=True, cwd=ROOT, timeout=60,
+        )  # fmt: skip
+        output, _ = master.communicate(timeout=120)
+    finally:
+        if master.poll() is None:
+            master.kill()
+            master.wait()
+    assert stranger.returncode == 2, stranger.stderr[-2000:]
+    assert "refused this worker: it has no --run-id, this run's is another" in stranger.stderr
+    assert "refused worker" in output
+    match = REPORT_LINE.search(output)
+    run = LocustRun(master.returncode, output, Path(match["path"]) if match else None)
+    assert_nothing_lost(run, stats.with_suffix(".json"), {"worker-0", "worker-1"})
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("theirs", "refused_because"),
+    [
+        (("mixed_truncate", "night-1"), None),
+        (("slow_prefill", "night-1"), "it runs scenario 'slow_prefill', this run is 'mixed_truncate'"),
+        (("mixed_truncate", None), "it has no --run-id, this run's is another"),
+        (("mixed_truncate", "night-2"), "it has --run-id 'night-2', this run's is 'night-1'"),
+    ],
+)
+def test_a_worker_joins_a_run_of_its_own_scenario_and_run_id_only(
+    theirs: tuple[str, str | None], refused_because: str | None
+) -> None:
+    from loadtests._run_identity import RunIdentity
+
+    assert RunIdentity("mixed_truncate", "night-1").mismatch(RunIdentity(*theirs)) == refused_because
+    assert RunIdentity("mixed_truncate", None).mismatch(RunIdentity("mixed_truncate", None)) is None
+    assert RunIdentity("mixed_truncate", None).mismatch(RunIdentity("mixed_truncate", "x")) == (
+        "it has --run-id 'x', this run's is none"
+    )
+
+
+@pytest.mark.fast
+def test_processes_give_the_master_and_its_workers_a_run_id_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from loadtests._run_identity import RUN_ID_ENV, own_run_id
+
+    monkeypatch.delenv(RUN_ID_ENV, raising=False)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--run-id", default=None)
+    assert own_run_id(parser, ["-u", "2"]) is None  # no --processes: a cluster by hand names its own
+    assert parser.parse_args([]).run_id is None
+    made = own_run_id(parser, ["--processes", "2"])
+    assert made and len(made) == 16 and parser.parse_args([]).run_id == made  # forked workers inherit it
+    assert own_run_id(parser, ["--processes", "2"]) != made  # each run its own
+    assert own_run_id(parser, ["--processes", "2", "--run-id", "night-1"]) == "night-1"  # given: kept
+    monkeypatch.setenv(RUN_ID_ENV, "night-2")
+    assert own_run_id(parser, ["--worker"]) == "night-2"
 
 
 @pytest.mark.fast
