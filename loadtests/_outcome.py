@@ -17,9 +17,11 @@ A ``StreamTracker`` is fed the response headers and each SSE frame with its arri
 - ``stopped``: the run ended while the stream was still going (not a verdict on the server).
 
 The rules are the same whichever client read the stream: the raw user feeds every frame, the
-SDK user feeds the payloads the SDK handed over and what the wire showed below it (whether
-``[DONE]`` came). The first terminal event decides: after ``[DONE]`` nothing more is judged, after
-an error frame only ``[DONE]`` is noted, and a protocol error ends the reading. Values the server
+SDK user feeds the payloads the SDK handed over (the events our own parser dispatched,
+``loadtests._wire_tap``) and what the wire showed below it (whether ``[DONE]`` came, a broken
+frame, the data frames). The first terminal event decides and ends the stream: ``[DONE]``, an
+error frame, or a frame that breaks the protocol (a ``[DONE]`` marker with anything after it
+included); nothing after it is counted, timed or judged. Values the server
 sent that do not fit their column (a token count that is not a 64-bit integer) become null, with
 the raw text kept in ``raw_usage``.
 
@@ -167,6 +169,19 @@ def frame_kind(frame: Frame) -> str:
     return "error" if isinstance(payload, dict) and _error_of(payload) is not None else "data"
 
 
+def is_event_stream(content_type: str | None) -> bool:
+    """The media type is ``text/event-stream`` (parameters and case aside)."""
+    return (content_type or "").partition(";")[0].strip().lower() == "text/event-stream"
+
+
+def done_marker_problem(data: str) -> str | None:
+    """Why a data field that starts like the end marker is not it (``[DONE] ``, ``[DONE]x``); None
+    otherwise. The openai SDK stops at any of them; vLLM sends exactly ``[DONE]``."""
+    if data.startswith("[DONE]") and data != "[DONE]":
+        return f"malformed [DONE] marker: {data[:20]!r}"
+    return None
+
+
 def decode_json(data: str) -> Any:
     """What ``json.loads(data)`` returns or raises, for the judgement of a frame, at about a third of
     its cost for the token chunks that are most of every stream (the harness's largest per-frame
@@ -300,16 +315,21 @@ class StreamTracker:
         self._last_t = t
         return gap
 
-    def headers(self, status: int, t: float, content_type: str | None = None) -> None:
+    def headers(
+        self, status: int, t: float, content_type: str | None = None, content_encoding: str | None = None
+    ) -> None:
         """The status line and headers arrived ``t`` seconds after the request was sent. A 2xx
-        whose content type is not ``text/event-stream`` is a protocol error (a login page, say)."""
+        whose content type is not ``text/event-stream`` is a protocol error (a login page, say), and
+        so is one encoded other than ``identity``: both clients ask for ``Accept-Encoding:
+        identity``, and decoding a compressed stream would hide when its frames arrived."""
         self.status = status
         self.ttfb = t
         self._arrival(t)
         if 200 <= status < 300:
-            media_type = (content_type or "").partition(";")[0].strip().lower()
-            if media_type != "text/event-stream":
+            if not is_event_stream(content_type):
                 self.protocol_error(f"content-type {_clip(content_type) or 'missing'}, not text/event-stream")
+            elif (content_encoding or "identity").strip().lower() != "identity":
+                self.protocol_error(f"content-encoding {_clip(content_encoding)}, though the client asked for identity")
 
     def error_body(self, body: bytes | str) -> None:
         """The body of a non-2xx response: keep its error code, param and message."""
@@ -331,8 +351,10 @@ class StreamTracker:
     def frame(self, frame: Frame, t: float, wait: float | None = None) -> str:
         """Record one wire frame that completed ``t`` seconds after the request was sent; returns its
         kind. ``wait``: how long its bytes lay in the kernel before they were read (None: unknown)."""
-        gap = self._arrival(t)
         self.bytes += frame.nbytes
+        if self.finished_by_server or self.broken:
+            return "after_end"  # the stream ended at its terminal event: what follows is neither counted nor timed
+        gap = self._arrival(t)
         if frame.invalid_utf8:
             self.protocol_error(INVALID_UTF8)
         data = frame.data
@@ -346,9 +368,9 @@ class StreamTracker:
             self._data_arrival(t)
             if data == "[DONE]":
                 kind = "done"
-                if self._protocol_error is None:
-                    self.done = True
-            elif self.finished_by_server:  # nothing after a terminal event is judged
+                self.done = True
+            elif (problem := done_marker_problem(data)) is not None:
+                self.protocol_error(problem)
                 kind = "data"
             else:
                 kind = self._judge_payload(data, t)
@@ -406,11 +428,17 @@ class StreamTracker:
                 self._max_data_gap = gap
         self._last_data_t = t
 
-    def wire_ended(self, done: bool, nbytes: int) -> None:
-        """What the wire showed below a client that hides it: whether ``[DONE]`` came, and its bytes."""
+    def wire_ended(self, done: bool, nbytes: int, problem: str | None = None, data_frames: int | None = None) -> None:
+        """What the wire showed below a client that hides it (``loadtests._wire_tap.WireEnd``):
+        whether ``[DONE]`` came, its bytes, the protocol error the client did not report, and its
+        data frames counted as the raw client counts them (``[DONE]`` and a broken frame included)."""
         self.bytes = nbytes
-        if done and self._protocol_error is None:
+        if problem is not None:
+            self.protocol_error(problem)
+        if done and self._protocol_error is None and self._error is None:
             self.done = True
+        if data_frames is not None:
+            self._data = max(self._data, data_frames)
 
     def client_ended(self, why: str) -> None:
         """Why the client, not the server, ended the request (its deadline, the run's end, the

@@ -10,17 +10,32 @@ bytes were a cut stream or a malformed response, depending on how late the loop 
 
 ``FramedResponse`` drops bytes that follow a complete final response and closes the connection,
 so both clients, and every timing, judge the body the framing delimits. Bytes that arrive before a
-response is complete still raise, as do bytes after an interim (1xx) response.
+response is complete still raise.
+
+An interim response (``100 Continue``, ``103 Early Hints``) is skipped, as httpx skips it: the
+final response follows on the same connection. geventhttpclient reads on to the final response's
+headers, but its end of the interim one released the connection to the pool, so the body was
+never read (the stream recorded as ``cut``) and the next request on that connection read the rest
+of it as its answer ("Expected HTTP/": a request the server never received). ``FramedResponse``
+keeps the connection until the final response ends.
 """
 
 from __future__ import annotations
 
 import geventhttpclient.client
-from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
+from geventhttpclient.response import HTTPParseError, HTTPResponse, HTTPSocketPoolResponse
 
 
 class FramedResponse(HTTPSocketPoolResponse):
-    """geventhttpclient's pooled response, but excess after the final response's end is dropped."""
+    """geventhttpclient's pooled response, but excess after the final response's end is dropped and
+    an interim response keeps the connection."""
+
+    def _on_message_complete(self) -> None:
+        code = self.get_code()
+        if 100 <= code < 200 and code != 101:
+            HTTPResponse._on_message_complete(self)  # complete, not released: the final response follows
+            return
+        super()._on_message_complete()
 
     def feed(self, data: str | bytes) -> None:
         try:

@@ -28,7 +28,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 import gevent
@@ -45,7 +45,7 @@ from loadtests._loop_hygiene import shared_ssl_context
 from loadtests._outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
 from loadtests._run_state import RunState, run_state
 from loadtests._sse import LineTooLong, SSEParser
-from loadtests._wire_tap import WireTap
+from loadtests._wire_tap import StreamBroken, WireTap
 from loadtests._workload import PreparedRequest, RequestMix
 from loadtests.errors import SseSoakError
 
@@ -69,6 +69,10 @@ class UnexpectedOutcome(SseSoakError):
 
 
 CLOSED_BEFORE_ANY_BYTE = "the server closed or reset the connection before any response"
+MAX_HEADER_BYTES = 100 * 1024
+"""The largest response head either client takes: httpcore's limit below the openai client."""
+HEADERS_TOO_LARGE = "malformed HTTP response: headers over 100 KiB"
+BOTH_LENGTHS = "malformed HTTP response: both Content-Length and Transfer-Encoding (RFC 9112 6.3)"
 IDLE_BEFORE_HEADERS = "no response headers within the client's idle timeout (--client-idle-timeout)"
 IDLE_IN_BODY = "no byte for the client's idle timeout (--client-idle-timeout) after the headers"
 """The ``error_message`` of rows the client ended (``StreamTracker.client_ended``): the two clients
@@ -343,7 +347,7 @@ class SSEUser(StreamingUser, FastHttpUser):
                 tracker.client_ended(CLOSED_BEFORE_ANY_BYTE)
                 return Outcome.CONNECT_ERROR
             if isinstance(error, HTTPParseError):  # bytes came back, but not an HTTP response
-                tracker.protocol_error(f"malformed HTTP response: {error}")
+                tracker.protocol_error(malformed_response(str(error)))
                 return Outcome.PROTOCOL_ERROR
             if isinstance(error, TimeoutError):
                 tracker.client_ended(IDLE_BEFORE_HEADERS)
@@ -353,8 +357,15 @@ class SSEUser(StreamingUser, FastHttpUser):
                 return None
             tracker.client_ended(_describe(error) if error is not None else "no response and no error to say why")
             return Outcome.CONNECT_ERROR
-        tracker.headers(status, time.monotonic() - started, response.headers.get("content-type"))
         raw = response._response  # geventhttpclient's response: the only handle on the live socket
+        if header_bytes(raw.items()) > MAX_HEADER_BYTES:  # the openai client's parser refuses them unread
+            tracker.protocol_error(HEADERS_TOO_LARGE)
+            raw.release()
+            return Outcome.PROTOCOL_ERROR
+        headers = response.headers
+        tracker.headers(
+            status, time.monotonic() - started, headers.get("content-type"), headers.get("content-encoding")
+        )
         try:
             if not 200 <= status < 300:
                 tracker.error_body(response.content or b"")  # Locust has read it (raise_for_status)
@@ -375,8 +386,8 @@ class SSEUser(StreamingUser, FastHttpUser):
                     t = max(t, arrived_at - started)  # never before the headers or the previous read
                     for frame in feed(chunk, t):
                         on_frame(frame, t, wait)
-                    if tracker.broken:
-                        return None
+                        if tracker.broken:  # at this frame, however the reads were split
+                            return None
             except gevent.GreenletExit:  # the run ends: what had arrived is the stream's, not lost
                 t = max(t, time.monotonic() - started)
                 for frame in feed(_arrived_already(raw), t):
@@ -397,6 +408,34 @@ class SSEUser(StreamingUser, FastHttpUser):
             raw.release()  # back to the pool only when the body was read to its end; closed otherwise
             forget_failure(response)
         return None
+
+
+_PARSER_WORDS = (
+    (("Expected HTTP/", "illegal status line"), "malformed HTTP response: not an HTTP status line"),
+    (
+        (
+            "Content-Length can't be present with Transfer-Encoding",
+            "Transfer-Encoding can't be present with Content-Length",
+        ),
+        BOTH_LENGTHS,
+    ),
+    (("Receive buffer too long",), HEADERS_TOO_LARGE),  # h11: a head over httpcore's 100 KiB
+)
+"""What geventhttpclient's parser (llhttp) and the openai client's (h11) say of the same fault,
+in one wording: both clients give the same reason for the same bytes."""
+
+
+def malformed_response(detail: str) -> str:
+    """The ``error_message`` of a response either client's HTTP parser refused."""
+    for said, wording in _PARSER_WORDS:
+        if any(words in detail for words in said):
+            return wording
+    return f"malformed HTTP response: {detail}"
+
+
+def header_bytes(items: Iterable[tuple[str, str]]) -> int:
+    """The size of a response's header lines as sent (``name: value`` and CRLF each)."""
+    return sum(len(name) + len(value) + 4 for name, value in items)
 
 
 def _arrived_already(raw: Any) -> bytes:
@@ -451,7 +490,11 @@ class OpenAISDKUser(StreamingUser, User):
     def on_start(self) -> None:
         self.wire = WireTap(self.harness.max_line_bytes)
         # one TLS context per process: each client building its own costs ~30 ms on the loop
-        http_client = openai.DefaultHttpxClient(verify=shared_ssl_context(), event_hooks={"response": [self.wire]})
+        http_client = openai.DefaultHttpxClient(
+            verify=shared_ssl_context(),
+            event_hooks={"response": [self.wire]},
+            headers={"Accept-Encoding": "identity"},  # as the raw client asks: a compressed stream is refused
+        )
         self.sdk = openai.OpenAI(
             base_url=f"{self.target}/v1",
             api_key=self.harness.api_key or "unused",
@@ -472,7 +515,7 @@ class OpenAISDKUser(StreamingUser, User):
         finally:
             wire = self.wire.last
             if wire is not None and tracker.status is not None and 200 <= tracker.status < 300:
-                tracker.wire_ended(wire.done, wire.bytes)
+                tracker.wire_ended(wire.done, wire.bytes, wire.problem, wire.data_frames)
 
     @staticmethod
     def _read(create: Any, body: dict[str, Any], tracker: StreamTracker, started: float) -> Outcome | None:
@@ -484,14 +527,23 @@ class OpenAISDKUser(StreamingUser, User):
                 **body, extra_body=extra or None, extra_headers={"X-Request-Id": tracker.plan.request_id}
             ) as stream:
                 response = stream.response
-                tracker.headers(response.status_code, time.monotonic() - started, response.headers.get("content-type"))
+                headers = response.headers
+                if "content-length" in headers and "transfer-encoding" in headers:
+                    tracker.protocol_error(BOTH_LENGTHS)  # the raw client's parser refuses it before the status
+                    return Outcome.PROTOCOL_ERROR
+                tracker.headers(
+                    response.status_code,
+                    time.monotonic() - started,
+                    headers.get("content-type"),
+                    headers.get("content-encoding"),
+                )
                 if tracker.broken:
                     return None  # not an event stream: the SDK would find no events in it
                 for chunk in stream:
                     tracker.payload(_handed_over(chunk), time.monotonic() - started)
                     if tracker.broken:
                         return None
-        except (openai.APIError, json.JSONDecodeError, UnicodeDecodeError, LineTooLong) as exc:
+        except (openai.APIError, json.JSONDecodeError, UnicodeDecodeError, LineTooLong, StreamBroken) as exc:
             failure = _sdk_failure(exc, tracker, time.monotonic() - started)
             forget_traceback(exc)
             return failure
@@ -515,7 +567,7 @@ def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | 
             if "without sending a response" in str(cause):  # closed or reset before a single byte
                 tracker.client_ended(CLOSED_BEFORE_ANY_BYTE)
                 return Outcome.CONNECT_ERROR
-            tracker.protocol_error(f"malformed HTTP response: {cause}")
+            tracker.protocol_error(malformed_response(str(cause)))
             return Outcome.PROTOCOL_ERROR
         ours = harness_cause(exc)
         if ours is not None:
@@ -533,7 +585,7 @@ def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | 
         tracker.undecodable_payload(t, exc.doc)
     elif isinstance(exc, UnicodeDecodeError):
         tracker.protocol_error(INVALID_UTF8)
-    else:  # LineTooLong, raised by the wire tap below the SDK
+    else:  # LineTooLong or StreamBroken, raised by the wire tap below the SDK
         tracker.protocol_error(str(exc))
     return None
 

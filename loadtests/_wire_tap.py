@@ -1,12 +1,17 @@
-"""What the openai SDK hides from its caller, seen from below it: the end of the event stream.
+"""What the openai SDK reads, and what it hides from its caller: one decoding path for both clients.
 
-The SDK stops at ``data: [DONE]`` without saying so, and a body that simply ends looks the same to
-its caller; nor does it limit the length of a line. ``WireTap`` is an httpx response hook (the
-SDK's client takes ``event_hooks``) that wraps each response's byte stream: it passes every chunk
-through unchanged while an ``SSEParser`` notes whether a ``[DONE]`` frame came, counts the bytes,
-and raises ``LineTooLong`` when a line exceeds the limit, which ends the SDK's reading of that
-stream. Nothing else is taken from the wire: timing and payloads stay what the SDK handed over.
-Invariant: the SDK sees exactly the bytes it would see without the tap, up to a line too long.
+``WireTap`` is an httpx response hook (the SDK's client takes ``event_hooks``) that wraps each
+response's byte stream. Every chunk goes through our own ``SSEParser``, the one the raw client
+uses, and the SDK is handed the data events that parser dispatched, written out again as plain
+``data:`` lines: so both clients read the same events from the same bytes. Without it they
+parted: the SDK dispatches an event for a ``retry:``-only block (the SSE spec dispatches
+nothing; the SDK then failed to decode "" as JSON), and it stops at any data starting with
+``[DONE]``. Comments (keep-alives) are not handed over: the SDK would drop them anyway.
+
+Below the SDK the tap also notes what the SDK does not say: whether ``[DONE]`` came, the bytes,
+a malformed ``[DONE]`` marker or bytes that are not UTF-8 (``problem``), and it raises
+``LineTooLong`` when a line exceeds the limit, which ends the SDK's reading of that stream.
+Timing stays what the SDK handed over: an event is handed over in the read that completed it.
 """
 
 from __future__ import annotations
@@ -16,24 +21,50 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
+from loadtests._outcome import INVALID_UTF8, done_marker_problem, frame_kind, is_event_stream
 from loadtests._sse import SSEParser
+from loadtests.errors import SseSoakError
+
+
+class StreamBroken(SseSoakError, ValueError):
+    """The wire broke the protocol in a way the SDK would not notice; its reading ends here."""
 
 
 class WireEnd:
-    """One response's wire, as far as it was read."""
+    """One response's wire, as far as it was read. It reads events by the tracker's rules
+    (``loadtests._outcome``): the stream ends at its first terminal event, ``[DONE]``, an error
+    frame or a frame that breaks the protocol; nothing after it is handed over or counted."""
 
-    __slots__ = ("bytes", "done", "parser")
+    __slots__ = ("bytes", "data_frames", "done", "ended", "parser", "problem")
 
     def __init__(self, max_line_bytes: int) -> None:
         self.parser = SSEParser(max_line_bytes)
         self.done = False
+        self.ended = False
         self.bytes = 0
+        self.data_frames = 0
+        """Data events up to the terminal one, that one included: the raw client's count."""
+        self.problem: str | None = None
+        """The protocol error that ended the stream, when the SDK would not report it (None: none)."""
 
-    def saw(self, chunk: bytes) -> None:
+    def saw(self, chunk: bytes) -> bytes:
+        """Take one read; return the data events it completed, as ``data:`` lines for the SDK."""
         self.bytes += len(chunk)
+        events = []
         for frame in self.parser.feed(chunk, 0.0):
-            if frame.data == "[DONE]":
+            data = frame.data
+            if data is None or self.ended:
+                continue  # a comment or a field-only block (nothing dispatched), or after the stream's end
+            self.data_frames += 1
+            if frame.invalid_utf8:
+                self.problem = INVALID_UTF8
+            elif data == "[DONE]":
                 self.done = True
+            else:
+                self.problem = done_marker_problem(data)
+            self.ended = self.done or self.problem is not None or frame_kind(frame) == "error"
+            events.append("".join(f"data: {line}\n" for line in data.split("\n")) + "\n")
+        return "".join(events).encode()
 
 
 @functools.cache
@@ -49,8 +80,11 @@ def _tapped_stream_class(http_module: str) -> type:
 
         def __iter__(self) -> Iterator[bytes]:
             for chunk in self._inner:
-                self._wire.saw(chunk)
-                yield chunk
+                events = self._wire.saw(chunk)
+                if events:
+                    yield events
+                if self._wire.problem is not None:  # the raw client stops at the same frame
+                    raise StreamBroken(self._wire.problem)
 
         def close(self) -> None:
             self._inner.close()
@@ -68,5 +102,7 @@ class WireTap:
 
     def __call__(self, response: Any) -> None:
         self.last = WireEnd(self.max_line_bytes)
+        if not (200 <= response.status_code < 300 and is_event_stream(response.headers.get("content-type"))):
+            return  # an error body or a page: the SDK reads it as sent (the tracker judges the content type)
         stream_class = _tapped_stream_class(type(response).__module__.partition(".")[0])
         response.stream = stream_class(response.stream, self.last)

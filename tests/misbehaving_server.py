@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
+import gzip
 import itertools
 import json
 import signal
@@ -134,9 +135,9 @@ class Exchange:
         await self.head(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))])
         await self.send(body)
 
-    async def stream(self, frames: Sequence[bytes]) -> bool:
+    async def stream(self, frames: Sequence[bytes], extra: Sequence[tuple[str, str]] = ()) -> bool:
         """A chunked event stream of ``frames``, one HTTP chunk each, properly ended."""
-        await self.sse_head()
+        await self.sse_head(*extra)
         for frame in frames:
             await self.http_chunk(frame)
         await self.end_chunks()
@@ -321,6 +322,57 @@ async def huge_usage(ex: Exchange) -> bool:
     return await ex.stream(ex.frames(usage=usage))
 
 
+async def retry_only_event(ex: Exchange) -> bool:
+    """An event with a ``retry`` field and no data first: the SSE spec dispatches nothing for it."""
+    return await ex.stream([b"retry: 1000\n\n", *ex.frames()])
+
+
+async def done_with_trailing_space(ex: Exchange) -> bool:
+    """``data: [DONE] `` (a space after the marker): not the marker vLLM sends."""
+    return await ex.stream([*ex.frames(done=False), b"data: [DONE] \n\n"])
+
+
+async def frames_after_done(ex: Exchange) -> bool:
+    """A whole stream, then more data frames after ``[DONE]``, properly framed: the stream ended at [DONE]."""
+    frames = ex.frames()
+    return await ex.stream([*frames, *frames[:-1]])
+
+
+async def both_lengths(ex: Exchange) -> bool:
+    """Chunked and a Content-Length at once (RFC 9112 6.3: a recipient must treat it as an error)."""
+    body = b"".join(ex.frames())
+    await ex.sse_head(("Content-Length", str(len(body))))
+    await ex.http_chunk(body)
+    await ex.end_chunks()
+    return False
+
+
+async def huge_header(ex: Exchange) -> bool:
+    """A 2 MiB response header before a well-formed stream."""
+    return await ex.stream(ex.frames(), extra=(("X-Padding", "a" * (2 << 20)),))
+
+
+async def interim_100(ex: Exchange) -> bool:
+    """``100 Continue`` before the 200: an interim response the client must skip."""
+    await ex.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+    return await ex.stream(ex.frames())
+
+
+async def early_hints_103(ex: Exchange) -> bool:
+    """``103 Early Hints`` (with a header) before the 200."""
+    await ex.send(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+    return await ex.stream(ex.frames())
+
+
+async def gzip_stream(ex: Exchange) -> bool:
+    """A gzip-encoded event stream, whatever the client asked for."""
+    body = gzip.compress(b"".join(ex.frames()))
+    await ex.sse_head(("Content-Encoding", "gzip"))
+    await ex.http_chunk(body)
+    await ex.end_chunks()
+    return True
+
+
 MODES: dict[str, Mode] = {
     mode.__name__: mode
     for mode in (
@@ -347,6 +399,14 @@ MODES: dict[str, Mode] = {
         malformed_usage,
         huge_usage,
         keepalive_ok,
+        retry_only_event,
+        done_with_trailing_space,
+        frames_after_done,
+        both_lengths,
+        huge_header,
+        interim_100,
+        early_hints_103,
+        gzip_stream,
     )
 }
 

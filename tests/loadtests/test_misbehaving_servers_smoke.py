@@ -8,6 +8,7 @@ to it by request id. Each (mode, client) pair is its own test, so a failure name
 from __future__ import annotations
 
 import json
+import re
 import selectors
 import subprocess
 import sys
@@ -48,6 +49,14 @@ EXPECTED = {
     "http_500": "http_5xx",
     "malformed_usage": "ok",
     "huge_usage": "ok",
+    "retry_only_event": "ok",
+    "done_with_trailing_space": "protocol_error",
+    "frames_after_done": "ok",
+    "both_lengths": "protocol_error",
+    "huge_header": "protocol_error",
+    "interim_100": "ok",
+    "early_hints_103": "ok",
+    "gzip_stream": "protocol_error",
 }
 PROTOCOL_REASONS = {
     "html_200": "content-type",
@@ -271,3 +280,39 @@ def test_a_too_small_line_limit_is_refused_in_one_line(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "sse-soak: --max-line-bytes must be at least 1, got 0" in result.stderr
     assert "Traceback" not in result.stderr and not any(tmp_path.iterdir())
+
+
+def _comparable(message: object) -> str:
+    """An error message with the stream's own numbers taken out (``data frame 3`` is which frame)."""
+    return re.sub(r"data frame \d+", "data frame N", str(message)) if isinstance(message, str) else ""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_both_clients_give_the_same_bytes_one_verdict(run: Run, mode: str) -> None:
+    """Same bytes, same verdict: per route, the raw and the SDK client's finished rows of a mode
+    have one outcome, one error reason, and the same count of data frames (the SDK's is what it
+    handed over; the raw client's counts every data frame up to [DONE], the marker included)."""
+    rows = run.rows[(run.rows["mode"] == mode) & (run.rows["outcome"] != "stopped")]
+    compared = 0
+    for route, of_route in rows.groupby(rows["route"]):
+        seen = {
+            client: {
+                "outcomes": set(of_client["outcome"]),
+                "reasons": set(of_client["error_message"].map(_comparable)),
+                "data_frames": set(of_client["data_frames"]),
+                "done": set(of_client["done"]),
+            }
+            for client, of_client in of_route.groupby("client")
+        }
+        if set(seen) == set(CLIENTS):  # the round robin may give a route of a mode to one client only
+            assert seen["raw"] == seen["openai"], f"{mode} {route}: {seen}"
+            compared += 1
+    assert compared >= 1, f"{mode}: no route met by both clients\n{_describe(rows)}"
+
+
+def test_no_row_for_a_request_the_server_never_received(run: Run) -> None:
+    """A connection left out of step (an interim response read as the final one, say) makes the
+    next request on it read the rest of the last answer: a row, usually a protocol error, for a
+    request the server never saw. Every row that is not a client-side failure was logged."""
+    unseen = run.rows[run.rows["mode"].isna() & ~run.rows["outcome"].isin(["stopped", "not_sent"])]
+    assert unseen.empty, _describe(unseen)
