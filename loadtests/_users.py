@@ -72,7 +72,7 @@ CLOSED_BEFORE_ANY_BYTE = "the server closed or reset the connection before any r
 MAX_HEADER_BYTES = 100 * 1024
 """The largest response head either client takes: httpcore's limit below the openai client."""
 HEADERS_TOO_LARGE = "malformed HTTP response: headers over 100 KiB"
-BOTH_LENGTHS = "malformed HTTP response: both Content-Length and Transfer-Encoding (RFC 9112 6.3)"
+BOTH_LENGTHS = "malformed HTTP response: both Content-Length and Transfer-Encoding (RFC 9112 6.1)"
 IDLE_BEFORE_HEADERS = "no response headers within the client's idle timeout (--client-idle-timeout)"
 IDLE_IN_BODY = "no byte for the client's idle timeout (--client-idle-timeout) after the headers"
 """The ``error_message`` of rows the client ended (``StreamTracker.client_ended``): the two clients

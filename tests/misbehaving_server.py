@@ -339,7 +339,7 @@ async def frames_after_done(ex: Exchange) -> bool:
 
 
 async def both_lengths(ex: Exchange) -> bool:
-    """Chunked and a Content-Length at once (RFC 9112 6.3: a recipient must treat it as an error)."""
+    """Chunked and a Content-Length at once (RFC 9112 6.1 forbids it; 6.3: it ought to be handled as an error)."""
     body = b"".join(ex.frames())
     await ex.sse_head(("Content-Length", str(len(body))))
     await ex.http_chunk(body)
