@@ -72,7 +72,7 @@ def test_a_run_directory_holds_parts_and_a_true_summary(tmp_path: Path) -> None:
     assert summary["gate_specs"] == [expect]
     assert summary["latency"]["duration_s"]["p50"] == 0.8 and summary["latency"]["ttfb_s"]["count"] == 4
     assert summary["keepalive_per_stream"] == {"streams": 2, "mean": 1.0, "max": 1, "counted_on": KEEPALIVE_COUNTED_ON}
-    assert len(pd.read_parquet(run.frames)) == 5
+    assert len(pd.read_parquet(run.frames)) == 4  # the [DONE] after the error frame ends nothing: the stream ended
     pd.testing.assert_frame_equal(read_table(run.requests), requests_of(recorded()))
 
 
