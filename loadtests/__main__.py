@@ -28,6 +28,7 @@ from loadtests._options import REPORT_DIR, SECONDS, add_argparse_options, check_
 from loadtests._options import Surface as _Surface
 from loadtests._options import http_url as _http_url
 from loadtests._proxy import ProxySettings, serve
+from loadtests._safe_text import printable
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, SseSoakError, UsageError
 
 SOAK_, LOCUST_ = _Surface.SOAK, _Surface.LOCUST
@@ -468,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         code = _COMMANDS[options.command](options)
     except SseSoakError as exc:
-        print(f"python -m loadtests {options.command}: {exc}", file=sys.stderr, flush=True)
+        print(printable(f"python -m loadtests {options.command}: {exc}"), file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)
     if code is not None:
         sys.exit(code)

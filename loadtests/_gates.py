@@ -37,6 +37,7 @@ from loadtests._lag import DEFAULT_LAG_LIMIT_MS, STALLED_COLUMN, lag_summary
 from loadtests._options import DEFAULT_MAX_UNJUDGED_SHARE
 from loadtests._outcome import Outcome
 from loadtests._recorder import REQUEST_SCHEMA, to_pandas
+from loadtests._safe_text import printable
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,10 @@ class GateResult:
     """Qualifying requests it judged; None when the gate does not count rows."""
 
     def line(self) -> str:
+        """The gate's console line; its detail may quote the server (error messages), so it is
+        made ``printable``."""
         verdict = "UNJUDGED" if self.skipped else "PASS" if self.passed else "FAIL"
-        return f"gate {verdict} {self.name}: {self.detail}"
+        return printable(f"gate {verdict} {self.name}: {self.detail}")
 
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadtests._preflight import DEFAULT_PREFLIGHT_TIMEOUT
+from loadtests._safe_text import redacted_url
 from loadtests._sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.errors import UsageError
 
@@ -161,6 +162,23 @@ LIMIT = Kind(
     "a number",
 )
 TEXT = Kind(str, "text")
+
+
+def _header_value_problem(value: str) -> str | None:
+    """A value sent in a header must be printable ASCII without spaces (a bearer token): anything
+    else (CR/LF above all, which would end the header) is refused, and the value is not shown."""
+    if not value:
+        return "must not be empty (it is sent in a header)"
+    bad = next((i for i, char in enumerate(value) if not "!" <= char <= "~"), None)
+    if bad is None:
+        return None
+    return (
+        "must be printable ASCII without spaces or control characters (it is sent in a header): "
+        f"character {bad + 1} of {len(value)} is not (the value is not shown)"
+    )
+
+
+BEARER_TOKEN = Kind(str, "a bearer token (printable ASCII)", _header_value_problem)
 SWITCH = Kind(str, "nothing", switch=True)
 WHOLE = Kind(_whole_text, "a whole number")
 
@@ -171,13 +189,14 @@ def http_url(text: str, schemes: tuple[str, ...] = ("http",)) -> str:
     parts = urlsplit(text)
     if parts.scheme not in schemes or not parts.hostname:
         expected = " or ".join(scheme + "://" for scheme in schemes)
-        raise ValueError(f"expected an {expected} URL with a host, e.g. http://127.0.0.1:8000, got {text!r}")
+        shown = redacted_url(text)
+        raise ValueError(f"expected an {expected} URL with a host, e.g. http://127.0.0.1:8000, got {shown!r}")
     try:
         port = parts.port
     except ValueError:
         port = 0
     if port == 0:
-        raise ValueError(f"the port of {text!r} must be a number from 1 to 65535")
+        raise ValueError(f"the port of {redacted_url(text)!r} must be a number from 1 to 65535")
     return text
 
 
@@ -443,7 +462,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "api_key",
-        TEXT,
+        BEARER_TOKEN,
         "bearer token sent to the target server (default: $SSE_SOAK_API_KEY, else the --api-key in --server-args "
         "when the run starts the bundled server); never written to the run directory nor put on a command line",
         None,

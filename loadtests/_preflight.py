@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from loadtests._safe_text import redacted_url, url_has_credentials, without_header_values
 from loadtests.errors import UsageError
 
 DEFAULT_PREFLIGHT_TIMEOUT = 10.0
@@ -39,26 +40,28 @@ class Target:
 
 def base_url(host: str) -> tuple[str, tuple[str, ...]]:
     """``host`` checked and normalised: a scheme and a host are required, a trailing ``/v1`` (the
-    usual base-URL mistake) is stripped with a notice. Raises ``PreflightError``."""
+    usual base-URL mistake) is stripped with a notice; a query is dropped (the harness sends none).
+    Raises ``PreflightError``. Its messages show the host redacted (``redacted_url``)."""
+    shown = redacted_url(host)
     if "://" not in host:
-        raise PreflightError(f"--host {host} has no scheme: use --host http://{host}")
+        raise PreflightError(f"--host {shown} has no scheme: use --host http://{shown}")
     parts = urlsplit(host)
     if parts.scheme not in ("http", "https"):
-        raise PreflightError(f"--host {host}: the scheme must be http or https, not {parts.scheme!r}")
+        raise PreflightError(f"--host {shown}: the scheme must be http or https, not {parts.scheme!r}")
     try:
         port = parts.port
     except ValueError:
-        raise PreflightError(f"--host {host}: the port is not a number from 1 to 65535") from None
+        raise PreflightError(f"--host {shown}: the port is not a number from 1 to 65535") from None
     if not parts.hostname or port == 0:
         raise PreflightError(
-            f"--host {host} names no host{' or port' if port == 0 else ''}: e.g. http://127.0.0.1:8000"
+            f"--host {shown} names no host{' or port' if port == 0 else ''}: e.g. http://127.0.0.1:8000"
         )
     path = parts.path.rstrip("/")
     notices: tuple[str, ...] = ()
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
         notices = (
-            f"sse-soak: --host {host} ends in /v1; using {parts.scheme}://{parts.netloc}{path} "
+            f"sse-soak: --host {shown} ends in /v1; using {redacted_url(f'{parts.scheme}://{parts.netloc}{path}')} "
             "(the harness adds /v1 itself)",
         )
     return f"{parts.scheme}://{parts.netloc}{path}", notices
@@ -69,44 +72,53 @@ def preflight(host: str, api_key: str | None, model: str | None, timeout: float 
     if not 0 < timeout < math.inf:
         raise PreflightError(f"the preflight timeout must be a positive number of seconds, got {timeout}")
     url, notices = base_url(host)
+    if api_key and url_has_credentials(url):
+        raise PreflightError(
+            f"--host {redacted_url(url)} carries credentials, which every client sends as HTTP Basic auth, and "
+            "--api-key a bearer token: a request has one Authorization header, so give one of them"
+        )
     models_url = f"{url}/v1/models"
+    shown_url, shown_models_url = redacted_url(url), redacted_url(models_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         response = httpx.get(models_url, headers=headers, timeout=timeout)
     except httpx.TimeoutException:
         raise PreflightError(
-            f"no answer from {models_url} within {timeout:g} s: is the server up and "
+            f"no answer from {shown_models_url} within {timeout:g} s: is the server up and "
             "serving? (--preflight-timeout sets the wait)"
         ) from None
     except httpx.HTTPError as exc:
         reason = _reason(exc)
-        raise PreflightError(f"cannot reach {models_url} ({reason}): is the server running? check --host") from None
+        raise PreflightError(
+            f"cannot reach {shown_models_url} ({reason}): is the server running? check --host"
+        ) from None
     if response.status_code in (401, 403):
         fix = "the key given was refused: check --api-key" if api_key else API_KEY_HINT
-        raise PreflightError(f"HTTP {response.status_code} from {models_url}: {fix}")
+        raise PreflightError(f"HTTP {response.status_code} from {shown_models_url}: {fix}")
     if response.status_code == 404:
         raise PreflightError(
-            f"HTTP 404 from {models_url}: no OpenAI-compatible API at --host {url} (a server "
+            f"HTTP 404 from {shown_models_url}: no OpenAI-compatible API at --host {shown_url} (a server "
             "behind a path prefix needs the prefix in --host)"
         )
     if response.status_code != 200:
         raise PreflightError(
-            f"HTTP {response.status_code} from {models_url}: the server cannot list its models; {_excerpt(response)}"
+            f"HTTP {response.status_code} from {shown_models_url}: the server cannot list its models; "
+            f"{_excerpt(response)}"
         )
     served = _model_ids(response)
     if served is None:
         content_type = response.headers.get("content-type", "no content type")
         raise PreflightError(
-            f"{models_url} answered {content_type!r}, not the OpenAI list of models "
+            f"{shown_models_url} answered {content_type!r}, not the OpenAI list of models "
             f"({_excerpt(response)}): is --host an OpenAI-compatible server?"
         )
     if model is None:
         if not served:
-            raise PreflightError(f"{models_url} lists no model: pass --model")
+            raise PreflightError(f"{shown_models_url} lists no model: pass --model")
         return Target(url, served[0], notices)
     if served and model not in served:
         notices += (
-            f"sse-soak: --model {model} is not among the models {models_url} lists "
+            f"sse-soak: --model {model} is not among the models {shown_models_url} lists "
             f"({', '.join(served[:5])}); requesting it anyway",
         )
     return Target(url, model, notices)
@@ -125,7 +137,7 @@ def _model_ids(response: httpx.Response) -> list[str] | None:
 
 
 def _reason(exc: httpx.HTTPError) -> str:
-    text = str(exc) or type(exc).__name__
+    text = without_header_values(str(exc) or type(exc).__name__)
     if "refused" in text.lower():
         return "connection refused"
     return text.splitlines()[0][:120]

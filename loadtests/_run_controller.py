@@ -66,6 +66,7 @@ from loadtests._run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, Run
 from loadtests._run_identity import Admission, RunIdentity, own_run_id
 from loadtests._run_state import run_state
 from loadtests._run_writer import UNWRITABLE_ROWS, RunWriter
+from loadtests._safe_text import printable, redacted_url
 from loadtests._scenario import RunSettings, Scenario
 from loadtests._server_metrics import OFF, ServerMetricsScraper
 from loadtests._signals import SignalGuard
@@ -87,7 +88,7 @@ def _refusing(hook: Callable[_Params, None]) -> Callable[_Params, None]:
         try:
             hook(*args, **kwargs)
         except SseSoakError as exc:
-            print(f"sse-soak: {exc}", file=sys.stderr, flush=True)
+            print(printable(f"sse-soak: {exc}"), file=sys.stderr, flush=True)
             sys.exit(exc.exit_code)
 
     return refusing
@@ -352,7 +353,7 @@ class RunController:
             self._stop_stack()
             raise UsageError(str(exc)) from None
         for notice in target.notices:
-            print(notice, flush=True)
+            print(printable(notice), flush=True)
         environment.host = self._target_host = target.base_url
         state.model_option = target.model
 
@@ -378,7 +379,7 @@ class RunController:
         try:
             run = self._next_run_dir(options.report_dir)
         except RunDirError as exc:  # checked at start; something changed the directory since
-            print(f"sse-soak: {exc}: the test is not run", file=sys.stderr, flush=True)
+            print(printable(f"sse-soak: {exc}: the test is not run"), file=sys.stderr, flush=True)
             environment.process_exit_code = 2
             gevent.spawn(environment.runner.quit)
             return
@@ -411,7 +412,7 @@ class RunController:
                 self._restart_stack(environment, settings)
             self._settings = settings
         except SseSoakError as exc:
-            print(f"sse-soak: {exc}: the test is not run", file=sys.stderr, flush=True)
+            print(printable(f"sse-soak: {exc}: the test is not run"), file=sys.stderr, flush=True)
             gevent.spawn(environment.runner.stop)
             return False
         return True
@@ -434,17 +435,17 @@ class RunController:
             return
         if not host:
             environment.host = self._target_host
-            print(f"sse-soak: no host given for this test: it targets {self._target_host}", flush=True)
+            print(f"sse-soak: no host given for this test: it targets {redacted_url(self._target_host)}", flush=True)
             return
         state = run_state(environment)
         options = environment.parsed_options
         try:
             target = preflight(host, state.api_key, options.model, options.preflight_timeout)
         except PreflightError as exc:
-            print(f"sse-soak: {exc}: this test's requests will fail", file=sys.stderr, flush=True)
+            print(printable(f"sse-soak: {exc}: this test's requests will fail"), file=sys.stderr, flush=True)
             return
         for notice in target.notices:
-            print(notice, flush=True)
+            print(printable(notice), flush=True)
         environment.host = self._target_host = target.base_url
         state.model_option = target.model
 

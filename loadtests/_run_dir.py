@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from loadtests._lag import LAG_SCHEMA
 from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
+from loadtests._safe_text import plain_name
 from loadtests._server_metrics import SERVER_METRICS_SCHEMA
 from loadtests.errors import RecordNotWritten, SseSoakError, UsageError
 
@@ -202,7 +203,12 @@ class RunDir:
         """``<report_root>/<scenario>-<UTC stamp>[-N]``, made atomically: runs started in the same
         second (or racing from several processes) each get their own directory, because ``mkdir``
         fails rather than reuse one and the next suffix is tried. Raises ``RunDirError`` when the
-        root cannot hold it (a file in the way, not writable)."""
+        root cannot hold it (a file in the way, not writable) or ``scenario`` is not a plain name
+        (``loadtests._safe_text.plain_name``: a path would put the directory elsewhere)."""
+        try:
+            plain_name(scenario, "run name")
+        except ValueError as exc:
+            raise RunDirError(str(exc)) from None
         root = Path(report_root)
         problem = report_root_problem(root)
         if problem is not None:

@@ -25,6 +25,7 @@ from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADL
 from loadtests._outcome import Outcome, RequestRow
 from loadtests._recorder import Recorder
 from loadtests._run_identity import Admission
+from loadtests._safe_text import printable
 from loadtests._sse import DEFAULT_MAX_LINE_BYTES
 from loadtests._workload import (
     PROBE_TIMEOUT,
@@ -222,7 +223,7 @@ class RunState:
         """One line per process, the first time sizing is (or turns) estimated."""
         if self.facts is not None and self.facts.estimate_reason is not None and not self._announced_estimate:
             self._announced_estimate = True
-            print(f"sse-soak: prompt sizing estimated: {self.facts.estimate_reason}", flush=True)
+            print(printable(f"sse-soak: prompt sizing estimated: {self.facts.estimate_reason}"), flush=True)
 
 
 _STATES: weakref.WeakKeyDictionary[Any, RunState] = weakref.WeakKeyDictionary()

@@ -21,6 +21,7 @@ from typing import Any
 from loadtests._gates import BUNDLED, GIVEN, REAL_VLLM, UNKNOWN, Gate, HarnessKeptUp, KeepAliveCovered
 from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S, keep_alive_interval
 from loadtests._real_vllm import VllmProfile
+from loadtests._safe_text import plain_name, redacted_url
 from loadtests._stack import split_api_key
 from loadtests.errors import UsageError
 
@@ -64,11 +65,12 @@ class RunSettings:
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as recorded in summary.json and shown in report.html: a key in the server
-        arguments is redacted; with ``--host`` no server arguments are recorded (None), as no
-        bundled server ran."""
+        arguments is redacted, and so are the host's password and query values (``redacted_url``);
+        with ``--host`` no server arguments are recorded (None), as no bundled server ran."""
         args, key = split_api_key(self.server_args)
         recorded = None if self.host is not None else [*args, "--api-key", REDACTED] if key else args
-        return {**dataclasses.asdict(self), "server_args": recorded}
+        host = None if self.host is None else redacted_url(self.host)
+        return {**dataclasses.asdict(self), "server_args": recorded, "host": host}
 
 
 def _last_keep_alive_interval(server_args: Sequence[str]) -> float:
@@ -112,6 +114,10 @@ class Scenario:
     """``server_args`` as a tuple of arguments."""
 
     def __post_init__(self) -> None:
+        try:  # the name names the run directory: never a path out of --report-dir
+            plain_name(self.name, "Scenario name")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         args = shlex.split(self.server_args) if isinstance(self.server_args, str) else tuple(self.server_args)
         object.__setattr__(self, "profile", tuple(args))
 

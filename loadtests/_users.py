@@ -44,6 +44,7 @@ from loadtests._failure_cycles import forget_failure, forget_traceback
 from loadtests._loop_hygiene import shared_ssl_context
 from loadtests._outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
 from loadtests._run_state import RunState, run_state
+from loadtests._safe_text import printable, without_header_values
 from loadtests._sse import LineTooLong, SSEParser
 from loadtests._wire_tap import StreamBroken, WireTap
 from loadtests._workload import PreparedRequest, RequestMix
@@ -118,7 +119,8 @@ def harness_cause(exc: BaseException) -> str | None:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """The exception in one line for a row's ``error_message``: never a header value it quotes."""
+    return without_header_values(f"{type(exc).__name__}: {exc}")
 
 
 def _send_next(user: StreamingUser) -> None:
@@ -216,7 +218,9 @@ class StreamingUser:
         if message not in _harness_errors_logged:
             _harness_errors_logged.add(message)
             logger.error(
-                "sse-soak: harness error (logged once, counted as harness_error rows): %s", message, exc_info=exc
+                "sse-soak: harness error (logged once, counted as harness_error rows): %s",
+                printable(message),
+                exc_info=exc,
             )
         if tracker is None:  # a request that could not even be built: started and ended here
             self.harness.recorder.note_started()
@@ -287,7 +291,8 @@ class StreamingUser:
         exception = None
         if row.outcome != (row.expected or Outcome.OK):
             what = f" {row.error_code}/{row.error_param}" if row.error_code else ""
-            why = f": {row.error_message}" if row.outcome in (Outcome.PROTOCOL_ERROR, Outcome.HARNESS_ERROR) else ""
+            quoted = row.outcome in (Outcome.PROTOCOL_ERROR, Outcome.HARNESS_ERROR)
+            why = f": {printable(row.error_message)}" if quoted else ""  # the server's words, shown by Locust
             exception = UnexpectedOutcome(f"{row.outcome} (HTTP {row.status}{what}), expected {row.expected}{why}")
         self.environment.events.request.fire(
             request_type=REQUEST_TYPE,

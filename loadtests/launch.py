@@ -31,6 +31,7 @@ from loadtests._child_run import HeadlessRun, run_to_end
 from loadtests._gates import ALWAYS_ON, GateResult
 from loadtests._options import OPTIONS, Surface, check_value, option
 from loadtests._run_dir import PLAN_ONLY_ENV, Manifest, RunDir
+from loadtests._safe_text import printable
 from loadtests._summary import INCONCLUSIVE, Summary, SummaryError
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, SseSoakError
 
@@ -225,7 +226,10 @@ def worst_streams_text(requests: pd.DataFrame) -> str:
     unexpected = selection["outcome"].ne(selection["expected"]) & selection.index.isin(figures.judged(selection).index)
     failed_first = unexpected.sort_values(ascending=False, kind="stable")
     table = selection.loc[failed_first.index, _WORST_COLUMNS].copy()
-    table["error_message"] = table["error_message"].map(lambda m: m if not isinstance(m, str) else m[:_ERROR_WIDTH])
+    # the server's words, shown in pytest's output: cut, then made printable (a hostile escape sequence stays inert)
+    table["error_message"] = table["error_message"].map(
+        lambda m: m if not isinstance(m, str) else printable(m[:_ERROR_WIDTH])
+    )
     more = f"\n… and {left_out} more" if left_out else ""
     return "worst streams (as in report.html):\n" + table.to_string(index=False, na_rep="-") + more
 

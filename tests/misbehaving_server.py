@@ -287,6 +287,28 @@ async def inband_500(ex: Exchange) -> bool:
     return await ex.stream([ex.frames()[0], data_frame(error_body(500, "boom", "InternalServerError")), DONE])
 
 
+TERMINAL_ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b[31m\r"
+"""What a hostile server sends in its text to retitle (OSC 0), clear (ED 2) and recolour a terminal,
+then return to the start of the line: the harness must show it inert."""
+
+
+async def escape_in_error(ex: Exchange) -> bool:
+    """An in-band error whose message carries terminal escape sequences."""
+    error = error_body(500, f"boom{TERMINAL_ESCAPES}", "InternalServerError")
+    return await ex.stream([ex.frames()[0], data_frame(error), DONE])
+
+
+C1_ESCAPES = "\x9b2J\x9d0;pwned\x9c"
+"""The same in 8-bit controls (CSI 2J clears, OSC 0 retitles): legal bytes in a header value (obs-text),
+where HTTP clients refuse ESC."""
+
+
+async def escape_in_content_type(ex: Exchange) -> bool:
+    """A 200 whose Content-Type carries terminal control sequences (not an event stream)."""
+    await ex.whole("200 OK", f"text/html{C1_ESCAPES}", LOGIN_PAGE)
+    return True
+
+
 async def http_500(ex: Exchange) -> bool:
     body = json.dumps(error_body(500, "boom: internal server error", "InternalServerError")).encode()
     await ex.whole("500 Internal Server Error", "application/json", body)
@@ -407,6 +429,8 @@ MODES: dict[str, Mode] = {
         interim_100,
         early_hints_103,
         gzip_stream,
+        escape_in_error,
+        escape_in_content_type,
     )
 }
 

@@ -372,3 +372,12 @@ def test_the_interval_is_inferred_from_gaps_between_consecutive_comments_of_one_
     assert inferred_keep_alive_interval(frames) == (1.001, 2)
     assert inferred_keep_alive_interval(stream_frames("c", [("keepalive", 1.1), ("data", 1.3)])) is None
     assert inferred_keep_alive_interval(frames.iloc[0:0]) is None
+
+
+@pytest.mark.fast
+def test_a_gate_line_shows_the_servers_control_characters_escaped() -> None:
+    detail = "1x content-type text/html\x9b2J\x1b]0;x\x07, not text/event-stream"
+    result = GateResult("no_protocol_errors", False, detail)
+    assert result.line() == (
+        "gate FAIL no_protocol_errors: 1x content-type text/html\\x9b2J\\x1b]0;x\\x07, not text/event-stream"
+    )

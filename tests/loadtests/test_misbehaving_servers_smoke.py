@@ -13,7 +13,7 @@ import selectors
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +57,8 @@ EXPECTED = {
     "interim_100": "ok",
     "early_hints_103": "ok",
     "gzip_stream": "protocol_error",
+    "escape_in_error": "inband_error",
+    "escape_in_content_type": "protocol_error",
 }
 PROTOCOL_REASONS = {
     "html_200": "content-type",
@@ -104,14 +106,17 @@ class MisbehavingServer:
         self.process.stdout.close()
 
 
-def start_misbehaving_server(log: Path, lifetime: float = 180.0, timeout: float = 30.0) -> MisbehavingServer:
-    """Start it on a free loopback port and wait for its ready line (it exits by itself after ``lifetime``)."""
+def start_misbehaving_server(
+    log: Path, lifetime: float = 180.0, timeout: float = 30.0, modes: Iterable[str] = MODES
+) -> MisbehavingServer:
+    """Start it on a free loopback port, answering with ``modes`` in turn, and wait for its ready
+    line (it exits by itself after ``lifetime``)."""
     argv = [
         sys.executable,
         "-m",
         "tests.misbehaving_server",
         "--modes",
-        ",".join(MODES),
+        ",".join(modes),
         "--log",
         str(log),
         "--lifetime",

@@ -120,3 +120,19 @@ def test_locusts_parser_and_web_ui_list_every_scenario_option() -> None:
     # The scenario's own proxy; the keep-alive field empty, so that a value given can be told from none
     # (the scenario's 0.5 s is the bundled server's, never assumed of --host); the key masked.
     assert defaults == "embedded None True"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("key", ["abc\r\nX-Injected: KEYSECRET", "with space", "tab\tKEYSECRET", "ünï"])
+def test_an_api_key_that_cannot_be_a_header_value_is_refused_without_being_shown(key: str) -> None:
+    with pytest.raises(ValueError, match=r"^--api-key must") as caught:
+        check_value("api_key", key)
+    assert "KEYSECRET" not in str(caught.value) and key not in str(caught.value)
+    with pytest.raises(UsageError, match=r"^--api-key must") as refused:
+        check_locust_options(SimpleNamespace(api_key=key, rate=None, max_in_flight=None))
+    assert "KEYSECRET" not in str(refused.value)
+
+
+@pytest.mark.fast
+def test_a_bearer_token_is_accepted() -> None:
+    assert check_value("api_key", "sk-Abc_123.x~+/=") == "sk-Abc_123.x~+/="

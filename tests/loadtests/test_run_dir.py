@@ -146,3 +146,11 @@ def test_a_mkdir_refused_by_the_system_is_one_line(tmp_path: Path, monkeypatch: 
     with pytest.raises(RunDirError) as caught:
         new_run_dir(tmp_path, "demo")
     assert str(caught.value) == f"--report-dir {tmp_path}: cannot create a run directory (Permission denied)"
+
+
+@pytest.mark.fast
+def test_a_run_name_that_is_a_path_is_refused_and_nothing_is_made(tmp_path: Path) -> None:
+    root = tmp_path / "reports" / "inner"
+    with pytest.raises(RunDirError, match=r"run name '\.\./\.\./x' is not a plain name"):
+        RunDir.create(root, "../../x")
+    assert not (tmp_path / "reports").exists()

@@ -84,3 +84,14 @@ def test_a_profile_translates_to_vllms_knobs_and_names_the_rest() -> None:
     assert VllmProfile.of(["--sse-keep-alive-interval", "nan"]).keep_alive_interval == 0  # off, as vLLM's function
     with pytest.raises(UsageError, match=r"^--max-num-seqs must be a whole number, got 'two'$"):
         VllmProfile.of(["--max-num-seqs", "two"])
+
+
+def test_a_scenario_name_that_is_a_path_is_refused_at_construction() -> None:
+    with pytest.raises(UsageError, match=r"Scenario name '\.\./\.\./x' is not a plain name"):
+        Scenario(name="../../x")
+
+
+def test_the_recorded_host_has_no_password_nor_query_values() -> None:
+    settings = SCENARIO.settings(options(host="http://user:PASS@vllm:8000/?token=SECRET"))
+    assert settings.host == "http://user:PASS@vllm:8000/?token=SECRET"  # what the clients are given
+    assert settings.as_dict()["host"] == "http://user:***@vllm:8000/?token=***"

@@ -1,0 +1,50 @@
+"""What the run shows a person: ``loadtests._safe_text``, pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtests._safe_text import plain_name, printable, redacted_url, url_has_credentials, without_header_values
+
+pytestmark = pytest.mark.fast
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("http://user:PASS@127.0.0.1:8000/?token=SECRET", "http://user:***@127.0.0.1:8000/?token=***"),
+        ("https://TOKEN@gateway/prefix?a=1&b#k=v", "https://***@gateway/prefix?a=***&***#k=***"),
+        ("user:PASS@host:8000", "user:***@host:8000"),  # no scheme: refused, shown redacted
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+        ("http://[::1]:8000", "http://[::1]:8000"),
+    ],
+)
+def test_redacted_url_masks_the_password_and_every_query_value_and_keeps_the_rest(given: str, shown: str) -> None:
+    assert redacted_url(given) == shown
+
+
+def test_url_has_credentials_sees_a_userinfo_only() -> None:
+    assert url_has_credentials("http://u:p@h") and url_has_credentials("http://token@h")
+    assert not url_has_credentials("http://h/path@x") and not url_has_credentials("http://h:1/?q=a@b")
+
+
+def test_printable_escapes_c0_c1_and_bidi_controls_and_leaves_text_alone() -> None:
+    assert printable("boom\x1b]0;pwned\x07\x1b[2J\r\n\t\x9b2J\u202e") == (
+        "boom\\x1b]0;pwned\\x07\\x1b[2J\\x0d\\x0a\\x09\\x9b2J\\u202e"
+    )
+    assert printable("plain, ünïcode and C:\\path") == "plain, ünïcode and C:\\path"
+
+
+def test_an_error_line_never_quotes_a_header_value() -> None:
+    said = without_header_values("LocalProtocolError: Illegal header value b'Bearer abc\\r\\nX: KEY'")
+    assert said == "LocalProtocolError: Illegal header value (not shown)"
+
+
+@pytest.mark.parametrize("name", ["../../x", "..", ".", "a/b", "a\\b", "", ".hidden", "-x", "x y", "x\x1b"])
+def test_a_name_that_is_not_a_plain_name_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="is not a plain name"):
+        plain_name(name, "run name")
+
+
+def test_a_plain_name_is_kept() -> None:
+    assert plain_name("mixed_truncate-2.v1", "run name") == "mixed_truncate-2.v1"
