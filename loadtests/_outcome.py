@@ -4,7 +4,9 @@ A ``StreamTracker`` is fed the response headers and each SSE frame with its arri
 ``finish()`` turns them into a ``RequestRow`` with exactly one ``Outcome``:
 
 - ``ok``: HTTP 200, ``data: [DONE]`` received, no error frame;
-- ``rejected``: a 4xx (or any other non-2xx, non-5xx status);
+- ``rejected``: a 4xx (or any other non-2xx, non-5xx status); a 3xx is never followed (a redirect
+  to another origin would send the load, and the key, elsewhere): its ``error_message`` names the
+  status and the ``Location``;
 - ``http_5xx``: a 5xx status, proxies' 502/504 included;
 - ``inband_error``: HTTP 200 but a ``data: {"error": ...}`` frame (peer tools count this as a success);
 - ``protocol_error``: HTTP 200 but not a valid event stream: another content type, a data frame
@@ -226,6 +228,14 @@ def _token_count(value: Any) -> int | None:
     return None
 
 
+def redirect_message(status: int, location: str | None) -> str:
+    """The one wording of a redirect, for both clients' rows (and the preflight's line)."""
+    where = f"to {_clip(location)}" if location else "without a Location"
+    return (
+        f"HTTP {status} redirect {where}, not followed: sse-soak never follows redirects (use the final URL as --host)"
+    )
+
+
 def _clip(value: Any) -> str | None:
     return None if value is None else str(value)[:MAX_TEXT]
 
@@ -247,6 +257,7 @@ class StreamTracker:
         "_max_data_gap",
         "_max_gap",
         "_protocol_error",
+        "_redirect",
         "_sees_comments",
         "_ttft",
         "_usage",
@@ -282,6 +293,7 @@ class StreamTracker:
         self._protocol_error: str | None = None
         self._harness_error: str | None = None
         self._client_reason: str | None = None
+        self._redirect: str | None = None
 
     @property
     def broken(self) -> bool:
@@ -300,12 +312,15 @@ class StreamTracker:
         self._last_t = t
         return gap
 
-    def headers(self, status: int, t: float, content_type: str | None = None) -> None:
+    def headers(self, status: int, t: float, content_type: str | None = None, location: str | None = None) -> None:
         """The status line and headers arrived ``t`` seconds after the request was sent. A 2xx
-        whose content type is not ``text/event-stream`` is a protocol error (a login page, say)."""
+        whose content type is not ``text/event-stream`` is a protocol error (a login page, say); a
+        3xx is a redirect no client follows, named with its ``location``."""
         self.status = status
         self.ttfb = t
         self._arrival(t)
+        if 300 <= status < 400:
+            self._redirect = redirect_message(status, location)
         if 200 <= status < 300:
             media_type = (content_type or "").partition(";")[0].strip().lower()
             if media_type != "text/event-stream":
@@ -439,6 +454,7 @@ class StreamTracker:
             Outcome.TIMEOUT: self._client_reason,
             Outcome.CONNECT_ERROR: self._client_reason,
             Outcome.STOPPED: self._client_reason,
+            Outcome.REJECTED: self._redirect,
         }.get(outcome)
         code = error.get("code")
         plan = self.plan

@@ -5,7 +5,8 @@ traceback per task. ``preflight()`` asks once, with a bounded timeout, and eithe
 URL to use (a trailing ``/v1`` stripped, with a notice: the harness adds it itself) and the model,
 or raises ``PreflightError`` whose text is one line naming the cause and the fix. It checks, in
 order: the URL has an http(s) scheme and a host; the server answers ``GET /v1/models`` within the
-timeout; the key is accepted (401/403 name ``--api-key``); the answer is the OpenAI list of models
+timeout, without a redirect (a 3xx is refused naming its ``Location``: no request of a run follows
+one); the key is accepted (401/403 name ``--api-key``); the answer is the OpenAI list of models
 (``{"data": [{"id": ...}]}``), with at least one model unless ``--model`` names one.
 Invariant: it sends at most one request, and never raises anything but ``PreflightError``.
 """
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from loadtests._outcome import redirect_message
 from loadtests.errors import UsageError
 
 DEFAULT_PREFLIGHT_TIMEOUT = 10.0
@@ -72,7 +74,7 @@ def preflight(host: str, api_key: str | None, model: str | None, timeout: float 
     models_url = f"{url}/v1/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = httpx.get(models_url, headers=headers, timeout=timeout)
+        response = httpx.get(models_url, headers=headers, timeout=timeout, follow_redirects=False)
     except httpx.TimeoutException:
         raise PreflightError(
             f"no answer from {models_url} within {timeout:g} s: is the server up and "
@@ -81,6 +83,10 @@ def preflight(host: str, api_key: str | None, model: str | None, timeout: float 
     except httpx.HTTPError as exc:
         reason = _reason(exc)
         raise PreflightError(f"cannot reach {models_url} ({reason}): is the server running? check --host") from None
+    if 300 <= response.status_code < 400:
+        raise PreflightError(
+            f"{models_url}: {redirect_message(response.status_code, response.headers.get('location'))}"
+        )
     if response.status_code in (401, 403):
         fix = "the key given was refused: check --api-key" if api_key else API_KEY_HINT
         raise PreflightError(f"HTTP {response.status_code} from {models_url}: {fix}")

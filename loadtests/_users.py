@@ -307,6 +307,7 @@ class SSEUser(StreamingUser, FastHttpUser):
     abstract = True
     client_kind = "raw"
     max_retries = 0  # a retried POST would be a second stream, counted as one
+    max_redirects = 0  # a 3xx is the row's answer: following it sends the stream (and the key) elsewhere
     connection_timeout = 10.0
     # network_timeout (the client idle timeout) is set per run from --client-idle-timeout.
 
@@ -353,7 +354,8 @@ class SSEUser(StreamingUser, FastHttpUser):
                 return None
             tracker.client_ended(_describe(error) if error is not None else "no response and no error to say why")
             return Outcome.CONNECT_ERROR
-        tracker.headers(status, time.monotonic() - started, response.headers.get("content-type"))
+        headers = response.headers
+        tracker.headers(status, time.monotonic() - started, headers.get("content-type"), headers.get("location"))
         raw = response._response  # geventhttpclient's response: the only handle on the live socket
         try:
             if not 200 <= status < 300:
@@ -450,8 +452,11 @@ class OpenAISDKUser(StreamingUser, User):
 
     def on_start(self) -> None:
         self.wire = WireTap(self.harness.max_line_bytes)
-        # one TLS context per process: each client building its own costs ~30 ms on the loop
-        http_client = openai.DefaultHttpxClient(verify=shared_ssl_context(), event_hooks={"response": [self.wire]})
+        # one TLS context per process: each client building its own costs ~30 ms on the loop. The SDK's
+        # client follows redirects unless told not to; a 3xx is the row's answer, as for the raw user.
+        http_client = openai.DefaultHttpxClient(
+            verify=shared_ssl_context(), follow_redirects=False, event_hooks={"response": [self.wire]}
+        )
         self.sdk = openai.OpenAI(
             base_url=f"{self.target}/v1",
             api_key=self.harness.api_key or "unused",
@@ -502,7 +507,7 @@ def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | 
     """Record what the SDK raised ``t`` seconds into the request; returns ``"timeout"``,
     ``"connect_error"`` or ``"protocol_error"`` when the client, not the server, ended it."""
     if isinstance(exc, openai.APIStatusError):
-        tracker.headers(exc.status_code, t)
+        tracker.headers(exc.status_code, t, location=exc.response.headers.get("location"))
         tracker.error_body(exc.response.content)
     elif isinstance(exc, openai.APITimeoutError):
         tracker.client_ended(IDLE_IN_BODY if tracker.status else IDLE_BEFORE_HEADERS)

@@ -324,3 +324,15 @@ def test_a_stream_is_stuck_after_three_times_the_longest_finished_of_its_kind() 
     quick = StreamTracker(RequestPlan("r", "chat:c", "chat"), 0.0).finish(0.2, "cut")
     state.note_finished(quick)
     assert state.stuck_after("chat:c") == (STUCK_MIN_S, "3x the longest finished chat:c stream (0.2 s)")
+
+
+@pytest.mark.parametrize(("status", "location"), [(301, "http://127.0.0.1:9/v1/completions"), (307, None)])
+def test_a_redirect_is_rejected_naming_its_status_and_location(status: int, location: str | None) -> None:
+    stream = tracker()
+    stream.headers(status, 0.01, "text/html", location)
+    stream.error_body(b"<html>moved</html>")
+    row = stream.finish(0.02)
+    assert (row.outcome, row.status) == ("rejected", status)
+    where = f"to {location}" if location else "without a Location"
+    assert row.error_message is not None
+    assert row.error_message.startswith(f"HTTP {status} redirect {where}, not followed: ")
