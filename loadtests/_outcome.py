@@ -8,7 +8,9 @@ A ``StreamTracker`` is fed the response headers and each SSE frame with its arri
   to another origin would send the load, and the key, elsewhere): its ``error_message`` names the
   status and the ``Location``;
 - ``http_5xx``: a 5xx status, proxies' 502/504 included;
-- ``inband_error``: HTTP 200 but a ``data: {"error": ...}`` frame (peer tools count this as a success);
+- ``inband_error``: HTTP 200 but a ``data: {"error": ...}`` frame (peer tools count this as a success),
+  or a stream that ended with ``[DONE]`` after a choice finished with a ``finish_reason`` in
+  ``FAILED_FINISH_REASONS`` (vLLM's ``abort`` and ``error``: the generation did not complete);
 - ``protocol_error``: HTTP 200 but not a valid event stream: another content type, a data frame
   that is not a JSON object, bytes that are not UTF-8, a line longer than the reader's limit;
 - ``cut``: HTTP 200 but the stream ended without ``[DONE]`` (a proxy or server dropped it);
@@ -23,7 +25,8 @@ SDK user feeds the payloads the SDK handed over and what the wire showed below i
 ``[DONE]`` came). The first terminal event decides: after ``[DONE]`` nothing more is judged, after
 an error frame only ``[DONE]`` is noted, and a protocol error ends the reading. Values the server
 sent that do not fit their column (a token count that is not a 64-bit integer) become null, with
-the raw text kept in ``raw_usage``.
+the raw text kept in ``raw_usage``. ``finish_reason`` is the last non-null one any choice sent (a
+failed one, once sent, is kept), the same from either client.
 
 Times are seconds since the request was sent. Gaps count every arrival the client saw (the
 request going out, the headers, each frame, the end of the stream), which is what a proxy's read
@@ -79,6 +82,9 @@ FAILURE_OUTCOMES = (
     Outcome.HARNESS_ERROR,
 )
 """Outcomes that are failures whatever a spec expects (``rejected`` can be what a spec asks for)."""
+FAILED_FINISH_REASONS = frozenset({"abort", "error"})
+"""A choice that finished with one of these did not complete: vLLM sends ``abort`` for a request its
+engine aborted and ``error`` for one that failed inside it, under HTTP 200 and before ``[DONE]``."""
 MAX_TEXT = 500
 """Longest server-sent text kept in a row (error messages, raw usage): enough to read, never a whole body."""
 INVALID_UTF8 = "bytes that are not UTF-8 in the event stream"
@@ -124,6 +130,9 @@ class RequestRow:
     status: what keep-alive must cover. Unlike ``silence_before_first_token_s`` it cannot be hidden
     by an intermediary that holds the headers until the first token."""
     done: bool
+    finish_reason: str | None = None
+    """The last non-null ``finish_reason`` of any choice (``stop``, ``length``...), a failed one
+    (``FAILED_FINISH_REASONS``) kept once sent; null when none came (and in runs before the column)."""
     harness_lag_max_s: float | None = None
     """The worst lag of the harness's own event loop while this request was open (``loadtests._lag``):
     gaps and times of this row may be late by up to this much. Null when nothing was measured."""
@@ -250,6 +259,7 @@ class StreamTracker:
         "_comment",
         "_data",
         "_error",
+        "_finish_reason",
         "_harness_error",
         "_keepalive",
         "_last_data_t",
@@ -290,6 +300,7 @@ class StreamTracker:
         self._data = self._keepalive = self._comment = 0
         self._error: dict[str, Any] | None = None
         self._usage: Any = None
+        self._finish_reason: str | None = None
         self._protocol_error: str | None = None
         self._harness_error: str | None = None
         self._client_reason: str | None = None
@@ -411,6 +422,12 @@ class StreamTracker:
             self._ttft = t
         if payload.get("usage") is not None:
             self._usage = payload["usage"]
+        choices = payload.get("choices")
+        if type(choices) is list:
+            for choice in choices:
+                reason = choice.get("finish_reason") if type(choice) is dict else None
+                if reason is not None and self._finish_reason not in FAILED_FINISH_REASONS:
+                    self._finish_reason = _clip(reason)
         return "data"
 
     def _data_arrival(self, t: float) -> None:
@@ -448,6 +465,12 @@ class StreamTracker:
             and (completion_tokens is not None or usage.get("completion_tokens") is None)
         )
         outcome = self._outcome(failure)
+        failed_finish = None
+        if outcome == Outcome.INBAND_ERROR and self._error is None:
+            failed_finish = (
+                f"finish_reason {self._finish_reason!r} before [DONE]: the server ended the generation "
+                "without completing it"
+            )
         message = {
             Outcome.PROTOCOL_ERROR: self._protocol_error,
             Outcome.HARNESS_ERROR: self._harness_error,
@@ -455,6 +478,7 @@ class StreamTracker:
             Outcome.CONNECT_ERROR: self._client_reason,
             Outcome.STOPPED: self._client_reason,
             Outcome.REJECTED: self._redirect,
+            Outcome.INBAND_ERROR: failed_finish,
         }.get(outcome)
         code = error.get("code")
         plan = self.plan
@@ -490,6 +514,7 @@ class StreamTracker:
             silence_before_first_token_s=None if self.ttfb is None else (self._ttft or t) - self.ttfb,
             silence_from_send_s=None if self.ttfb is None else (self._ttft or t),
             done=self.done,
+            finish_reason=self._finish_reason,
         )
 
     def _outcome(self, failure: Outcome | None) -> Outcome:
@@ -507,7 +532,7 @@ class StreamTracker:
         if self._protocol_error is not None:
             return Outcome.PROTOCOL_ERROR
         if self.done:
-            return Outcome.OK
+            return Outcome.INBAND_ERROR if self._finish_reason in FAILED_FINISH_REASONS else Outcome.OK
         if failure in (Outcome.TIMEOUT, Outcome.STOPPED):
             return Outcome(failure)
         return Outcome.CUT
