@@ -5,9 +5,11 @@ traceback per task. ``preflight()`` asks once, with a bounded timeout, and eithe
 URL to use (a trailing ``/v1`` stripped, with a notice: the harness adds it itself) and the model,
 or raises ``PreflightError`` whose text is one line naming the cause and the fix. It checks, in
 order: the URL has an http(s) scheme and a host; the server answers ``GET /v1/models`` within the
-timeout, without a redirect (a 3xx is refused naming its ``Location``: no request of a run follows
-one); the key is accepted (401/403 name ``--api-key``); the answer is the OpenAI list of models
-(``{"data": [{"id": ...}]}``), with at least one model unless ``--model`` names one.
+timeout (an https one with a certificate the run trusts: ``loadtests._tls``; a refused one names
+the problem and ``--ca-cert``/``--insecure``), without a redirect (a 3xx is refused naming its
+``Location``: no request of a run follows one); the key is accepted (401/403 name ``--api-key``);
+the answer is the OpenAI list of models (``{"data": [{"id": ...}]}``), with at least one model
+unless ``--model`` names one.
 Invariant: it sends at most one request, and never raises anything but ``PreflightError``.
 """
 
@@ -20,6 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from loadtests._outcome import redirect_message
+from loadtests._tls import TLS_FIX, certificate_problem, client_context
 from loadtests.errors import UsageError
 
 DEFAULT_PREFLIGHT_TIMEOUT = 10.0
@@ -74,13 +77,18 @@ def preflight(host: str, api_key: str | None, model: str | None, timeout: float 
     models_url = f"{url}/v1/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = httpx.get(models_url, headers=headers, timeout=timeout, follow_redirects=False)
+        response = httpx.get(
+            models_url, headers=headers, timeout=timeout, follow_redirects=False, verify=client_context()
+        )
     except httpx.TimeoutException:
         raise PreflightError(
             f"no answer from {models_url} within {timeout:g} s: is the server up and "
             "serving? (--preflight-timeout sets the wait)"
         ) from None
     except httpx.HTTPError as exc:
+        problem = certificate_problem(exc)
+        if problem is not None:
+            raise PreflightError(f"the TLS certificate of {models_url} was refused ({problem}): {TLS_FIX}") from None
         reason = _reason(exc)
         raise PreflightError(f"cannot reach {models_url} ({reason}): is the server running? check --host") from None
     if 300 <= response.status_code < 400:

@@ -41,10 +41,10 @@ from loadtests import _arrival_clock as arrival_clock
 from loadtests import _response_end as response_end
 from loadtests._arrivals import Ticket
 from loadtests._failure_cycles import forget_failure, forget_traceback
-from loadtests._loop_hygiene import shared_ssl_context
 from loadtests._outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
 from loadtests._run_state import RunState, run_state
 from loadtests._sse import LineTooLong, SSEParser
+from loadtests._tls import client_context, raw_client_context
 from loadtests._wire_tap import WireTap
 from loadtests._workload import PreparedRequest, RequestMix
 from loadtests.errors import SseSoakError
@@ -308,6 +308,8 @@ class SSEUser(StreamingUser, FastHttpUser):
     client_kind = "raw"
     max_retries = 0  # a retried POST would be a second stream, counted as one
     max_redirects = 0  # a 3xx is the row's answer: following it sends the stream (and the key) elsewhere
+    ssl_context_factory = staticmethod(raw_client_context)  # the run's trust, as every client's (loadtests._tls)
+    insecure = False  # Locust's default verifies nothing; --insecure sets it per run
     connection_timeout = 10.0
     # network_timeout (the client idle timeout) is set per run from --client-idle-timeout.
 
@@ -455,7 +457,7 @@ class OpenAISDKUser(StreamingUser, User):
         # one TLS context per process: each client building its own costs ~30 ms on the loop. The SDK's
         # client follows redirects unless told not to; a 3xx is the row's answer, as for the raw user.
         http_client = openai.DefaultHttpxClient(
-            verify=shared_ssl_context(), follow_redirects=False, event_hooks={"response": [self.wire]}
+            verify=client_context(), follow_redirects=False, event_hooks={"response": [self.wire]}
         )
         self.sdk = openai.OpenAI(
             base_url=f"{self.target}/v1",
