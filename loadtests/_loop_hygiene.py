@@ -25,8 +25,8 @@ at each test start, before any user is spawned, when no stream is open:
   here leaves 0.3 ms to that call.
 - Each ``httpx`` client builds its own TLS context and loads the CA bundle into it (about 30 ms
   of CPU), even for plain-http targets: an ``OpenAISDKUser`` does so in ``on_start``, so spawning
-  50 of them held the loop 1-2 s. ``shared_ssl_context()`` is one context for every client of
-  the process, built here (pass it as the client's ``verify``).
+  50 of them held the loop 1-2 s. ``loadtests._tls.client_context()`` is one context for every
+  client of the process (the run's trust: ``--ca-cert``, ``--insecure``), built here at the latest.
 
 - With setup frozen, a run's cyclic garbage is small (``loadtests._users`` breaks the cycles Locust
   and the SDK make for each failed request: mixed_truncate at 200 users went from 110,000 cyclic
@@ -45,15 +45,15 @@ Invariant: nothing here changes what a run sends or records; it only moves work 
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import inspect
 import logging
 import platform
-import ssl
 import sys
 
 import gevent
+
+from loadtests._tls import client_context
 
 PER_REQUEST_LOGGERS = ("httpx", "httpx2")
 """Loggers that write a line for every HTTP request at INFO."""
@@ -86,7 +86,7 @@ def settle_after_setup() -> None:
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
     warm_platform_caches()
     warm_inspect_module_cache()
-    shared_ssl_context()
+    client_context()
     # libev times what is armed next from its cached clock, stale by the time all this took: without
     # this, the first sleeps and timeouts of the test would end that much early.
     gevent.get_hub().loop.update_now()
@@ -105,11 +105,3 @@ def warm_inspect_module_cache() -> None:
     """Let ``inspect`` map every module loaded so far to its file, as the first ``inspect.stack()``
     otherwise does (later calls only look at modules loaded since)."""
     inspect.getmodule(inspect.currentframe())
-
-
-@functools.cache
-def shared_ssl_context() -> ssl.SSLContext:
-    """One verifying TLS client context for every HTTP client of this process: the system's CA
-    bundle (or ``SSL_CERT_FILE``/``SSL_CERT_DIR``), hostnames checked, as ``httpx``'s default on
-    Linux. An ``ssl.SSLContext`` may be shared by any number of clients and connections."""
-    return ssl.create_default_context()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import enum
 import math
+import os
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
@@ -229,6 +230,14 @@ def _report_dir_problem(value: str) -> str | None:
     return None if problem is None else f"{value}: {problem}"
 
 
+def _ca_cert_problem(value: str) -> str | None:
+    if not os.path.isfile(value):
+        return f"{value}: no such file (a PEM file of the CA certificates to trust)"
+    if not os.access(value, os.R_OK):
+        return f"{value}: not readable"
+    return None
+
+
 def _keep_alive_problem(value: float) -> str | None:
     return None if not value < 0 else f"must not be negative, got {value:g} (0 turns keep-alive off)"
 
@@ -257,6 +266,7 @@ def _locate(text: str) -> Any:
 SCENARIO = Kind(_locate, "a shipped scenario's name or a locustfile path", own_words=True)
 SERVER_ARGS = Kind(str, "options as a shell would quote them", _server_args_problem)
 REPORT_DIR = Kind(str, "a writable directory", _report_dir_problem, late=True)
+CA_FILE = Kind(str, "a readable PEM file", _ca_cert_problem, late=True)
 KEEP_ALIVE = Kind(_number, "a number of seconds >= 0", _keep_alive_problem, "a number")
 LAG_LIMIT = Kind(_number, "0 or a positive number", _lag_limit_problem, "a number")
 RATE = Kind(_number, "a positive, finite number", _rate_problem, "a number")
@@ -497,6 +507,23 @@ OPTIONS: tuple[Option, ...] = (
         "control); nan and inf also mean off",
         None,
         frozenset({L, S, P, A}),
+    ),
+    Option(
+        "ca_cert",
+        CA_FILE,
+        "a PEM file of CA certificates every client of the run trusts for an https target, besides the system's "
+        "(a private CA, a self-signed server's own certificate); SSL_CERT_FILE replaces the system's instead",
+        None,
+        frozenset({L, S}),
+        metavar="FILE",
+    ),
+    Option(
+        "insecure",
+        SWITCH,
+        "verify no TLS certificate nor hostname of an https target (any server can answer for it): printed as a "
+        "warning at the start and recorded in the run's settings",
+        False,
+        frozenset({L, S}),
     ),
     Option(
         "preflight_timeout",

@@ -4,9 +4,13 @@ A ``StreamTracker`` is fed the response headers and each SSE frame with its arri
 ``finish()`` turns them into a ``RequestRow`` with exactly one ``Outcome``:
 
 - ``ok``: HTTP 200, ``data: [DONE]`` received, no error frame;
-- ``rejected``: a 4xx (or any other non-2xx, non-5xx status);
+- ``rejected``: a 4xx (or any other non-2xx, non-5xx status); a 3xx is never followed (a redirect
+  to another origin would send the load, and the key, elsewhere): its ``error_message`` names the
+  status and the ``Location``;
 - ``http_5xx``: a 5xx status, proxies' 502/504 included;
-- ``inband_error``: HTTP 200 but a ``data: {"error": ...}`` frame (peer tools count this as a success);
+- ``inband_error``: HTTP 200 but a ``data: {"error": ...}`` frame (peer tools count this as a success),
+  or a stream that ended with ``[DONE]`` after a choice finished with a ``finish_reason`` in
+  ``FAILED_FINISH_REASONS`` (vLLM's ``abort`` and ``error``: the generation did not complete);
 - ``protocol_error``: HTTP 200 but not a valid event stream: another content type, a data frame
   that is not a JSON object, bytes that are not UTF-8, a line longer than the reader's limit;
 - ``cut``: HTTP 200 but the stream ended without ``[DONE]`` (a proxy or server dropped it);
@@ -23,7 +27,8 @@ frame, the data frames). The first terminal event decides and ends the stream: `
 error frame, or a frame that breaks the protocol (a ``[DONE]`` marker with anything after it
 included); nothing after it is counted, timed or judged. Values the server
 sent that do not fit their column (a token count that is not a 64-bit integer) become null, with
-the raw text kept in ``raw_usage``.
+the raw text kept in ``raw_usage``. ``finish_reason`` is the last non-null one any choice sent (a
+failed one, once sent, is kept), the same from either client.
 
 Times are seconds since the request was sent. Gaps count every arrival the client saw (the
 request going out, the headers, each frame, the end of the stream), which is what a proxy's read
@@ -79,6 +84,9 @@ FAILURE_OUTCOMES = (
     Outcome.HARNESS_ERROR,
 )
 """Outcomes that are failures whatever a spec expects (``rejected`` can be what a spec asks for)."""
+FAILED_FINISH_REASONS = frozenset({"abort", "error"})
+"""A choice that finished with one of these did not complete: vLLM sends ``abort`` for a request its
+engine aborted and ``error`` for one that failed inside it, under HTTP 200 and before ``[DONE]``."""
 MAX_TEXT = 500
 """Longest server-sent text kept in a row (error messages, raw usage): enough to read, never a whole body."""
 INVALID_UTF8 = "bytes that are not UTF-8 in the event stream"
@@ -124,6 +132,9 @@ class RequestRow:
     status: what keep-alive must cover. Unlike ``silence_before_first_token_s`` it cannot be hidden
     by an intermediary that holds the headers until the first token."""
     done: bool
+    finish_reason: str | None = None
+    """The last non-null ``finish_reason`` of any choice (``stop``, ``length``...), a failed one
+    (``FAILED_FINISH_REASONS``) kept once sent; null when none came (and in runs before the column)."""
     harness_lag_max_s: float | None = None
     """The worst lag of the harness's own event loop while this request was open (``loadtests._lag``):
     gaps and times of this row may be late by up to this much. Null when nothing was measured."""
@@ -241,6 +252,14 @@ def _token_count(value: Any) -> int | None:
     return None
 
 
+def redirect_message(status: int, location: str | None) -> str:
+    """The one wording of a redirect, for both clients' rows (and the preflight's line)."""
+    where = f"to {_clip(location)}" if location else "without a Location"
+    return (
+        f"HTTP {status} redirect {where}, not followed: sse-soak never follows redirects (use the final URL as --host)"
+    )
+
+
 def _clip(value: Any) -> str | None:
     return None if value is None else str(value)[:MAX_TEXT]
 
@@ -255,6 +274,7 @@ class StreamTracker:
         "_comment",
         "_data",
         "_error",
+        "_finish_reason",
         "_harness_error",
         "_keepalive",
         "_last_data_t",
@@ -262,6 +282,7 @@ class StreamTracker:
         "_max_data_gap",
         "_max_gap",
         "_protocol_error",
+        "_redirect",
         "_sees_comments",
         "_ttft",
         "_usage",
@@ -294,9 +315,11 @@ class StreamTracker:
         self._data = self._keepalive = self._comment = 0
         self._error: dict[str, Any] | None = None
         self._usage: Any = None
+        self._finish_reason: str | None = None
         self._protocol_error: str | None = None
         self._harness_error: str | None = None
         self._client_reason: str | None = None
+        self._redirect: str | None = None
 
     @property
     def broken(self) -> bool:
@@ -316,15 +339,23 @@ class StreamTracker:
         return gap
 
     def headers(
-        self, status: int, t: float, content_type: str | None = None, content_encoding: str | None = None
+        self,
+        status: int,
+        t: float,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        location: str | None = None,
     ) -> None:
         """The status line and headers arrived ``t`` seconds after the request was sent. A 2xx
         whose content type is not ``text/event-stream`` is a protocol error (a login page, say), and
         so is one encoded other than ``identity``: both clients ask for ``Accept-Encoding:
-        identity``, and decoding a compressed stream would hide when its frames arrived."""
+        identity``, and decoding a compressed stream would hide when its frames arrived. A 3xx is a
+        redirect no client follows, named with its ``location``."""
         self.status = status
         self.ttfb = t
         self._arrival(t)
+        if 300 <= status < 400:
+            self._redirect = redirect_message(status, location)
         if 200 <= status < 300:
             if not is_event_stream(content_type):
                 self.protocol_error(f"content-type {_clip(content_type) or 'missing'}, not text/event-stream")
@@ -418,6 +449,12 @@ class StreamTracker:
             self._ttft = t
         if payload.get("usage") is not None:
             self._usage = payload["usage"]
+        choices = payload.get("choices")
+        if type(choices) is list:
+            for choice in choices:
+                reason = choice.get("finish_reason") if type(choice) is dict else None
+                if reason is not None and self._finish_reason not in FAILED_FINISH_REASONS:
+                    self._finish_reason = _clip(reason)
         return "data"
 
     def _data_arrival(self, t: float) -> None:
@@ -461,12 +498,20 @@ class StreamTracker:
             and (completion_tokens is not None or usage.get("completion_tokens") is None)
         )
         outcome = self._outcome(failure)
+        failed_finish = None
+        if outcome == Outcome.INBAND_ERROR and self._error is None:
+            failed_finish = (
+                f"finish_reason {self._finish_reason!r} before [DONE]: the server ended the generation "
+                "without completing it"
+            )
         message = {
             Outcome.PROTOCOL_ERROR: self._protocol_error,
             Outcome.HARNESS_ERROR: self._harness_error,
             Outcome.TIMEOUT: self._client_reason,
             Outcome.CONNECT_ERROR: self._client_reason,
             Outcome.STOPPED: self._client_reason,
+            Outcome.REJECTED: self._redirect,
+            Outcome.INBAND_ERROR: failed_finish,
         }.get(outcome)
         code = error.get("code")
         plan = self.plan
@@ -502,6 +547,7 @@ class StreamTracker:
             silence_before_first_token_s=None if self.ttfb is None else (self._ttft or t) - self.ttfb,
             silence_from_send_s=None if self.ttfb is None else (self._ttft or t),
             done=self.done,
+            finish_reason=self._finish_reason,
         )
 
     def _outcome(self, failure: Outcome | None) -> Outcome:
@@ -519,7 +565,7 @@ class StreamTracker:
         if self._protocol_error is not None:
             return Outcome.PROTOCOL_ERROR
         if self.done:
-            return Outcome.OK
+            return Outcome.INBAND_ERROR if self._finish_reason in FAILED_FINISH_REASONS else Outcome.OK
         if failure in (Outcome.TIMEOUT, Outcome.STOPPED):
             return Outcome(failure)
         return Outcome.CUT

@@ -5,8 +5,11 @@ traceback per task. ``preflight()`` asks once, with a bounded timeout, and eithe
 URL to use (a trailing ``/v1`` stripped, with a notice: the harness adds it itself) and the model,
 or raises ``PreflightError`` whose text is one line naming the cause and the fix. It checks, in
 order: the URL has an http(s) scheme and a host; the server answers ``GET /v1/models`` within the
-timeout; the key is accepted (401/403 name ``--api-key``); the answer is the OpenAI list of models
-(``{"data": [{"id": ...}]}``), with at least one model unless ``--model`` names one.
+timeout (an https one with a certificate the run trusts: ``loadtests._tls``; a refused one names
+the problem and ``--ca-cert``/``--insecure``), without a redirect (a 3xx is refused naming its
+``Location``: no request of a run follows one); the key is accepted (401/403 name ``--api-key``);
+the answer is the OpenAI list of models (``{"data": [{"id": ...}]}``), with at least one model
+unless ``--model`` names one.
 Invariant: it sends at most one request, and never raises anything but ``PreflightError``.
 """
 
@@ -18,7 +21,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from loadtests._outcome import redirect_message
 from loadtests._safe_text import redacted_url, url_has_credentials, without_header_values
+from loadtests._tls import TLS_FIX, certificate_problem, client_context
 from loadtests.errors import UsageError
 
 DEFAULT_PREFLIGHT_TIMEOUT = 10.0
@@ -81,17 +86,27 @@ def preflight(host: str, api_key: str | None, model: str | None, timeout: float 
     shown_url, shown_models_url = redacted_url(url), redacted_url(models_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = httpx.get(models_url, headers=headers, timeout=timeout)
+        response = httpx.get(
+            models_url, headers=headers, timeout=timeout, follow_redirects=False, verify=client_context()
+        )
     except httpx.TimeoutException:
         raise PreflightError(
             f"no answer from {shown_models_url} within {timeout:g} s: is the server up and "
             "serving? (--preflight-timeout sets the wait)"
         ) from None
     except httpx.HTTPError as exc:
+        problem = certificate_problem(exc)
+        if problem is not None:
+            refused = f"the TLS certificate of {shown_models_url} was refused ({problem})"
+            raise PreflightError(f"{refused}: {TLS_FIX}") from None
         reason = _reason(exc)
         raise PreflightError(
             f"cannot reach {shown_models_url} ({reason}): is the server running? check --host"
         ) from None
+    if 300 <= response.status_code < 400:
+        location = response.headers.get("location")
+        shown_location = redacted_url(location) if location else None
+        raise PreflightError(f"{shown_models_url}: {redirect_message(response.status_code, shown_location)}")
     if response.status_code in (401, 403):
         fix = "the key given was refused: check --api-key" if api_key else API_KEY_HINT
         raise PreflightError(f"HTTP {response.status_code} from {shown_models_url}: {fix}")

@@ -37,6 +37,7 @@ import atexit
 import copy
 import functools
 import os
+import ssl
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -52,6 +53,7 @@ from locust.argument_parser import parse_locustfile_option
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 from loadtests import _arrival_clock as arrival_clock
+from loadtests import _tls as tls
 from loadtests._arrivals import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
 from loadtests._collect import Collector
 from loadtests._ending import how_it_ended
@@ -278,6 +280,7 @@ class RunController:
         end_with_launcher()  # a soak or launch() that dies, even by SIGKILL, leaves no run behind
         options = environment.parsed_options
         check_locust_options(options)
+        _trust_as_told(environment)
         self._given_host = options.host
         state = run_state(environment)
         state.model_option = options.model
@@ -294,6 +297,7 @@ class RunController:
         for user_class in environment.user_classes:
             if issubclass(user_class, FastHttpUser):
                 user_class.network_timeout = options.client_idle_timeout
+                user_class.insecure = options.insecure
         # first: a master answers the hellos of workers that connect while its stack starts
         state.admission = Admission(environment, RunIdentity(self.name, self.run_id))
         state.admission.start()
@@ -607,3 +611,15 @@ class RunController:
 
 
 register()  # importing the controller is how a locustfile's ``from loadtests import Scenario, SSEUser`` reaches Locust
+
+
+def _trust_as_told(environment: Any) -> None:
+    """Every client of this process trusts what ``--ca-cert`` and ``--insecure`` say (``loadtests._tls``);
+    ``--insecure`` is said loudly, once, by the process that prints the run's lines."""
+    options = environment.parsed_options
+    try:
+        tls.configure(options.ca_cert, options.insecure)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"--ca-cert {options.ca_cert}: not a PEM file of certificates ({exc})") from None
+    if options.insecure and not isinstance(environment.runner, WorkerRunner):
+        print(tls.INSECURE_WARNING, file=sys.stderr, flush=True)

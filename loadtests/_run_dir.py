@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadtests._lag import LAG_SCHEMA
@@ -49,16 +50,20 @@ _SCHEMAS = {
 
 def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     """A requests or frames table (a parquet file or a directory of parts) with nullable integers
-    as pandas ``Int64``; an empty table with the right columns when nothing was written."""
+    as pandas ``Int64``; an empty table with the right columns when nothing was written. A column
+    its schema has and an older run did not write yet (``finish_reason``) reads as nulls."""
+    schema = _SCHEMAS.get(path.name.split(".")[0], REQUEST_SCHEMA)
     written = path.is_file() or (path.is_dir() and any(path.glob("*.parquet")))
-    if written:
-        table = pq.read_table(path, columns=columns)
-    else:
-        schema = _SCHEMAS.get(path.name.split(".")[0], REQUEST_SCHEMA)
+    if not written:
         table = schema.empty_table()
-        if columns is not None:
-            table = table.select(columns)
-    return to_pandas(table)
+        return to_pandas(table if columns is None else table.select(columns))
+    present = set(pq.ParquetDataset(path).schema.names)
+    table = pq.read_table(path, columns=None if columns is None else [name for name in columns if name in present])
+    for name in columns or schema.names:
+        if name not in present and name in schema.names:
+            column = schema.field(name)
+            table = table.append_column(column, pa.nulls(len(table), column.type))
+    return to_pandas(table if columns is None else table.select(columns))
 
 
 class RunDirError(UsageError, ValueError):

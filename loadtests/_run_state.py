@@ -20,13 +20,13 @@ from gevent.lock import Semaphore
 
 from loadtests._arrivals import ArrivalSchedule
 from loadtests._lag import LagMonitor
-from loadtests._loop_hygiene import shared_ssl_context
 from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S
 from loadtests._outcome import Outcome, RequestRow
 from loadtests._recorder import Recorder
 from loadtests._run_identity import Admission
 from loadtests._safe_text import printable
 from loadtests._sse import DEFAULT_MAX_LINE_BYTES
+from loadtests._tls import client_context
 from loadtests._workload import (
     PROBE_TIMEOUT,
     PreparedMix,
@@ -136,9 +136,7 @@ class RunState:
 
     def http(self, host: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.Client(
-            base_url=host, headers=headers, timeout=self.client_idle_timeout, verify=shared_ssl_context()
-        )
+        return httpx.Client(base_url=host, headers=headers, timeout=self.client_idle_timeout, verify=client_context())
 
     def prepared_mix(self, mix: RequestMix, host: str) -> PreparedMix:
         """``mix`` built against this run's target; the first caller builds it, others wait."""

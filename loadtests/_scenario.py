@@ -52,6 +52,10 @@ class RunSettings:
     server: str = "bundled"
     """The server the run starts when no host is given: ``bundled`` or ``vllm`` (real vLLM, running
     the profile as ``loadtests._real_vllm.VllmProfile`` translates it)."""
+    ca_cert: str | None = None
+    """``--ca-cert``: a CA file every client trusted besides the system's (``loadtests._tls``)."""
+    insecure: bool = False
+    """``--insecure``: no TLS certificate was verified."""
 
     @property
     def starts_server(self) -> str | None:
@@ -137,7 +141,16 @@ class Scenario:
                 raise UsageError(f"scenario {self.name}: {exc}") from None
 
     def settings(self, options: Any) -> RunSettings:
-        """The run's settings from its parsed options. The bundled server runs the profile, then
+        """The run's settings from its parsed options: its stack (``_stack_settings``) and the TLS
+        trust of its clients."""
+        return dataclasses.replace(
+            self._stack_settings(options),
+            ca_cert=getattr(options, "ca_cert", None),
+            insecure=bool(getattr(options, "insecure", False)),
+        )
+
+    def _stack_settings(self, options: Any) -> RunSettings:
+        """The run's stack settings from its parsed options. The bundled server runs the profile, then
         ``--server-args``, then the keep-alive interval (``--keep-alive-interval``, else the
         scenario's own); its interval is the last one given. A server given by ``--host`` has the
         ``--keep-alive-interval`` given, else an unknown one, and no arguments of ours."""

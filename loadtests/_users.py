@@ -41,11 +41,11 @@ from loadtests import _arrival_clock as arrival_clock
 from loadtests import _response_end as response_end
 from loadtests._arrivals import Ticket
 from loadtests._failure_cycles import forget_failure, forget_traceback
-from loadtests._loop_hygiene import shared_ssl_context
 from loadtests._outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
 from loadtests._run_state import RunState, run_state
 from loadtests._safe_text import printable, without_header_values
 from loadtests._sse import LineTooLong, SSEParser
+from loadtests._tls import client_context, raw_client_context
 from loadtests._wire_tap import StreamBroken, WireTap
 from loadtests._workload import PreparedRequest, RequestMix
 from loadtests.errors import SseSoakError
@@ -316,6 +316,9 @@ class SSEUser(StreamingUser, FastHttpUser):
     abstract = True
     client_kind = "raw"
     max_retries = 0  # a retried POST would be a second stream, counted as one
+    max_redirects = 0  # a 3xx is the row's answer: following it sends the stream (and the key) elsewhere
+    ssl_context_factory = staticmethod(raw_client_context)  # the run's trust, as every client's (loadtests._tls)
+    insecure = False  # Locust's default verifies nothing; --insecure sets it per run
     connection_timeout = 10.0
     # network_timeout (the client idle timeout) is set per run from --client-idle-timeout.
 
@@ -369,7 +372,11 @@ class SSEUser(StreamingUser, FastHttpUser):
             return Outcome.PROTOCOL_ERROR
         headers = response.headers
         tracker.headers(
-            status, time.monotonic() - started, headers.get("content-type"), headers.get("content-encoding")
+            status,
+            time.monotonic() - started,
+            headers.get("content-type"),
+            content_encoding=headers.get("content-encoding"),
+            location=headers.get("location"),
         )
         try:
             if not 200 <= status < 300:
@@ -494,9 +501,11 @@ class OpenAISDKUser(StreamingUser, User):
 
     def on_start(self) -> None:
         self.wire = WireTap(self.harness.max_line_bytes)
-        # one TLS context per process: each client building its own costs ~30 ms on the loop
+        # one TLS context per process: each client building its own costs ~30 ms on the loop. The SDK's
+        # client follows redirects unless told not to; a 3xx is the row's answer, as for the raw user.
         http_client = openai.DefaultHttpxClient(
-            verify=shared_ssl_context(),
+            verify=client_context(),
+            follow_redirects=False,
             event_hooks={"response": [self.wire]},
             headers={"Accept-Encoding": "identity"},  # as the raw client asks: a compressed stream is refused
         )
@@ -540,7 +549,7 @@ class OpenAISDKUser(StreamingUser, User):
                     response.status_code,
                     time.monotonic() - started,
                     headers.get("content-type"),
-                    headers.get("content-encoding"),
+                    content_encoding=headers.get("content-encoding"),
                 )
                 if tracker.broken:
                     return None  # not an event stream: the SDK would find no events in it
@@ -559,7 +568,7 @@ def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | 
     """Record what the SDK raised ``t`` seconds into the request; returns ``"timeout"``,
     ``"connect_error"`` or ``"protocol_error"`` when the client, not the server, ended it."""
     if isinstance(exc, openai.APIStatusError):
-        tracker.headers(exc.status_code, t)
+        tracker.headers(exc.status_code, t, location=exc.response.headers.get("location"))
         tracker.error_body(exc.response.content)
     elif isinstance(exc, openai.APITimeoutError):
         tracker.client_ended(IDLE_IN_BODY if tracker.status else IDLE_BEFORE_HEADERS)

@@ -85,21 +85,24 @@ class Exchange:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
         return self.chunk([choice])
 
-    def payloads(self, usage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """A well-formed stream's data payloads: role chunk (chat), tokens, usage chunk."""
+    def payloads(self, usage: dict[str, Any] | None = None, finish_reason: str = "length") -> list[dict[str, Any]]:
+        """A well-formed stream's data payloads: role chunk (chat), tokens (the last with
+        ``finish_reason``), usage chunk."""
         out = []
         if self.route == "chat":
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
             out.append(self.chunk([role]))
         n = self.max_tokens
-        out += [self.token(f" t{i}", "length" if i == n - 1 else None) for i in range(n)]
+        out += [self.token(f" t{i}", finish_reason if i == n - 1 else None) for i in range(n)]
         if self.include_usage or usage is not None:
             usage = usage or {"prompt_tokens": 8, "total_tokens": 8 + n, "completion_tokens": n}
             out.append(self.chunk([], usage=usage))
         return out
 
-    def frames(self, usage: dict[str, Any] | None = None, eol: bytes = b"\n", done: bool = True) -> list[bytes]:
-        frames = [data_frame(payload, eol) for payload in self.payloads(usage)]
+    def frames(
+        self, usage: dict[str, Any] | None = None, eol: bytes = b"\n", done: bool = True, finish_reason: str = "length"
+    ) -> list[bytes]:
+        frames = [data_frame(payload, eol) for payload in self.payloads(usage, finish_reason)]
         return [*frames, b"data: [DONE]" + eol + eol] if done else frames
 
     # -- wire -----------------------------------------------------------------------------------
@@ -309,6 +312,17 @@ async def escape_in_content_type(ex: Exchange) -> bool:
     return True
 
 
+async def finish_abort(ex: Exchange) -> bool:
+    """A well-formed stream, ``[DONE]`` included, whose choice finished ``abort`` (vLLM: the engine
+    aborted the request)."""
+    return await ex.stream(ex.frames(finish_reason="abort"))
+
+
+async def finish_error(ex: Exchange) -> bool:
+    """A well-formed stream, ``[DONE]`` included, whose choice finished ``error``."""
+    return await ex.stream(ex.frames(finish_reason="error"))
+
+
 async def http_500(ex: Exchange) -> bool:
     body = json.dumps(error_body(500, "boom: internal server error", "InternalServerError")).encode()
     await ex.whole("500 Internal Server Error", "application/json", body)
@@ -431,6 +445,8 @@ MODES: dict[str, Mode] = {
         gzip_stream,
         escape_in_error,
         escape_in_content_type,
+        finish_abort,
+        finish_error,
     )
 }
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._loop_hygiene import FULL_COLLECTION_EVERY, SWITCH_INTERVAL_S, shared_ssl_context
+from loadtests._loop_hygiene import FULL_COLLECTION_EVERY, SWITCH_INTERVAL_S
+from loadtests._tls import client_context
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,8 +92,8 @@ def test_the_platform_facts_a_first_openai_request_reads_are_cached_by_setup() -
 
 @pytest.mark.fast
 def test_one_verifying_tls_context_serves_every_client() -> None:
-    context = shared_ssl_context()
-    assert shared_ssl_context() is context
+    context = client_context()
+    assert client_context() is context
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
 
 

@@ -59,7 +59,12 @@ EXPECTED = {
     "gzip_stream": "protocol_error",
     "escape_in_error": "inband_error",
     "escape_in_content_type": "protocol_error",
+    "finish_abort": "inband_error",
+    "finish_error": "inband_error",
 }
+FINISH_REASONS = {"finish_abort": "abort", "finish_error": "error"}
+"""Modes whose stream is well formed but whose generation failed: the column holds the reason
+(every other well-formed stream ends with ``length``)."""
 PROTOCOL_REASONS = {
     "html_200": "content-type",
     "non_json_frame": "not json",
@@ -204,7 +209,7 @@ def test_every_request_the_server_saw_has_exactly_one_row(run: Run) -> None:
 
 
 def _describe(rows: pd.DataFrame) -> str:
-    columns = ["outcome", "status", "error_message", "usage_prompt_tokens", "keepalive_frames", "data_frames", "done"]
+    columns = ["outcome", "status", "error_message", "finish_reason", "usage_prompt_tokens", "keepalive_frames", "done"]
     return rows[[c for c in columns if c in rows.columns]].to_string(max_colwidth=120)
 
 
@@ -226,6 +231,13 @@ def test_each_misbehaviour_ends_in_its_outcome(run: Run, mode: str, client: str)
         assert "raw_usage" in finished.columns, "requests.parquet has no raw_usage column"
         assert finished["usage_prompt_tokens"].isna().all(), _describe(finished)
         assert finished["raw_usage"].notna().all(), _describe(finished)
+    if mode in FINISH_REASONS:
+        reason = FINISH_REASONS[mode]
+        assert (finished["finish_reason"] == reason).all(), _describe(finished)
+        assert finished["done"].all() and finished["error_code"].isna().all(), _describe(finished)
+        assert finished["error_message"].str.startswith(f"finish_reason {reason!r} before [DONE]").all()
+    elif expected == "ok":
+        assert (finished["finish_reason"] == "length").all(), _describe(finished)
     if client == "openai":
         assert finished["keepalive_frames"].isna().all(), "the SDK hides comments: its count must be null"
     elif mode == "keepalive_ok":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -324,3 +325,80 @@ def test_a_stream_is_stuck_after_three_times_the_longest_finished_of_its_kind() 
     quick = StreamTracker(RequestPlan("r", "chat:c", "chat"), 0.0).finish(0.2, "cut")
     state.note_finished(quick)
     assert state.stuck_after("chat:c") == (STUCK_MIN_S, "3x the longest finished chat:c stream (0.2 s)")
+
+
+@pytest.mark.parametrize(("status", "location"), [(301, "http://127.0.0.1:9/v1/completions"), (307, None)])
+def test_a_redirect_is_rejected_naming_its_status_and_location(status: int, location: str | None) -> None:
+    stream = tracker()
+    stream.headers(status, 0.01, "text/html", location)
+    stream.error_body(b"<html>moved</html>")
+    row = stream.finish(0.02)
+    assert (row.outcome, row.status) == ("rejected", status)
+    where = f"to {location}" if location else "without a Location"
+    assert row.error_message is not None
+    assert row.error_message.startswith(f"HTTP {status} redirect {where}, not followed: ")
+
+
+def finishing(reason: str | None, route: str = "completions") -> Frame:
+    choice: dict[str, object] = {"index": 0, "finish_reason": reason}
+    choice.update({"delta": {"content": "x"}} if route == "chat" else {"text": "x"})
+    return data({"choices": [choice]})
+
+
+@pytest.mark.parametrize("route", ["completions", "chat"])
+@pytest.mark.parametrize("reason", ["stop", "length"])
+def test_the_last_finish_reason_is_recorded(route: str, reason: str) -> None:
+    stream = tracker()
+    stream.headers(200, 0.01, "text/event-stream")
+    stream.frame(finishing(None, route), 0.1)
+    stream.frame(finishing(reason, route), 0.2)
+    stream.frame(data({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}), 0.3)
+    stream.frame(DONE, 0.4)
+    row = stream.finish(0.5)
+    assert (row.outcome, row.finish_reason) == ("ok", reason)
+
+
+@pytest.mark.parametrize("reason", ["abort", "error"])
+def test_a_stream_whose_generation_failed_is_an_inband_error_even_with_done(reason: str) -> None:
+    stream = tracker()
+    stream.headers(200, 0.01, "text/event-stream")
+    stream.frame(finishing(reason), 0.1)
+    stream.frame(DONE, 0.2)
+    row = stream.finish(0.3)
+    assert (row.outcome, row.finish_reason, row.done, row.error_code) == ("inband_error", reason, True, None)
+    assert row.error_message == (
+        f"finish_reason {reason!r} before [DONE]: the server ended the generation without completing it"
+    )
+
+
+def test_a_failed_finish_reason_is_kept_over_a_later_one() -> None:
+    stream = tracker()
+    stream.headers(200, 0.01, "text/event-stream")
+    stream.frame(data({"choices": [{"index": 0, "text": "", "finish_reason": "abort"}]}), 0.1)
+    stream.frame(data({"choices": [{"index": 1, "text": "", "finish_reason": "stop"}]}), 0.2)
+    stream.frame(DONE, 0.3)
+    row = stream.finish(0.4)
+    assert (row.outcome, row.finish_reason) == ("inband_error", "abort")
+
+
+def test_the_sdk_and_the_wire_record_the_same_finish_reason() -> None:
+    sdk = StreamTracker(PLAN, start_time=0.0, sees_comments=False)
+    sdk.headers(200, 0.01, "text/event-stream")
+    sdk.payload({"choices": [{"index": 0, "text": "x", "finish_reason": "error"}]}, 0.1)
+    sdk.wire_ended(True, 100)
+    assert (sdk.finish(0.2).outcome, sdk.finish(0.2).finish_reason) == ("inband_error", "error")
+
+
+def test_a_run_written_before_the_finish_reason_column_reads_it_as_null(tmp_path: Path) -> None:
+    stream = tracker()
+    stream.headers(200, 0.01, "text/event-stream")
+    stream.frame(DONE, 0.1)
+    row = stream.finish(0.2).as_dict()
+    del row["finish_reason"]
+    run = RunDir(tmp_path / "old-run")
+    run.requests.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([row]), run.requests / "part-0.parquet")
+    assert run.read_requests()["finish_reason"].isna().all()
+    selected = run.read_requests(["outcome", "finish_reason"])
+    assert list(selected.columns) == ["outcome", "finish_reason"]
+    assert selected["outcome"].tolist() == ["ok"] and selected["finish_reason"].isna().all()

@@ -1,0 +1,166 @@
+"""An https target with a self-signed certificate: refused in one line naming the problem and the
+options, served with ``--ca-cert``, and with ``--insecure`` served, said loudly and recorded.
+
+The bundled server runs under uvicorn's TLS on a free loopback port, with a certificate for
+127.0.0.1 made by the test; the run is the misbehaving locustfile's (both clients, both routes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.loadtests.locust_run import REPORT_LINE, ROOT, locust_command
+
+pytestmark = pytest.mark.smoke
+
+LOCUSTFILE = ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"
+SERVE_TLS = """
+import sys
+import uvicorn
+from target_server.__main__ import _AnnouncingServer, listening_socket
+from target_server.app import create_app
+from target_server.config import ServerConfig
+
+config = ServerConfig.from_args([])
+sock = listening_socket("127.0.0.1", 0)
+url = f"https://127.0.0.1:{sock.getsockname()[1]}"
+uv = uvicorn.Config(create_app(config), log_level="warning", access_log=False, ssl_certfile=sys.argv[1],
+                    ssl_keyfile=sys.argv[2])
+_AnnouncingServer(uv, url, config.model).run(sockets=[sock])
+"""
+READY_PREFIX = "target_server ready: "
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by its own key (so it is its own CA), and that key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sse-soak test server")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The bundled server over https: its URL and its certificate."""
+    cert, key = self_signed(tmp_path_factory.mktemp("tls"))
+    process = subprocess.Popen(
+        [sys.executable, "-c", SERVE_TLS, str(cert), str(key)],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,  # the server exits when its stdin closes, too
+        text=True,
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    try:
+        url = ""
+        deadline = time.monotonic() + 30
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            while not url:
+                assert selector.select(max(0.0, deadline - time.monotonic())), "no ready line within 30 s"
+                line = process.stdout.readline()
+                assert line, f"the server exited with {process.poll()} before it was ready"
+                if line.startswith(READY_PREFIX):
+                    url = line[len(READY_PREFIX) :].split()[0]
+        yield url, cert
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        for pipe in (process.stdout, process.stdin):
+            if pipe is not None:
+                pipe.close()
+
+
+def _run(url: str, report_dir: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    command = locust_command(
+        LOCUSTFILE,
+        *("--headless", "-u", "2", "-r", "2", "-t", "3s", "--host", url, "--stop-timeout", "5"),
+        *("--report-dir", str(report_dir), "--only-summary", *options),
+    )
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+def test_an_untrusted_certificate_is_one_line_naming_the_problem_and_the_options(
+    tls_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, _ = tls_server
+    result = _run(url, tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    line = next(line for line in output.splitlines() if "certificate" in line)
+    assert f"the TLS certificate of {url}/v1/models was refused (certificate verify failed: self-signed" in line
+    assert "--ca-cert FILE" in line and "--insecure" in line and "is the server running" not in output
+    assert "Traceback" not in output and not list(tmp_path.iterdir())
+
+
+def _passed_run(result: subprocess.CompletedProcess[str]) -> tuple[dict[str, object], pd.DataFrame]:
+    output = result.stdout + result.stderr
+    match = REPORT_LINE.search(result.stdout)
+    assert match and result.returncode == 0, output[-3000:]
+    run_dir = Path(match["path"])
+    rows = pd.read_parquet(run_dir / "requests.parquet")
+    finished = rows[rows["outcome"] != "stopped"]
+    assert set(finished["client"]) == {"raw", "openai"} and (finished["outcome"] == "ok").all(), finished
+    assert finished["finish_reason"].isin(["length", "stop"]).all(), finished["finish_reason"]
+    return json.loads((run_dir / "summary.json").read_text())["settings"], finished
+
+
+def test_the_certificate_given_with_ca_cert_is_trusted_by_every_client(
+    tls_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, cert = tls_server
+    result = _run(url, tmp_path, "--ca-cert", str(cert))
+    settings, _ = _passed_run(result)
+    assert settings["ca_cert"] == str(cert) and settings["insecure"] is False
+    assert "--insecure" not in result.stdout + result.stderr
+
+
+def test_insecure_runs_says_so_loudly_and_is_recorded(tls_server: tuple[str, Path], tmp_path: Path) -> None:
+    url, _ = tls_server
+    result = _run(url, tmp_path, "--insecure")
+    settings, _ = _passed_run(result)
+    assert settings["insecure"] is True and settings["ca_cert"] is None
+    assert "WARNING: --insecure: TLS certificates are NOT verified" in result.stderr
+
+
+def test_a_ca_cert_that_is_no_file_is_one_line(tmp_path: Path) -> None:
+    result = _run("https://127.0.0.1:9", tmp_path, "--ca-cert", str(tmp_path / "missing.pem"))
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    assert f"--ca-cert {tmp_path / 'missing.pem'}: no such file" in output and "Traceback" not in output
