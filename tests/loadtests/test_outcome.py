@@ -330,7 +330,7 @@ def test_a_stream_is_stuck_after_three_times_the_longest_finished_of_its_kind() 
 @pytest.mark.parametrize(("status", "location"), [(301, "http://127.0.0.1:9/v1/completions"), (307, None)])
 def test_a_redirect_is_rejected_naming_its_status_and_location(status: int, location: str | None) -> None:
     stream = tracker()
-    stream.headers(status, 0.01, "text/html", location)
+    stream.headers(status, 0.01, "text/html", location=location)
     stream.error_body(b"<html>moved</html>")
     row = stream.finish(0.02)
     assert (row.outcome, row.status) == ("rejected", status)
