@@ -199,7 +199,7 @@ class Scenario:
         declared = self.gates(settings) if callable(self.gates) else self.gates
         gates: list[Gate] = [gate.for_run(settings) for gate in declared]
         if settings.keep_alive_interval:
-            gates.append(KeepAliveCovered(settings.keep_alive_interval))
+            gates.append(KeepAliveCovered(settings.keep_alive_interval, proxy=settings.proxy))
         if harness_lag_limit_ms > 0:
             gates.append(HarnessKeptUp(harness_lag_limit_ms))
         return gates

@@ -42,7 +42,7 @@ def test_a_host_run_takes_the_interval_given_on_its_command_line() -> None:
     settings = SCENARIO.settings(options(host="http://vllm:8000", keep_alive_interval=1.0))
     assert (settings.keep_alive_interval, settings.keep_alive_interval_source) == (1.0, "given")
     covered = next(gate for gate in SCENARIO.gate_list(settings) if gate.name == "keepalive_covered")
-    assert covered.spec() == {"type": "KeepAliveCovered", "interval": 1.0, "name": "keepalive_covered"}
+    assert covered.spec() == {"type": "KeepAliveCovered", "interval": 1.0, "name": "keepalive_covered", "proxy": "none"}
 
 
 def test_a_scenario_without_an_interval_runs_the_one_given_last() -> None:
