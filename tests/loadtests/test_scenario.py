@@ -95,3 +95,19 @@ def test_the_recorded_host_has_no_password_nor_query_values() -> None:
     settings = SCENARIO.settings(options(host="http://user:PASS@vllm:8000/?token=SECRET"))
     assert settings.host == "http://user:PASS@vllm:8000/?token=SECRET"  # what the clients are given
     assert settings.as_dict()["host"] == "http://user:***@vllm:8000/?token=***"
+
+
+def test_a_host_run_adds_the_scenarios_proxy_only_when_asked_and_says_so() -> None:
+    behind = Scenario(name="p", proxy="embedded", proxy_read_timeout=2.0)
+    assert behind.settings(options(proxy=None)).proxy == "embedded"  # the bundled server: the scenario's own
+    assert behind.proxy_notice(options(proxy=None)) is None
+    at_host = options(host="http://gateway:4000", proxy=None, proxy_read_timeout=2.0)
+    assert behind.settings(at_host).proxy == "none"
+    assert behind.proxy_notice(at_host) == (
+        "sse-soak: --host given: the scenario's own proxy (embedded) is not started in front of it; the gates "
+        "judge a proxy read timeout of 2 s (--proxy-read-timeout: your proxy's); pass --proxy embedded to put "
+        "ours in front of the host"
+    )
+    asked = options(host="http://gateway:4000", proxy="embedded")
+    assert behind.settings(asked).proxy == "embedded" and behind.proxy_notice(asked) is None
+    assert behind.settings(options(proxy="none")).proxy == "none"
