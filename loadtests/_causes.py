@@ -151,8 +151,8 @@ class ProxyTimeouts:
 
     def phrase(self) -> str:
         """The one wording of these figures, for the ``causes:`` line and the gate's line alike:
-        ``1 proxy timeouts before the headers (1x 504), 36 streams cut after them; their silences
-        1.79-2.00 s (1.70-2.30 s counts for a 2 s read timeout); 2 other cuts after 0.30-0.41 s of
+        ``1 proxy timeouts before the headers (1x 504), 36 streams cut after them, after 1.79-2.00 s of
+        silence (1.70-2.30 s counts for a 2 s read timeout); 2 other cuts after 0.30-0.41 s of
         silence, outside it: not read timeouts; answered by HAProxy``."""
         statuses = ", ".join(f"{n}x {code}" for code, n in self.statuses().items())
         text = (
@@ -162,7 +162,7 @@ class ProxyTimeouts:
         )
         silences = self.silences()
         if len(silences):
-            text += f"; their silences {_spread(silences)}"
+            text += f", after {_spread(silences)} of silence"
         if self.read_timeout is not None:
             low, high = window(self.read_timeout)
             text += f" ({low:.2f}-{high:.2f} s counts for a {self.read_timeout:g} s read timeout)"
