@@ -66,16 +66,15 @@ RUN_PROXY_NAMES = {"embedded": "the embedded proxy", "nginx": "nginx", "squid": 
 """How a line names the proxy the run started (``--proxy``); another value is shown as given."""
 
 
-def proxy_named(*texts: Any) -> str | None:
-    """The first known proxy or gateway any of ``texts`` (a row's ``served_by``, its error message)
-    names; None when none does."""
-    for text in texts:
-        if not isinstance(text, str):
-            continue
-        for name, pattern in KNOWN_PROXIES:
-            if pattern.search(text):
-                return name
-    return None
+def proxies_named(rows: pd.DataFrame) -> pd.Series:
+    """Per row, the first of ``KNOWN_PROXIES`` its ``served_by`` names or, failing that, its error
+    message (a body such as LiteLLM's ``litellm.Timeout``); None where neither names one."""
+    names = pd.Series(None, index=rows.index, dtype="object")
+    for column in ("error_message", "served_by"):  # served_by last: it wins
+        text = _column(rows, column, "object").astype("object").fillna("").astype(str)
+        for name, pattern in reversed(KNOWN_PROXIES):  # the first pattern that matches wins
+            names = names.mask(text.str.contains(pattern), name)
+    return names.astype("object").where(names.notna(), None)
 
 
 def run_proxy(started: str | None) -> str | None:
@@ -132,13 +131,7 @@ class ProxyTimeouts:
         rows = self.rows
         if rows.empty:
             return []
-        names = [
-            proxy_named(served, message)
-            for served, message in zip(
-                _column(rows, "served_by", "object"), _column(rows, "error_message", "object"), strict=True
-            )
-        ]
-        return list(pd.Series([name for name in names if name], dtype="object").value_counts().index)
+        return [str(name) for name in proxies_named(rows).dropna().value_counts().index]
 
     def statuses(self) -> dict[str, int]:
         """The statuses of the timeouts before the headers, by count (``{"504": 3, "502": 1}``)."""
@@ -218,14 +211,11 @@ def proxy_timeouts(
     ``--proxy`` (``squid`` widens every row's window to Squid's tick)."""
     status = requests["status"]
     silence = _silence(requests)
-    named = [
-        proxy_named(served, message)
-        for served, message in zip(
-            _column(requests, "served_by", "object"), _column(requests, "error_message", "object"), strict=True
-        )
-    ]
-    run_coarse = run_proxy(run_proxy_kind) in COARSE_TIMER_PROXIES
-    coarse = pd.Series([run_coarse or name in COARSE_TIMER_PROXIES for name in named], index=requests.index)
+    cut = (requests["outcome"] == Outcome.CUT).astype(bool)
+    judged_by_silence = requests[cut | (status == 502).fillna(False).astype(bool)]  # only these need a name
+    coarse = pd.Series(run_proxy(run_proxy_kind) in COARSE_TIMER_PROXIES, index=requests.index)
+    ticking = proxies_named(judged_by_silence).isin(COARSE_TIMER_PROXIES)
+    coarse[ticking[ticking].index] = True
     if read_timeout is None:
         in_window = pd.Series(False, index=requests.index)
     else:
@@ -238,7 +228,6 @@ def proxy_timeouts(
     streamed = status.between(200, 299).fillna(False).astype(bool)
     inband = streamed & _column(requests, "error_code", "object").map(is_timeout_code).astype(bool)
     before = timeout_status | ((status == 502).fillna(False).astype(bool) & in_window)
-    cut = (requests["outcome"] == Outcome.CUT).astype(bool)
     unseen = cut & silence.isna()
     after = inband | (cut & in_window)
     other = cut & ~in_window & ~unseen

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from loadtests._causes import keepalive_withheld, proxy_timeouts, window
+from loadtests._causes import keepalive_withheld, proxies_named, proxy_timeouts, window
 from loadtests._gates import KeepAliveCovered, NoProxyTimeouts, OutcomesAsExpected
 from loadtests._outcome import RequestPlan, RequestRow, StreamTracker
 from loadtests._recorder import Recorder
@@ -227,3 +227,13 @@ def test_keepalive_withheld_fails_keepalive_covered_and_the_summary_says_the_sam
     assert keepalive_withheld(requests, None) is None and keepalive_withheld(requests, 0.0) is None
     with_comment = table(held_silent(0), stream([keepalive(1.0), token(5.0)], 5.1, index=1))
     assert keepalive_withheld(with_comment, 0.5) is None  # one got a comment: none were stripped on the way
+
+
+def test_a_proxy_is_named_by_its_headers_first_then_by_its_error_body() -> None:
+    rows = table(
+        stream([], 2.0, status=504, headers_at=2.0, server="nginx/1.22.1", body="squid"),
+        stream([], 2.0, status=408, headers_at=2.0, server="uvicorn", body=LITELLM_408),
+        stream([], 2.0, status=504, headers_at=2.0, via="1.1 edge (squid/5.7)", server="HAProxy"),
+        stream([], 2.0, status=504, headers_at=2.0),
+    )
+    assert proxies_named(rows).tolist() == ["nginx", "LiteLLM", "Squid", None]
