@@ -432,7 +432,9 @@ class NoProxyTimeouts(Gate):
         found = proxy_timeouts(requests, self.read_timeout, self.proxy)  # what the causes: line says too
         detail = found.phrase()
         if not found.count:
-            silence = requests["silence_before_first_token_s"]
+            silence = requests["silence_before_first_token_s"].astype("float64")
+            if "silence_from_send_s" in requests.columns:  # a gateway that holds the headers hides no silence
+                silence = pd.to_numeric(requests["silence_from_send_s"], errors="coerce").fillna(silence)
             tested = int((silence >= self.read_timeout * 0.95).sum())
             if not tested:  # no stream went silent for the timeout: it never put the proxy to the test
                 longest_silence = "none" if silence.dropna().empty else f"{silence.max():.2f} s"

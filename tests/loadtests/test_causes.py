@@ -237,3 +237,9 @@ def test_a_proxy_is_named_by_its_headers_first_then_by_its_error_body() -> None:
         stream([], 2.0, status=504, headers_at=2.0),
     )
     assert proxies_named(rows).tolist() == ["nginx", "LiteLLM", "Squid", None]
+
+
+def test_a_stream_held_silent_by_a_gateway_until_its_first_token_tested_the_proxys_read_timeout() -> None:
+    """Headers with the first token 5 s after the send: silent for the 2 s timeout, though not after its headers."""
+    result = NoProxyTimeouts(2.0, 0.5).evaluate(table(held_silent(0)))
+    assert result.passed and result.detail.endswith("; 1 streams silent over the read timeout")
