@@ -83,6 +83,10 @@ class TimeoutGateway:
         self._ready.set()
         async with server:
             await self._stopped.wait()
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:  # relays still going: ended with the gateway, their sockets closed
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream_writer: asyncio.StreamWriter | None = None
@@ -179,3 +183,5 @@ class TimeoutGateway:
         if self._stopped is not None:
             self._loop.call_soon_threadsafe(self._stopped.set)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
