@@ -78,15 +78,21 @@ class TimeoutGateway:
 
     async def _serve(self) -> None:
         self._stopped = asyncio.Event()
-        server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        relays: set[asyncio.Task[None]] = set()
+
+        def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            relay = asyncio.ensure_future(self._connection(reader, writer))  # ours to end, not the server's
+            relays.add(relay)
+            relay.add_done_callback(relays.discard)
+
+        server = await asyncio.start_server(accept, "127.0.0.1", 0)
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         async with server:
             await self._stopped.wait()
-        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in tasks:  # relays still going: ended with the gateway, their sockets closed
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+            for relay in list(relays):  # relays still going end with the gateway, their sockets closed
+                relay.cancel()
+            await asyncio.gather(*relays, return_exceptions=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream_writer: asyncio.StreamWriter | None = None
