@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Protocol
 import pandas as pd
 
 from loadtests import _figures as figures
+from loadtests._causes import keepalive_tolerance, keepalive_withheld, proxy_timeouts, raw_silences
 from loadtests._lag import DEFAULT_LAG_LIMIT_MS, STALLED_COLUMN, lag_summary
 from loadtests._options import DEFAULT_MAX_UNJUDGED_SHARE
 from loadtests._outcome import Outcome
@@ -123,6 +124,9 @@ class RunFigures(Protocol):
 
     @property
     def keep_alive_interval(self) -> float | None: ...
+
+    @property
+    def proxy(self) -> str: ...
 
 
 GATE_TYPES: dict[str, type[Gate]] = {}
@@ -383,10 +387,12 @@ class Expect(Gate):
 
 @dataclass(frozen=True)
 class NoProxyTimeouts(Gate):
-    """No stream died of a proxy read timeout: no 504 before the headers, and no stream cut after
-    them once silent for the read timeout. The detail names the cause: the longest silence against
-    the read timeout and the keep-alive. Cuts after a shorter silence are not the proxy's doing
-    (a server dropping the connection, say) and are counted apart, for other gates to judge.
+    """No stream died of a proxy's or gateway's timeout, by the one rule of ``loadtests._causes``
+    (which the ``causes:`` line reads too): no 408, 504 or 524, no 502 and no cut after a silence in
+    the read timeout's window, no in-band timeout. The detail names the cause: the longest silence
+    against the read timeout and the keep-alive, and the proxy when an answer names it. Cuts after
+    a silence outside the window are not this proxy's doing (a server dropping the connection, say)
+    and are counted apart, for other gates to judge.
 
     ``NoProxyTimeouts()`` (no read timeout given) judges the run's own ``--proxy-read-timeout`` and
     keep-alive interval: ``for_run`` fills both in; it cannot judge before that."""
@@ -395,13 +401,19 @@ class NoProxyTimeouts(Gate):
     keep_alive_interval: float | None = None
     """The server's keep-alive interval: 0 when off, None when unknown (``--host`` not told it)."""
     name: str = "no_proxy_timeouts"
+    proxy: str | None = None
+    """The proxy the run started (``--proxy``), to name it and to know its timer's tick; None when
+    not recorded (a gate stored before the field)."""
 
     def for_run(self, settings: RunFigures) -> NoProxyTimeouts:
         """The gate with the run's figures, when it was declared without a read timeout."""
         if self.read_timeout is not None:
             return self
         return dataclasses.replace(
-            self, read_timeout=settings.proxy_read_timeout, keep_alive_interval=settings.keep_alive_interval
+            self,
+            read_timeout=settings.proxy_read_timeout,
+            keep_alive_interval=settings.keep_alive_interval,
+            proxy=settings.proxy,
         )
 
     def spec(self) -> dict[str, Any]:
@@ -409,23 +421,20 @@ class NoProxyTimeouts(Gate):
             raise TypeError(
                 "NoProxyTimeouts() without its read timeout cannot be stored: store for_run(settings) of it"
             )
-        return super().spec()
+        stored = super().spec()
+        if stored.get("proxy") is None:
+            del stored["proxy"]  # stored as before the field unless there is something to say
+        return stored
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         if self.read_timeout is None:
             raise ValueError("NoProxyTimeouts() has no read timeout yet: judge for_run(settings) of it")
-        timed_out = requests[requests["status"] == 504]
-        cuts = requests[requests["outcome"] == Outcome.CUT]
-        unseen = cuts["max_gap_s"].isna()  # clients that cannot see comments cannot tell the silence
-        by_proxy = cuts[cuts["max_gap_s"] >= self.read_timeout * 0.95]  # timers fire a hair early or late
-        detail = f"{len(timed_out)} proxy 504s before the headers, {len(by_proxy)} streams cut after them"
-        shorter = len(cuts) - len(by_proxy) - int(unseen.sum())
-        if shorter:
-            detail += f" ({shorter} other cuts after shorter silences, not read timeouts)"
-        if unseen.any():
-            detail += f" ({int(unseen.sum())} cuts of SDK streams, whose silences are unknown: raw streams judged)"
-        if timed_out.empty and by_proxy.empty:
-            silence = requests["silence_before_first_token_s"]
+        found = proxy_timeouts(requests, self.read_timeout, self.proxy)  # what the causes: line says too
+        detail = found.phrase()
+        if not found.count:
+            silence = requests["silence_before_first_token_s"].astype("float64")
+            if "silence_from_send_s" in requests.columns:  # a gateway that holds the headers hides no silence
+                silence = pd.to_numeric(requests["silence_from_send_s"], errors="coerce").fillna(silence)
             tested = int((silence >= self.read_timeout * 0.95).sum())
             if not tested:  # no stream went silent for the timeout: it never put the proxy to the test
                 longest_silence = "none" if silence.dropna().empty else f"{silence.max():.2f} s"
@@ -435,16 +444,16 @@ class NoProxyTimeouts(Gate):
                     f"{self.read_timeout:g} s (longest {longest_silence}): nothing tested it ({QUEUE_FOR_SILENCE})",
                 )
             return GateResult(self.name, True, f"{detail}; {tested} streams silent over the read timeout")
-        longest = pd.concat([by_proxy["max_gap_s"], timed_out["ttfb_s"]]).max()
+        silences = found.silences()
         interval = self.keep_alive_interval
         keep_alive = "of unknown interval" if interval is None else "off" if not interval else f"every {interval:g} s"
+        longest = f"longest silence {silences.max():.2f} s" if len(silences) else "silence unknown"
         detail += (
-            f"; longest silence {longest:.2f} s against a proxy read timeout of {self.read_timeout:g} s with "
-            f"server keep-alive {keep_alive}"
+            f"; {longest} against a proxy read timeout of {self.read_timeout:g} s with server keep-alive {keep_alive}"
         )
         if interval is None or interval >= self.read_timeout or not interval:
             detail += " (a keep-alive interval below the read timeout would keep these streams alive)"
-        return GateResult(self.name, False, detail + _examples(pd.concat([timed_out, by_proxy])))
+        return GateResult(self.name, False, detail + _examples(found.rows))
 
 
 KEEP_ALIVE_HOW_TO = "pass --keep-alive-interval S (the server's --sse-keep-alive-interval) to judge keep-alive"
@@ -470,18 +479,20 @@ class KeepAliveCovered(Gate):
     name: str = "keepalive_covered"
     source: str | None = None
     """How ``interval`` was found when the run was not told it (inferred from comments), for the line."""
+    proxy: str | None = None
+    """The proxy the run started (``--proxy``), named when no comment reached the client."""
 
     def spec(self) -> dict[str, Any]:
         stored = super().spec()
-        if self.source is None:
-            del stored["source"]  # a summary's gate reads as before unless there is something to say
+        for optional in ("source", "proxy"):
+            if stored[optional] is None:
+                del stored[optional]  # a summary's gate reads as before unless there is something to say
         return stored
 
     @property
     def tolerance(self) -> float:
-        """Timers fire a little late, and the server's first timer starts at its headers, a little
-        after the send (about 0.1 s for vLLM and the bundled server)."""
-        return 0.1 + 0.1 * (self.interval or 0.0)
+        """``loadtests._causes.keepalive_tolerance`` of the interval."""
+        return keepalive_tolerance(self.interval or 0.0)
 
     @property
     def resolution_s(self) -> float:  # type: ignore[override]  # derived from the interval, never set
@@ -492,10 +503,7 @@ class KeepAliveCovered(Gate):
             unknown = f"the server's keep-alive interval is unknown and no stream showed it: {KEEP_ALIVE_HOW_TO}"
             return unjudged(self.name, unknown)
         period = self.interval + self.tolerance
-        raw = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]
-        silence = raw["silence_before_first_token_s"]
-        if "silence_from_send_s" in raw.columns:
-            silence = pd.to_numeric(raw["silence_from_send_s"], errors="coerce").fillna(silence)
+        raw, silence = raw_silences(requests)
         silent = raw[silence > period]
         implied = (silence[silent.index] // period).astype(int)
         short = silent[silent["keepalive_frames"] < implied]
@@ -523,18 +531,11 @@ class KeepAliveCovered(Gate):
         detail += _excused_detail(excused)
         if silent.empty:
             return unjudged(self.name, detail + ": no raw stream was silent that long, nothing to judge")
-        if frames == 0:
-            detail += "; " + none_reached_the_client(len(silent), period)
-        return GateResult(self.name, short.empty, detail, False, len(excused), len(silent))
-
-
-def none_reached_the_client(streams: int, period: float) -> str:
-    """The one line for a run where long silences got no keep-alive comment at all."""
-    return (
-        f"sse-soak: {streams} raw streams were silent over {period:.2f} s and none got a keep-alive comment: "
-        "an intermediary that strips SSE comments or holds the response headers until the first token "
-        "(a gateway such as LiteLLM) may stand between the harness and the server, or the server's keep-alive is off"
-    )
+        withheld = keepalive_withheld(requests, self.interval, self.proxy)
+        if withheld is not None:  # the summary's causes say the same line (loadtests._causes)
+            detail += "; " + withheld.line()
+        passed = short.empty and withheld is None
+        return GateResult(self.name, passed, detail, False, len(excused), len(silent))
 
 
 INFERENCE_COLUMNS = ["request_id", "seq", "kind", "gap_s"]

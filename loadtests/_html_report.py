@@ -49,6 +49,7 @@ OUTCOME_COLOURS: dict[str, str] = {  # Outcome members are the strings the table
     Outcome.OK: "#2e7d32",
     Outcome.REJECTED: "#9e9e9e",
     Outcome.HTTP_5XX: "#d32f2f",
+    Outcome.GATEWAY_TIMEOUT: "#e65100",
     Outcome.INBAND_ERROR: "#7b1fa2",
     Outcome.CUT: "#ef6c00",
     Outcome.TIMEOUT: "#795548",

@@ -147,6 +147,7 @@ def judge(
         _first(frame_sample_rate, previous.frame_sample_rate if previous else None, 1.0),
         tables.lag,
         lag_limit,
+        next((gate.read_timeout for gate in gates if isinstance(gate, NoProxyTimeouts)), None),
     )
     summary.point = _point(point, previous if previous and "point" in said else None, manifest)
     if summary.point is None:  # nothing said: the gates it stored (its own, not the always-on ones) are its point
@@ -205,10 +206,11 @@ def _with_inferred_interval(
         return gates, settings
     others = [gate for gate in gates if not isinstance(gate, KeepAliveCovered)]
     found = inferred_keep_alive_interval(run.read_frames(INFERENCE_COLUMNS))
+    proxy = settings.get("proxy")
     if found is None:
-        return [*others, KeepAliveCovered(None)], settings
+        return [*others, KeepAliveCovered(None, proxy=proxy)], settings
     interval, streams = found
-    inferred = KeepAliveCovered(interval, source=f"inferred from the comments of {streams} streams")
+    inferred = KeepAliveCovered(interval, source=f"inferred from the comments of {streams} streams", proxy=proxy)
     others = [  # a proxy gate told no interval names the one seen
         dataclasses.replace(gate, keep_alive_interval=interval)
         if isinstance(gate, NoProxyTimeouts) and gate.keep_alive_interval is None

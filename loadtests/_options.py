@@ -502,9 +502,10 @@ OPTIONS: tuple[Option, ...] = (
         "keep_alive_interval",
         KEEP_ALIVE,
         "the server's keep-alive interval in seconds: the bundled server's --sse-keep-alive-interval (default: the "
-        "scenario's own, else its server arguments'), or, with --host, the one that server runs with (default: "
-        "inferred from the keep-alive comments the run sees, never assumed); 0 turns keep-alive off (the negative "
-        "control); nan and inf also mean off",
+        "scenario's own, else its server arguments'); with --host it configures nothing and only tells the gates "
+        "the interval that server already runs with (default: inferred from the keep-alive comments the run sees, "
+        "never assumed); 0 turns keep-alive off on the bundled server (the negative control); nan and inf also "
+        "mean off",
         None,
         frozenset({L, S, P, A}),
     ),
@@ -535,12 +536,11 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "proxy",
         choice(*PROXY_KINDS),
-        "reverse proxy in front of the server: none, embedded (asyncio, nginx's read-timeout semantics) or nginx "
-        "(started by the run) (default: the scenario's own)",
-        "none",
+        "reverse proxy the run starts in front of the server: none, embedded (asyncio, nginx's read-timeout "
+        "semantics) or nginx (default: the scenario's own in front of the bundled server; none in front of --host, "
+        "which may have a proxy of its own: name one to put it in front of the host)",
+        None,  # given or not: a --host run adds no proxy it was not asked for (Scenario.proxy_of)
         frozenset({L, P, A}),
-        scenario_field="proxy",
-        defaults={P: None, A: None},  # a launcher leaves the scenario's own unless told
     ),
     Option(
         "proxy_read_timeout",

@@ -7,7 +7,10 @@ A ``StreamTracker`` is fed the response headers and each SSE frame with its arri
 - ``rejected``: a 4xx (or any other non-2xx, non-5xx status); a 3xx is never followed (a redirect
   to another origin would send the load, and the key, elsewhere): its ``error_message`` names the
   status and the ``Location``;
-- ``http_5xx``: a 5xx status, proxies' 502/504 included;
+- ``http_5xx``: a 5xx status (a proxy's 502 included) other than a gateway's timeout;
+- ``gateway_timeout``: a proxy or gateway answered that it gave up waiting: HTTP 408, 504 or 524
+  (``TIMEOUT_STATUSES``; vLLM sends none of them), or an in-band error frame whose code is one of
+  them (LiteLLM's ``"408"`` mid-stream). Never ``rejected``: no request mix can expect it;
 - ``inband_error``: HTTP 200 but a ``data: {"error": ...}`` frame (peer tools count this as a success),
   or a stream that ended with ``[DONE]`` after a choice finished with a ``finish_reason`` in
   ``FAILED_FINISH_REASONS`` (vLLM's ``abort`` and ``error``: the generation did not complete);
@@ -56,6 +59,7 @@ class Outcome(str, Enum):
     OK = "ok"
     REJECTED = "rejected"
     HTTP_5XX = "http_5xx"
+    GATEWAY_TIMEOUT = "gateway_timeout"
     INBAND_ERROR = "inband_error"
     PROTOCOL_ERROR = "protocol_error"
     CUT = "cut"
@@ -76,6 +80,7 @@ UNJUDGED_OUTCOMES = (Outcome.STOPPED, Outcome.NOT_SENT)
 an open-loop schedule asked for that never started (``loadtests._arrivals``)."""
 FAILURE_OUTCOMES = (
     Outcome.HTTP_5XX,
+    Outcome.GATEWAY_TIMEOUT,
     Outcome.INBAND_ERROR,
     Outcome.PROTOCOL_ERROR,
     Outcome.CUT,
@@ -84,6 +89,11 @@ FAILURE_OUTCOMES = (
     Outcome.HARNESS_ERROR,
 )
 """Outcomes that are failures whatever a spec expects (``rejected`` can be what a spec asks for)."""
+TIMEOUT_STATUSES = frozenset({408, 504, 524})
+"""Statuses that say an intermediary timed out: 408 (LiteLLM's upstream timeout, and any server's
+"request timeout"), 504 (nginx, Caddy, Squid, HAProxy), 524 (Cloudflare). A 502 says only that the
+upstream failed (Apache's mod_proxy answers its timeout so, but also any reset): it stays ``http_5xx``
+and ``loadtests._causes`` tells a timeout from the silence before it."""
 FAILED_FINISH_REASONS = frozenset({"abort", "error"})
 """A choice that finished with one of these did not complete: vLLM sends ``abort`` for a request its
 engine aborted and ``error`` for one that failed inside it, under HTTP 200 and before ``[DONE]``."""
@@ -144,6 +154,16 @@ class RequestRow:
     start_lateness_s: float | None = None
     """Open loop: how late it started after ``scheduled_time`` (every sender busy, ``--max-in-flight``
     reached); latency from the schedule is this plus the latency from the send."""
+    end_silence_s: float | None = None
+    """The silence before the stream ended, what a proxy's read timeout measures: from the last arrival
+    before its end (the send, the headers, any frame) to its end (the close, or its terminal frame);
+    for an answer that is not 2xx, from the send to its status. Null where it is unknown: SDK streams
+    (comments unseen), no status, and runs written before the column (``loadtests._causes`` then reads
+    ``max_gap_s``)."""
+    served_by: str | None = None
+    """The answer's ``Server`` and ``Via`` response headers as sent (``server: ...; via: ...``, the one
+    it had; clipped), so a timeout can name the proxy or gateway that answered; null without either
+    (and in older runs). Never printed: a line names only a proxy it recognises (``loadtests._causes``)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The row as a plain dict (every field is a scalar, so a shallow copy is a whole one; 15x
@@ -252,6 +272,16 @@ def _token_count(value: Any) -> int | None:
     return None
 
 
+def is_timeout_code(code: Any) -> bool:
+    """An error's ``code`` that is a timeout status (``TIMEOUT_STATUSES``), as a number or as text:
+    LiteLLM's in-band timeout says ``"408"``."""
+    if isinstance(code, bool):
+        return False
+    if isinstance(code, str) and code.strip().isdigit():
+        code = int(code.strip())
+    return isinstance(code, int) and code in TIMEOUT_STATUSES
+
+
 def redirect_message(status: int, location: str | None) -> str:
     """The one wording of a redirect, for both clients' rows (and the preflight's line)."""
     where = f"to {_clip(location)}" if location else "without a Location"
@@ -273,6 +303,7 @@ class StreamTracker:
         "_client_reason",
         "_comment",
         "_data",
+        "_end_silence",
         "_error",
         "_finish_reason",
         "_harness_error",
@@ -284,6 +315,7 @@ class StreamTracker:
         "_protocol_error",
         "_redirect",
         "_sees_comments",
+        "_served_by",
         "_ttft",
         "_usage",
         "bytes",
@@ -320,6 +352,8 @@ class StreamTracker:
         self._harness_error: str | None = None
         self._client_reason: str | None = None
         self._redirect: str | None = None
+        self._served_by: str | None = None
+        self._end_silence: float | None = None
 
     @property
     def broken(self) -> bool:
@@ -345,13 +379,18 @@ class StreamTracker:
         content_type: str | None = None,
         content_encoding: str | None = None,
         location: str | None = None,
+        server: str | None = None,
+        via: str | None = None,
     ) -> None:
         """The status line and headers arrived ``t`` seconds after the request was sent. A 2xx
         whose content type is not ``text/event-stream`` is a protocol error (a login page, say), and
         so is one encoded other than ``identity``: both clients ask for ``Accept-Encoding:
         identity``, and decoding a compressed stream would hide when its frames arrived. A 3xx is a
-        redirect no client follows, named with its ``location``."""
+        redirect no client follows, named with its ``location``. ``server`` and ``via`` are kept as
+        the row's ``served_by``."""
         self.status = status
+        marks = [f"{name}: {value}" for name, value in (("server", server), ("via", via)) if value]
+        self._served_by = _clip("; ".join(marks)) if marks else None
         self.ttfb = t
         self._arrival(t)
         if 300 <= status < 400:
@@ -405,6 +444,8 @@ class StreamTracker:
                 kind = "data"
             else:
                 kind = self._judge_payload(data, t)
+            if self.finished_by_server:  # its terminal frame: the silence before it is the stream's last
+                self._end_silence = gap
         self.frames.append((len(self.frames), kind, t, gap, frame.nbytes, wait))
         return kind
 
@@ -487,7 +528,14 @@ class StreamTracker:
         """The stream ended ``t`` seconds after it was sent. ``failure`` is ``TIMEOUT``,
         ``CONNECT_ERROR``, ``STOPPED`` when the client, not the server, ended it, or
         ``PROTOCOL_ERROR`` when what came back before any status was not an HTTP response."""
-        self._arrival(t)
+        last_gap = self._arrival(t)
+        status = self.status
+        if status is not None and not 200 <= status < 300:
+            end_silence = self.ttfb
+        elif status is None or not self._sees_comments:
+            end_silence = None  # no answer, or a client that cannot see comments: the silence is unknown
+        else:
+            end_silence = self._end_silence if self._end_silence is not None else last_gap
         error = self._error or {}
         usage = self._usage if isinstance(self._usage, dict) else {}
         prompt_tokens = _token_count(usage.get("prompt_tokens"))
@@ -548,6 +596,8 @@ class StreamTracker:
             silence_from_send_s=None if self.ttfb is None else (self._ttft or t),
             done=self.done,
             finish_reason=self._finish_reason,
+            end_silence_s=end_silence,
+            served_by=self._served_by,
         )
 
     def _outcome(self, failure: Outcome | None) -> Outcome:
@@ -556,12 +606,14 @@ class StreamTracker:
         status = self.status
         if status is None:
             return Outcome(failure) if failure else Outcome.CONNECT_ERROR
+        if status in TIMEOUT_STATUSES:
+            return Outcome.GATEWAY_TIMEOUT
         if status >= 500:
             return Outcome.HTTP_5XX
         if not 200 <= status < 300:
             return Outcome.REJECTED
         if self._error is not None:
-            return Outcome.INBAND_ERROR
+            return Outcome.GATEWAY_TIMEOUT if is_timeout_code(self._error.get("code")) else Outcome.INBAND_ERROR
         if self._protocol_error is not None:
             return Outcome.PROTOCOL_ERROR
         if self.done:

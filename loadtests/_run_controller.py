@@ -304,6 +304,9 @@ class RunController:
         if not isinstance(environment.runner, WorkerRunner):
             self._settings = self.scenario.settings(options)
             self.scenario.check(self._settings)  # a function's gates: checked once known
+            notice = self.scenario.proxy_notice(options)
+            if notice is not None:
+                print(notice, flush=True)
             plan_only = os.environ.get(PLAN_ONLY_ENV)
             if plan_only:
                 RunDir(plan_only).write_manifest(self._manifest(environment))

@@ -165,7 +165,7 @@ class Scenario:
                 "seed": options.arrival_seed,
                 "max_in_flight": options.max_in_flight,
             }
-        shape = (options.proxy, options.proxy_read_timeout)
+        shape = (self.proxy_of(options), options.proxy_read_timeout)
         server = getattr(options, "server", None) or "bundled"
         if options.host is not None:
             if server != "bundled":
@@ -184,6 +184,25 @@ class Scenario:
         interval = _last_keep_alive_interval(server_args)
         return RunSettings(*shape, interval, tuple(server_args), None, open_loop, BUNDLED)
 
+    def proxy_of(self, options: Any) -> str:
+        """The proxy the run starts: ``--proxy`` when given; else the scenario's own in front of the
+        bundled server, and none in front of ``--host`` (a server given may have a proxy of its own in
+        front of it, which one of ours would stand before, unasked)."""
+        given = getattr(options, "proxy", None)
+        if given is not None:
+            return str(given)
+        return "none" if options.host is not None else self.proxy
+
+    def proxy_notice(self, options: Any) -> str | None:
+        """The line a ``--host`` run prints when it leaves the scenario's own proxy out; None otherwise."""
+        if options.host is None or getattr(options, "proxy", None) is not None or self.proxy == "none":
+            return None
+        return (
+            f"sse-soak: --host given: the scenario's own proxy ({self.proxy}) is not started in front of it; "
+            f"the gates judge a proxy read timeout of {options.proxy_read_timeout:g} s (--proxy-read-timeout: your "
+            f"proxy's); pass --proxy {self.proxy} to put ours in front of the host"
+        )
+
     def point_of(self, settings: RunSettings) -> list[str]:
         """The names of the gates that are this run's point (``point``, or every declared gate)."""
         if self.point is not None:
@@ -199,7 +218,7 @@ class Scenario:
         declared = self.gates(settings) if callable(self.gates) else self.gates
         gates: list[Gate] = [gate.for_run(settings) for gate in declared]
         if settings.keep_alive_interval:
-            gates.append(KeepAliveCovered(settings.keep_alive_interval))
+            gates.append(KeepAliveCovered(settings.keep_alive_interval, proxy=settings.proxy))
         if harness_lag_limit_ms > 0:
             gates.append(HarnessKeptUp(harness_lag_limit_ms))
         return gates

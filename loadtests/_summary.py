@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from loadtests._causes import keepalive_withheld, proxy_timeouts
 from loadtests._figures import PERCENTILES, count_500s, quantiles
 from loadtests._gates import FAIL, INCONCLUSIVE, PASS, GateResult, verdict_of
 from loadtests._lag import lag_summary
@@ -153,11 +154,15 @@ class Summary:
         if self.arrival is not None:
             lines.append(arrival_line(self.arrival))
         causes = self.causes
-        lines.append(
-            f"causes: {causes['proxy_timeouts_before_headers']} proxy 504s before headers, "
-            f"{causes['cut_after_headers']} streams cut after headers, "
-            f"statuses {causes['status'] or '{}'}"
+        judged = causes.get("proxy_timeouts") or {}
+        said = judged.get("line") or (  # a summary written before the one rule of loadtests._causes
+            f"{causes.get('proxy_timeouts_before_headers', 0)} proxy 504s before headers, "
+            f"{causes.get('cut_after_headers', 0)} streams cut after headers"
         )
+        lines.append(f"causes: {said}; statuses {causes.get('status') or '{}'}")
+        withheld = causes.get("keepalive_withheld")
+        if withheld:
+            lines.append(withheld["line"])
         lag = self.harness_lag_ms or {}
         if lag.get("p99") is not None:
             lines.append(
@@ -439,18 +444,30 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def causes(requests: pd.DataFrame) -> dict[str, Any]:
-    """Failures by cause: status codes, proxy timeouts before the headers (504) versus streams cut
-    after them, protocol and harness errors by message, and keep-alive frames per stream against
-    the silence each stream endured (raw streams only: the SDK cannot see comments)."""
+def causes(
+    requests: pd.DataFrame, settings: dict[str, Any] | None = None, read_timeout: float | None = None
+) -> dict[str, Any]:
+    """Failures by cause: status codes, proxy and gateway timeouts before the headers versus streams
+    cut after them (``proxy_timeouts``: the rule ``no_proxy_timeouts`` judges by, with its line), keep-
+    alive comments withheld on the way (``keepalive_withheld``, the line ``keepalive_covered`` says),
+    protocol and harness errors by message, and keep-alive frames per stream against the silence each
+    stream endured (raw streams only: the SDK cannot see comments). ``settings`` are the run's: its
+    ``proxy_read_timeout`` (``read_timeout``, the ``no_proxy_timeouts`` gate's, when given),
+    ``keep_alive_interval`` and ``proxy``."""
+    settings = settings or {}
+    proxy = settings.get("proxy")
+    found = proxy_timeouts(requests, read_timeout or settings.get("proxy_read_timeout"), proxy)
+    withheld = keepalive_withheld(requests, settings.get("keep_alive_interval"), proxy)
     statuses = requests["status"].dropna().astype(int).value_counts().sort_index()
     streamed = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]  # raw streams only
     bins = pd.cut(streamed["silence_before_first_token_s"], SILENCE_BINS_S, right=False)
     by_silence = streamed.groupby(bins, observed=True)["keepalive_frames"].agg(["size", "mean", "min", "max"])
     return {
         "status": {str(code): int(n) for code, n in statuses.items()},
-        "proxy_timeouts_before_headers": int((requests["status"] == 504).sum()),
+        "proxy_timeouts_before_headers": len(found.before_headers),
         "cut_after_headers": int((requests["outcome"] == Outcome.CUT).sum()),
+        "proxy_timeouts": {**found.as_dict(), "line": found.phrase()},
+        "keepalive_withheld": None if withheld is None else withheld.as_dict(),
         "protocol_errors": _messages(requests[requests["outcome"] == Outcome.PROTOCOL_ERROR]),
         "harness_errors": _messages(requests[requests["outcome"] == Outcome.HARNESS_ERROR]),
         "malformed_usage": int(requests["raw_usage"].notna().sum()),
@@ -502,9 +519,11 @@ def summarize(
     frame_sample_rate: float = 1.0,
     lag: pd.DataFrame | None = None,
     lag_limit_ms: float | None = None,
+    read_timeout: float | None = None,
 ) -> Summary:
     """The summary of a run's request table and its gates' results; ``harness_lag_ms`` condenses
-    ``lag`` (the harness's own lag samples) against ``lag_limit_ms``, absent without samples."""
+    ``lag`` (the harness's own lag samples) against ``lag_limit_ms``, absent without samples;
+    ``read_timeout`` is the ``no_proxy_timeouts`` gate's, for the causes (else the settings')."""
     counts = requests["outcome"].value_counts()
     http_500, inband_500 = count_500s(requests)
     return Summary(
@@ -516,7 +535,7 @@ def summarize(
         http_500=http_500,
         inband_500=inband_500,
         keepalive_frames=int(requests["keepalive_frames"].sum()),
-        causes=causes(requests),
+        causes=causes(requests, settings, read_timeout),
         latency=latency(requests),
         keepalive_per_stream=keepalive_per_stream(requests),
         gate_specs=list(gate_specs),

@@ -377,6 +377,8 @@ class SSEUser(StreamingUser, FastHttpUser):
             headers.get("content-type"),
             content_encoding=headers.get("content-encoding"),
             location=headers.get("location"),
+            server=headers.get("server"),
+            via=headers.get("via"),
         )
         try:
             if not 200 <= status < 300:
@@ -550,6 +552,8 @@ class OpenAISDKUser(StreamingUser, User):
                     time.monotonic() - started,
                     headers.get("content-type"),
                     content_encoding=headers.get("content-encoding"),
+                    server=headers.get("server"),
+                    via=headers.get("via"),
                 )
                 if tracker.broken:
                     return None  # not an event stream: the SDK would find no events in it
@@ -568,7 +572,9 @@ def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | 
     """Record what the SDK raised ``t`` seconds into the request; returns ``"timeout"``,
     ``"connect_error"`` or ``"protocol_error"`` when the client, not the server, ended it."""
     if isinstance(exc, openai.APIStatusError):
-        tracker.headers(exc.status_code, t, location=exc.response.headers.get("location"))
+        answered = exc.response.headers
+        server, via = answered.get("server"), answered.get("via")
+        tracker.headers(exc.status_code, t, location=answered.get("location"), server=server, via=via)
         tracker.error_body(exc.response.content)
     elif isinstance(exc, openai.APITimeoutError):
         tracker.client_ended(IDLE_IN_BODY if tracker.status else IDLE_BEFORE_HEADERS)

@@ -186,14 +186,19 @@ def test_only_cuts_silent_for_the_read_timeout_are_proxy_timeouts() -> None:
     server_drop = {"status": 200, "outcome": "cut", "max_gap_s": 0.3}
     proxy_cut = {"status": 200, "outcome": "cut", "max_gap_s": 2.01}
     untested = gate.evaluate(table(server_drop))  # no stream went silent for the timeout: nothing tested it
-    assert untested.unjudged and "1 other cuts after shorter silences" in untested.detail
+    assert (
+        untested.unjudged and "1 other cuts after 0.30 s of silence, outside it: not read timeouts" in untested.detail
+    )
     assert "nothing tested it" in untested.detail
     silent = {"status": 200, "outcome": "ok", "silence_before_first_token_s": 4.0}
     tested = gate.evaluate(table(server_drop, silent))
     assert tested.passed and tested.detail.endswith("1 streams silent over the read timeout")
-    result = gate.evaluate(table(server_drop, proxy_cut, {"status": 504, "outcome": "http_5xx", "ttfb_s": 2.0}))
+    result = gate.evaluate(table(server_drop, proxy_cut, {"status": 504, "outcome": "gateway_timeout", "ttfb_s": 2.0}))
     assert not result.passed
-    assert result.detail.startswith("1 proxy 504s before the headers, 1 streams cut after them")
+    assert result.detail.startswith(
+        "1 proxy timeouts before the headers (1x 504), 1 streams cut after them, after 2.00-2.01 s of silence "
+        "(1.70-2.30 s counts for a 2 s read timeout); 1 other cuts after 0.30 s of silence"
+    )
     assert "server keep-alive of unknown interval (a keep-alive interval below" in result.detail
     off = NoProxyTimeouts(read_timeout=2.0, keep_alive_interval=0.0).evaluate(table(proxy_cut))
     assert "server keep-alive off (a keep-alive interval below the read timeout" in off.detail
@@ -222,9 +227,9 @@ def test_expects_over_real_columns_pass_the_check() -> None:
 
 
 def test_no_proxy_timeouts_declared_bare_reads_the_run_settings_and_is_stored_concrete() -> None:
-    settings = SimpleNamespace(proxy_read_timeout=2.0, keep_alive_interval=0.5)
+    settings = SimpleNamespace(proxy_read_timeout=2.0, keep_alive_interval=0.5, proxy="embedded")
     gate = NoProxyTimeouts().for_run(settings)
-    assert gate == NoProxyTimeouts(2.0, 0.5)
+    assert gate == NoProxyTimeouts(2.0, 0.5, proxy="embedded") and gate.spec()["proxy"] == "embedded"
     assert Gate.from_spec(gate.spec()) == gate
     explicit = NoProxyTimeouts(10.0, None)
     assert explicit.for_run(settings) is explicit  # figures given are kept
@@ -311,7 +316,8 @@ def test_keepalive_covered_counts_the_silence_from_the_send_so_held_headers_cann
     result = KeepAliveCovered(1.0).evaluate(held)
     assert not result.passed and result.detail.startswith("0/2 raw streams silent over 1.20 s")
     assert result.detail.endswith(
-        "sse-soak: 2 raw streams were silent over 1.20 s and none got a keep-alive comment: an intermediary that "
+        "sse-soak: 2 raw streams were silent over 1.20 s and none got a keep-alive comment (2 got their headers only "
+        "with their first token): an intermediary that "
         "strips SSE comments or holds the response headers until the first token (a gateway such as LiteLLM) may "
         "stand between the harness and the server, or the server's keep-alive is off"
     )

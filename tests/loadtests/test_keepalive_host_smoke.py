@@ -56,6 +56,10 @@ def test_a_gateway_that_holds_headers_and_strips_comments_fails_keepalive_and_is
     line = f"sse-soak: {len(finished)} raw streams were silent over 0.65 s and none got a keep-alive comment"
     assert line in covered["detail"] and line in run.output
     assert "(a gateway such as LiteLLM)" in covered["detail"]
+    withheld = run.summary["causes"]["keepalive_withheld"]  # the summary and a console line say it too
+    assert withheld["streams"] == len(finished) and withheld["headers_held"] == len(finished)
+    assert withheld["line"] in run.output.splitlines() and covered["detail"].endswith(withheld["line"])
+    assert "(the run started no proxy: it stands in front of the server the run was given)" in withheld["line"]
 
 
 FAST_PREFILL = ("--max-num-seqs", "2", "--inter-token-latency", "2", "--sse-keep-alive-interval", "0.5")

@@ -117,9 +117,9 @@ def test_locusts_parser_and_web_ui_list_every_scenario_option() -> None:
     assert result.returncode == 0, result.stderr
     listed, defaults = result.stdout.splitlines()[-2:]
     assert set(listed.split()) == {item.name for item in on(Surface.LOCUST)}
-    # The scenario's own proxy; the keep-alive field empty, so that a value given can be told from none
-    # (the scenario's 0.5 s is the bundled server's, never assumed of --host); the key masked.
-    assert defaults == "embedded None True"
+    # The proxy and keep-alive fields empty, so that a value given can be told from none (the scenario's
+    # proxy and 0.5 s are the bundled server's, never added to nor assumed of --host); the key masked.
+    assert defaults == "None None True"
 
 
 @pytest.mark.fast

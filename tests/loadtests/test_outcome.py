@@ -101,7 +101,16 @@ def test_a_token_that_mentions_error_is_still_data() -> None:
 
 @pytest.mark.parametrize(
     ("status", "outcome"),
-    [(400, "rejected"), (404, "rejected"), (429, "rejected"), (500, "http_5xx"), (504, "http_5xx")],
+    [
+        (400, "rejected"),
+        (404, "rejected"),
+        (429, "rejected"),
+        (500, "http_5xx"),
+        (502, "http_5xx"),
+        (408, "gateway_timeout"),
+        (504, "gateway_timeout"),
+        (524, "gateway_timeout"),
+    ],
 )
 def test_error_statuses_and_their_bodies(status: int, outcome: str) -> None:
     stream = tracker()
@@ -116,7 +125,7 @@ def test_a_non_json_error_body_keeps_its_text() -> None:
     stream.headers(504, 2.0)
     stream.error_body(b"<html>504 Gateway Time-out</html>")
     row = stream.finish(2.0)
-    assert row.outcome == "http_5xx" and "Gateway" in (row.error_message or "")
+    assert row.outcome == "gateway_timeout" and "Gateway" in (row.error_message or "")
 
 
 @pytest.mark.parametrize(

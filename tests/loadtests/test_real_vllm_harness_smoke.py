@@ -44,8 +44,9 @@ def test_scenarios_whose_point_is_silence_make_it_by_queueing_and_pass(
     tmp_path: Path, vllm_server: real.VllmServer, scenario: str
 ) -> None:
     interval = str(VLLM_KEEP_ALIVE)
+    proxy = ("--proxy", "embedded") if scenario == "proxy_timeout" else ()  # --host adds no proxy unasked
     run = run_locust(
-        scenario, tmp_path, "--host", vllm_server.url, "--keep-alive-interval", interval, users=4, seconds=20
+        scenario, tmp_path, "--host", vllm_server.url, "--keep-alive-interval", interval, *proxy, users=4, seconds=20
     )
     assert run.returncode == 0, run.output[-3000:]
     assert "to make silence by queueing" in run.output

@@ -418,5 +418,6 @@ def test_web_ui_form_shows_every_option_and_a_changed_stack_setting_restarts_the
     summary = complete(restarted)
     assert summary["settings"]["keep_alive_interval"] == 0.1
     assert summary["settings"]["server_args"][-2:] == ["--sse-keep-alive-interval", "0.1"]
-    assert {"type": "KeepAliveCovered", "interval": 0.1, "name": "keepalive_covered"} in summary["gate_specs"]
+    covered = {"type": "KeepAliveCovered", "interval": 0.1, "name": "keepalive_covered", "proxy": "none"}
+    assert covered in summary["gate_specs"]
     assert sorted(tmp_path.iterdir()) == [restarted]  # the refused test made no run directory

@@ -42,7 +42,7 @@ def test_a_host_run_takes_the_interval_given_on_its_command_line() -> None:
     settings = SCENARIO.settings(options(host="http://vllm:8000", keep_alive_interval=1.0))
     assert (settings.keep_alive_interval, settings.keep_alive_interval_source) == (1.0, "given")
     covered = next(gate for gate in SCENARIO.gate_list(settings) if gate.name == "keepalive_covered")
-    assert covered.spec() == {"type": "KeepAliveCovered", "interval": 1.0, "name": "keepalive_covered"}
+    assert covered.spec() == {"type": "KeepAliveCovered", "interval": 1.0, "name": "keepalive_covered", "proxy": "none"}
 
 
 def test_a_scenario_without_an_interval_runs_the_one_given_last() -> None:
@@ -95,3 +95,19 @@ def test_the_recorded_host_has_no_password_nor_query_values() -> None:
     settings = SCENARIO.settings(options(host="http://user:PASS@vllm:8000/?token=SECRET"))
     assert settings.host == "http://user:PASS@vllm:8000/?token=SECRET"  # what the clients are given
     assert settings.as_dict()["host"] == "http://user:***@vllm:8000/?token=***"
+
+
+def test_a_host_run_adds_the_scenarios_proxy_only_when_asked_and_says_so() -> None:
+    behind = Scenario(name="p", proxy="embedded", proxy_read_timeout=2.0)
+    assert behind.settings(options(proxy=None)).proxy == "embedded"  # the bundled server: the scenario's own
+    assert behind.proxy_notice(options(proxy=None)) is None
+    at_host = options(host="http://gateway:4000", proxy=None, proxy_read_timeout=2.0)
+    assert behind.settings(at_host).proxy == "none"
+    assert behind.proxy_notice(at_host) == (
+        "sse-soak: --host given: the scenario's own proxy (embedded) is not started in front of it; the gates "
+        "judge a proxy read timeout of 2 s (--proxy-read-timeout: your proxy's); pass --proxy embedded to put "
+        "ours in front of the host"
+    )
+    asked = options(host="http://gateway:4000", proxy="embedded")
+    assert behind.settings(asked).proxy == "embedded" and behind.proxy_notice(asked) is None
+    assert behind.settings(options(proxy="none")).proxy == "none"

@@ -1,0 +1,245 @@
+"""Proxy and gateway timeouts by one rule: the figures measured behind real proxies (README,
+"Proxies") as cases, and the ``causes:`` line and the gates saying the same."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from loadtests._causes import keepalive_withheld, proxies_named, proxy_timeouts, window
+from loadtests._gates import KeepAliveCovered, NoProxyTimeouts, OutcomesAsExpected
+from loadtests._outcome import RequestPlan, RequestRow, StreamTracker
+from loadtests._recorder import Recorder
+from loadtests._sse import KEEP_ALIVE_TEXT, Frame
+from loadtests._summary import summarize
+from tests.loadtests.tables import requests_of
+
+pytestmark = pytest.mark.fast
+
+TOKEN = 'data: {"choices": [{"index": 0, "text": "w"}]}'
+
+
+def token(t: float) -> Frame:
+    return Frame(t, len(TOKEN) + 2, data=TOKEN[len("data: ") :])
+
+
+def keepalive(t: float) -> Frame:
+    return Frame(t, 14, comments=[KEEP_ALIVE_TEXT])
+
+
+def stream(
+    frames: list[Frame],
+    end: float,
+    *,
+    status: int = 200,
+    headers_at: float = 0.05,
+    body: str | None = None,
+    server: str | None = None,
+    via: str | None = None,
+    expected: str | None = None,
+    client: str = "raw",
+    index: int = 0,
+) -> RequestRow:
+    """One request as the raw client records it: headers, ``frames``, then the end at ``end`` s."""
+    tracker = StreamTracker(
+        RequestPlan(f"r{index}", "n", "completions", client=client, expected=expected),
+        0.0,
+        sees_comments=client == "raw",
+    )
+    tracker.headers(status, headers_at, "text/event-stream", server=server, via=via)
+    if body is not None:
+        tracker.error_body(body.encode())
+    for frame in frames:
+        tracker.frame(frame, frame.t)
+    return tracker.finish(end)
+
+
+def table(*rows: RequestRow) -> pd.DataFrame:
+    recorder = Recorder()
+    for index, row in enumerate(rows):
+        row.request_id = f"r{index}"
+        recorder.add(row, None)
+    return requests_of(recorder)
+
+
+def cut_after(silence: float, **given: Any) -> RequestRow:
+    """A 200 stream whose last token came at 5 s, then cut ``silence`` s later without [DONE]."""
+    return stream([token(5.0)], 5.0 + silence, **given)
+
+
+def causes_line(requests: pd.DataFrame, **settings: Any) -> str:
+    summary = summarize("s", requests, [], {"proxy_read_timeout": 2.0, "proxy": "none", **settings})
+    return next(line for line in summary.console_lines() if line.startswith("causes: "))
+
+
+def test_the_window_is_the_timeout_less_or_more_a_quarter_second_or_15_percent_or_a_whole_second_tick() -> None:
+    assert window(2.0) == pytest.approx((1.70, 2.30))
+    assert window(1.0) == pytest.approx((0.75, 1.25))  # the 0.25 s floor: HAProxy's 0.2 s hold, at any timeout
+    assert window(60.0) == pytest.approx((51.0, 69.0))
+    assert window(2.0, coarse=True) == pytest.approx((1.0, 3.0))
+
+
+def test_a_stream_records_the_silence_before_its_end_what_a_proxy_timer_measures() -> None:
+    row = cut_after(1.79)
+    assert row.outcome == "cut" and row.end_silence_s == pytest.approx(1.79)
+    assert row.max_gap_s == pytest.approx(4.95)  # the prefill before the first token: not what ended it
+    ended = stream([token(1.0), keepalive(2.5), Frame(2.6, 14, data="[DONE]")], 2.7)
+    assert ended.outcome == "ok" and ended.end_silence_s == pytest.approx(0.1)  # [DONE] is the end
+    answered = stream([], 2.01, status=502, headers_at=2.0, body="<html>502 Proxy Error</html>")
+    assert answered.end_silence_s == pytest.approx(2.0)  # from the send to the status
+    sdk = cut_after(1.8, client="openai")
+    assert sdk.end_silence_s is None  # comments unseen: its silence is unknown
+
+
+def test_haproxy_holding_each_write_200ms_cuts_after_1_79s_of_silence_and_that_is_its_read_timeout() -> None:
+    """HAProxy 2.6 without option http-no-delay, 2 s timeout: 36 cuts seen 1.79-1.80 s after the last
+    frame were filed as other cuts by the old 0.95 x rule, and the gate passed."""
+    requests = table(*(cut_after(1.79 + 0.01 * (i % 2), index=i) for i in range(36)))
+    gate = NoProxyTimeouts(2.0, 0.0, proxy="none").evaluate(requests)
+    assert not gate.passed
+    said = "0 proxy timeouts before the headers, 36 streams cut after them, after 1.79-1.80 s of silence"
+    assert gate.detail.startswith(said + " (1.70-2.30 s counts for a 2 s read timeout)")
+    assert causes_line(requests).startswith("causes: " + said)
+
+
+def test_squids_whole_second_timer_counts_when_squid_is_named_and_not_otherwise() -> None:
+    """Squid 5.7 cut a 2 s timeout after 1.37-1.88 s (9 of 27 under 1.71 s): named by its Via header or
+    by the run's proxy, its cuts get a whole second either side; unnamed, a 1.37 s cut is another cut
+    (a server that drops idle streams after 1.4 s is no 2 s proxy timeout)."""
+    unnamed = table(cut_after(1.37), cut_after(1.88))
+    found = proxy_timeouts(unnamed, 2.0)
+    assert (len(found.after_headers), len(found.other_cuts)) == (1, 1)
+    via = table(cut_after(1.37, via="1.1 proxy (squid/5.7)"), cut_after(1.88, via="1.1 proxy (squid/5.7)"))
+    named = proxy_timeouts(via, 2.0)
+    assert (len(named.after_headers), len(named.other_cuts), named.named) == (2, 0, ["Squid"])
+    assert "; answered by Squid" in NoProxyTimeouts(2.0, 0.0).evaluate(via).detail
+    assert len(proxy_timeouts(unnamed, 2.0, "squid").after_headers) == 2  # the run started Squid
+    assert len(proxy_timeouts(table(cut_after(0.9, via="squid/5.7")), 2.0).other_cuts) == 1  # below its tick
+
+
+def test_a_silence_far_over_the_timeout_or_far_under_it_is_no_read_timeout() -> None:
+    found = proxy_timeouts(table(cut_after(2.01), cut_after(0.3), cut_after(3.5)), 2.0)
+    assert (len(found.after_headers), len(found.other_cuts)) == (1, 2)
+    assert "2 other cuts after 0.30-3.50 s of silence, outside it: not read timeouts" in found.phrase()
+
+
+def test_caddys_valid_final_chunk_without_done_is_a_cut_and_a_read_timeout() -> None:
+    """Caddy 2.6 ends a timed-out stream with a valid final chunk (HTTP 200): only [DONE] is missing."""
+    row = stream([token(0.5), keepalive(1.0)], 3.0)  # closed cleanly 2 s after the last comment
+    assert row.outcome == "cut" and not row.done
+    assert len(proxy_timeouts(table(row), 2.0).after_headers) == 1
+
+
+def test_apaches_502_before_the_headers_is_a_timeout_when_silent_for_it_and_named() -> None:
+    """Apache 2.4 mod_proxy answers its ProxyTimeout with 502; a reset upstream is a 502 at once."""
+    timed_out = stream(
+        [], 2.01, status=502, headers_at=2.0, body="<title>502 Proxy Error</title>", server="Apache/2.4.62 (Debian)"
+    )
+    reset = stream([], 0.06, status=502, headers_at=0.05, body="<title>502 Proxy Error</title>")
+    assert timed_out.outcome == reset.outcome == "http_5xx"
+    requests = table(timed_out, reset)
+    gate = NoProxyTimeouts(2.0, 0.0).evaluate(requests)
+    assert not gate.passed and gate.detail.startswith("1 proxy timeouts before the headers (1x 502)")
+    assert "; answered by Apache" in gate.detail and "r0" in gate.detail and "r1" not in gate.detail
+    assert causes_line(requests).startswith("causes: 1 proxy timeouts before the headers (1x 502)")
+
+
+LITELLM_408 = json.dumps(
+    {
+        "error": {
+            "message": "litellm.Timeout: APITimeoutError - Request timed out. Error_str: Request timed out.",
+            "type": None,
+            "param": None,
+            "code": "408",
+        }
+    }
+)
+"""LiteLLM's proxy answer to its upstream timeout, an OpenAI-style error whose code is text."""
+
+
+def test_litellms_408_is_a_gateway_timeout_never_an_expected_rejection() -> None:
+    rows = [stream([], 2.0, status=408, headers_at=2.0, body=LITELLM_408, expected="rejected") for _ in range(5)]
+    assert {row.outcome for row in rows} == {"gateway_timeout"}
+    requests = table(*rows)
+    expected = OutcomesAsExpected().evaluate(requests)
+    assert not expected.passed and "5 gateway_timeout (expected rejected)" in expected.detail
+    gate = NoProxyTimeouts(2.0, 0.0).evaluate(requests)
+    assert not gate.passed and gate.detail.startswith("5 proxy timeouts before the headers (5x 408)")
+    assert "; answered by LiteLLM" in gate.detail
+
+
+def test_an_inband_timeout_code_after_the_headers_is_a_gateway_timeout() -> None:
+    """LiteLLM mid-stream: HTTP 200, then an error frame with code "408"."""
+    error = Frame(3.0, 40, data=LITELLM_408)
+    row = stream([token(0.5), error], 3.1)
+    assert row.outcome == "gateway_timeout" and row.end_silence_s == pytest.approx(2.5)
+    found = proxy_timeouts(table(row), 2.0)
+    assert len(found.after_headers) == 1 and found.named == ["LiteLLM"]
+
+
+def test_every_504_counts_and_the_gate_and_the_causes_line_say_the_same() -> None:
+    requests = table(
+        stream([], 2.0, status=504, headers_at=2.0, body="<html>504 Gateway Time-out</html>"),
+        cut_after(2.0),
+        cut_after(0.4),
+        stream([token(0.5), Frame(0.6, 14, data="[DONE]")], 0.6),
+    )
+    gate = NoProxyTimeouts(2.0, 0.5, proxy="embedded").evaluate(requests)
+    phrase = proxy_timeouts(requests, 2.0, "embedded").phrase()
+    assert gate.detail.startswith(phrase + "; longest silence 2.00 s")
+    assert phrase.endswith("; the run's proxy: the embedded proxy")
+    assert causes_line(requests, proxy="embedded") == f"causes: {phrase}; statuses {{'200': 3, '504': 1}}"
+
+
+def test_a_row_written_before_end_silence_s_is_judged_on_its_longest_gap() -> None:
+    older = table(cut_after(1.9))
+    older["end_silence_s"] = None
+    older["max_gap_s"] = 1.9
+    assert len(proxy_timeouts(older.drop(columns=["end_silence_s", "served_by"]), 2.0).after_headers) == 1
+
+
+def test_sdk_cuts_have_unknown_silences_and_are_counted_apart() -> None:
+    found = proxy_timeouts(table(cut_after(1.9, client="openai")), 2.0)
+    assert (found.count, len(found.unseen_cuts)) == (0, 1)
+    assert "1 cuts of SDK streams, whose silences are unknown" in found.phrase()
+
+
+def held_silent(index: int) -> RequestRow:
+    """A LiteLLM-like stream: no comment, headers with the first token 5 s after the send."""
+    return stream([token(5.0), Frame(5.1, 14, data="[DONE]")], 5.1, headers_at=5.0, index=index)
+
+
+def test_keepalive_withheld_fails_keepalive_covered_and_the_summary_says_the_same_line() -> None:
+    requests = table(held_silent(0), held_silent(1))
+    withheld = keepalive_withheld(requests, 0.5, "embedded")
+    assert withheld is not None and (withheld.streams, withheld.headers_held) == (2, 2)
+    line = withheld.line()
+    assert line.startswith("sse-soak: 2 raw streams were silent over 0.65 s and none got a keep-alive comment (2 got")
+    assert "(the run's proxy, the embedded proxy, or something behind it)" in line
+    gate = KeepAliveCovered(0.5, proxy="embedded").evaluate(requests)
+    assert not gate.passed and gate.detail.endswith(line)
+    summary = summarize("s", requests, [gate], {"keep_alive_interval": 0.5, "proxy": "embedded"})
+    assert summary.causes["keepalive_withheld"]["line"] == line and line in summary.console_lines()
+    assert "the run started no proxy" in (keepalive_withheld(requests, 0.5, "none") or withheld).line()
+    assert keepalive_withheld(requests, None) is None and keepalive_withheld(requests, 0.0) is None
+    with_comment = table(held_silent(0), stream([keepalive(1.0), token(5.0)], 5.1, index=1))
+    assert keepalive_withheld(with_comment, 0.5) is None  # one got a comment: none were stripped on the way
+
+
+def test_a_proxy_is_named_by_its_headers_first_then_by_its_error_body() -> None:
+    rows = table(
+        stream([], 2.0, status=504, headers_at=2.0, server="nginx/1.22.1", body="squid"),
+        stream([], 2.0, status=408, headers_at=2.0, server="uvicorn", body=LITELLM_408),
+        stream([], 2.0, status=504, headers_at=2.0, via="1.1 edge (squid/5.7)", server="HAProxy"),
+        stream([], 2.0, status=504, headers_at=2.0),
+    )
+    assert proxies_named(rows).tolist() == ["nginx", "LiteLLM", "Squid", None]
+
+
+def test_a_stream_held_silent_by_a_gateway_until_its_first_token_tested_the_proxys_read_timeout() -> None:
+    """Headers with the first token 5 s after the send: silent for the 2 s timeout, though not after its headers."""
+    result = NoProxyTimeouts(2.0, 0.5).evaluate(table(held_silent(0)))
+    assert result.passed and result.detail.endswith("; 1 streams silent over the read timeout")

@@ -1,0 +1,116 @@
+"""Timeouts of proxies and gateways the run did not start (``--host``), as measured behind HAProxy,
+Apache and LiteLLM: each is attributed by the one rule of ``loadtests._causes``, and the verdict,
+the gate's line and the ``causes:`` line say the same."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import StartServer
+from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
+from tests.loadtests.timeout_gateways import TimeoutGateway
+
+pytestmark = pytest.mark.smoke
+
+SILENT_5S = ("--max-num-seqs", "2", "--time-to-first-token", "5000", "--inter-token-latency", "20")
+"""scenarios/proxy_timeout.py's server, started by the test with keep-alive off: 5 s to a first token."""
+
+
+def agreeing_lines(run: LocustRun) -> str:
+    """The gate's line and the causes line say the same phrase, and the verdict fails on the gate;
+    returns the phrase."""
+    phrase = run.summary["causes"]["proxy_timeouts"]["line"]
+    gate = run.gate("no_proxy_timeouts")
+    assert not gate["passed"] and gate["detail"].startswith(phrase + "; longest silence"), gate["detail"]
+    lines = run.output.splitlines()
+    assert f"gate FAIL no_proxy_timeouts: {gate['detail']}" in lines
+    assert any(line.startswith(f"causes: {phrase}; statuses ") for line in lines), run.output[-3000:]
+    verdict = next(line for line in lines if line.startswith("verdict: "))
+    assert verdict.startswith("verdict: FAIL") and "no_proxy_timeouts" in verdict.split("failed: ")[1]
+    return phrase
+
+
+@pytest.fixture
+def gateway(start_server: StartServer, request: pytest.FixtureRequest) -> Iterator[TimeoutGateway]:
+    mode, keep_alive = request.param
+    server = start_server(*SILENT_5S, "--sse-keep-alive-interval", keep_alive)
+    started = TimeoutGateway(server.url, mode, timeout=2.0)
+    yield started
+    started.stop()
+
+
+@pytest.mark.parametrize("gateway", [("held_writes", "0")], indirect=True)
+def test_a_proxy_that_holds_writes_200ms_cuts_after_1_8s_of_silence_and_that_is_its_read_timeout(
+    tmp_path: Path, gateway: TimeoutGateway
+) -> None:
+    """HAProxy-like: the client sees 1.8 s of silence before each 2 s cut (the 0.95 x rule filed them
+    all as other cuts, and the gate passed)."""
+    run = run_locust("proxy_timeout", tmp_path, "--host", gateway.url, "--keep-alive-interval", "0", users=2, seconds=7)
+    assert run.returncode == 1, run.output[-3000:]
+    assert "the scenario's own proxy (embedded) is not started in front of it" in run.output  # --host: none added
+    cuts = run.requests.query("outcome == 'cut'")
+    assert len(cuts) >= 2 and set(run.requests.query("outcome != 'stopped'")["outcome"]) == {"cut"}
+    assert cuts["end_silence_s"].between(1.7, 1.95).all(), cuts["end_silence_s"].tolist()
+    phrase = agreeing_lines(run)
+    assert phrase.startswith(f"0 proxy timeouts before the headers, {len(cuts)} streams cut after them, after 1.")
+    assert "other cuts" not in phrase
+
+
+@pytest.mark.parametrize("gateway", [("bad_gateway", "0")], indirect=True)
+def test_a_proxy_that_answers_its_timeout_with_502_is_named_and_fails_the_gate(
+    tmp_path: Path, gateway: TimeoutGateway
+) -> None:
+    """Apache-like: 502 Proxy Error after 2 s (the gate looked for 504 and said 0 proxy 504s, PASS)."""
+    run = run_locust("proxy_timeout", tmp_path, "--host", gateway.url, "--keep-alive-interval", "0", users=2, seconds=7)
+    assert run.returncode == 1, run.output[-3000:]
+    answered = run.requests.query("outcome != 'stopped'")
+    assert len(answered) >= 2 and set(answered["status"]) == {502} and set(answered["outcome"]) == {"http_5xx"}
+    assert answered["served_by"].str.contains("Apache").all()
+    phrase = agreeing_lines(run)
+    assert phrase.startswith(f"{len(answered)} proxy timeouts before the headers ({len(answered)}x 502)")
+    assert phrase.endswith("; answered by Apache")
+
+
+EXPECTS_REJECTIONS = """
+from loadtests import NoProxyTimeouts, RequestMix, RequestSpec, Scenario, SSEUser
+
+scenario = Scenario(name="expects_rejections", gates=[NoProxyTimeouts()], proxy_read_timeout=2.0)
+
+
+class RefusedUser(SSEUser):
+    mix = RequestMix([RequestSpec("refused", "completions", 50, max_tokens=8, expected="rejected")])
+"""
+
+
+@pytest.mark.parametrize("gateway", [("litellm_408", "0.5")], indirect=True)
+def test_a_gateways_408_is_a_gateway_timeout_never_the_rejection_a_mix_expects(
+    tmp_path: Path, gateway: TimeoutGateway
+) -> None:
+    """LiteLLM-like: comments stripped, 408 with its OpenAI-style error after 2 s (a mix expecting
+    rejections passed on 5 of 5 answers that were timeouts)."""
+    locustfile = tmp_path / "expects_rejections.py"
+    locustfile.write_text(EXPECTS_REJECTIONS)
+    command = locust_command(
+        locustfile, "--headless", "--only-summary", "-u", "2", "-r", "2", "-t", "6s", "--host", gateway.url,
+        "--report-dir", str(tmp_path),
+    )  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=180, cwd=ROOT, env=env, stdin=subprocess.DEVNULL
+    )
+    match = REPORT_LINE.search(result.stdout)
+    run = LocustRun(result.returncode, result.stdout + result.stderr, Path(match["path"]) if match else None)
+    assert run.returncode == 1, run.output[-3000:]
+    answered = run.requests.query("outcome != 'stopped'")
+    assert len(answered) >= 2 and set(answered["status"]) == {408} and set(answered["outcome"]) == {"gateway_timeout"}
+    assert (answered["error_code"] == "408").all()
+    expected = run.gate("outcomes_as_expected")
+    assert not expected["passed"] and f"{len(answered)} gateway_timeout (expected rejected)" in expected["detail"]
+    phrase = agreeing_lines(run)
+    assert phrase.startswith(f"{len(answered)} proxy timeouts before the headers ({len(answered)}x 408)")
+    assert phrase.endswith("; answered by LiteLLM")
