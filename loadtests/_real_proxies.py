@@ -201,6 +201,7 @@ ErrorLog "{directory}/error.log"
 LogLevel warn
 DefaultRuntimeDir "{directory}"
 LoadModule mpm_event_module {modules}/mod_mpm_event.so
+LoadModule authz_core_module {modules}/mod_authz_core.so
 LoadModule proxy_module {modules}/mod_proxy.so
 LoadModule proxy_http_module {modules}/mod_proxy_http.so
 {user}StartServers 1
