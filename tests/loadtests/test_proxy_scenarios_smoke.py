@@ -1,4 +1,8 @@
-"""slow_prefill and proxy_timeout through both proxies: positive runs and negative controls."""
+"""slow_prefill and proxy_timeout through the proxies: positive runs and negative controls.
+
+proxy_timeout runs through every proxy ``--proxy`` starts (the embedded one and each real one);
+slow_prefill through the embedded proxy and nginx. With keep-alive off, every proxy cuts the
+streams and the run fails; how each cuts is in the README's "Proxies"."""
 
 from __future__ import annotations
 
@@ -6,10 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_nginx
+from loadtests._real_proxies import REAL_PROXIES
+from tests.conftest import require_nginx, require_proxy
 from tests.loadtests.locust_run import run_locust
 
 pytestmark = pytest.mark.smoke
+
+GATE_NAMES_THE_CUTS = {"embedded", "nginx", "caddy", "apache"}
+"""The proxies whose read-timeout cuts in this scenario ``no_proxy_timeouts`` names today (a cut
+after a silence of the read timeout: Caddy's clean final chunk is a ``cut`` too, missing its
+``[DONE]``). HAProxy holds each write ~0.2 s, so the client sees 1.8 s of silence before a 2 s cut
+and the gate, taking them for other cuts, is unjudged; Squid's whole-second timer cut after 2.75 to
+3.7 s here but after 1.4 to 1.9 s in earlier measurements, which the gate would not name."""
 
 
 @pytest.fixture(params=["embedded", "nginx"])
@@ -19,7 +31,17 @@ def proxy(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def test_proxy_timeout_streams_survive_a_2s_proxy_through_5s_prefill_with_keepalive(tmp_path: Path, proxy: str) -> None:
+@pytest.fixture(params=["embedded", *REAL_PROXIES])
+def any_proxy(request: pytest.FixtureRequest) -> str:
+    if request.param in REAL_PROXIES:
+        require_proxy(request.param)
+    return request.param
+
+
+def test_proxy_timeout_streams_survive_a_2s_proxy_through_5s_prefill_with_keepalive(
+    tmp_path: Path, any_proxy: str
+) -> None:
+    proxy = any_proxy
     run = run_locust("proxy_timeout", tmp_path, "--proxy", proxy, users=4, seconds=8)
     assert run.returncode == 0, run.output[-3000:]
     summary = run.summary
@@ -31,12 +53,19 @@ def test_proxy_timeout_streams_survive_a_2s_proxy_through_5s_prefill_with_keepal
     assert (finished["max_gap_s"] < 2.0).all() and (finished["keepalive_frames"] >= 9).all()  # ...but never silent
 
 
-def test_proxy_timeout_without_keepalive_every_stream_is_cut_and_the_run_fails(tmp_path: Path, proxy: str) -> None:
+def test_proxy_timeout_without_keepalive_every_stream_is_cut_and_the_run_fails(tmp_path: Path, any_proxy: str) -> None:
+    proxy = any_proxy
     run = run_locust("proxy_timeout", tmp_path, "--proxy", proxy, "--keep-alive-interval", "0", users=4, seconds=6)
     assert run.returncode != 0
     assert run.summary["settings"]["keep_alive_interval"] == 0.0
     requests = run.requests.query("outcome != 'stopped'")
     assert len(requests) >= 4
+    assert not run.gate("every_stream_ok")["passed"]
+    if proxy not in GATE_NAMES_THE_CUTS:
+        assert set(requests["outcome"]) == {"cut"} and (requests["status"] == 200).all()
+        if proxy == "haproxy":  # its write delay: the client saw less silence than HAProxy timed
+            assert (requests["max_gap_s"] < 2.0).all()
+        return
     assert set(requests["outcome"]) == {"cut"} and (requests["status"] == 200).all()
     assert (requests["max_gap_s"] >= 2.0 * 0.98).all()
     gate = run.gate("no_proxy_timeouts")
