@@ -31,7 +31,7 @@ Run it::
     python bench/proxy_distortion.py --quick      # 2 streams of 10 tokens: proves the script works
 
 Measured 2026-12-05 on this 2-core machine, otherwise idle (Debian 12's nginx 1.22.1, HAProxy
-2.6.12, Caddy 2.6.2, Apache 2.4, Squid 5.7), ``python bench/proxy_distortion.py``: 4 streams of 50
+2.6.12, Caddy 2.6.2, Apache 2.4.71, Squid 5.7), ``python bench/proxy_distortion.py``: 4 streams of 50
 tokens at 20 ms after 1 s of keep-alive every 0.2 s; times in ms::
 
     proxy            streams ttfb p50 ms added ms 1st frame ms delay p50 ms  p99 ms gap err p50 ms  p99 ms merged gaps
@@ -45,7 +45,7 @@ tokens at 20 ms after 1 s of keep-alive every 0.2 s; times in ms::
     squid                4/4         3.6      1.0          0.5         0.31    0.65           0.00    0.33       0/212
 
 Every proxy passed every frame, the 16 keep-alive comments included. HAProxy without ``option
-http-no-delay`` (its default) held the headers until the first frame (its added TTFB), and each
+http-no-delay`` (its default) held the headers ~0.2 s, until the first frame (its added TTFB), and each
 write up to ~0.2 s: tokens sent 20 ms apart arrived together (184 of 212 gaps merged, the gap
 error's p50 -20 ms), each batch up to 0.2 s late (p99 +203 ms); with the option it is as faithful as
 the others, whose gap error stays within 1 ms.
