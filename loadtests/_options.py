@@ -61,7 +61,8 @@ DEFAULT_SCRAPE_INTERVAL_S = 1.0
 DEFAULT_MAX_UNJUDGED_SHARE = 0.1
 """A gate that passed with more of its qualifying requests unjudged than this share is unjudged."""
 MAX_FLUSH_INTERVAL_S = 3600.0
-PROXY_KINDS = ("none", "embedded", "nginx")
+PROXY_KINDS = ("none", "embedded", "nginx", "haproxy", "caddy", "apache", "squid")
+"""``none``, the embedded proxy, then the real ones ``loadtests._real_proxies`` starts."""
 SERVER_KINDS = ("bundled", "vllm")
 ARRIVAL_KINDS = ("poisson", "constant")
 
@@ -537,15 +538,18 @@ OPTIONS: tuple[Option, ...] = (
         "proxy",
         choice(*PROXY_KINDS),
         "reverse proxy the run starts in front of the server: none, embedded (asyncio, nginx's read-timeout "
-        "semantics) or nginx (default: the scenario's own in front of the bundled server; none in front of --host, "
-        "which may have a proxy of its own: name one to put it in front of the host)",
+        "semantics), or real nginx, haproxy, caddy, apache or squid (Debian's packages) (default: the scenario's "
+        "own in front of the bundled server; none in front of --host, which may have a proxy of its own: name one to "
+        "put it in front of the host)",
         None,  # given or not: a --host run adds no proxy it was not asked for (Scenario.proxy_of)
         frozenset({L, P, A}),
     ),
     Option(
         "proxy_read_timeout",
         SECONDS,
-        "the proxy's read timeout in seconds, as nginx's proxy_read_timeout",
+        "the proxy's read timeout in seconds: nginx's proxy_read_timeout, HAProxy's timeout server, Caddy's "
+        "read_timeout and response_header_timeout, Apache's ProxyTimeout and Squid's read_timeout (these two in "
+        "whole seconds, rounded up)",
         60.0,
         scenario_field="proxy_read_timeout",
     ),

@@ -1,7 +1,7 @@
 """Memory of the harness and of the bundled server, sampled while a run goes.
 
 The harness is the Locust process and its worker processes; the services it started (target
-server, embedded proxy, nginx) are children of Locust too but are not the harness, so their
+server, embedded proxy, a real proxy) are children of Locust too but are not the harness, so their
 process trees are counted apart. Samples are appended to ``resources.csv`` in the run directory
 (``t`` in epoch seconds, RSS in MiB) and flushed at once, so a killed run keeps them.
 """

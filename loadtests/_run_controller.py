@@ -9,9 +9,9 @@ is refused in one line) and declares its options (``loadtests._options``); at ``
 them and takes over the run's lifecycle.
 
 Without ``--host``, the master (or the single process) starts the bundled target server with the
-scenario's profile on a free loopback port; with ``--proxy embedded|nginx`` a proxy with
-``--proxy-read-timeout`` goes in front of it (or of ``--host``). It prints what it started and
-stops it all by pid at the end.
+scenario's profile on a free loopback port; with ``--proxy`` (embedded, or a real one: nginx,
+haproxy, caddy, apache, squid) a proxy with ``--proxy-read-timeout`` goes in front of it (or of
+``--host``). It prints what it started and stops it all by pid at the end.
 
 Each Locust test (headless: the whole run; web UI: each Start..Stop) is one run directory: made
 and printed (``run directory: <path>``) at ``test_start``, judged at ``test_stop`` by the process

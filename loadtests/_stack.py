@@ -1,15 +1,16 @@
-"""The system under test as child processes: the bundled server, the embedded proxy, nginx.
+"""The system under test as child processes: the bundled server, the embedded proxy, a real proxy.
 
 Each service runs in its own process (their asyncio loops must not share a process with
 Locust's gevent monkey-patching), listens on a free 127.0.0.1 port, and is stopped by its own
 process id: SIGTERM, then SIGKILL after a grace period. Readiness is a ready line on stdout for
-our own services and an accepted TCP connection for nginx, never a sleep. Invariant: a service
+our own services and an accepted TCP connection for the real proxies (``loadtests._real_proxies``:
+nginx, HAProxy, Caddy, Apache, Squid), never a sleep. Invariant: a service
 that ``start()`` returned is accepting connections; after ``stop()`` its process has exited,
 been reaped, and its files are gone.
 
 Nothing outlives the process that started it, even one killed by SIGKILL: every service's stdin
 is a pipe whose write end only this process holds, and the kernel closes it when this process
-dies. Our services see EOF and stop themselves; nginx, which cannot watch a pipe, runs under a
+dies. Our services see EOF and stop themselves; a real proxy, which cannot watch a pipe, runs under a
 watchdog that does it for it (``loadtests._parent_watch``); the pipe and the bundled server's
 refusal line are spoken as ``target_server.lifeline`` states them. The bundled server's API key
 travels in its environment (``VLLM_API_KEY``), never on its command line, where ``ps`` would show it.
@@ -20,21 +21,16 @@ from __future__ import annotations
 import os
 import re
 import selectors
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 from loadtests._options import PROXY_KINDS
-from loadtests._ports import free_loopback_port
 from loadtests._real_vllm import VllmProfile
 from loadtests.errors import RunFailed
 from target_server.lifeline import harness_environment, parse_refusal
@@ -152,93 +148,6 @@ def start_embedded_proxy(upstream: str, read_timeout: float, timeout: float = 30
     return ChildService.launch(argv, "embedded proxy", timeout)
 
 
-NGINX_CONFIG = """\
-# Written by sse-soak for one run; nginx in the foreground, on loopback, SSE-ready.
-daemon off;
-worker_processes 1;
-pid {directory}/nginx.pid;
-error_log {directory}/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-    access_log off;
-    client_body_temp_path {directory}/client_body;
-    proxy_temp_path {directory}/proxy;
-    fastcgi_temp_path {directory}/fastcgi;
-    uwsgi_temp_path {directory}/uwsgi;
-    scgi_temp_path {directory}/scgi;
-    server {{
-        listen 127.0.0.1:{port};
-        client_max_body_size 64m;
-        location / {{
-            proxy_pass {upstream};
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_request_buffering off;
-            proxy_cache off;
-            proxy_read_timeout {read_timeout_ms}ms;
-            proxy_send_timeout {read_timeout_ms}ms;
-        }}
-    }}
-}}
-"""
-
-
-def nginx_config(directory: Path, port: int, upstream: str, read_timeout: float) -> str:
-    """The config text: no buffering, HTTP/1.1 upstream, ``proxy_read_timeout`` in milliseconds."""
-    return NGINX_CONFIG.format(
-        directory=directory, port=port, upstream=upstream.rstrip("/"), read_timeout_ms=round(read_timeout * 1000)
-    )
-
-
-def start_nginx(upstream: str, read_timeout: float, timeout: float = 30.0) -> ChildService:
-    """Real nginx in the foreground, its config and temp files in a fresh temporary directory, under
-    our watchdog: the service's process is the watchdog, which stops nginx when this process dies,
-    passes a stop on to it, and exits as nginx did."""
-    binary = shutil.which("nginx")
-    if binary is None:
-        raise ServerStartError("--proxy nginx needs nginx installed (Debian: apt-get install nginx)")
-    directory = Path(tempfile.mkdtemp(prefix="sse-soak-nginx-"))
-    port = free_loopback_port()
-    (directory / "nginx.conf").write_text(nginx_config(directory, port, upstream, read_timeout))
-    nginx = [binary, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-e", str(directory / "error.log")]
-    argv = [sys.executable, "-m", "loadtests._parent_watch", "--remove", str(directory), "--", *nginx]
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-    def cleanup() -> None:
-        shutil.rmtree(directory, ignore_errors=True)
-
-    service = ChildService(process, f"http://127.0.0.1:{port}", "nginx", None, cleanup)
-    try:
-        _wait_for_port(process, port, timeout, directory / "error.log")
-    except BaseException:
-        service.stop()
-        raise
-    return service
-
-
-def _wait_for_port(process: subprocess.Popen[str], port: int, timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            reason = log.read_text().strip().splitlines()[-1:] if log.exists() else []
-            stderr = process.stderr.read().strip() if process.stderr else ""
-            raise ServerStartError(f"nginx exited with {process.returncode}: {' '.join(reason) or stderr}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.02)  # polling a port: nginx prints no ready line
-    raise ServerStartError(f"nginx did not accept connections on 127.0.0.1:{port} within {timeout:.0f} s")
-
-
 def _wait_for_ready_line(process: subprocess.Popen[str], name: str, timeout: float) -> str:
     """The URL of the child's ready line. A child that exits first is a ``ServerStartError`` that
     quotes its refusal line if it printed one, else whatever it printed on stdout."""
@@ -335,8 +244,12 @@ class Stack:
                 stack._add(TargetServerProcess.start(server_args))
             if proxy == "embedded":
                 stack._add(start_embedded_proxy(stack.url, read_timeout))
-            elif proxy == "nginx":
-                stack._add(start_nginx(stack.url, read_timeout))
+            elif proxy != "none":
+                # Here, not at the top: the real proxies are built on this module's ChildService.
+                from loadtests._real_proxies import start_real_proxy, timeout_notes
+
+                stack.notes += timeout_notes(proxy, read_timeout)
+                stack._add(start_real_proxy(proxy, stack.url, read_timeout))
         except BaseException:
             stack.stop()
             raise

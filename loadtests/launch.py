@@ -68,7 +68,7 @@ class Launch:
     """Never shown: a failing test prints the fixture, and CI logs are read by many."""
     model: str | None = None
     proxy: str | None = None
-    """none, embedded or nginx; None keeps the scenario's own."""
+    """none, embedded, or a real proxy (nginx, haproxy, caddy, apache, squid); None keeps the scenario's own."""
     server: str | None = None
     """bundled or vllm (started by the run when no host is given); None: the bundled server."""
     keep_alive_interval: float | None = None

@@ -1,11 +1,11 @@
 """Streams behind a proxy whose read timeout is shorter than prefill plus queueing.
 
 The bundled server takes 5 s to prefill and has two slots for four users, so every stream is
-silent for 5 s or more before its first token; the proxy (embedded by default, ``--proxy nginx``
-for real nginx) cuts any stream silent for 2 s. The server's keep-alive every 0.5 s keeps the
-streams alive. Gates: no proxy timeout (no 504, no cut) and every stream ``ok``.
-``--keep-alive-interval 0`` is the negative control: every stream is cut, the run fails, and the
-gate line says why. ``scenarios/soak.py`` reuses ``mix``.
+silent for 5 s or more before its first token; the proxy (embedded by default; ``--proxy nginx``,
+``haproxy``, ``caddy``, ``apache`` or ``squid`` for a real one) cuts any stream silent for 2 s.
+The server's keep-alive every 0.5 s keeps the streams alive. Gates: no proxy timeout (no 504, no
+cut) and every stream ``ok``. ``--keep-alive-interval 0`` is the negative control: every stream is
+cut, the run fails, and the gate line says why. ``scenarios/soak.py`` reuses ``mix``.
 
 Against a server given with ``--host`` whose first token comes within ``HOLD_S``, the silence comes
 from queueing: each request asks for as many tokens as that server streams in ``HOLD_S`` (its pace

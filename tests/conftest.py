@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from loadtests import _real_vllm as real
+from loadtests._real_proxies import REAL_PROXIES
 from loadtests._stack import TargetServerProcess
 from tests.no_process import no_child_processes
 
@@ -75,10 +76,23 @@ def client(default_server: TargetServerProcess) -> Iterator[httpx.Client]:
 def require_nginx() -> None:
     """Skip without nginx on PATH, unless SSE_SOAK_REQUIRE_NGINX=1 (CI installs it and sets
     that, so a missing nginx fails there instead of passing quietly)."""
-    if shutil.which("nginx") is None:
-        if os.environ.get("SSE_SOAK_REQUIRE_NGINX") == "1":
-            pytest.fail("nginx is required (SSE_SOAK_REQUIRE_NGINX=1) but not on PATH")
-        pytest.skip("nginx is not installed (Debian: apt-get install nginx)")
+    require_proxy("nginx")
+
+
+REQUIRE_PROXY_ENV = {"nginx": "SSE_SOAK_REQUIRE_NGINX"}
+"""The variable that makes a real proxy's tests fail rather than skip without it; the others'
+(HAProxy, Caddy, Apache, Squid) is SSE_SOAK_REQUIRE_PROXIES. CI installs them all and sets both."""
+
+
+def require_proxy(kind: str) -> None:
+    """Skip when the real proxy ``kind`` (``loadtests._real_proxies``) is not on PATH, unless its
+    variable says it is required (1): then fail."""
+    proxy = REAL_PROXIES[kind]
+    if shutil.which(proxy.binary) is None:
+        variable = REQUIRE_PROXY_ENV.get(kind, "SSE_SOAK_REQUIRE_PROXIES")
+        if os.environ.get(variable) == "1":
+            pytest.fail(f"{proxy.binary} is required ({variable}=1) but not on PATH")
+        pytest.skip(f"{proxy.binary} is not installed (Debian: apt-get install {proxy.package})")
 
 
 VLLM_KEY = "sse-soak-test-key"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,25 @@ def test_verdict_stability_quick() -> None:
             r"^false verdicts: \d+ \(target 0\); inconclusive: \d+$",
         ],
     )
+
+
+def test_proxy_distortion_quick(tmp_path: Path) -> None:
+    from loadtests._real_proxies import REAL_PROXIES
+
+    output = run_bench("proxy_distortion.py", "--json", str(tmp_path / "figures.json"))
+    installed = [kind for kind, proxy in REAL_PROXIES.items() if shutil.which(proxy.binary) is not None]
+    if "haproxy" in installed:
+        installed.append(r"haproxy\+nodelay")
+    figures = rf"{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+\d+/\d+\s+\d+/\d+\s+\d+/\d+\s+\d+"
+    assert_figures(
+        output,
+        [
+            r"^server: http://127\.0\.0\.1:\d+ pid \d+ args .*--trace-file ",
+            r"^stream: 2 at once per target, 10 tokens, first token after 600 ms, a token every 20 ms, ",
+            r"^proxy +streams +ttfb p50 ms +added ms +1st frame ms +delay p50 ms +p99 ms +gap err p50 ms +p99 ms "
+            r"+merged gaps +frames rec/sent +comments rec/sent +mismatches$",
+            *(rf"^{name}\s+2/2\s+{figures}$" for name in ["direct", "embedded", *installed]),
+        ],
+    )
+    rows = json.loads((tmp_path / "figures.json").read_text())
+    assert {"direct", "embedded"} <= {row["name"] for row in rows}

@@ -99,7 +99,7 @@ def run_locust(scenario: str, report_dir: Path, *args: str, users: int = 4, seco
     return LocustRun(result.returncode, output, Path(match["path"]) if match else None)
 
 
-SERVICE_PID = re.compile(r"^(?:target server|embedded proxy|nginx): \S+ \(pid (\d+)\)$")
+SERVICE_PID = re.compile(r"^(?:target server|embedded proxy|nginx|haproxy|caddy|apache|squid): \S+ \(pid (\d+)\)$")
 
 
 class LiveLocust:

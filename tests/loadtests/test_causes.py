@@ -79,7 +79,7 @@ def test_the_window_is_the_timeout_less_or_more_a_quarter_second_or_15_percent_o
     assert window(2.0) == pytest.approx((1.70, 2.30))
     assert window(1.0) == pytest.approx((0.75, 1.25))  # the 0.25 s floor: HAProxy's 0.2 s hold, at any timeout
     assert window(60.0) == pytest.approx((51.0, 69.0))
-    assert window(2.0, coarse=True) == pytest.approx((1.0, 3.0))
+    assert window(2.0, coarse=True) == pytest.approx((1.0, 4.0))  # Squid through --proxy squid: cuts at 2.75-3.7 s
 
 
 def test_a_stream_records_the_silence_before_its_end_what_a_proxy_timer_measures() -> None:

@@ -40,8 +40,9 @@ def test_a_launch_is_a_headless_locust_command_with_the_key_out_of_it(tmp_path: 
     assert "--server=vllm" in started  # real vLLM in place of the bundled server
     with pytest.raises(ValueError, match="--server must be one of bundled, vllm, got 'gpu'"):
         Launch("mixed_truncate", server="gpu").command()
-    with pytest.raises(ValueError, match="--proxy must be one of none, embedded, nginx, got 'squid'"):
-        Launch("mixed_truncate", proxy="squid").command()
+    kinds = "none, embedded, nginx, haproxy, caddy, apache, squid"
+    with pytest.raises(ValueError, match=f"--proxy must be one of {kinds}, got 'varnish'"):
+        Launch("mixed_truncate", proxy="varnish").command()
     told = Launch("proxy_timeout", host="http://127.0.0.1:9", keep_alive_interval=1.0).command()
     assert "--keep-alive-interval=1" in told  # a --host server's interval, for the gates
 

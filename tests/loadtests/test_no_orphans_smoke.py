@@ -29,7 +29,10 @@ from tests.loadtests.locust_run import LiveLocust
 IDLE = re.compile(r"^vllm:num_requests_running(\{[^}]*\})? 0\.0$", re.MULTILINE)
 """The server's running gauge at 0 (labelled, as vLLM's: ``engine``, ``model_name``)."""
 
-SERVICE = r"^(?P<name>target server|embedded proxy|nginx): (?P<url>http://\S+) \(pid (?P<pid>\d+)\)$"
+SERVICE = (
+    r"^(?P<name>target server|embedded proxy|nginx|haproxy|caddy|apache|squid): (?P<url>http://\S+) "
+    r"\(pid (?P<pid>\d+)\)$"
+)
 
 
 def running(pid: int) -> bool:

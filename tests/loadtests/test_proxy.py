@@ -1,4 +1,7 @@
-"""The embedded proxy and nginx, each started for real between a client and a real upstream."""
+"""The embedded proxy and each real proxy, started for real between a client and a real upstream.
+
+What differs between them is pinned here, as measured (README, "Proxies"): the status a read
+timeout before the headers gives, and whether a timeout after them shows as a broken body."""
 
 from __future__ import annotations
 
@@ -17,24 +20,43 @@ import httpx
 import psutil
 import pytest
 
-from loadtests._stack import ChildService, ServerStartError, nginx_config, start_embedded_proxy, start_nginx
-from tests.conftest import StartServer, require_nginx
-from tests.sse_stream import stream
+from loadtests._options import PROXY_KINDS
+from loadtests._real_proxies import (
+    REAL_PROXIES,
+    Setup,
+    Upstream,
+    nginx_config,
+    start_nginx,
+    start_real_proxy,
+    timeout_notes,
+)
+from loadtests._stack import ChildService, ServerStartError, start_embedded_proxy
+from tests.conftest import StartServer, require_nginx, require_proxy
+from tests.sse_stream import Streamed, stream
 
 StartProxy = Callable[[str, float], ChildService]
-PROXIES = {"embedded": start_embedded_proxy, "nginx": start_nginx}
+PROXIES = ["embedded", *REAL_PROXIES]
+TIMEOUT_BEFORE_HEADERS = {"apache": 502}
+"""What a read timeout before the response headers answers: 504 (a gateway timeout), but Apache's
+mod_proxy_http says 502 (a proxy error)."""
+CLEAN_END_AFTER_A_TIMEOUT = {"caddy"}
+"""Proxies that end a stream cut by their read timeout with a valid final chunk: only the missing
+``[DONE]`` shows the cut (the others close the connection without it, a broken body)."""
 
 
-@pytest.fixture(params=sorted(PROXIES))
+@pytest.fixture(params=PROXIES)
 def start_proxy(request: pytest.FixtureRequest) -> Iterator[StartProxy]:
     """Starts the parametrized proxy kind; every one started is stopped at teardown."""
     started: list[ChildService] = []
-
-    if request.param == "nginx":
-        require_nginx()
+    kind = request.param
+    if kind in REAL_PROXIES:
+        require_proxy(kind)
 
     def start(upstream: str, read_timeout: float) -> ChildService:
-        service = PROXIES[request.param](upstream, read_timeout)
+        if kind == "embedded":
+            service = start_embedded_proxy(upstream, read_timeout)
+        else:
+            service = start_real_proxy(kind, upstream, read_timeout)
         started.append(service)
         return service
 
@@ -88,11 +110,13 @@ def silent_upstream() -> Iterator[SilentUpstream]:
     upstream.close()
 
 
-def test_silence_before_the_headers_is_a_504(start_proxy: StartProxy, silent_upstream: SilentUpstream) -> None:
+def test_silence_before_the_headers_is_a_504_or_apaches_502(
+    start_proxy: StartProxy, silent_upstream: SilentUpstream
+) -> None:
     proxy = start_proxy(silent_upstream.url, 0.5)
     started = time.monotonic()
     response = httpx.post(proxy.url + "/v1/completions", json={"prompt": "hi"}, timeout=30)
-    assert response.status_code == 504
+    assert response.status_code == TIMEOUT_BEFORE_HEADERS.get(proxy.name, 504)
     assert 0.5 <= time.monotonic() - started < 5
 
 
@@ -101,8 +125,8 @@ def test_silence_after_the_headers_cuts_the_stream(start_proxy: StartProxy, star
     proxy = start_proxy(server.url, 0.5)
     with httpx.Client(base_url=proxy.url, timeout=30) as client:
         result = stream(client, "/v1/completions", {"prompt": "hi", "max_tokens": 2})
-    assert result.response.status_code == 200 and not result.complete
-    assert result.frames == []
+    assert result.response.status_code == 200 and result.frames == []  # no [DONE]: a cut stream
+    assert result.complete == (proxy.name in CLEAN_END_AFTER_A_TIMEOUT)
 
 
 def test_keepalive_comments_pass_through_and_keep_the_stream_alive(
@@ -124,9 +148,28 @@ def test_frames_are_relayed_as_they_come_not_buffered(start_proxy: StartProxy, s
     proxy = start_proxy(server.url, 5.0)
     with httpx.Client(base_url=proxy.url, timeout=30) as client:
         result = stream(client, "/v1/completions", {"prompt": "hi", "max_tokens": 5})
+    gaps = token_gaps(result)
+    if proxy.name == "haproxy":  # without option http-no-delay (its default) it holds writes up to ~0.2 s
+        assert len(gaps) == 4 and min(gaps) < 0.05
+    else:
+        assert len(gaps) == 4 and min(gaps) > 0.05  # 0.2 s apart when sent; buffered frames would arrive together
+
+
+def token_gaps(result: Streamed) -> list[float]:
     token_times = [frame.t for frame in result.frames if frame.data and frame.data != "[DONE]"]
-    gaps = [later - earlier for earlier, later in itertools.pairwise(token_times)]
-    assert len(gaps) == 4 and min(gaps) > 0.05  # 0.2 s apart when sent; buffered frames would arrive together
+    return [later - earlier for earlier, later in itertools.pairwise(token_times)]
+
+
+def test_haproxy_with_http_no_delay_relays_frames_as_they_come(start_server: StartServer) -> None:
+    require_proxy("haproxy")
+    server = start_server("--inter-token-latency", "200")
+    proxy = start_real_proxy("haproxy", server.url, 5.0, no_delay=True)
+    try:
+        with httpx.Client(base_url=proxy.url, timeout=30) as client:
+            gaps = token_gaps(stream(client, "/v1/completions", {"prompt": "hi", "max_tokens": 5}))
+    finally:
+        proxy.stop()
+    assert len(gaps) == 4 and min(gaps) > 0.05
 
 
 def test_error_statuses_and_bodies_pass_through(start_proxy: StartProxy, start_server: StartServer) -> None:
@@ -220,6 +263,63 @@ def test_nginx_leaves_no_files_behind(start_server: StartServer) -> None:
     assert not directory.exists()
 
 
+def setup(tmp_path: Path, read_timeout: float = 2.5, no_delay: bool = False) -> Setup:
+    return Setup(tmp_path, 8080, Upstream("127.0.0.1", 9000), read_timeout, no_delay)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("kind", "lines"),
+    [
+        ("haproxy", ["bind 127.0.0.1:8080", "server upstream 127.0.0.1:9000", "timeout server 2500ms", "mode http"]),
+        ("caddy", ['"127.0.0.1:8080"', '"dial": "127.0.0.1:9000"', '"read_timeout": "2500ms"', '"flush_interval": -1']),
+        ("apache", ["Listen 127.0.0.1:8080", "ProxyTimeout 3", '"http://127.0.0.1:9000/" timeout=3 flushpackets=on']),
+        ("squid", ["http_port 127.0.0.1:8080 accel", "cache_peer 127.0.0.1 parent 9000 0", "read_timeout 3 seconds"]),
+    ],
+)
+def test_each_real_proxy_config_fronts_the_upstream_with_the_read_timeout(
+    tmp_path: Path, kind: str, lines: list[str]
+) -> None:
+    config = REAL_PROXIES[kind].render(setup(tmp_path))
+    for line in lines:
+        assert line in config
+    if kind != "caddy":  # whose server has no read or write timeout of its own by default
+        assert "3600" in config  # the client side's timeouts far above the read timeout
+
+
+@pytest.mark.fast
+def test_haproxy_keeps_its_write_delay_unless_told() -> None:
+    assert "    option http-no-delay" not in REAL_PROXIES["haproxy"].render(setup(Path("/x")))
+    assert "    option http-no-delay\n" in REAL_PROXIES["haproxy"].render(setup(Path("/x"), no_delay=True))
+
+
+@pytest.mark.fast
+def test_the_proxies_that_take_whole_seconds_say_how_they_run_a_fraction() -> None:
+    assert timeout_notes("squid", 0.5) == ["squid: --proxy-read-timeout 0.5 runs as 1 s (squid takes whole seconds)"]
+    assert timeout_notes("apache", 2.0) == [] and timeout_notes("haproxy", 0.5) == []
+
+
+@pytest.mark.fast
+def test_every_real_proxy_is_a_proxy_kind() -> None:
+    assert tuple(PROXY_KINDS) == ("none", "embedded", *REAL_PROXIES)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("kind", sorted(REAL_PROXIES))
+def test_a_missing_real_proxy_is_one_line_naming_its_package(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    package = REAL_PROXIES[kind].package
+    one_line = rf"^--proxy {kind} needs \S+ installed \(Debian: apt-get install {package}\)$"
+    with pytest.raises(ServerStartError, match=one_line):
+        start_real_proxy(kind, "http://127.0.0.1:9", 1.0)
+
+
+@pytest.mark.fast
+def test_a_real_proxy_fronts_plain_http_only() -> None:
+    with pytest.raises(ServerStartError, match="--proxy haproxy fronts an http:// server only, not https://"):
+        Upstream.of("https://example.com", "haproxy")
+
+
 def running(pid: int) -> bool:
     """Alive and not a zombie (an exited orphan waits for a reaper that may never come in a container)."""
     try:
@@ -249,8 +349,8 @@ def test_a_proxy_exits_when_the_pipe_from_its_starter_closes(
     port = int(proxy.url.rsplit(":", 1)[1])
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    if proxy.name == "nginx":
-        assert not Path(proxy.process.args[proxy.process.args.index("-p") + 1]).exists()
+    if proxy.name in REAL_PROXIES:  # its directory, which the watchdog removes: --remove DIR
+        assert not Path(proxy.process.args[proxy.process.args.index("--remove") + 1]).exists()
 
 
 def test_an_upstream_that_resets_before_its_headers_is_a_502(start_proxy: StartProxy) -> None:
