@@ -18,8 +18,9 @@ so its cuts follow 1.79-1.80 s of silence (in 1.70-2.30 s: counted); nginx and t
 cut at 2.00-2.01 s. Squid ticks its timers in whole seconds and cut after 1.37 to 3.7 s (by hand
 1.37-1.88 s; through ``--proxy squid`` 2.75-3.7 s): when the row (its ``Server`` or ``Via``
 header, its error body) or the run names Squid, ``early`` is 1 s and ``late`` 2 s (1.00-4.00 s); a
-proxy the run cannot name gets no such allowance, so an unnamed 1.37 s cut is counted as another cut (after a shorter silence): a server that drops idle connections after
-1.4 s is not a 2 s proxy timeout, and ``outcomes_as_expected`` fails every cut anyway. A silence
+proxy the run cannot name gets no such allowance, so an unnamed 1.37 s cut is counted as another
+cut (after a shorter silence): a server that drops idle connections after 1.4 s is not a 2 s proxy
+timeout, and ``outcomes_as_expected`` fails every cut anyway. A silence
 longer than ``timeout + late`` is not this proxy's timer either (it would have fired before).
 
 Keep-alive withheld (``keepalive_withheld``): when the server's keep-alive interval is known and raw
