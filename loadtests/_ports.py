@@ -21,11 +21,16 @@ def own_master_port(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Non
     own: a free one, or the one given by either ``--master-port`` or ``--master-bind-port`` (Locust's
     fixed 5557 made a second run on the box die, or its workers join the first). Locust forks its
     workers after parsing, so they inherit the port."""
-    if not any(arg == "--processes" or arg.startswith("--processes=") for arg in argv):
+    if not has_flag(argv, "--processes"):
         return
     given = flag_value(argv, "--master-port") or flag_value(argv, "--master-bind-port")
     port = int(given) if given is not None and given.isdigit() else free_loopback_port()
     parser.set_defaults(master_port=port, master_bind_port=port)
+
+
+def has_flag(argv: Sequence[str], flag: str) -> bool:
+    """``flag`` is on a command line (``--flag V`` or ``--flag=V``)."""
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 
 
 def flag_value(argv: Sequence[str], flag: str) -> str | None:

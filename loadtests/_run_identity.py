@@ -30,7 +30,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
-from loadtests._ports import flag_value
+from loadtests._ports import flag_value, has_flag
 
 RUN_ID_ENV = "SSE_SOAK_RUN_ID"
 HELLO_MESSAGE = "sse_soak_hello"
@@ -69,7 +69,7 @@ def own_run_id(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | No
     spawn message arrives, which can be before its hello is sent, so a stranger would say the
     master's id back to it."""
     run_id = flag_value(argv, "--run-id") or os.environ.get(RUN_ID_ENV) or None
-    if run_id is None and any(arg == "--processes" or arg.startswith("--processes=") for arg in argv):
+    if run_id is None and has_flag(argv, "--processes"):
         run_id = secrets.token_hex(8)
     parser.set_defaults(run_id=run_id)
     return run_id

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import Iterator
 from dataclasses import dataclass
+
+from loadtests.errors import exception_chain
 
 INSECURE_WARNING = (
     "sse-soak: WARNING: --insecure: TLS certificates are NOT verified; any server, or anyone between, "
@@ -73,19 +74,10 @@ def raw_client_context(cafile: str | None = None) -> ssl.SSLContext:
     return client_context()
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def certificate_problem(exc: BaseException) -> str | None:
     """The certificate problem behind ``exc`` (it or what it was raised from), e.g. ``certificate
     verify failed: self-signed certificate``, or None when no certificate was refused."""
-    for link in _chain(exc):
+    for link in exception_chain(exc):
         if isinstance(link, ssl.SSLCertVerificationError):
             return f"certificate verify failed: {link.verify_message}" if link.verify_message else str(link)
     return None

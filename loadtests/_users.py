@@ -28,7 +28,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import gevent
@@ -48,7 +48,7 @@ from loadtests._sse import LineTooLong, SSEParser
 from loadtests._tls import client_context, raw_client_context
 from loadtests._wire_tap import StreamBroken, WireTap
 from loadtests._workload import PreparedRequest, RequestMix
-from loadtests.errors import SseSoakError
+from loadtests.errors import SseSoakError, exception_chain
 
 REQUEST_TYPE = "SSE"
 SDK_PARAMETERS = frozenset({"model", "prompt", "messages", "max_tokens", "stream", "stream_options"})
@@ -93,24 +93,14 @@ _OUR_LIMITS = {
 ``harness_error``, never the server's ``connect_error``."""
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and every exception it was raised from or during, nearest first."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
-    return any(isinstance(link, kind) for link in _chain(exc))
+    return any(isinstance(link, kind) for link in exception_chain(exc))
 
 
 def harness_cause(exc: BaseException) -> str | None:
     """The load generator's own limit behind ``exc`` (it or any exception it was raised from), said
     with its fix; None when the failure is the network's or the server's."""
-    for link in _chain(exc):
+    for link in exception_chain(exc):
         if isinstance(link, MemoryError):
             return _OUR_LIMITS[errno.ENOMEM]
         if isinstance(link, OSError) and link.errno in _OUR_LIMITS:

@@ -8,6 +8,8 @@ Classes keep the builtin base their callers caught before (``ValueError``, ``OSE
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 __all__ = [
     "INCONCLUSIVE_EXIT_CODE",
     "UNWRITTEN_EXIT_CODE",
@@ -16,6 +18,7 @@ __all__ = [
     "RunFailed",
     "SseSoakError",
     "UsageError",
+    "exception_chain",
 ]
 
 USAGE_EXIT_CODE = 2
@@ -50,3 +53,13 @@ class RecordNotWritten(SseSoakError, OSError):
     the file and the system's reason. No temporary file is left behind."""
 
     exit_code = UNWRITTEN_EXIT_CODE
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it was raised from or during, nearest first (each once)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
