@@ -4,7 +4,8 @@ Commands: ``scenarios`` (list the shipped scenarios), ``run`` (run one with Locu
 nightly soak job), ``proxy`` (the embedded reverse proxy with nginx's
 read-timeout semantics), ``report`` (rebuild a run's summary and HTML report from its parquet
 files; exit 1 unless the verdict is PASS), ``compare`` (base run against new run; exit 1 on
-regression), ``vllm setup`` / ``vllm serve`` (real vLLM on this machine's CPU, in its own venv).
+regression), ``vllm setup`` / ``vllm serve`` (real vLLM on this machine's CPU, in its own venv),
+``litellm setup`` (LiteLLM's gateway in its own venv, for ``--proxy litellm``).
 Also installed as the ``sse-soak`` command. Bad input exits 2 with one line naming it.
 """
 
@@ -163,6 +164,7 @@ def parser() -> argparse.ArgumentParser:
         )
     _add_soak_parser(commands)
     _add_vllm_parser(commands)
+    _add_litellm_parser(commands)
     return root
 
 
@@ -259,6 +261,38 @@ def _add_vllm_parser(commands: Any) -> None:
     serve.add_argument(
         "--api-key", default=None, help="require 'Authorization: Bearer KEY' (passed to vLLM in its environment)"
     )
+
+
+def _add_litellm_parser(commands: Any) -> None:
+    from loadtests import _litellm_gateway as gateway
+
+    litellm = commands.add_parser(
+        "litellm",
+        help="LiteLLM's gateway for --proxy litellm: setup (its own venv)",
+        description=f"LiteLLM's proxy ({gateway.PACKAGE}), which '--proxy litellm' starts in front of the server, "
+        f"lives in its own virtual environment, apart from sse-soak's, at ${gateway.HOME_ENV} (default "
+        f"{gateway.DEFAULT_HOME}). 'setup' installs it (about a minute and 0.8 GB; reused once complete).",
+    )
+    actions = litellm.add_subparsers(dest="litellm_command", required=True, metavar="ACTION")
+    actions.add_parser(
+        "setup",
+        help="install LiteLLM's proxy in its own venv (reuses a complete install)",
+        description=f"Creates a venv at ${gateway.HOME_ENV} (default {gateway.DEFAULT_HOME}) with this Python and "
+        f"pip installs {gateway.PACKAGE} into it; prints where and how long it took. Run again, it reuses the "
+        "complete install at once.",
+    )
+
+
+def _run_litellm(options: argparse.Namespace) -> int | None:
+    import time
+
+    from loadtests import _litellm_gateway as gateway
+
+    began = time.monotonic()
+    install = gateway.ensure_installed()
+    print(f"litellm setup: ready in {time.monotonic() - began:.0f} s: {gateway.PACKAGE} at {install.home}")
+    print("litellm setup: put it in front of a run's server with --proxy litellm")
+    return 0
 
 
 def _run_vllm(options: argparse.Namespace) -> int | None:
@@ -483,6 +517,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "compare": _run_compare,
     "soak": _run_soak,
     "vllm": _run_vllm,
+    "litellm": _run_litellm,
 }
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@ the summary's ``causes`` and the gates read, so that they never disagree.
 
 Proxy and gateway timeouts (``proxy_timeouts``). A failed request counts as one when
 
-- its answer says so: HTTP 408, 504 or 524, or an in-band error whose code is one of them
-  (``loadtests._outcome.TIMEOUT_STATUSES``: the ``gateway_timeout`` outcome), whatever its silence;
+- its answer says so, whatever its silence (the ``gateway_timeout`` outcome): HTTP 408, 504 or 524
+  (``loadtests._outcome.TIMEOUT_STATUSES``), an in-band error whose code is one of them, or a known
+  gateway's timeout message (LiteLLM's 500 on the chat route; it answers 0.1-0.5 s after its timer
+  fires, so its silences run past the window);
 - or it is a 502 before the headers (Apache's mod_proxy answers its timeout so, but a reset upstream
   is a 502 too) or a stream cut after them (no ``[DONE]``), and its silence is in the read timeout's
   window: at least ``timeout - early`` and at most ``timeout + late``.
@@ -70,8 +72,11 @@ RUN_PROXY_NAMES = {
     "caddy": "Caddy",
     "apache": "Apache",
     "squid": "Squid",
+    "litellm": "LiteLLM",
 }
 """How a line names the proxy the run started (``--proxy``); another value is shown as given."""
+WITHHOLDS_KEEP_ALIVE = frozenset({"litellm"})
+"""The ``--proxy`` kinds measured to strip SSE comments and hold the headers until the first token."""
 
 
 def proxies_named(rows: pd.DataFrame) -> pd.Series:
@@ -153,7 +158,7 @@ class ProxyTimeouts:
     def phrase(self) -> str:
         """The one wording of these figures, for the ``causes:`` line and the gate's line alike:
         ``1 proxy timeouts before the headers (1x 504), 36 streams cut after them, after 1.79-2.00 s of
-        silence (1.70-2.30 s counts for a 2 s read timeout); 2 other cuts after 0.30-0.41 s of
+        silence (cuts and 502s count after 1.70-2.30 s for a 2 s read timeout); 2 other cuts after 0.30-0.41 s of
         silence, outside it: not read timeouts; answered by HAProxy``."""
         statuses = ", ".join(f"{n}x {code}" for code, n in self.statuses().items())
         text = (
@@ -166,7 +171,7 @@ class ProxyTimeouts:
             text += f", after {_spread(silences)} of silence"
         if self.read_timeout is not None:
             low, high = window(self.read_timeout)
-            text += f" ({low:.2f}-{high:.2f} s counts for a {self.read_timeout:g} s read timeout)"
+            text += f" (cuts and 502s count after {low:.2f}-{high:.2f} s for a {self.read_timeout:g} s read timeout)"
         if len(self.other_cuts):
             other = _spread(_silence(self.other_cuts).dropna())
             text += f"; {len(self.other_cuts)} other cuts after {other} of silence, outside it: not read timeouts"
@@ -232,12 +237,13 @@ def proxy_timeouts(
         low_s = pd.Series(low, index=requests.index).where(~coarse, wide_low)
         high_s = pd.Series(high, index=requests.index).where(~coarse, wide_high)
         in_window = ((silence >= low_s) & (silence <= high_s)).fillna(False).astype(bool)
-    timeout_status = status.isin(TIMEOUT_STATUSES).fillna(False).astype(bool)
     streamed = status.between(200, 299).fillna(False).astype(bool)
-    inband = streamed & _column(requests, "error_code", "object").map(is_timeout_code).astype(bool)
-    before = timeout_status | ((status == 502).fillna(False).astype(bool) & in_window)
+    said = (requests["outcome"] == Outcome.GATEWAY_TIMEOUT).astype(bool)  # and, in runs before that outcome:
+    said |= status.isin(TIMEOUT_STATUSES).fillna(False).astype(bool)
+    said |= streamed & _column(requests, "error_code", "object").map(is_timeout_code).astype(bool)
+    before = (said & ~streamed) | ((status == 502).fillna(False).astype(bool) & in_window)
     unseen = cut & silence.isna()
-    after = inband | (cut & in_window)
+    after = (said & streamed) | (cut & in_window)
     other = cut & ~in_window & ~unseen
     return ProxyTimeouts(
         read_timeout,
@@ -283,7 +289,9 @@ class KeepAliveWithheld:
         held = f" ({self.headers_held} got their headers only with their first token)" if self.headers_held else ""
         named = run_proxy(self.started)
         between = (
-            f" (the run's proxy, {named}, or something behind it)"
+            f" (the run's proxy, {named}, which does both, measured)"
+            if self.started in WITHHOLDS_KEEP_ALIVE
+            else f" (the run's proxy, {named}, or something behind it)"
             if named
             else " (the run started no proxy: it stands in front of the server the run was given)"
             if self.started == "none"

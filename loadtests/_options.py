@@ -61,8 +61,9 @@ DEFAULT_SCRAPE_INTERVAL_S = 1.0
 DEFAULT_MAX_UNJUDGED_SHARE = 0.1
 """A gate that passed with more of its qualifying requests unjudged than this share is unjudged."""
 MAX_FLUSH_INTERVAL_S = 3600.0
-PROXY_KINDS = ("none", "embedded", "nginx", "haproxy", "caddy", "apache", "squid")
-"""``none``, the embedded proxy, then the real ones ``loadtests._real_proxies`` starts."""
+PROXY_KINDS = ("none", "embedded", "nginx", "haproxy", "caddy", "apache", "squid", "litellm")
+"""``none``, the embedded proxy, the real ones ``loadtests._real_proxies`` starts, then LiteLLM's gateway
+(``loadtests._litellm_gateway``)."""
 SERVER_KINDS = ("bundled", "vllm")
 ARRIVAL_KINDS = ("poisson", "constant")
 
@@ -538,9 +539,10 @@ OPTIONS: tuple[Option, ...] = (
         "proxy",
         choice(*PROXY_KINDS),
         "reverse proxy the run starts in front of the server: none, embedded (asyncio, nginx's read-timeout "
-        "semantics), or real nginx, haproxy, caddy, apache or squid (Debian's packages) (default: the scenario's "
-        "own in front of the bundled server; none in front of --host, which may have a proxy of its own: name one to "
-        "put it in front of the host)",
+        "semantics), real nginx, haproxy, caddy, apache or squid (Debian's packages), or litellm (LiteLLM's "
+        "gateway, in its own venv: 'python -m loadtests litellm setup' first; it strips keep-alive comments) "
+        "(default: the scenario's own in front of the bundled server; none in front of --host, which may have a "
+        "proxy of its own: name one to put it in front of the host)",
         None,  # given or not: a --host run adds no proxy it was not asked for (Scenario.proxy_of)
         frozenset({L, P, A}),
     ),
@@ -549,7 +551,7 @@ OPTIONS: tuple[Option, ...] = (
         SECONDS,
         "the proxy's read timeout in seconds: nginx's proxy_read_timeout, HAProxy's timeout server, Caddy's "
         "read_timeout and response_header_timeout, Apache's ProxyTimeout and Squid's read_timeout (these two in "
-        "whole seconds, rounded up)",
+        "whole seconds, rounded up), LiteLLM's timeout and stream_timeout",
         60.0,
         scenario_field="proxy_read_timeout",
     ),

@@ -9,8 +9,10 @@ A ``StreamTracker`` is fed the response headers and each SSE frame with its arri
   status and the ``Location``;
 - ``http_5xx``: a 5xx status (a proxy's 502 included) other than a gateway's timeout;
 - ``gateway_timeout``: a proxy or gateway answered that it gave up waiting: HTTP 408, 504 or 524
-  (``TIMEOUT_STATUSES``; vLLM sends none of them), or an in-band error frame whose code is one of
-  them (LiteLLM's ``"408"`` mid-stream). Never ``rejected``: no request mix can expect it;
+  (``TIMEOUT_STATUSES``; vLLM sends none of them), an in-band error frame whose code is one of
+  them (LiteLLM's ``"408"`` mid-stream), or a 5xx or in-band error whose message is a known
+  gateway's timeout (``GATEWAY_TIMEOUT_MESSAGE``: LiteLLM answers its read timeout on the chat route
+  with a 500). Never ``rejected``: no request mix can expect it;
 - ``inband_error``: HTTP 200 but a ``data: {"error": ...}`` frame (peer tools count this as a success),
   or a stream that ended with ``[DONE]`` after a choice finished with a ``finish_reason`` in
   ``FAILED_FINISH_REASONS`` (vLLM's ``abort`` and ``error``: the generation did not complete);
@@ -43,6 +45,7 @@ Columns a client cannot know are null on its rows: the SDK sees no comments, so 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
@@ -94,6 +97,10 @@ TIMEOUT_STATUSES = frozenset({408, 504, 524})
 "request timeout"), 504 (nginx, Caddy, Squid, HAProxy), 524 (Cloudflare). A 502 says only that the
 upstream failed (Apache's mod_proxy answers its timeout so, but also any reset): it stays ``http_5xx``
 and ``loadtests._causes`` tells a timeout from the silence before it."""
+GATEWAY_TIMEOUT_MESSAGE = re.compile(r"^litellm\.\w+:.*\b(?:timeout|timed out)\b", re.IGNORECASE | re.DOTALL)
+"""An error message that is LiteLLM's own timeout (measured, 1.108.7: ``litellm.Timeout: APITimeoutError -
+Request timed out`` under 408, ``litellm.APIConnectionError: ... Timeout on reading data from socket``
+under 500); a message of the server behind it is quoted after LiteLLM's prefix, never first."""
 FAILED_FINISH_REASONS = frozenset({"abort", "error"})
 """A choice that finished with one of these did not complete: vLLM sends ``abort`` for a request its
 engine aborted and ``error`` for one that failed inside it, under HTTP 200 and before ``[DONE]``."""
@@ -280,6 +287,17 @@ def is_timeout_code(code: Any) -> bool:
     if isinstance(code, str) and code.strip().isdigit():
         code = int(code.strip())
     return isinstance(code, int) and code in TIMEOUT_STATUSES
+
+
+def says_gateway_timeout(error: dict[str, Any] | None) -> bool:
+    """An error (code, message) that is a proxy's or gateway's timeout: a timeout status as its code
+    (``is_timeout_code``) or a known gateway's timeout message (``GATEWAY_TIMEOUT_MESSAGE``)."""
+    if not error:
+        return False
+    message = error.get("message")
+    return is_timeout_code(error.get("code")) or (
+        isinstance(message, str) and GATEWAY_TIMEOUT_MESSAGE.search(message) is not None
+    )
 
 
 def redirect_message(status: int, location: str | None) -> str:
@@ -609,11 +627,11 @@ class StreamTracker:
         if status in TIMEOUT_STATUSES:
             return Outcome.GATEWAY_TIMEOUT
         if status >= 500:
-            return Outcome.HTTP_5XX
+            return Outcome.GATEWAY_TIMEOUT if says_gateway_timeout(self._error) else Outcome.HTTP_5XX
         if not 200 <= status < 300:
             return Outcome.REJECTED
         if self._error is not None:
-            return Outcome.GATEWAY_TIMEOUT if is_timeout_code(self._error.get("code")) else Outcome.INBAND_ERROR
+            return Outcome.GATEWAY_TIMEOUT if says_gateway_timeout(self._error) else Outcome.INBAND_ERROR
         if self._protocol_error is not None:
             return Outcome.PROTOCOL_ERROR
         if self.done:

