@@ -279,7 +279,11 @@ class NoHttp500(Gate):
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         bad = requests[figures.http_500(requests)]
-        return GateResult(self.name, bad.empty, f"{len(bad)} HTTP 500 of {len(requests)} requests{_examples(bad)}")
+        detail = f"{len(bad)} HTTP 500 of {len(requests)} requests"
+        gateway = int((bad["outcome"] == Outcome.GATEWAY_TIMEOUT).sum())
+        if gateway:  # LiteLLM answers its read timeout so: the client got a 500, the server sent none
+            detail += f" ({gateway} of them a gateway's own timeout, by its message: see no_proxy_timeouts)"
+        return GateResult(self.name, bad.empty, detail + _examples(bad))
 
 
 @dataclass(frozen=True)

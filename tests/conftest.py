@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from loadtests import _real_vllm as real
+from loadtests._litellm_gateway import litellm_available
 from loadtests._real_proxies import REAL_PROXIES
 from loadtests._stack import TargetServerProcess
 from tests.no_process import no_child_processes
@@ -93,6 +94,16 @@ def require_proxy(kind: str) -> None:
         if os.environ.get(variable) == "1":
             pytest.fail(f"{proxy.binary} is required ({variable}=1) but not on PATH")
         pytest.skip(f"{proxy.binary} is not installed (Debian: apt-get install {proxy.package})")
+
+
+def require_litellm() -> None:
+    """Skip without a complete LiteLLM install (``python -m loadtests litellm setup``), unless
+    SSE_SOAK_REQUIRE_LITELLM=1 (CI installs it and sets that): then fail."""
+    available, reason = litellm_available()
+    if not available:
+        if os.environ.get("SSE_SOAK_REQUIRE_LITELLM") == "1":
+            pytest.fail(f"LiteLLM is required (SSE_SOAK_REQUIRE_LITELLM=1): {reason}", pytrace=False)
+        pytest.skip(reason)
 
 
 VLLM_KEY = "sse-soak-test-key"

@@ -243,3 +243,24 @@ def test_a_stream_held_silent_by_a_gateway_until_its_first_token_tested_the_prox
     """Headers with the first token 5 s after the send: silent for the 2 s timeout, though not after its headers."""
     result = NoProxyTimeouts(2.0, 0.5).evaluate(table(held_silent(0)))
     assert result.passed and result.detail.endswith("; 1 streams silent over the read timeout")
+
+
+def test_litellms_500_and_408_count_by_their_message_whatever_the_silence() -> None:
+    """LiteLLM 1.108.7 answers its 2 s timeout 2.1-2.5 s after the send (its own work before it sends
+    upstream): 408 on /v1/completions, 500 on /v1/chat/completions; both count, named LiteLLM, while
+    a server's own 500 after the same silence does not."""
+    litellm_500 = json.dumps(
+        {"error": {"message": "litellm.APIConnectionError: ... Timeout on reading data from socket", "code": "500"}}
+    )
+    litellm_408 = json.dumps(
+        {"error": {"message": "litellm.Timeout: APITimeoutError - Request timed out.", "code": "408"}}
+    )
+    server_500 = json.dumps({"error": {"message": "EngineCore died", "code": 500}})
+    requests = table(
+        stream([], 2.48, status=500, headers_at=2.48, body=litellm_500, index=0),
+        stream([], 2.21, status=408, headers_at=2.21, body=litellm_408, index=1),
+        stream([], 2.0, status=500, headers_at=2.0, body=server_500, index=2),
+    )
+    found = proxy_timeouts(requests, 2.0, "litellm")
+    assert list(found.before_headers["request_id"]) == ["r0", "r1"] and found.statuses() == {"500": 1, "408": 1}
+    assert found.named == ["LiteLLM"] and found.phrase().endswith("; answered by LiteLLM")

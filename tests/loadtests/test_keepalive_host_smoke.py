@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import StartServer
-from tests.loadtests.header_holding_gateway import HeaderHoldingGateway
+from loadtests._litellm_gateway import start_litellm
+from tests.conftest import StartServer, require_litellm
 from tests.loadtests.locust_run import run_locust
 
 pytestmark = pytest.mark.smoke
@@ -36,8 +36,11 @@ def test_a_host_runs_keepalive_interval_is_inferred_from_its_comments_not_the_sc
 def test_a_gateway_that_holds_headers_and_strips_comments_fails_keepalive_and_is_named(
     tmp_path: Path, start_server: StartServer
 ) -> None:
+    """Real LiteLLM, which the run did not start: it holds the headers until the first token and
+    strips the comments, so no keep-alive reaches the client through 5 s of silence."""
+    require_litellm()
     server = start_server(*PROXY_TIMEOUT_PROFILE, "--sse-keep-alive-interval", "0.5")
-    gateway = HeaderHoldingGateway(server.url)
+    gateway = start_litellm(server.url, 30.0)
     try:
         run = run_locust(
             "proxy_timeout", tmp_path, "--host", gateway.url, "--proxy", "none", "--keep-alive-interval", "0.5",
