@@ -262,6 +262,7 @@ def _headline_section(summary: Summary, requests: pd.DataFrame, sample_rate: flo
     body = (
         f"{verdict}{_ending(summary)}<p><b>{_text(count)}</b> requests ({_text(seen)}){_run_span(requests)}</p>"
         f"{_arrival(summary)}{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.gates)}"
+        f"<h3>Causes</h3>{''.join(f'<p>{_text(line)}</p>' for line in summary.causes_lines())}"
         f"<h3>Settings</h3>{_settings_table(summary.settings)}"
     )
     how = (

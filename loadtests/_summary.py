@@ -146,6 +146,21 @@ class Summary:
         """``(gates_passed, passed)`` as the run recorded them: as its file stated, else as computed."""
         return self.stated if self.stated is not None else (self.gates_passed, self.passed)
 
+    def causes_lines(self) -> list[str]:
+        """The ``causes:`` line (``loadtests._causes``'s one phrase, and the statuses) and, when the
+        run found keep-alive withheld, its line: what the console, and report.html, say of causes."""
+        causes = self.causes
+        judged = causes.get("proxy_timeouts") or {}
+        said = judged.get("line") or (  # a summary written before the one rule of loadtests._causes
+            f"{causes.get('proxy_timeouts_before_headers', 0)} proxy 504s before headers, "
+            f"{causes.get('cut_after_headers', 0)} streams cut after headers"
+        )
+        lines = [f"causes: {said}; statuses {causes.get('status') or '{}'}"]
+        withheld = causes.get("keepalive_withheld")
+        if withheld:
+            lines.append(withheld["line"])
+        return lines
+
     def console_lines(self) -> list[str]:
         """What a finished run prints before its ``ended`` and verdict lines: its requests by outcome,
         its arrivals (open loop), the causes of failures, and each gate's line."""
@@ -153,16 +168,7 @@ class Summary:
         lines = [f"requests: {self.requests} ({outcomes or 'none'})"]
         if self.arrival is not None:
             lines.append(arrival_line(self.arrival))
-        causes = self.causes
-        judged = causes.get("proxy_timeouts") or {}
-        said = judged.get("line") or (  # a summary written before the one rule of loadtests._causes
-            f"{causes.get('proxy_timeouts_before_headers', 0)} proxy 504s before headers, "
-            f"{causes.get('cut_after_headers', 0)} streams cut after headers"
-        )
-        lines.append(f"causes: {said}; statuses {causes.get('status') or '{}'}")
-        withheld = causes.get("keepalive_withheld")
-        if withheld:
-            lines.append(withheld["line"])
+        lines += self.causes_lines()
         lag = self.harness_lag_ms or {}
         if lag.get("p99") is not None:
             lines.append(

@@ -181,6 +181,8 @@ def test_headline_shows_the_verdict_and_every_gate(
         line = f'<span class="badge">{verdict}</span> <b>{html.escape(gate["name"])}</b>: {html.escape(gate["detail"])}'
         assert line in headline
     assert "keep_alive_interval" in headline and "--max-model-len 8192" in headline
+    causes = Summary.from_json(summary).causes_lines()  # the console's causes: line, in the report too
+    assert causes[0].startswith("causes: ") and f"<h3>Causes</h3><p>{html.escape(causes[0])}</p>" in headline
 
     passing = {**summary, "passed": True, "gates": [{"name": "all_good", "passed": True, "detail": "fine"}]}
     assert '<div class="verdict pass">PASSED</div>' in render(tmp_path, passing, requests, frames)
