@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from loadtests._causes import keepalive_withheld, proxy_timeouts
-from loadtests._figures import PERCENTILES, count_500s, quantiles
+from loadtests._figures import PERCENTILES, count_500s, judged, quantiles
 from loadtests._gates import FAIL, INCONCLUSIVE, PASS, GateResult, verdict_of
 from loadtests._lag import lag_summary
 from loadtests._outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
@@ -150,8 +150,8 @@ class Summary:
         """The ``causes:`` line (``loadtests._causes``'s one phrase, and the statuses) and, when the
         run found keep-alive withheld, its line: what the console, and report.html, say of causes."""
         causes = self.causes
-        judged = causes.get("proxy_timeouts") or {}
-        said = judged.get("line") or (  # a summary written before the one rule of loadtests._causes
+        timeouts = causes.get("proxy_timeouts") or {}
+        said = timeouts.get("line") or (  # a summary written before the one rule of loadtests._causes
             f"{causes.get('proxy_timeouts_before_headers', 0)} proxy 504s before headers, "
             f"{causes.get('cut_after_headers', 0)} streams cut after headers"
         )
@@ -462,8 +462,9 @@ def causes(
     ``keep_alive_interval`` and ``proxy``."""
     settings = settings or {}
     proxy = settings.get("proxy")
-    found = proxy_timeouts(requests, read_timeout or settings.get("proxy_read_timeout"), proxy)
-    withheld = keepalive_withheld(requests, settings.get("keep_alive_interval"), proxy)
+    verdict_rows = judged(requests)  # the rows the gates read: their lines and these never disagree
+    found = proxy_timeouts(verdict_rows, read_timeout or settings.get("proxy_read_timeout"), proxy)
+    withheld = keepalive_withheld(verdict_rows, settings.get("keep_alive_interval"), proxy)
     statuses = requests["status"].dropna().astype(int).value_counts().sort_index()
     streamed = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]  # raw streams only
     bins = pd.cut(streamed["silence_before_first_token_s"], SILENCE_BINS_S, right=False)

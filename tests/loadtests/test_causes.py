@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 from loadtests._causes import keepalive_withheld, proxies_named, proxy_timeouts, window
-from loadtests._gates import KeepAliveCovered, NoProxyTimeouts, OutcomesAsExpected
+from loadtests._gates import KeepAliveCovered, NoProxyTimeouts, OutcomesAsExpected, RunTables, evaluate
 from loadtests._outcome import RequestPlan, RequestRow, StreamTracker
 from loadtests._recorder import Recorder
 from loadtests._sse import KEEP_ALIVE_TEXT, Frame
@@ -227,6 +228,19 @@ def test_keepalive_withheld_fails_keepalive_covered_and_the_summary_says_the_sam
     assert keepalive_withheld(requests, None) is None and keepalive_withheld(requests, 0.0) is None
     with_comment = table(held_silent(0), stream([keepalive(1.0), token(5.0)], 5.1, index=1))
     assert keepalive_withheld(with_comment, 0.5) is None  # one got a comment: none were stripped on the way
+
+
+def test_a_stream_the_run_stopped_counts_in_neither_the_withheld_line_nor_the_gate() -> None:
+    """Seen through LiteLLM in front of real vLLM: the console said 18 streams, the gate 16, because
+    two streams the run stopped at its end (headers held, silent) were counted by the summary only."""
+    stopped = stream([token(5.0)], 5.2, headers_at=5.0, index=2)
+    stopped_row = dataclasses.replace(stopped, outcome="stopped")
+    requests = table(held_silent(0), held_silent(1), stopped_row)
+    settings = {"keep_alive_interval": 0.5, "proxy": "litellm"}
+    gate = evaluate(RunTables(requests), [KeepAliveCovered(0.5, proxy="litellm")])[-1]
+    summary = summarize("s", requests, [gate], settings)
+    withheld = summary.causes["keepalive_withheld"]
+    assert withheld["streams"] == 2 and gate.detail.endswith(withheld["line"])
 
 
 def test_a_proxy_is_named_by_its_headers_first_then_by_its_error_body() -> None:
