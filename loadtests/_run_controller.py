@@ -245,6 +245,16 @@ class _Test:
         return how_it_ended(self.started, self.load_started, end, self.planned_s, signals)
 
 
+def _server_url(host: str | None) -> str | None:
+    """The given ``--host`` as a base URL, where a proxy the run started in front of it forwards."""
+    if host is None:
+        return None
+    try:
+        return base_url(host)[0]
+    except PreflightError:
+        return None  # the preflight refuses it in its own words
+
+
 class RunController:
     """One Locust run of ``scenario`` in this process: its options, the stack, the tests, the verdict."""
 
@@ -356,6 +366,7 @@ class RunController:
             raise RunFailed(f"the stack did not start: {exc}") from None
         atexit.register(self._stop_stack)  # run_single_user never fires quitting
         environment.host = self._stack.url
+        run_state(environment).sizing_host = self._stack.server_url or _server_url(settings.host)
         for line in self._stack.describe():
             print(line, flush=True)
 
@@ -410,7 +421,11 @@ class RunController:
         if environment.host and isinstance(environment.runner, MasterRunner):  # a master sizes no prompt itself
             state = run_state(environment)
             self._sizing_probe = gevent.spawn(
-                probe_prompt_sizing, environment.host, state.api_key, state.model_option, state.probe_timeout
+                probe_prompt_sizing,
+                state.sizing_host or environment.host,
+                state.api_key,
+                state.model_option,
+                state.probe_timeout,
             )
         self._test.load_started = time.monotonic()
 

@@ -75,6 +75,10 @@ class RunState:
     admission: Admission = field(default_factory=Admission)
     """Whether this process may send: a worker waits for its master to admit it (``loadtests._run_identity``)."""
     facts: ServerFacts | None = None
+    sizing_host: str | None = None
+    """Where prompts are sized (``/v1/models``, ``/tokenize``) when not at the load's target: the
+    server behind a proxy or gateway the run started (LiteLLM forwards no ``/tokenize``); sizing is
+    set-up, never load, so it need not pass the proxy. None: at the target."""
     arrivals: ArrivalSchedule | None = None
     """Open loop (``--rate``): this process's schedule for the test under way; None in a closed loop."""
     _mixes: dict[int, PreparedMix] = field(default_factory=dict)
@@ -132,7 +136,7 @@ class RunState:
         process that prepared none (a master), one probe of ``host`` with this run's key and model."""
         if self.facts is not None:
             return self.facts.prompt_sizing
-        return probe_prompt_sizing(host, self.api_key, self.model_option, self.probe_timeout)
+        return probe_prompt_sizing(self.sizing_host or host, self.api_key, self.model_option, self.probe_timeout)
 
     def http(self, host: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -145,7 +149,7 @@ class RunState:
             with self._lock:
                 prepared = self._mixes.get(id(mix))
                 if prepared is None:
-                    with self.http(host) as client:
+                    with self.http(self.sizing_host or host) as client:
                         if self.facts is None:
                             self.facts = discover(client, self.model_option, self.probe_timeout)
                             self._announce_estimate()

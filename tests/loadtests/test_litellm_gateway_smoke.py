@@ -28,6 +28,7 @@ def test_keepalive_on_every_stream_passes_litellm_but_no_comment_reaches_the_cli
     run = run_locust("proxy_timeout", tmp_path, "--proxy", "litellm", users=4, seconds=8)
     assert run.returncode == 1, run.output[-3000:]
     assert any(line.startswith("litellm: http://127.0.0.1:") for line in run.output.splitlines())
+    assert "prompt sizing estimated" not in run.output  # sized at the server: LiteLLM forwards no /tokenize
     finished = run.requests.query("outcome != 'stopped'")
     assert len(finished) >= 2 and set(finished["outcome"]) == {"ok"}
     assert (finished["keepalive_frames"] == 0).all() and (finished["silence_from_send_s"] >= 4.5).all()
