@@ -30,6 +30,24 @@ __all__ = ["REDACTED", "GateList", "RunSettings", "Scenario"]
 REDACTED = "<redacted>"
 
 
+LOOPBACK = "127.0.0.1"
+"""Where every service the run starts listens unless ``--server-bind`` says otherwise."""
+
+
+def _check_server_bind(bind: str, host: str | None, server: str, proxy: str) -> None:
+    """``--server-bind`` away from loopback binds the bundled server (and the embedded proxy): a usage
+    error with anything else that would leave it meaningless or unreachable."""
+    if host is not None:
+        raise UsageError(f"--server-bind {bind} binds the server the run starts; with --host it starts none")
+    if server != "bundled":
+        raise UsageError(f"--server-bind {bind} binds the bundled server; --server {server} listens on loopback only")
+    if proxy not in ("none", "embedded"):
+        raise UsageError(
+            f"--server-bind {bind}: --proxy {proxy} listens on loopback only, out of the workers' reach: "
+            "give --proxy none or embedded"
+        )
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """The settings a run's gates may depend on, resolved from the command line."""
@@ -167,6 +185,9 @@ class Scenario:
             }
         shape = (self.proxy_of(options), options.proxy_read_timeout)
         server = getattr(options, "server", None) or "bundled"
+        bind = getattr(options, "server_bind", None) or LOOPBACK
+        if bind != LOOPBACK:
+            _check_server_bind(bind, options.host, server, shape[0])
         if options.host is not None:
             if server != "bundled":
                 raise UsageError(
@@ -175,6 +196,8 @@ class Scenario:
             source = UNKNOWN if given is None else GIVEN
             return RunSettings(*shape, given, (), options.host, open_loop, source)
         server_args = [*self.profile, *shlex.split(options.server_args)]
+        if bind != LOOPBACK:
+            server_args += ["--host", bind]
         interval = given if given is not None else self.keep_alive_interval
         if interval is not None:
             server_args += ["--sse-keep-alive-interval", repr(keep_alive_interval(interval))]

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from loadtests._options import PROXY_KINDS
 from loadtests._real_vllm import VllmProfile
@@ -131,15 +132,19 @@ class TargetServerProcess(ChildService):
         return cls.launch(argv, "target server", timeout, env)
 
 
-def start_embedded_proxy(upstream: str, read_timeout: float, timeout: float = 30.0) -> ChildService:
-    """``python -m loadtests proxy`` in front of ``upstream``, on a free loopback port."""
+def start_embedded_proxy(
+    upstream: str, read_timeout: float, timeout: float = 30.0, listen_host: str = "127.0.0.1"
+) -> ChildService:
+    """``python -m loadtests proxy`` in front of ``upstream``, on a free port of ``listen_host``
+    (loopback unless the run's server listens elsewhere: ``--server-bind``)."""
+    listen = f"[{listen_host}]:0" if ":" in listen_host else f"{listen_host}:0"
     argv = [
         sys.executable,
         "-m",
         "loadtests",
         "proxy",
         "--listen",
-        "127.0.0.1:0",
+        listen,
         "--upstream",
         upstream,
         "--read-timeout",
@@ -244,8 +249,9 @@ class Stack:
                 stack._add(vllm.start())
             elif host is None:
                 stack._add(TargetServerProcess.start(server_args))
-            if proxy == "embedded":
-                stack._add(start_embedded_proxy(stack.url, read_timeout))
+            if proxy == "embedded":  # where the server listens: loopback, or its --server-bind address
+                listen_host = urlsplit(stack.url).hostname if host is None else None
+                stack._add(start_embedded_proxy(stack.url, read_timeout, listen_host=listen_host or "127.0.0.1"))
             elif proxy == "litellm":
                 from loadtests._litellm_gateway import start_litellm
 
