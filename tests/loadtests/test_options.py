@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -60,6 +61,21 @@ def test_a_value_is_refused_by_one_rule_on_every_surface(
         parser._option_string_actions[item.flag].type(f"{bad:g}")  # type: ignore[misc]
     with pytest.raises(ValueError, match=f"{item.flag}.*{locust_says}"):
         check_value(name, bad)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        ("0.0.0.0", "must be the address the workers reach this host at, not the wildcard 0.0.0.0"),
+        ("::", "not the wildcard ::"),
+        ("master.local", "must be an IP address of this host, got 'master.local'"),
+    ],
+)
+def test_server_bind_is_an_address_workers_can_reach(bad: str, said: str) -> None:
+    with pytest.raises(ValueError, match=f"--server-bind.*{re.escape(said)}"):
+        check_value("server_bind", bad)
+    check_value("server_bind", "10.0.0.1")  # an address of this host: taken as it is
 
 
 def _locust_namespace(**given: object) -> SimpleNamespace:

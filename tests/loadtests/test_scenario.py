@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -111,3 +112,22 @@ def test_a_host_run_adds_the_scenarios_proxy_only_when_asked_and_says_so() -> No
     asked = options(host="http://gateway:4000", proxy="embedded")
     assert behind.settings(asked).proxy == "embedded" and behind.proxy_notice(asked) is None
     assert behind.settings(options(proxy="none")).proxy == "none"
+
+
+def test_server_bind_binds_the_bundled_server_and_refuses_what_it_cannot_bind() -> None:
+    bound = SCENARIO.settings(options(server_bind="10.0.0.1"))
+    where = bound.server_args.index("--host")  # after the profile and --server-args: it wins
+    assert bound.server_args[where : where + 2] == ("--host", "10.0.0.1") and "--seed" in bound.server_args[:where]
+    assert "--host" not in SCENARIO.settings(options(server_bind="127.0.0.1")).server_args  # the default adds none
+    refusals = [
+        (
+            {"host": "http://vllm:8000"},
+            "--server-bind 10.0.0.1 binds the server the run starts; with --host it starts none",
+        ),
+        ({"server": "vllm"}, "--server-bind 10.0.0.1 binds the bundled server; --server vllm listens on loopback only"),
+        ({"proxy": "nginx"}, "--server-bind 10.0.0.1: --proxy nginx listens on loopback only"),
+    ]
+    for given, said in refusals:
+        with pytest.raises(UsageError, match=re.escape(said)):
+            SCENARIO.settings(options(server_bind="10.0.0.1", **given))
+    assert SCENARIO.settings(options(server_bind="10.0.0.1", proxy="embedded")).proxy == "embedded"
