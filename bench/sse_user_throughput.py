@@ -149,6 +149,8 @@ class CapacitySettings:
     itl_ms: float
     keep_alive_s: float
     timeout_s: float
+    server_args_extra: tuple[str, ...] = ()
+    """More bundled-server options (``bench/scale.py``: ``--api-server-count``)."""
 
     def server_args(self, trace_file: Path) -> list[str]:
         return [
@@ -164,6 +166,7 @@ class CapacitySettings:
             str(self.keep_alive_s),
             "--trace-file",
             str(trace_file),
+            *self.server_args_extra,
         ]
 
 
@@ -355,9 +358,12 @@ def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
     state = run_state(environment)
     state.prepared_mix(user_class.mix, target)
     rss_before = psutil.Process().memory_info().rss
+    state.lag.start()  # as in every run: the harness's own lag while the streams are open
     cpu_before, wall_before = time.process_time(), time.perf_counter()
     finished = drive(environment, settings.users, settings.spawn_rate, settings.timeout_s)
     cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before
+    state.lag.stop()
+    lag_s = sorted(state.lag.take("bench")["lag_s"]) or [float("nan")]
     fields = ("request_id", "start_time", "duration_s", "outcome", "data_frames", "keepalive_frames", "comment_frames")
     return {
         "finished": finished,
@@ -365,6 +371,8 @@ def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
         "wall_s": wall,
         "rss_before": rss_before,
         "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "lag_p99_ms": 1000 * lag_s[min(len(lag_s) - 1, int(0.99 * len(lag_s)))],
+        "lag_max_ms": 1000 * lag_s[-1],
         "rows": [{name: row[name] for name in fields} for row in state.recorder.rows],
     }
 
@@ -580,6 +588,8 @@ def compare_capacity(result: dict[str, Any], settings: CapacitySettings) -> dict
         "wall_s": result["wall_s"],
         "rss_before_mib": result["rss_before"] / 2**20,
         "peak_rss_mib": result["peak_rss"] / 2**20,
+        "lag_p99_ms": result["lag_p99_ms"],
+        "lag_max_ms": result["lag_max_ms"],
         "ok": result["finished"] and not mismatches and len(rows) == settings.users,
     }
 
@@ -605,7 +615,8 @@ def print_capacity(figures: dict[str, Any], settings: CapacitySettings) -> None:
     print(
         f"load generator: peak RSS {figures['peak_rss_mib']:.0f} MiB ({figures['rss_before_mib']:.0f} MiB before the "
         f"users, ~{per_stream_kib:.0f} KiB per stream), CPU {figures['cpu_s']:.1f} s over {figures['wall_s']:.1f} s "
-        f"wall ({100 * figures['cpu_s'] / figures['wall_s']:.0f}%)"
+        f"wall ({100 * figures['cpu_s'] / figures['wall_s']:.0f}%); its loop's lag p99 {figures['lag_p99_ms']:.1f} ms, "
+        f"max {figures['lag_max_ms']:.1f} ms"
     )
     print(f"capacity: {'OK, nothing lost or miscounted' if figures['ok'] else 'FAILED'}")
 

@@ -81,7 +81,7 @@ def test_sse_user_throughput_quick(tmp_path: Path) -> None:
             r"^frames: (\d+) sent by the server \(\d+ keep-alive\), \1 recorded by the harness$",
             r"^mismatching requests: 0 \(must be 0\)$",
             rf"^load generator: peak RSS \d+ MiB \(\d+ MiB before the users, ~-?\d+ KiB per stream\), "
-            rf"CPU {NUM} s over {NUM} s wall \({NUM}%\)$",
+            rf"CPU {NUM} s over {NUM} s wall \({NUM}%\); its loop's lag p99 {NUM} ms, max {NUM} ms$",
             r"^capacity: OK, nothing lost or miscounted$",
         ],
     )
@@ -187,3 +187,23 @@ def test_proxy_distortion_quick(tmp_path: Path) -> None:
     )
     rows = json.loads((tmp_path / "figures.json").read_text())
     assert {"direct", "embedded"} <= {row["name"] for row in rows}
+
+
+def test_scale_quick(tmp_path: Path) -> None:
+    output = run_bench("scale.py", "--json", str(tmp_path / "figures.json"))
+    assert_figures(
+        output,
+        [
+            r"^sse-soak scale benchmark; open-files limit \d+$",
+            r"^== 100 streams in one load-generator process ==$",
+            r"^mismatching requests: 0 \(must be 0\)$",
+            rf"^\s+100\s+yes\s+100\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}$",
+            rf"^\s+200\s+yes\s+200\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}$",
+            rf"^\s+2\s+\d+\s+{NUM}\s+0\s+{NUM}%\s+{NUM}%$",
+            r"^master with 2 workers: (?:not the bottleneck|MAY BE THE BOTTLENECK) \(\d+% of a core, 0 rows lost\)$",
+            rf"^every frame exact and no row lost: yes; median lag p99 {NUM} ms$",
+        ],
+    )
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert [row["streams"] for row in figures["streams"]] == [100, 200]
+    assert [row["workers"] for row in figures["aggregation"]] == [2] and figures["aggregation"][0]["rows"] > 0

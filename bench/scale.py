@@ -1,0 +1,270 @@
+"""How far does sse-soak scale? Slow streams per load-generator process, and rows per second a master absorbs.
+
+Why this exists: a nightly soak at production concurrency needs to know how many streams one
+Locust worker process can hold with every frame counted, and whether the master that gathers
+every worker's rows keeps up. Two parts:
+
+A) Streams per worker process: for each count in ``--streams`` (default 1,000, 5,000, 10,000 and
+15,000, within this machine's 20,000 open-files hard limit), one load-generator process opens that
+many ``SSEUser`` streams at once against the bundled server (run with ``--api-server-count`` so that
+the server is not the bottleneck), each silent for a long prefill with keep-alive every second and
+then a few slow tokens; every request id's recorded frames are compared with the server's
+``--trace-file`` (``sse_user_throughput.py``'s capacity phase, reused as it is). Per count: streams
+exact (mismatching requests, must be 0), peak open at once, peak RSS and KiB per stream, CPU ms per
+thousand frames, and the harness's own event-loop lag (p99, max) while the streams were open.
+Targets (issue 28): 15,000 streams in one worker with exact counts under 1 GiB; lag p99 under 10 ms
+at 5,000.
+
+B) Master aggregation: ``python -m loadtests run`` of a small scenario (short streams from a
+zero-latency server: as many rows per second as the workers can make) with ``--processes`` 2 and
+4; the master's and the workers' CPU (the whole process tree, sampled with psutil), rows per second
+the master wrote, rows lost (the summary's ``lost_rows``, must be 0), and the master's CPU share:
+the master is not the bottleneck while its CPU stays well under one core and every row arrives.
+
+``--quick`` proves the script works in seconds (A at 100 and 200 streams, B with 2 workers for 5 s);
+its figures say nothing about scale. Run it in full on an otherwise idle machine: it uses both cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO_ROOT = BENCH.parent
+for path in (str(REPO_ROOT), str(BENCH)):
+    if path not in sys.path:  # run as a plain script: make ``loadtests`` and the bench modules importable
+        sys.path.insert(0, path)
+
+from common import zero_latency_server_args  # noqa: E402
+from sse_user_throughput import (  # noqa: E402
+    BenchError,
+    CapacitySettings,
+    capacity_phase,
+    compare_capacity,
+    print_capacity,
+    raise_fd_limit,
+    start_server,
+)
+
+FULL_STREAMS = (1000, 5000, 10000, 15000)
+QUICK = {"streams": "100,200", "workers": "2", "aggregation_seconds": 5, "api_server_count": 1}
+SPAWN_RATE = 1000.0
+"""Users started per second: fast enough that every stream is open before the first one ends."""
+SILENCE_AFTER_SPAWN_MS = 5000.0
+TOKENS = 4
+ITL_MS = 1000.0
+FD_HEADROOM = 1024
+
+AGGREGATION_SCENARIO = textwrap.dedent(
+    """
+    from loadtests import RequestMix, RequestSpec, Scenario, SSEUser
+
+    scenario = Scenario(name="aggregation", gates=[])
+
+
+    class ShortStreamUser(SSEUser):
+        mix = RequestMix([RequestSpec("short", "completions", 8, max_tokens=16)])
+    """
+)
+"""Short streams, one after another per user: rows as fast as the workers can make them."""
+
+
+def ladder_settings(streams: int, api_server_count: int) -> CapacitySettings:
+    """``streams`` slow streams, all open at once: silent until every one has started, then 4 tokens."""
+    spawn_s = streams / SPAWN_RATE
+    ttft_ms = 1000 * spawn_s + SILENCE_AFTER_SPAWN_MS
+    timeout_s = spawn_s + (ttft_ms + TOKENS * ITL_MS) / 1000 + 60
+    extra = ("--api-server-count", str(api_server_count)) if api_server_count > 1 else ()
+    return CapacitySettings(streams, SPAWN_RATE, TOKENS, ttft_ms, ITL_MS, 1.0, timeout_s, extra)
+
+
+def ladder(counts: list[int], api_server_count: int) -> list[dict[str, Any]]:
+    rows = []
+    for streams in counts:
+        settings = ladder_settings(streams, api_server_count)
+        print(f"\n== {streams} streams in one load-generator process ==")
+        figures = compare_capacity(capacity_phase(settings), settings)
+        print_capacity(figures, settings)
+        frames = max(figures["frames_recorded"], 1)
+        rows.append(
+            {
+                "streams": streams,
+                "exact": figures["ok"],
+                "mismatches": figures["mismatches"],
+                "peak_open": figures["peak_open_harness"],
+                "peak_rss_mib": figures["peak_rss_mib"],
+                "kib_per_stream": (figures["peak_rss_mib"] - figures["rss_before_mib"]) * 1024 / streams,
+                "cpu_ms_per_1k_frames": 1e6 * figures["cpu_s"] / frames,
+                "lag_p99_ms": figures["lag_p99_ms"],
+                "lag_max_ms": figures["lag_max_ms"],
+            }
+        )
+    return rows
+
+
+def print_ladder(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"\n{'streams':>8} {'exact':>6} {'peak open':>9} {'peak RSS MiB':>12} {'KiB/stream':>10} "
+        f"{'CPU ms/1k frames':>16} {'lag p99 ms':>10} {'lag max ms':>10}"
+    )
+    for row in rows:
+        print(
+            f"{row['streams']:>8} {('yes' if row['exact'] else 'NO'):>6} {row['peak_open']:>9} "
+            f"{row['peak_rss_mib']:>12.0f} {row['kib_per_stream']:>10.1f} {row['cpu_ms_per_1k_frames']:>16.1f} "
+            f"{row['lag_p99_ms']:>10.1f} {row['lag_max_ms']:>10.1f}"
+        )
+
+
+@dataclass
+class TreeCpu:
+    """CPU seconds of a process and every descendant it ever had, sampled while they run (a child
+    that exits between samples loses at most one interval)."""
+
+    root: int
+    by_pid: dict[int, tuple[str, float]]
+
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.root)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        for process in processes:
+            try:
+                times = process.cpu_times()
+                role = "master" if process.pid == self.root else _role(process.cmdline())
+            except psutil.Error:
+                continue
+            self.by_pid[process.pid] = (role, times.user + times.system)
+
+    def by_role(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for role, cpu in self.by_pid.values():
+            totals[role] = totals.get(role, 0.0) + cpu
+        return totals
+
+
+def _role(cmdline: list[str]) -> str:
+    """A descendant of the master: a worker (``--processes`` forks them: they share its command
+    line), unless it is a server the run started."""
+    return "server" if "target_server" in cmdline else "worker"
+
+
+def aggregation(workers: int, seconds: int, report_dir: Path) -> dict[str, Any]:
+    """One ``--processes workers`` run of short streams against a zero-latency server."""
+    scenario = report_dir / "aggregation.py"
+    scenario.write_text(AGGREGATION_SCENARIO)
+    server = start_server(zero_latency_server_args(64, 4096))
+    try:
+        command = [
+            sys.executable, "-m", "loadtests", "run", str(scenario), "--processes", str(workers), "--headless",
+            "--only-summary", "-u", str(8 * workers), "-r", str(8 * workers), "-t", f"{seconds}s",
+            "--host", server.url, "--report-dir", str(report_dir), "--harness-lag-limit-ms", "0",
+        ]  # fmt: skip
+        began = time.monotonic()
+        run = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cpu = TreeCpu(run.pid, {})
+        while run.poll() is None and time.monotonic() - began < seconds + 120:
+            cpu.sample()
+            time.sleep(0.25)
+        if run.poll() is None:
+            run.kill()
+        output = run.communicate()[0]
+        wall = time.monotonic() - began
+    finally:
+        server.stop()
+    summaries = sorted(report_dir.glob("aggregation-*/summary.json"))
+    if not summaries:
+        raise BenchError(f"the aggregation run with {workers} workers wrote no summary: {output[-2000:]}")
+    summary = json.loads(summaries[-1].read_text())
+    by_role = cpu.by_role()
+    lost = summary.get("lost_rows") or {}
+    return {
+        "workers": workers,
+        "rows": summary["requests"],
+        "rows_per_s": summary["requests"] / seconds,
+        "lost_rows": sum(int(entry.get("missing", 0)) for entry in lost.values()) if isinstance(lost, dict) else 0,
+        "master_cpu_share": by_role.get("master", 0.0) / wall,
+        "worker_cpu_share": by_role.get("worker", 0.0) / wall / workers,
+        "verdict": summary.get("verdict"),
+    }
+
+
+def print_aggregation(rows: list[dict[str, Any]]) -> None:
+    print(f"\n{'workers':>7} {'rows':>7} {'rows/s':>8} {'lost':>5} {'master CPU':>10} {'CPU per worker':>14}")
+    for row in rows:
+        print(
+            f"{row['workers']:>7} {row['rows']:>7} {row['rows_per_s']:>8.0f} {row['lost_rows']:>5} "
+            f"{100 * row['master_cpu_share']:>9.0f}% {100 * row['worker_cpu_share']:>13.0f}%"
+        )
+    for row in rows:
+        keeps_up = row["lost_rows"] == 0 and row["master_cpu_share"] < 0.5
+        print(
+            f"master with {row['workers']} workers: {'not the bottleneck' if keeps_up else 'MAY BE THE BOTTLENECK'} "
+            f"({100 * row['master_cpu_share']:.0f}% of a core, {row['lost_rows']} rows lost)"
+        )
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {text!r}")
+    return counts
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK} unless given")
+    parser.add_argument("--streams", type=_counts, default=list(FULL_STREAMS), help="A: stream counts, comma-separated")
+    parser.add_argument("--api-server-count", type=int, default=2, help="A: bundled server processes (default 2)")
+    parser.add_argument("--workers", type=_counts, default=[2, 4], help="B: worker counts (default 2,4; '' skips B)")
+    parser.add_argument("--aggregation-seconds", type=int, default=20, help="B: seconds per run (default 20)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    if parser.parse_known_args(argv)[0].quick:
+        quick = {key: _counts(value) if isinstance(value, str) else value for key, value in QUICK.items()}
+        parser.set_defaults(**quick)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    print(f"sse-soak scale benchmark; open-files limit {raise_fd_limit(max(options.streams) + FD_HEADROOM)}")
+    try:
+        ladder_rows = ladder(options.streams, options.api_server_count)
+        print_ladder(ladder_rows)
+        aggregation_rows = []
+        with tempfile.TemporaryDirectory(prefix="sse-bench-scale-") as directory:
+            for workers in options.workers:
+                report_dir = Path(directory) / f"workers-{workers}"
+                report_dir.mkdir()
+                aggregation_rows.append(aggregation(workers, options.aggregation_seconds, report_dir))
+        print_aggregation(aggregation_rows)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if options.json is not None:
+        figures = {"streams": ladder_rows, "aggregation": aggregation_rows}
+        options.json.write_text(json.dumps(figures, indent=2) + "\n")
+    exact = all(row["exact"] for row in ladder_rows) and all(row["lost_rows"] == 0 for row in aggregation_rows)
+    median_lag = statistics.median(row["lag_p99_ms"] for row in ladder_rows) if ladder_rows else float("nan")
+    print(f"\nevery frame exact and no row lost: {'yes' if exact else 'NO'}; median lag p99 {median_lag:.1f} ms")
+    return 0 if exact else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
