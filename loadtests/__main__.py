@@ -308,7 +308,9 @@ def _add_kubernetes_parser(commands: Any) -> None:
         "2 bad input, 3 inconclusive. Arguments after -- go to the master and every worker unchanged.",
     )
     required = kubernetes.add_argument_group("required")
-    required.add_argument("--scenario", required=True, type=_argparse(k8s.shipped_scenario), help="a shipped scenario")
+    required.add_argument(
+        "--scenario", required=True, type=_argparse(k8s.shipped_scenario), metavar="NAME", help="a shipped scenario"
+    )
     required.add_argument(
         "--host",
         required=True,
@@ -320,10 +322,15 @@ def _add_kubernetes_parser(commands: Any) -> None:
     required.add_argument(
         "--image", required=True, type=_argparse(k8s.image_name), help="an image with sse-soak (deploy/Dockerfile)"
     )
-    for name in ("users", "spawn_rate"):
+    for name, metavar in (("users", "N"), ("spawn_rate", "R")):
         item = option(name)
         kubernetes.add_argument(
-            item.locust_flag, dest=name, type=argparse_type(item), default=item.default, help=item.help_on(item.default)
+            item.locust_flag,
+            dest=name,
+            type=argparse_type(item),
+            default=item.default,
+            metavar=metavar,
+            help=item.help_on(item.default),
         )
     duration = option("duration")
     kubernetes.add_argument(
@@ -343,10 +350,18 @@ def _add_kubernetes_parser(commands: Any) -> None:
         help="the run id master and workers share, also in the objects' names (default: a fresh random one)",
     )
     kubernetes.add_argument(
-        "--namespace", type=_argparse(k8s.dns_label), default="default", help="the namespace (default: default)"
+        "--namespace",
+        type=_argparse(k8s.dns_label),
+        default="default",
+        metavar="NS",
+        help="the namespace (default: default)",
     )
     kubernetes.add_argument(
-        "--storage", type=_argparse(k8s.quantity), default="1Gi", help="the reports claim's size (default: 1Gi)"
+        "--storage",
+        type=_argparse(k8s.quantity),
+        default="1Gi",
+        metavar="SIZE",
+        help="the reports claim's size (default: 1Gi)",
     )
     kubernetes.add_argument(
         "--api-key-secret",
