@@ -5,7 +5,8 @@ nightly soak job), ``proxy`` (the embedded reverse proxy with nginx's
 read-timeout semantics), ``report`` (rebuild a run's summary and HTML report from its parquet
 files; exit 1 unless the verdict is PASS), ``compare`` (base run against new run; exit 1 on
 regression), ``vllm setup`` / ``vllm serve`` (real vLLM on this machine's CPU, in its own venv),
-``litellm setup`` (LiteLLM's gateway in its own venv, for ``--proxy litellm``).
+``litellm setup`` (LiteLLM's gateway in its own venv, for ``--proxy litellm``), ``kubernetes`` (the
+manifests of a Locust cluster running a scenario against a host).
 Also installed as the ``sse-soak`` command. Bad input exits 2 with one line naming it.
 """
 
@@ -25,7 +26,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from loadtests import _compare as compare_module
-from loadtests._options import REPORT_DIR, SECONDS, add_argparse_options, check_open_loop, locust_arguments, on
+from loadtests._options import (
+    REPORT_DIR,
+    SECONDS,
+    add_argparse_options,
+    argparse_type,
+    check_open_loop,
+    locust_arguments,
+    on,
+    option,
+)
 from loadtests._options import Surface as _Surface
 from loadtests._options import http_url as _http_url
 from loadtests._proxy import ProxySettings, serve
@@ -165,6 +175,7 @@ def parser() -> argparse.ArgumentParser:
     _add_soak_parser(commands)
     _add_vllm_parser(commands)
     _add_litellm_parser(commands)
+    _add_kubernetes_parser(commands)
     return root
 
 
@@ -281,6 +292,108 @@ def _add_litellm_parser(commands: Any) -> None:
         f"pip installs {gateway.PACKAGE} into it; prints where and how long it took. Run again, it reuses the "
         "complete install at once.",
     )
+
+
+def _add_kubernetes_parser(commands: Any) -> None:
+    from loadtests import _kubernetes as k8s
+
+    kubernetes = commands.add_parser(
+        "kubernetes",
+        help="print the Kubernetes manifests of a Locust cluster running a scenario against --host",
+        description="Prints multi-document YAML for kubectl apply -f -: a PersistentVolumeClaim "
+        f"({k8s.REPORTS_CLAIM}) the master writes its run directory to (mounted at {k8s.REPORT_MOUNT}, its "
+        f"--report-dir), the master as a Job of one pod with a Service on port {k8s.MASTER_PORT}, and the "
+        "workers as a Job of --workers pods, which end when the master quits. No Job is retried (backoffLimit 0) "
+        "and each has a deadline above the run time. The master's exit code is the verdict: 0 PASS, 1 FAIL, "
+        "2 bad input, 3 inconclusive. Arguments after -- go to the master and every worker unchanged.",
+    )
+    required = kubernetes.add_argument_group("required")
+    required.add_argument(
+        "--scenario", required=True, type=_argparse(k8s.shipped_scenario), metavar="NAME", help="a shipped scenario"
+    )
+    required.add_argument(
+        "--host",
+        required=True,
+        type=_argparse(k8s.target_host),
+        metavar="URL",
+        help="the server under test, an http(s) URL the pods reach, without credentials",
+    )
+    required.add_argument("--workers", required=True, type=_whole_number(1), metavar="N", help="Locust workers, >= 1")
+    required.add_argument(
+        "--image", required=True, type=_argparse(k8s.image_name), help="an image with sse-soak (deploy/Dockerfile)"
+    )
+    for name, metavar in (("users", "N"), ("spawn_rate", "R")):
+        item = option(name)
+        kubernetes.add_argument(
+            item.locust_flag,
+            dest=name,
+            type=argparse_type(item),
+            default=item.default,
+            metavar=metavar,
+            help=item.help_on(item.default),
+        )
+    duration = option("duration")
+    kubernetes.add_argument(
+        "-t",
+        duration.locust_flag,
+        dest="run_time",
+        type=argparse_type(duration),
+        default=duration.default,
+        metavar="DURATION",
+        help=f"{duration.help} (default: {duration.default}s)",
+    )
+    kubernetes.add_argument(
+        "--run-id",
+        type=_argparse(k8s.dns_label),
+        default=None,
+        metavar="ID",
+        help="the run id master and workers share, also in the objects' names (default: a fresh random one)",
+    )
+    kubernetes.add_argument(
+        "--namespace",
+        type=_argparse(k8s.dns_label),
+        default="default",
+        metavar="NS",
+        help="the namespace (default: default)",
+    )
+    kubernetes.add_argument(
+        "--storage",
+        type=_argparse(k8s.quantity),
+        default="1Gi",
+        metavar="SIZE",
+        help="the reports claim's size (default: 1Gi)",
+    )
+    kubernetes.add_argument(
+        "--api-key-secret",
+        type=_argparse(k8s.dns_label),
+        default=None,
+        metavar="SECRET",
+        help=f"a Secret whose key '{k8s.API_KEY_SECRET_KEY}' is the bearer token for --host, given to every pod "
+        f"as ${option('api_key').env_var}",
+    )
+    kubernetes.add_argument("locust_args", nargs="*", help="after --: more Locust and scenario options")
+
+
+def _run_kubernetes(options: argparse.Namespace) -> int:
+    from loadtests import _kubernetes as k8s
+    from loadtests._run_identity import new_run_id
+
+    cluster = k8s.Cluster(
+        scenario=options.scenario,
+        host=options.host,
+        workers=options.workers,
+        image=options.image,
+        run_id=options.run_id or new_run_id(),
+        users=options.users,
+        spawn_rate=options.spawn_rate,
+        run_time_s=options.run_time,
+        namespace=options.namespace,
+        storage=options.storage,
+        api_key_secret=options.api_key_secret,
+        locust_args=tuple(options.locust_args),
+    )
+    sys.stdout.write(k8s.render(cluster))
+    return 0
 
 
 def _run_litellm(options: argparse.Namespace) -> int | None:
@@ -518,6 +631,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "soak": _run_soak,
     "vllm": _run_vllm,
     "litellm": _run_litellm,
+    "kubernetes": _run_kubernetes,
 }
 
 if __name__ == "__main__":

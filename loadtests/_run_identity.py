@@ -43,6 +43,11 @@ never answers predates this check)."""
 logger = logging.getLogger(__name__)
 
 
+def new_run_id() -> str:
+    """A fresh random run id (16 hex digits): no other run has it."""
+    return secrets.token_hex(8)
+
+
 @dataclass(frozen=True)
 class RunIdentity:
     """What a worker must share with its master to take part in its run."""
@@ -70,7 +75,7 @@ def own_run_id(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | No
     master's id back to it."""
     run_id = flag_value(argv, "--run-id") or os.environ.get(RUN_ID_ENV) or None
     if run_id is None and has_flag(argv, "--processes"):
-        run_id = secrets.token_hex(8)
+        run_id = new_run_id()
     parser.set_defaults(run_id=run_id)
     return run_id
 
