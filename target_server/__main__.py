@@ -4,7 +4,9 @@ The ready line, ``target_server ready: http://HOST:PORT (model MODEL)``, is prin
 socket accepts connections, so a parent process can wait on it instead of sleeping. ``--port 0``
 binds a free port first and the line tells which. Started by the harness, the server also stops
 when the harness dies, and a refusal to start (a bad option, a port taken) is also printed on
-stdout as ``target_server failed: REASON`` for the harness to quote (``lifeline``).
+stdout as ``target_server failed: REASON`` for the harness to quote (``lifeline``). With
+``--api-server-count N`` above 1 this process binds the socket and runs N server processes on it
+(``api_servers``), and prints the same ready line once all N accept connections.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from target_server import api_servers
 from target_server.app import create_app
 from target_server.config import ServerConfig
 from target_server.faults import InjectedDisconnect
-from target_server.lifeline import announce_refusal, exit_when_stdin_closes
+from target_server.lifeline import READY_PREFIX, announce_refusal, exit_when_stdin_closes
+from target_server.share import SOLE, ProcessShare
 
-READY_PREFIX = "target_server ready: "
+__all__ = ["READY_PREFIX", "listening_socket", "main", "serve"]
 SWITCH_INTERVAL_S = 0.001
 """The longest the event loop waits for the GIL while an intake thread (``intake.prepare``: JSON,
 validation, tokenization) runs Python. CPython's 5 ms default let one long prompt's tokenization
@@ -37,10 +41,19 @@ class _HideInjectedDisconnects(logging.Filter):
         return not isinstance(exc, InjectedDisconnect)
 
 
+def socket_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+
+
+def ready_line(url: str, model: str) -> str:
+    return f"{READY_PREFIX}{url} (model {model})"
+
+
 class _AnnouncingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, url: str, model: str) -> None:
         super().__init__(config)
-        self._ready_line = f"{READY_PREFIX}{url} (model {model})"
+        self._ready_line = ready_line(url, model)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -65,27 +78,43 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(config: ServerConfig) -> None:
-    """Run until SIGINT/SIGTERM (or EOF on stdin, when the harness asked for that)."""
+def serve(config: ServerConfig, argv: Sequence[str] = ()) -> None:
+    """Run until SIGINT/SIGTERM (or EOF on stdin, when the harness asked for that). With
+    ``--api-server-count`` above 1, as the parent of that many processes started with ``argv``; in
+    such a child (``api_servers.inherited``), as its share on the socket it inherited."""
+    child = api_servers.inherited()
     exit_when_stdin_closes()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    if child is not None:
+        share, sock = child
+        _run(config, sock, share)
+        return
     try:
         sock = listening_socket(config.host, config.port)
     except OSError as exc:
         reason = f"cannot listen on {config.host}:{config.port}: {exc.strerror}"
         announce_refusal(reason)
         sys.exit(f"target-server: {reason}")
-    host, port = sock.getsockname()[:2]
-    url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+    if config.api_server_count > 1:
+        line = ready_line(socket_url(sock), config.model)
+        api_servers.supervise(config.api_server_count, sock, argv, line)
+    else:
+        _run(config, sock, SOLE)
+
+
+def _run(config: ServerConfig, sock: socket.socket, share: ProcessShare) -> None:
+    """Serve ``sock`` in this process, as server process ``share``."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     uv_config = uvicorn.Config(
-        create_app(config), log_level=config.log_level, access_log=False, timeout_graceful_shutdown=2
+        create_app(config, share), log_level=config.log_level, access_log=False, timeout_graceful_shutdown=2
     )
     logging.getLogger("uvicorn.error").addFilter(_HideInjectedDisconnects())
-    _AnnouncingServer(uv_config, url, config.model).run(sockets=[sock])  # uvloop and httptools, as vLLM runs
+    # uvloop and httptools, as vLLM runs
+    _AnnouncingServer(uv_config, socket_url(sock), config.model).run(sockets=[sock])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    serve(ServerConfig.from_args(argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    serve(ServerConfig.from_args(args), args)
 
 
 if __name__ == "__main__":

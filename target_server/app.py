@@ -38,6 +38,7 @@ from target_server.protocol import (
     APIError,
     invalid_request,
 )
+from target_server.share import SOLE, ProcessShare
 from target_server.streaming import (
     DONE_FRAME,
     VLLM_VERSION,
@@ -58,14 +59,15 @@ ID_SLICE = 10_000
 
 
 class TargetServer:
-    """The state behind the routes: config, engine, fault draws, counters and the trace."""
+    """The state behind the routes of one server process: config, engine, fault draws, counters and
+    the trace; ``share`` is which process of ``--api-server-count`` this is, and its part."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, share: ProcessShare = SOLE) -> None:
         self.config = config
-        self.engine = Engine(config)
-        self.faults = FaultInjector(config)
+        self.engine = Engine(config, share.slots(config.max_num_seqs))
+        self.faults = FaultInjector(config, share.fault_seed(config.seed))
         self.stats = metrics.ServerStats()
-        self.metrics = metrics.Exposition(self.engine, self.stats, config.model)
+        self.metrics = metrics.Exposition(self.engine, self.stats, config.model, share.engine_label)
         self.tracer = FrameTracer(config.trace_file) if config.trace_file else None
         self.fingerprint = system_fingerprint(config.model, config.max_model_len)
 
@@ -164,11 +166,11 @@ def _truncated_json() -> Response:
     return StreamingResponse(half_then_drop(), media_type="application/json", headers=headers)
 
 
-def create_app(config: ServerConfig) -> FastAPI:
-    """The ASGI app for ``config``; ``app.state.server`` holds its ``TargetServer``, which every
-    route and error handler below reads from there (none closes over it)."""
+def create_app(config: ServerConfig, share: ProcessShare = SOLE) -> FastAPI:
+    """The ASGI app of process ``share`` for ``config``; ``app.state.server`` holds its
+    ``TargetServer``, which every route and error handler below reads from there (none closes over it)."""
     app = FastAPI(title="sse-soak target server", lifespan=_lifespan, exception_handlers=_error_handlers())
-    app.state.server = server = TargetServer(config)
+    app.state.server = server = TargetServer(config, share)
     for path, endpoint, method in _routes(config):
         app.add_api_route(path, endpoint, methods=[method])
     # vLLM's layers, innermost first (the last added is outermost): its request counter, CORS with

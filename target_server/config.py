@@ -52,7 +52,8 @@ class _Parser(argparse.ArgumentParser):
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """Settings of one target server process. Field ``foo_bar`` is the option ``--foo-bar``."""
+    """Settings of one target server (of all its processes, with ``--api-server-count``; each
+    process's part is ``share.ProcessShare``). Field ``foo_bar`` is the option ``--foo-bar``."""
 
     host: str = _opt("127.0.0.1", "address to listen on")
     port: int = _opt(0, "port to listen on; 0 picks a free one (the ready line prints it)")
@@ -62,7 +63,17 @@ class ServerConfig:
         "context length: a longer prompt is a 400 (param input_tokens) and max_tokens is clamped to what the "
         "prompt leaves, as in vLLM",
     )
-    max_num_seqs: int = _opt(16, "sequences generating at once; further requests wait FIFO")
+    max_num_seqs: int = _opt(
+        16,
+        "sequences generating at once, in total: with --api-server-count N each process gets an even share "
+        "(at least 1) and queues further requests FIFO on its own",
+    )
+    api_server_count: int = _opt(
+        1,
+        "server processes sharing the one listening socket, as vLLM's API servers do; here each has its own "
+        "scheduler with a share of --max-num-seqs, its fault draws seeded --seed + its index, its own /metrics "
+        "(labelled engine=INDEX; a scrape reaches one process), and all append to the one --trace-file",
+    )
     sse_keep_alive_interval: float = _opt(
         0.0,
         "seconds of stream silence before a ': keep-alive' comment is sent; 0 disables (extension: fractions "
@@ -127,6 +138,13 @@ class ServerConfig:
             raise ValueError(f"--max-model-len must be at least 1, got {self.max_model_len}")
         if self.max_num_seqs < 1:
             raise ValueError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
+        if self.api_server_count < 1:
+            raise ValueError(f"--api-server-count must be at least 1, got {self.api_server_count}")
+        if self.max_num_seqs < self.api_server_count:
+            raise ValueError(
+                f"--max-num-seqs {self.max_num_seqs} is the total across processes: give each of the "
+                f"--api-server-count {self.api_server_count} at least one"
+            )
         for name in ("time_to_first_token", "prefill_time_per_token", "inter_token_latency", "stall_seconds"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):

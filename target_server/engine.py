@@ -73,11 +73,12 @@ class Generation:
 
 
 class Engine:
-    """Turns a ``Generation`` into timed tokens. One per server; shared by all requests."""
+    """Turns a ``Generation`` into timed tokens. One per server process; shared by its requests.
+    ``slots`` is this process's share of ``max_num_seqs`` (all of it by default)."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, slots: int | None = None) -> None:
         self.config = config
-        self.scheduler = SlotScheduler(config.max_num_seqs)
+        self.scheduler = SlotScheduler(config.max_num_seqs if slots is None else slots)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._first_request: float | None = None
@@ -92,8 +93,8 @@ class Engine:
 
     @property
     def kv_cache_usage(self) -> float:
-        """Share of the simulated KV cache (``max_num_seqs * max_model_len`` tokens) in use, 0 to 1."""
-        return self.kv_tokens_held / (self.config.max_num_seqs * self.config.max_model_len)
+        """Share of the simulated KV cache (this process's slots * ``max_model_len`` tokens) in use, 0 to 1."""
+        return self.kv_tokens_held / (self.scheduler.capacity * self.config.max_model_len)
 
     def prefill_seconds(self, prompt_tokens: int) -> float:
         fixed, per_token = self.config.time_to_first_token, self.config.prefill_time_per_token

@@ -2,8 +2,9 @@
 
 A request draws a fault with probability ``failure_injection_rate`` percent, the kind uniformly
 from ``failure_types``, from a generator seeded by ``--seed`` (same seed, same sequence of
-draws). Faults that happen before the response (``server_error``, ``rate_limit``) are answered
-as error bodies; the others strike mid-stream after half of the tokens:
+draws; with ``--api-server-count``, each process has its own, seeded ``--seed + index``: ``share``).
+Faults that happen before the response (``server_error``, ``rate_limit``) are answered as error
+bodies; the others strike mid-stream after half of the tokens:
 
 - ``inband_error``: the engine fails; the stream carries ``data: {"error": ..., "code": 500}`` and
   ``data: [DONE]`` under HTTP 200, as vLLM does.
@@ -43,10 +44,11 @@ class InjectedDisconnect(Exception):
 class FaultInjector:
     """Draws one fault (or none) per request. Not thread-safe; the server is one event loop."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, seed: int | None = None) -> None:
+        """``seed`` defaults to ``config.seed``."""
         self._rate = config.failure_injection_rate / 100.0
         self._kinds = [Fault(kind) for kind in config.failure_types]
-        self._random = random.Random(config.seed)
+        self._random = random.Random(config.seed if seed is None else seed)
 
     def draw(self) -> Fault | None:
         if self._rate <= 0 or self._random.random() >= self._rate:

@@ -1,9 +1,11 @@
 """The process protocol between the server and a harness that starts it, besides HTTP; public so
 the harness speaks it by importing this module, never the server's internals.
 
-Two parts, both opt-in through ``SSE_SOAK_EXIT_ON_STDIN_EOF=1`` in the server's environment
-(``harness_environment()``), so a server started by hand (stdin a terminal or /dev/null) behaves
-as any command does:
+The ready line, ``READY_PREFIX`` then the URL, is how a started server says it accepts
+connections, whoever started it. Two more parts, both opt-in through
+``SSE_SOAK_EXIT_ON_STDIN_EOF=1`` in the server's environment (``harness_environment()``), so a
+server started by hand (stdin a terminal or /dev/null) behaves as any command does (the parent of
+``--api-server-count`` children speaks all of it to them, ``api_servers``):
 
 - The stdin pipe. The harness gives the server a stdin pipe whose write end only the harness
   holds and never writes to. The kernel closes that end when the harness dies, however it dies,
@@ -29,6 +31,7 @@ __all__ = [
     "ENV_VAR",
     "GRACE_S",
     "LAUNCHED_BY_HARNESS",
+    "READY_PREFIX",
     "REFUSAL_PREFIX",
     "announce_refusal",
     "exit_when_stdin_closes",
@@ -42,6 +45,7 @@ ENV_VAR = "SSE_SOAK_EXIT_ON_STDIN_EOF"
 GRACE_S = 5.0
 LAUNCHED_BY_HARNESS = os.environ.get(ENV_VAR) == "1"
 """Read at import, before ``exit_when_stdin_closes`` removes the variable."""
+READY_PREFIX = "target_server ready: "
 REFUSAL_PREFIX = "target_server failed: "
 
 

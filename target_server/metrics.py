@@ -6,7 +6,10 @@ Where vLLM 0.32.0 has the metric, the family is vLLM's: its name, type, help and
 prometheus-fastapi-instrumentator counts it, and the process and Python collectors. The other
 families are this server's extensions (``sse_keepalive_comments_total``, ``http_errors_total``).
 Counters live on ``ServerStats``; the collector only reads them, so there is one source of truth
-and nothing to keep in sync.
+and nothing to keep in sync. With ``--api-server-count N`` each process renders its own state, not
+a sum: a scrape is answered by whichever process the kernel hands the connection, and its families
+carry ``engine="<index>"`` (each process is a scheduler of its own, as each vLLM engine is), so a
+reader can tell which share it saw.
 """
 
 from __future__ import annotations
@@ -47,10 +50,10 @@ class ServerStats:
 
 
 class _Collector:
-    def __init__(self, engine: Engine, stats: ServerStats, model: str) -> None:
+    def __init__(self, engine: Engine, stats: ServerStats, model: str, engine_label: str) -> None:
         self._engine = engine
         self._stats = stats
-        self._labels = ["0", model]
+        self._labels = [engine_label, model]
 
     def _gauge(self, name: str, help: str, value: float) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, help, labels=["engine", "model_name"])
@@ -98,14 +101,14 @@ class _Collector:
 
 class Exposition:
     """The registry one server's ``/metrics`` renders: process, platform and GC collectors (as
-    prometheus_client's default registry has them) and the server's own."""
+    prometheus_client's default registry has them) and the server's own, labelled ``engine_label``."""
 
-    def __init__(self, engine: Engine, stats: ServerStats, model: str) -> None:
+    def __init__(self, engine: Engine, stats: ServerStats, model: str, engine_label: str = "0") -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        self.registry.register(_Collector(engine, stats, model))
+        self.registry.register(_Collector(engine, stats, model, engine_label))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -207,3 +207,21 @@ def test_scale_quick(tmp_path: Path) -> None:
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert [row["streams"] for row in figures["streams"]] == [100, 200]
     assert [row["workers"] for row in figures["aggregation"]] == [2] and figures["aggregation"][0]["rows"] > 0
+
+
+def test_api_server_scaling_quick(tmp_path: Path) -> None:
+    output = run_bench("api_server_scaling.py", "--json", str(tmp_path / "figures.json"))
+    assert_figures(
+        output,
+        [
+            r"^server x1: http://127\.0\.0\.1:\d+ pid \d+ args .*--api-server-count 1 ",
+            r"^server x2: http://127\.0\.0\.1:\d+ pid \d+ args .*--api-server-count 2 ",
+            rf"^\s+\d+\s+[12]\s+\d+\s+{NUM}\s+{NUM}\s+{NUM}%\s+{NUM}%$",
+            rf"^1 process  : {NUM} frames/s \(client CPU {NUM}%\)$",
+            rf"^2 processes: {NUM} frames/s \(client CPU {NUM}%\)$",
+            rf"^frames/s, 2 processes / 1 process: {NUM}$",
+            r"^integrity: every stream carried \d+ tokens and \[DONE\] -> OK$",
+        ],
+    )
+    figures = json.loads((tmp_path / "figures.json").read_text())["figures"]
+    assert {"frames_per_s_1", "frames_per_s_2", "ratio"} <= figures.keys()

@@ -4,31 +4,19 @@ time summed). Synthetic gaps and lag samples on one monotonic clock; the fidelit
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.fast
+from tests.bench_scripts import load_bench_script
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+pytestmark = pytest.mark.fast
 
 
 @pytest.fixture(scope="module")
 def fidelity() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("timing_fidelity", BENCH / "timing_fidelity.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    sys.path.insert(0, str(BENCH))  # as when run as a script: it imports a sibling script
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return load_bench_script("timing_fidelity")
 
 
 def gap(read_at: float, error_s: float, worker: str = "local") -> pd.DataFrame:
