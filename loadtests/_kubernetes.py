@@ -147,6 +147,13 @@ class Cluster:
     """More options for Locust and the scenario, given to the master and every worker."""
 
     def __post_init__(self) -> None:
+        for flag in ("--proxy", "--server-bind", "--processes"):
+            given = _value_of(self.locust_args, flag)
+            if given is not None and not (flag == "--proxy" and given == "none"):
+                raise UsageError(
+                    f"{flag} {given}: the master's pod would start it on its own loopback, out of the worker pods' "
+                    "reach: put any proxy in front of --host yourself, and scale with --workers"
+                )
         if len(self.name("workers")) > KUBERNETES_NAME_MAX:
             room = KUBERNETES_NAME_MAX - len(self.name("workers")) + len(self.run_id)
             raise UsageError(f"--run-id {self.run_id!r} is too long for this scenario's names: at most {room}")
@@ -205,6 +212,17 @@ class Cluster:
 
     def _arguments(self, **values: Any) -> list[str]:
         return ["run", self.scenario, *locust_arguments(values), *self.locust_args]
+
+
+def _value_of(args: Sequence[str], flag: str) -> str | None:
+    """The value ``args`` give ``flag`` (``--flag V`` or ``--flag=V``; the last one wins), else None."""
+    found = None
+    for index, arg in enumerate(args):
+        if arg == flag:
+            found = args[index + 1] if index + 1 < len(args) else ""
+        elif arg.startswith(flag + "="):
+            found = arg[len(flag) + 1 :]
+    return found
 
 
 def manifests(cluster: Cluster) -> list[dict[str, Any]]:

@@ -206,6 +206,12 @@ REST = ["--image", "sse-soak:0.1.0", "--workers", "2"]
             id="storage",
         ),
         pytest.param(["--scenario", "soak", *HOST, "--workers", "2"], "the following arguments are required: --image"),
+        pytest.param(
+            ["--scenario", "proxy_timeout", *HOST, *REST, "--", "--proxy=nginx"],
+            "--proxy nginx: the master's pod would start it on its own loopback, out of the worker pods' reach: put "
+            "any proxy in front of --host yourself, and scale with --workers",
+            id="proxy_in_the_master_pod",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
