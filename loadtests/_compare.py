@@ -166,12 +166,16 @@ def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> l
     judged = new.recorded != INCONCLUSIVE  # a run that could not judge its point regressed in nothing it judged
     rows.append(
         Row(
-            "gates passed", float(base_gates), float(new_gates), base_gates and not new_gates and judged, "pass -> fail"
+            "every gate passed (1 yes, 0 no)",
+            float(base_gates),
+            float(new_gates),
+            base_gates and not new_gates and judged,
+            "pass -> fail",
         )
     )
     rows.append(
         Row(
-            "verdict passed (an interrupted run fails)",
+            "verdict passed (1 yes, 0 no; an interrupted run fails)",
             float(base_passed),
             float(new_passed),
             base_passed and not new_passed and judged,

@@ -76,8 +76,9 @@ def test_latency_growth_beyond_the_threshold_regresses() -> None:
 @pytest.mark.fast
 def test_a_keepalive_drop_and_a_lost_verdict_regress() -> None:
     assert regressions(summary(keepalive_per_stream__mean=1.0)) == ["keep-alive frames per raw stream"]
-    verdict = "verdict passed (an interrupted run fails)"
-    assert regressions(summary(passed=False)) == ["gates passed", verdict]  # an older summary: no gates_passed
+    verdict = "verdict passed (1 yes, 0 no; an interrupted run fails)"
+    every_gate = "every gate passed (1 yes, 0 no)"
+    assert regressions(summary(passed=False)) == [every_gate, verdict]  # an older summary: no gates_passed
     interrupted = summary(passed=False, gates_passed=True, interrupted="SIGTERM at 5.0 s of 15 s")
     assert regressions(interrupted) == [verdict]
 
