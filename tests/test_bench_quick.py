@@ -187,3 +187,19 @@ def test_proxy_distortion_quick(tmp_path: Path) -> None:
     )
     rows = json.loads((tmp_path / "figures.json").read_text())
     assert {"direct", "embedded"} <= {row["name"] for row in rows}
+
+
+def test_peers_quick() -> None:
+    output = run_bench("peers.py")
+    assert_figures(
+        output,
+        [
+            r"^machine: .+, \d+ CPUs, Python [\d.]+$",
+            r"^workload: \d+ chat streams of \d+ prompt / \d+ output tokens for \d+ s; server TTFT ",
+            r"^tool +frames +cpu s +frames/cpu s +stream cpu s +frames/stream cpu s +ttft err ms p50/p99 "
+            r"+gap err ms p50/p99$",
+            rf"^sse-soak +\d+ +{NUM} +{NUM} +{NUM} +{NUM} +{NUM} / {NUM} +{NUM} / {NUM}$",
+            r"^sse-soak: \d+/\d+ paired, \d+ gaps compared; server: inband \d+, cut \d+, keep-alive \d+; "
+            r"tool: failed \d+ \(.*\), keep-alive \d+$",
+        ],
+    )

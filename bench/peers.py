@@ -1,0 +1,759 @@
+"""Peers side by side: GuideLLM, AIPerf, inference-perf and sse-soak on one server, one workload.
+
+(docstring completed below once measured)
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import glob
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psutil
+import pyarrow.json
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from loadtests._real_vllm import make_model_dir  # noqa: E402
+from loadtests._run_dir import RunDir  # noqa: E402
+from loadtests._stack import ServerStartError, TargetServerProcess  # noqa: E402
+from loadtests._tool_venv import ToolInstallError, dump, run_step, stamp_matches  # noqa: E402
+from target_server.faults import strike_index  # noqa: E402
+
+PEERS_HOME = Path("~/.cache/sse-soak/peers").expanduser()
+STAMP = "sse-soak-install.json"
+INSTALL_LOG = "install.log"
+TORCH_CPU = "torch==2.13.0+cpu"
+"""GuideLLM requires torch; PyPI's is a CUDA build of gigabytes, the +cpu wheel (cp311) is local."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer tool: one pinned pip package in a venv of its own, at ``PEERS_HOME/<name>-<version>``."""
+
+    name: str
+    package: str
+    version: str
+    python: str
+    command: str
+    extra: tuple[str, ...] = field(default=())
+
+    @property
+    def home(self) -> Path:
+        return PEERS_HOME / f"{self.name}-{self.version}"
+
+    @property
+    def recipe(self) -> str:
+        """What decides the venv's contents: a different recipe is reinstalled."""
+        return " ".join([f"python{self.python}", f"{self.package}=={self.version}", *self.extra])
+
+    @property
+    def bin(self) -> Path:
+        return self.home / "bin"
+
+    @property
+    def complete(self) -> bool:
+        return stamp_matches(self.home / STAMP, self.recipe)
+
+
+PEERS = (
+    Peer("guidellm", "guidellm", "0.8.1", "3.11", "guidellm", (TORCH_CPU,)),
+    Peer("aiperf", "aiperf", "0.13.0", "3.11", "aiperf"),
+    Peer("inference-perf", "inference-perf", "0.7.0", "3.12", "inference-perf"),  # requires Python >= 3.12
+)
+
+
+def find_python(version: str) -> str:
+    """An interpreter of ``version`` (``3.11``): ``pythonX.Y`` on PATH if it runs, else pyenv's."""
+    candidates = [shutil.which(f"python{version}") or ""]
+    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "--version"], capture_output=True, text=True)
+        if probe.returncode == 0 and probe.stdout.split()[-1].startswith(f"{version}."):
+            return candidate
+    raise ToolInstallError(f"no Python {version} found (PATH, ~/.pyenv/versions)")
+
+
+def ensure_peer(peer: Peer, say: bool = True) -> Peer:
+    """``peer`` installed in its venv: reused when its stamp names its recipe, else (re)made, each step
+    logged to ``install.log`` there; the stamp is written last. Failure: a ``ToolInstallError``."""
+    if peer.complete:
+        return peer
+    if peer.home.exists():
+        shutil.rmtree(peer.home)  # ours (under PEERS_HOME), incomplete or of another recipe
+    peer.home.mkdir(parents=True)
+    log = peer.home / INSTALL_LOG
+    began = time.monotonic()
+    if say:
+        print(f"installing {peer.recipe} into {peer.home} (log: {log})", flush=True)
+    python = find_python(peer.python)
+    run_step(peer.name, "venv", [python, "-m", "venv", str(peer.home)], log)
+    pip = [str(peer.bin / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+    run_step(peer.name, "pip install", [*pip, f"{peer.package}=={peer.version}", *peer.extra], log)
+    version = run_step(peer.name, f"{peer.command} --help", [str(peer.bin / peer.command), "--help"], log)
+    size = sum(f.stat().st_size for f in peer.home.rglob("*") if f.is_file() and not f.is_symlink())
+    took = time.monotonic() - began
+    stamp = {"recipe": peer.recipe, "install_s": round(took, 1), "size_mb": round(size / 1e6), "help": version}
+    (peer.home / STAMP).write_text(dump(stamp))
+    if say:
+        print(f"installed {peer.name} in {took:.0f} s, {size / 1e6:.0f} MB", flush=True)
+    return peer
+
+
+MODEL = "sse-soak/tiny-llama"
+"""The name the server serves and the peers' tokenizer goes by (a local Hugging Face cache entry)."""
+HF_HOME = PEERS_HOME / "hf"
+REVISION = "0" * 40
+OFFLINE_ENV = {
+    "HF_HOME": str(HF_HOME),
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "NO_PROXY": "127.0.0.1,localhost",
+    "no_proxy": "127.0.0.1,localhost",
+}
+SAMPLE_S = 0.1
+STOP_GRACE_S = 10.0
+OVERRUN_S = 180.0
+"""A tool may take this long beyond its load's duration to start and to write its reports."""
+CLOCK_OFFSET = time.time() - time.monotonic()
+"""Wall clock minus CLOCK_MONOTONIC: puts a tool's epoch stamps on the trace's clock."""
+
+
+class BenchError(RuntimeError):
+    """A run of a tool failed; the message says why (printed in its row)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload for every tool: ``concurrency`` chat streams of ``prompt_tokens`` in and
+    ``output_tokens`` out, for ``duration_s``, from a server pacing tokens and injecting faults."""
+
+    concurrency: int
+    prompt_tokens: int
+    output_tokens: int
+    duration_s: int
+    ttft_ms: float
+    itl_ms: float
+    keepalive_s: float
+    fault_pct: float
+    fault_types: tuple[str, ...] = ("inband_error", "disconnect")
+
+    def server_args(self, trace: Path) -> list[str]:
+        return [
+            "--host",
+            "127.0.0.1",
+            "--model",
+            MODEL,
+            "--max-num-seqs",
+            str(self.concurrency * 2),
+            "--time-to-first-token",
+            str(self.ttft_ms),
+            "--inter-token-latency",
+            str(self.itl_ms),
+            "--sse-keep-alive-interval",
+            str(self.keepalive_s),
+            "--failure-injection-rate",
+            str(self.fault_pct),
+            "--failure-types",
+            *self.fault_types,
+            "--seed",
+            "1",
+            "--trace-file",
+            str(trace),
+        ]
+
+    @property
+    def requests(self) -> int:
+        """For a tool bounded by a request count: as many as ``concurrency`` streams finish in ``duration_s``."""
+        stream_s = (self.ttft_ms + self.output_tokens * self.itl_ms) / 1000
+        return self.concurrency * max(1, round(self.duration_s / stream_s))
+
+
+FULL = Workload(32, 128, 500, 30, ttft_ms=500, itl_ms=10, keepalive_s=0.2, fault_pct=5)
+QUICK = Workload(4, 32, 50, 5, ttft_ms=300, itl_ms=5, keepalive_s=0.1, fault_pct=20)
+
+
+@dataclass
+class ClientStream:
+    """One stream as a tool recorded it: on CLOCK_MONOTONIC, when it said the first token came,
+    and the gaps (s) between its token chunks, None where the tool does not expose them."""
+
+    request_id: str | None
+    first_token: float | None
+    gaps: list[float] | None
+
+
+@dataclass
+class Reported:
+    """What a tool said of its run: its streams, how many it counted failed (and how), keep-alives."""
+
+    streams: list[ClientStream]
+    failed: int
+    failures: str
+    keepalives: int | None
+
+
+@dataclass
+class Row:
+    """One tool's line of the table."""
+
+    tool: str
+    note: str = ""
+    cpu_total_s: float = float("nan")
+    cpu_stream_s: float = float("nan")
+    frames: int = 0
+    stream_frames: int = 0
+    ttft_err_ms: tuple[float, float] | None = None
+    gap_err_ms: tuple[float, float] | None = None
+    compared: str = ""
+    faults: str = ""
+
+    @property
+    def total_rate(self) -> float:
+        return self.frames / self.cpu_total_s if self.cpu_total_s > 0 else float("nan")
+
+    @property
+    def stream_rate(self) -> float:
+        return self.stream_frames / self.cpu_stream_s if self.cpu_stream_s > 0 else float("nan")
+
+
+# --- the tokenizer ----------------------------------------------------------------------------------
+
+
+def ensure_tokenizer(python: Path) -> Path:
+    """``MODEL`` in the local Hugging Face cache ``HF_HOME`` (the project's tiny tokenizer, made by
+    ``make_model_dir`` with ``python``, which has ``tokenizers``); the snapshot's directory."""
+    source = make_model_dir(PEERS_HOME / "tiny-llama", python)
+    repo = HF_HOME / "hub" / f"models--{MODEL.replace('/', '--')}"
+    snapshot = repo / "snapshots" / REVISION
+    if (
+        not (snapshot / "tokenizer.json").exists()
+        or (snapshot / "tokenizer.json").read_bytes() != (source / "tokenizer.json").read_bytes()
+    ):
+        shutil.rmtree(repo, ignore_errors=True)
+        shutil.copytree(source, snapshot)
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(REVISION)
+    return snapshot
+
+
+# --- running a tool, its process tree's CPU measured -----------------------------------------------
+
+
+@dataclass
+class Measured:
+    """A finished tool process: exit status (None: stopped at its deadline), its tree's CPU seconds,
+    the samples ``(monotonic time, cumulative CPU s)`` taken as it ran."""
+
+    code: int | None
+    cpu_s: float
+    samples: list[tuple[float, float]]
+
+    def cpu_between(self, start: float, end: float) -> float:
+        """CPU seconds the tree spent between two monotonic times (interpolated between samples)."""
+        times, cpu = zip(*self.samples, strict=True) if self.samples else ((0.0,), (0.0,))
+        return float(np.interp(end, times, cpu) - np.interp(start, times, cpu))
+
+
+def _tree_cpu(root: psutil.Process, seen: dict[tuple[int, float], float]) -> float:
+    """Updates ``seen`` (each process of the tree by pid and start time: its own user + system CPU)."""
+    try:
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        processes = []
+    for process in processes:
+        try:
+            with process.oneshot():
+                times = process.cpu_times()
+                seen[(process.pid, process.create_time())] = times.user + times.system
+        except psutil.Error:
+            continue
+    return sum(seen.values())
+
+
+def _stop_tree(root: psutil.Process) -> None:
+    """SIGTERM the tool's processes, each by its pid (the root first), SIGKILL those left after the grace."""
+    try:
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        processes = [root]
+    for process in processes:
+        try:
+            process.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(processes[1:], timeout=STOP_GRACE_S)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            continue
+
+
+def run_measured(command: Sequence[str], env: dict[str, str], cwd: Path, log: Path, timeout_s: float) -> Measured:
+    """Run ``command`` (output to ``log``) until it exits or ``timeout_s`` passes (then it is stopped).
+    Its CPU: every process of its tree sampled by psutil every 0.1 s (a process's last interval
+    before it exits can be missed: a lower bound), or the root's ``wait4`` rusage (itself and every
+    descendant reaped below it) when that is larger."""
+    with log.open("w") as out:
+        process = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    root = psutil.Process(process.pid)
+    seen: dict[tuple[int, float], float] = {}
+    samples: list[tuple[float, float]] = []
+    deadline = time.monotonic() + timeout_s
+    stopped = False
+    while True:
+        samples.append((time.monotonic(), _tree_cpu(root, seen)))
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline and not stopped:
+            stopped = True
+            _stop_tree(root)
+            deadline = time.monotonic() + STOP_GRACE_S
+        elif stopped and time.monotonic() > deadline:
+            os.kill(process.pid, signal.SIGKILL)
+        time.sleep(SAMPLE_S)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    reaped = usage.ru_utime + usage.ru_stime
+    total = max(samples[-1][1], reaped)
+    samples.append((time.monotonic(), total))
+    return Measured(None if stopped else process.returncode, total, samples)
+
+
+# --- the server's trace ----------------------------------------------------------------------------
+
+
+def read_trace(path: Path) -> pd.DataFrame:
+    """Every frame the server sent, in the order sent: request_id, kind, t (CLOCK_MONOTONIC)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return pd.DataFrame({"request_id": pd.Series(dtype=str), "kind": pd.Series(dtype=str), "t": []})
+    trace = pyarrow.json.read_json(path).select(["request_id", "kind", "t"]).to_pandas()
+    return trace.sort_values(["request_id", "t"], kind="stable")
+
+
+def token_times(data_times: np.ndarray, output_tokens: int) -> np.ndarray:
+    """A chat stream's token chunks among its data frames: the role chunk (first) and a usage chunk
+    (after the last token) dropped."""
+    return data_times[1 : output_tokens + 1]
+
+
+def sent_tokens(trace: pd.DataFrame, output_tokens: int) -> dict[str, np.ndarray]:
+    data = trace[trace["kind"] == "data"]
+    return {rid: token_times(group["t"].to_numpy(), output_tokens) for rid, group in data.groupby("request_id")}
+
+
+def injected(trace: pd.DataFrame, output_tokens: int) -> tuple[int, int, int]:
+    """Faults the server injected: streams with an in-band error, streams it cut (no ``[DONE]``, no
+    error, cut where ``strike_index`` puts the fault), keep-alive comments sent."""
+    kinds = trace.groupby("request_id")["kind"]
+    has_error = kinds.apply(lambda k: (k == "error").any())
+    has_done = kinds.apply(lambda k: (k == "done").any())
+    data = kinds.apply(lambda k: int((k == "data").sum()))
+    cut = ~has_error & ~has_done & data.isin({strike_index(output_tokens), strike_index(output_tokens) + 1})
+    return int(has_error.sum()), int(cut.sum()), int((trace["kind"] == "keepalive").sum())
+
+
+def timing_errors(
+    streams: list[ClientStream], sent: dict[str, np.ndarray]
+) -> tuple[list[float], list[float], int, int]:
+    """Each client stream paired with a traced one (by request id where the tool sent one, else the
+    unused traced stream whose first token was sent nearest the tool's first token); the absolute
+    first-token error and, where the numbers of gaps agree, every gap's absolute error (ms); the
+    streams paired, and those whose gaps were compared."""
+    by_first = sorted((times[0], rid) for rid, times in sent.items() if len(times))
+    firsts = [first for first, _ in by_first]
+    used: set[str] = set()
+    ttft: list[float] = []
+    gaps: list[float] = []
+    paired = compared = 0
+    for stream in sorted(streams, key=lambda s: s.first_token or 0.0):
+        rid: str | None = None
+        if stream.request_id is not None:
+            rid = stream.request_id if stream.request_id in sent and len(sent[stream.request_id]) else None
+        elif stream.first_token is not None and firsts:
+            at = bisect.bisect_left(firsts, stream.first_token)
+            window = range(max(0, at - 16), min(len(firsts), at + 16))
+            free = [i for i in window if by_first[i][1] not in used]
+            if free:
+                rid = by_first[min(free, key=lambda i: abs(firsts[i] - stream.first_token))][1]
+        if rid is None or rid in used:
+            continue
+        used.add(rid)
+        paired += 1
+        times = sent[rid]
+        if stream.first_token is not None:
+            ttft.append(abs(stream.first_token - times[0]) * 1000)
+        if stream.gaps is not None and len(stream.gaps) == len(times) - 1 and len(stream.gaps):
+            compared += 1
+            gaps.extend((np.abs(np.asarray(stream.gaps) - np.diff(times)) * 1000).tolist())
+    return ttft, gaps, paired, compared
+
+
+def p50_p99(values: list[float]) -> tuple[float, float] | None:
+    return (float(np.percentile(values, 50)), float(np.percentile(values, 99))) if values else None
+
+
+# --- the tools ---------------------------------------------------------------------------------------
+
+LOCUSTFILE = '''"""sse-soak's side of bench/peers.py: raw SSE chat streams of one size, back to back."""
+from loadtests import RequestMix, RequestSpec, Scenario, SSEUser
+
+scenario = Scenario(name="peers", server_args="")
+
+
+class PeersUser(SSEUser):
+    mix = RequestMix([RequestSpec("peers", "chat", {prompt}, max_tokens={output})])
+'''
+
+
+def project_env() -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def sse_soak_command(work: Workload, url: str, workdir: Path) -> tuple[list[str], dict[str, str]]:
+    locustfile = workdir / "peers_locustfile.py"
+    locustfile.write_text(LOCUSTFILE.format(prompt=work.prompt_tokens, output=work.output_tokens))
+    users = str(work.concurrency)
+    command = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--host", url, "-u", users]
+    command += ["-r", users, "-t", f"{work.duration_s}s", "--report-dir", str(workdir / "reports"), "--only-summary"]
+    return command, project_env()
+
+
+def sse_soak_reported(work: Workload, workdir: Path, log: Path) -> Reported:
+    """sse-soak's run directory: requests.parquet (outcomes, start time, TTFT) and frames.parquet."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("run directory: ")]
+    if not lines:
+        raise BenchError(f"locust wrote no run directory (log {log})")
+    run = RunDir(Path(lines[-1].removeprefix("run directory: ").strip()))
+    requests = run.read_requests(["request_id", "outcome", "start_time", "ttft_s"])
+    frames = run.read_frames(["request_id", "seq", "kind", "t_s"]).sort_values(["request_id", "seq"])
+    data = frames[frames["kind"] == "data"]
+    by_id = {rid: token_times(group["t_s"].to_numpy(), work.output_tokens) for rid, group in data.groupby("request_id")}
+    streams = []
+    for row in requests.itertuples():
+        first = None if pd.isna(row.ttft_s) else row.start_time - CLOCK_OFFSET + row.ttft_s
+        times = by_id.get(row.request_id)
+        streams.append(ClientStream(row.request_id, first, None if times is None else np.diff(times).tolist()))
+    outcomes = requests["outcome"].value_counts()
+    failed = outcomes.drop(["ok", "stopped"], errors="ignore")
+    failures = ", ".join(f"{name} {count}" for name, count in failed.items()) or "none"
+    return Reported(streams, int(failed.sum()), failures, int((frames["kind"] == "keepalive").sum()))
+
+
+def peer_env(peer: Peer) -> dict[str, str]:
+    return {**os.environ, **OFFLINE_ENV, "PATH": f"{peer.bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def guidellm_command(work: Workload, url: str, workdir: Path, snapshot: Path) -> list[str]:
+    data = json.dumps({"prompt_tokens": work.prompt_tokens, "output_tokens": work.output_tokens})
+    return [
+        *["benchmark", "run", "--target", url, "--model", MODEL, "--processor", str(snapshot)],
+        *["--profile", "concurrent", "--rate", str(work.concurrency), "--max-seconds", str(work.duration_s)],
+        *["--data", data, "--output-dir", str(workdir / "out"), "--outputs", "json"],
+    ]
+
+
+def _dicts_with(value: Any, key: str) -> Iterator[dict[str, Any]]:
+    """Every dict under ``value`` (nested dicts and lists) that has ``key``."""
+    if isinstance(value, dict):
+        if key in value:
+            yield value
+        for item in value.values():
+            yield from _dicts_with(item, key)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _dicts_with(item, key)
+
+
+def guidellm_reported(work: Workload, workdir: Path) -> Reported:
+    """GuideLLM's benchmarks.json: per request its timings (epoch seconds: first token; no per-token
+    times, so no gaps) under successful/errored/incomplete."""
+    found = sorted((workdir / "out").rglob("*.json"))
+    if not found:
+        raise BenchError(f"GuideLLM wrote no JSON under {workdir / 'out'}")
+    report = json.loads(found[0].read_text())
+    streams: list[ClientStream] = []
+    failed: dict[str, int] = {}
+    for requests in _dicts_with(report, "errored"):
+        for status in ("successful", "errored", "incomplete"):
+            entries = requests.get(status) or []
+            if status != "successful":
+                failed[status] = failed.get(status, 0) + len(entries)
+            for timings in _dicts_with(entries, "first_token_iteration"):
+                first = timings.get("first_token_iteration")
+                streams.append(ClientStream(None, None if first is None else first - CLOCK_OFFSET, None))
+    failures = ", ".join(f"{name} {count}" for name, count in failed.items())
+    return Reported(streams, sum(failed.values()), failures or "none found", None)
+
+
+def aiperf_command(work: Workload, url: str, workdir: Path, snapshot: Path) -> list[str]:
+    return [
+        *["profile", "--model", MODEL, "--url", url, "--endpoint-type", "chat", "--streaming"],
+        *["--concurrency", str(work.concurrency), "--benchmark-duration", str(work.duration_s)],
+        *["--synthetic-input-tokens-mean", str(work.prompt_tokens), "--synthetic-input-tokens-stddev", "0"],
+        *["--output-tokens-mean", str(work.output_tokens), "--output-tokens-stddev", "0"],
+        *["--tokenizer", MODEL, "--artifact-dir", str(workdir / "out"), "--ui-type", "none"],
+    ]
+
+
+def aiperf_reported(work: Workload, workdir: Path) -> Reported:
+    """AIPerf's profile_export.jsonl: per record its X-Request-ID, request start (epoch ns), TTFT and
+    inter-chunk latencies (ms), and its error if any."""
+    found = sorted((workdir / "out").rglob("profile_export.jsonl"))
+    if not found:
+        raise BenchError(f"AIPerf wrote no profile_export.jsonl under {workdir / 'out'}")
+    streams = []
+    failed = 0
+    for line in found[0].read_text().splitlines():
+        record = json.loads(line)
+        meta, metrics = record.get("metadata", {}), record.get("metrics", {})
+        failed += record.get("error") is not None
+        ttft = (metrics.get("time_to_first_token") or {}).get("value")
+        start = meta.get("request_start_ns")
+        first = None if ttft is None or start is None else start / 1e9 + ttft / 1000 - CLOCK_OFFSET
+        chunks = (metrics.get("inter_chunk_latency") or {}).get("value")
+        gaps = None if chunks is None else [gap / 1000 for gap in chunks]
+        streams.append(ClientStream(meta.get("x_request_id"), first, gaps))
+    return Reported(streams, failed, f"errors {failed}", None)
+
+
+def inference_perf_command(work: Workload, url: str, workdir: Path, snapshot: Path) -> list[str]:
+    fixed = {"type": "fixed", "min": 1, "max": 1 << 20}
+    config = {
+        "api": {"type": "chat", "streaming": True},
+        "server": {"type": "vllm", "model_name": MODEL, "base_url": url, "ignore_eos": True},
+        "tokenizer": {"pretrained_model_name_or_path": MODEL},
+        "data": {
+            "type": "random",
+            "input_distribution": {**fixed, "mean": work.prompt_tokens},
+            "output_distribution": {**fixed, "mean": work.output_tokens},
+        },
+        "load": {
+            "type": "concurrent",
+            "stages": [{"num_requests": work.requests, "concurrency_level": work.concurrency}],
+            "num_workers": 1,
+        },
+        "report": {"request_lifecycle": {"summary": True, "per_stage": False, "per_request": True}},
+        "storage": {"local_storage": {"path": str(workdir / "out")}},
+    }
+    path = workdir / "config.json"  # JSON is YAML
+    path.write_text(json.dumps(config, indent=2))
+    return ["--config_file", str(path)]
+
+
+def inference_perf_reported(work: Workload, workdir: Path) -> Reported:
+    """inference-perf's per_request_lifecycle_metrics.json: per request its token chunks' times
+    (``time.perf_counter()``, which is CLOCK_MONOTONIC on Linux) and its error if any."""
+    found = sorted((workdir / "out").rglob("per_request_lifecycle_metrics.json"))
+    if not found:
+        raise BenchError(f"inference-perf wrote no per_request_lifecycle_metrics.json under {workdir / 'out'}")
+    streams = []
+    failed = 0
+    for record in json.loads(found[0].read_text()):
+        failed += record.get("error") is not None
+        times = ((record.get("info") or {}).get("response_metrics") or {}).get("output_token_times") or []
+        streams.append(ClientStream(None, times[0] if times else None, np.diff(times).tolist() if times else None))
+    return Reported(streams, failed, f"errors {failed}", None)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """How to run one tool and read what it reported."""
+
+    name: str
+    peer: Peer | None
+    command: Callable[[Workload, str, Path, Path], list[str]] | None
+    reported: Callable[[Workload, Path], Reported] | None
+
+
+TOOLS = (
+    Tool("guidellm", PEERS[0], guidellm_command, guidellm_reported),
+    Tool("aiperf", PEERS[1], aiperf_command, aiperf_reported),
+    Tool("inference-perf", PEERS[2], inference_perf_command, inference_perf_reported),
+)
+
+
+def run_tool(
+    name: str,
+    work: Workload,
+    workdir: Path,
+    launch: Callable[[str], tuple[list[str], dict[str, str]]],
+    read: Callable[[Path], Reported],
+    exits: frozenset[int] = frozenset({0}),
+) -> Row:
+    """A fresh server with a trace, the tool against it (its CPU measured), both stopped; the row.
+    An exit status outside ``exits`` is the row's note, its report unread."""
+    workdir.mkdir(parents=True)
+    trace = workdir / "trace.jsonl"
+    try:
+        server = TargetServerProcess.start(work.server_args(trace), env=project_env())
+    except (ServerStartError, OSError) as exc:
+        return Row(name, f"server failed to start: {exc}")
+    log = workdir / "tool.log"
+    try:
+        command, env = launch(server.url)
+        print(f"{name}: {' '.join(command)}", flush=True)
+        measured = run_measured(command, env, workdir, log, work.duration_s + OVERRUN_S)
+    finally:
+        server.stop()
+    sent = read_trace(trace)
+    row = Row(name, cpu_total_s=measured.cpu_s, frames=len(sent))
+    if len(sent):
+        start, end = float(sent["t"].min()), float(sent["t"].max())
+        row.cpu_stream_s = measured.cpu_between(start, end)
+        row.stream_frames = len(sent)
+    inband, cut, keepalives = injected(sent, work.output_tokens)
+    server_side = f"server: inband {inband}, cut {cut}, keep-alive {keepalives}"
+    if measured.code not in exits:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        row.note = f"exit {measured.code}: {tail[0][:150]} (log {log})"
+        row.faults = server_side
+        return row
+    try:
+        reported = read(log)
+    except (BenchError, OSError, ValueError, KeyError) as exc:
+        row.note = f"report unreadable: {exc}"
+        row.faults = server_side
+        return row
+    ttft, gaps, paired, compared = timing_errors(reported.streams, sent_tokens(sent, work.output_tokens))
+    row.ttft_err_ms, row.gap_err_ms = p50_p99(ttft), p50_p99(gaps)
+    row.compared = f"{paired}/{len(reported.streams)} paired, {compared} gaps compared"
+    keep = "n/a" if reported.keepalives is None else str(reported.keepalives)
+    row.faults = f"{server_side}; tool: failed {reported.failed} ({reported.failures}), keep-alive {keep}"
+    return row
+
+
+def run_sse_soak(work: Workload, workdir: Path) -> Row:
+    return run_tool(
+        "sse-soak",
+        work,
+        workdir,
+        lambda url: sse_soak_command(work, url, workdir),
+        lambda log: sse_soak_reported(work, workdir, log),
+        frozenset({0, 1}),  # 1: the verdict FAIL, as the injected faults make it
+    )
+
+
+def run_peer(tool: Tool, work: Workload, workdir: Path, snapshot: Path) -> Row:
+    assert tool.peer is not None and tool.command is not None and tool.reported is not None
+    peer, command, reported = tool.peer, tool.command, tool.reported
+    return run_tool(
+        tool.name,
+        work,
+        workdir,
+        lambda url: ([str(peer.bin / peer.command), *command(work, url, workdir, snapshot)], peer_env(peer)),
+        lambda log: reported(work, workdir),
+    )
+
+
+# --- the table -----------------------------------------------------------------------------------------
+
+
+def _ms(pair: tuple[float, float] | None) -> str:
+    return "n/a" if pair is None else f"{pair[0]:.2f} / {pair[1]:.2f}"
+
+
+def print_table(rows: list[Row], work: Workload) -> None:
+    print(
+        f"\nworkload: {work.concurrency} chat streams of {work.prompt_tokens} prompt / {work.output_tokens} output "
+        f"tokens for {work.duration_s} s; server TTFT {work.ttft_ms:g} ms, ITL {work.itl_ms:g} ms, keep-alive "
+        f"{work.keepalive_s:g} s, faults {work.fault_pct:g}% of {'/'.join(work.fault_types)}"
+    )
+    header = (
+        f"{'tool':<15} {'frames':>7} {'cpu s':>6} {'frames/cpu s':>12} {'stream cpu s':>12} {'frames/stream cpu s':>19}"
+    )
+    header += f" {'ttft err ms p50/p99':>19} {'gap err ms p50/p99':>18}"
+    print(header)
+    for row in rows:
+        print(
+            f"{row.tool:<15} {row.frames:>7} {row.cpu_total_s:>6.1f} {row.total_rate:>12,.0f} "
+            f"{row.cpu_stream_s:>12.1f} {row.stream_rate:>19,.0f} {_ms(row.ttft_err_ms):>19} {_ms(row.gap_err_ms):>18}"
+        )
+    for row in rows:
+        print(
+            f"{row.tool}: {row.compared or 'no timings compared'}; {row.faults}" + (f"; {row.note}" if row.note else "")
+        )
+    soak = next((row for row in rows if row.tool == "sse-soak"), None)
+    peers = [row for row in rows if row.tool != "sse-soak" and row.frames and not row.note]
+    if soak and peers:
+        best_total = max(row.total_rate for row in peers)
+        best_stream = max(row.stream_rate for row in peers)
+        print(
+            f"sse-soak / best peer, frames per CPU s: total {soak.total_rate / best_total:.2f}x, "
+            f"streaming-only {soak.stream_rate / best_stream:.2f}x (goal >= 2x)"
+        )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="sse-soak alone, a tiny workload, no installs")
+    parser.add_argument("--install-only", action="store_true", help="install the peers, run nothing")
+    parser.add_argument("--tools", default="guidellm,aiperf,inference-perf", help="peers to run (comma-separated)")
+    parser.add_argument("--duration", type=int, default=FULL.duration_s, help="seconds of load per tool")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    return parser.parse_args(argv)
+
+
+def install_row(peer: Peer) -> str:
+    stamp = json.loads((peer.home / STAMP).read_text())
+    return f"{peer.name}: {peer.recipe}, installed in {stamp['install_s']} s, {stamp['size_mb']} MB at {peer.home}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    tools = [tool for tool in TOOLS if tool.name in args.tools.split(",")]
+    if args.install_only:
+        for tool in tools:
+            try:
+                assert tool.peer is not None
+                ensure_peer(tool.peer)
+                print(install_row(tool.peer))
+            except ToolInstallError as exc:
+                print(f"{tool.name}: {exc}", flush=True)
+        return 0
+    work = QUICK if args.quick else Workload(**{**FULL.__dict__, "duration_s": args.duration})
+    workdir = Path(tempfile.mkdtemp(prefix="sse-soak-peers-"))
+    rows = [run_sse_soak(work, workdir / "sse-soak")]
+    if not args.quick:
+        snapshot: Path | None = None
+        for tool in tools:
+            assert tool.peer is not None
+            try:
+                ensure_peer(tool.peer)
+                print(install_row(tool.peer), flush=True)
+                snapshot = snapshot or ensure_tokenizer(tool.peer.bin / "python")
+            except (ToolInstallError, OSError) as exc:
+                rows.append(Row(tool.name, f"not installed: {exc}"))
+                continue
+            rows.append(run_peer(tool, work, workdir / tool.name, snapshot))
+    print_table(rows, work)
+    if args.keep:
+        print(f"work directory: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if rows[0].frames and not rows[0].note else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
