@@ -465,12 +465,17 @@ def peer_env(peer: Peer) -> dict[str, str]:
 
 
 def guidellm_command(work: Workload, url: str, workdir: Path, snapshot: Path) -> list[str]:
-    data = json.dumps({"prompt_tokens": work.prompt_tokens, "output_tokens": work.output_tokens})
-    return [
-        *["benchmark", "run", "--target", url, "--model", MODEL, "--processor", str(snapshot)],
-        *["--profile", "concurrent", "--rate", str(work.concurrency), "--max-seconds", str(work.duration_s)],
-        *["--data", data, "--output-dir", str(workdir / "out"), "--outputs", "json"],
-    ]
+    """``guidellm run --scenario`` with a scenario file (GuideLLM 0.8's options are ``kind=...`` specs)."""
+    spec = {
+        "backend": {"kind": "openai_http", "target": url, "model": MODEL, "request_format": "/v1/chat/completions"},
+        "profile": {"kind": "concurrent", "streams": [work.concurrency]},
+        "data": [{"kind": "synthetic_text", "prompt_tokens": work.prompt_tokens, "output_tokens": work.output_tokens}],
+        "constraints": [{"kind": "max_duration", "seconds": work.duration_s}],
+        "outputs": [{"kind": "json", "path": str(workdir / "out" / "benchmarks.json")}],
+    }
+    path = workdir / "scenario.json"
+    path.write_text(json.dumps({"metadata": {"name": "sse-soak-peers"}, "spec": spec}, indent=2))
+    return ["run", "--scenario", str(path), "--disable-console-interactive"]
 
 
 def _dicts_with(value: Any, key: str) -> Iterator[dict[str, Any]]:
@@ -494,9 +499,9 @@ def guidellm_reported(work: Workload, workdir: Path) -> Reported:
     report = json.loads(found[0].read_text())
     streams: list[ClientStream] = []
     failed: dict[str, int] = {}
-    for requests in _dicts_with(report, "errored"):
+    for benchmark in report.get("benchmarks", []):
         for status in ("successful", "errored", "incomplete"):
-            entries = requests.get(status) or []
+            entries = benchmark.get("requests", {}).get(status) or []
             if status != "successful":
                 failed[status] = failed.get(status, 0) + len(entries)
             for timings in _dicts_with(entries, "first_token_iteration"):
@@ -631,8 +636,8 @@ def run_tool(
         return row
     try:
         reported = read(log)
-    except (BenchError, OSError, ValueError, KeyError) as exc:
-        row.note = f"report unreadable: {exc}"
+    except Exception as exc:  # a peer's report format is its own: a row says why, never a crash
+        row.note = f"report unreadable: {exc!r}"
         row.faults = server_side
         return row
     ttft, gaps, paired, compared = timing_errors(reported.streams, sent_tokens(sent, work.output_tokens))
@@ -746,7 +751,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             except (ToolInstallError, OSError) as exc:
                 rows.append(Row(tool.name, f"not installed: {exc}"))
                 continue
-            rows.append(run_peer(tool, work, workdir / tool.name, snapshot))
+            try:
+                rows.append(run_peer(tool, work, workdir / tool.name, snapshot))
+            except Exception as exc:  # a peer that fails to run is a row saying why
+                rows.append(Row(tool.name, f"failed to run: {exc!r}"))
     print_table(rows, work)
     if args.keep:
         print(f"work directory: {workdir}")
