@@ -351,9 +351,9 @@ def read_trace(path: Path) -> pd.DataFrame:
 
 
 def token_times(data_times: np.ndarray, output_tokens: int) -> np.ndarray:
-    """A chat stream's token chunks among its data frames: the role chunk (first) and a usage chunk
-    (after the last token) dropped."""
-    return data_times[1 : output_tokens + 1]
+    """A chat stream's token chunks among its data frames (the server's first carries the role with the
+    first token): a usage chunk after the last token dropped."""
+    return data_times[:output_tokens]
 
 
 def sent_tokens(trace: pd.DataFrame, output_tokens: int) -> dict[str, np.ndarray]:
@@ -364,6 +364,8 @@ def sent_tokens(trace: pd.DataFrame, output_tokens: int) -> dict[str, np.ndarray
 def injected(trace: pd.DataFrame, output_tokens: int) -> tuple[int, int, int]:
     """Faults the server injected: streams with an in-band error, streams it cut (no ``[DONE]``, no
     error, cut where ``strike_index`` puts the fault), keep-alive comments sent."""
+    if trace.empty:
+        return 0, 0, 0
     kinds = trace.groupby("request_id")["kind"]
     has_error = kinds.apply(lambda k: (k == "error").any())
     has_done = kinds.apply(lambda k: (k == "done").any())
@@ -542,16 +544,23 @@ def aiperf_reported(work: Workload, workdir: Path) -> Reported:
     return Reported(streams, failed, f"errors {failed}", None)
 
 
+SYSTEM_PROMPT_TOKENS = 16
+
+
 def inference_perf_command(work: Workload, url: str, workdir: Path, snapshot: Path) -> list[str]:
-    fixed = {"type": "fixed", "min": 1, "max": 1 << 20}
     config = {
         "api": {"type": "chat", "streaming": True},
         "server": {"type": "vllm", "model_name": MODEL, "base_url": url, "ignore_eos": True},
         "tokenizer": {"pretrained_model_name_or_path": MODEL},
-        "data": {
-            "type": "random",
-            "input_distribution": {**fixed, "mean": work.prompt_tokens},
-            "output_distribution": {**fixed, "mean": work.output_tokens},
+        "data": {  # its random and synthetic generators take completions only; shared_prefix takes chat
+            "type": "shared_prefix",
+            "shared_prefix": {
+                "num_groups": 1,
+                "num_prompts_per_group": work.concurrency,
+                "system_prompt_len": SYSTEM_PROMPT_TOKENS,
+                "question_len": work.prompt_tokens - SYSTEM_PROMPT_TOKENS,
+                "output_len": work.output_tokens,
+            },
         },
         "load": {
             "type": "concurrent",
