@@ -374,40 +374,46 @@ def injected(trace: pd.DataFrame, output_tokens: int) -> tuple[int, int, int]:
     return int(has_error.sum()), int(cut.sum()), int((trace["kind"] == "keepalive").sum())
 
 
+def pair_streams(streams: list[ClientStream], sent: dict[str, np.ndarray]) -> list[tuple[ClientStream, str]]:
+    """Each client stream with its traced one: by request id where the tool sent one; else by first
+    token, the closest (client, traced) pairs first, each stream used once (streams that start
+    together may swap: then each one's error is at most the spread of their first tokens)."""
+    pairs = [(s, s.request_id) for s in streams if s.request_id is not None and len(sent.get(s.request_id, ()))]
+    by_first = sorted((times[0], rid) for rid, times in sent.items() if len(times))
+    firsts = [first for first, _ in by_first]
+    loose = [s for s in streams if s.request_id is None and s.first_token is not None]
+    candidates = []
+    for index, stream in enumerate(loose):
+        at = bisect.bisect_left(firsts, stream.first_token)
+        for j in range(max(0, at - 64), min(len(firsts), at + 64)):
+            candidates.append((abs(firsts[j] - stream.first_token), index, j))
+    taken: set[int] = set()
+    used: set[int] = set()
+    for _, index, j in sorted(candidates):
+        if index not in taken and j not in used:
+            taken.add(index)
+            used.add(j)
+            pairs.append((loose[index], by_first[j][1]))
+    return pairs
+
+
 def timing_errors(
     streams: list[ClientStream], sent: dict[str, np.ndarray]
 ) -> tuple[list[float], list[float], int, int]:
-    """Each client stream paired with a traced one (by request id where the tool sent one, else the
-    unused traced stream whose first token was sent nearest the tool's first token); the absolute
-    first-token error and, where the numbers of gaps agree, every gap's absolute error (ms); the
-    streams paired, and those whose gaps were compared."""
-    by_first = sorted((times[0], rid) for rid, times in sent.items() if len(times))
-    firsts = [first for first, _ in by_first]
-    used: set[str] = set()
+    """The absolute first-token error of each paired stream and, where its numbers of gaps agree with
+    the trace's, every gap's absolute error (ms); the streams paired, and those whose gaps were compared."""
     ttft: list[float] = []
     gaps: list[float] = []
-    paired = compared = 0
-    for stream in sorted(streams, key=lambda s: s.first_token or 0.0):
-        rid: str | None = None
-        if stream.request_id is not None:
-            rid = stream.request_id if stream.request_id in sent and len(sent[stream.request_id]) else None
-        elif stream.first_token is not None and firsts:
-            at = bisect.bisect_left(firsts, stream.first_token)
-            window = range(max(0, at - 16), min(len(firsts), at + 16))
-            free = [i for i in window if by_first[i][1] not in used]
-            if free:
-                rid = by_first[min(free, key=lambda i: abs(firsts[i] - stream.first_token))][1]
-        if rid is None or rid in used:
-            continue
-        used.add(rid)
-        paired += 1
+    pairs = pair_streams(streams, sent)
+    compared = 0
+    for stream, rid in pairs:
         times = sent[rid]
         if stream.first_token is not None:
             ttft.append(abs(stream.first_token - times[0]) * 1000)
         if stream.gaps is not None and len(stream.gaps) == len(times) - 1 and len(stream.gaps):
             compared += 1
             gaps.extend((np.abs(np.asarray(stream.gaps) - np.diff(times)) * 1000).tolist())
-    return ttft, gaps, paired, compared
+    return ttft, gaps, len(pairs), compared
 
 
 def p50_p99(values: list[float]) -> tuple[float, float] | None:
@@ -544,23 +550,18 @@ def aiperf_reported(work: Workload, workdir: Path) -> Reported:
     return Reported(streams, failed, f"errors {failed}", None)
 
 
-SYSTEM_PROMPT_TOKENS = 16
-
-
 def inference_perf_command(work: Workload, url: str, workdir: Path, snapshot: Path) -> list[str]:
+    """A config file: completions, not chat. Its random and synthetic data refuse the chat API, and
+    its shared_prefix data, which accepts it, sends completions requests all the same (seen in 0.7.0)."""
+    fixed = {"type": "fixed", "min": 1, "max": 1 << 20}
     config = {
-        "api": {"type": "chat", "streaming": True},
+        "api": {"type": "completion", "streaming": True},
         "server": {"type": "vllm", "model_name": MODEL, "base_url": url, "ignore_eos": True},
         "tokenizer": {"pretrained_model_name_or_path": MODEL},
-        "data": {  # its random and synthetic generators take completions only; shared_prefix takes chat
-            "type": "shared_prefix",
-            "shared_prefix": {
-                "num_groups": 1,
-                "num_prompts_per_group": work.concurrency,
-                "system_prompt_len": SYSTEM_PROMPT_TOKENS,
-                "question_len": work.prompt_tokens - SYSTEM_PROMPT_TOKENS,
-                "output_len": work.output_tokens,
-            },
+        "data": {
+            "type": "random",
+            "input_distribution": {**fixed, "mean": work.prompt_tokens},
+            "output_distribution": {**fixed, "mean": work.output_tokens},
         },
         "load": {
             "type": "concurrent",
@@ -576,8 +577,9 @@ def inference_perf_command(work: Workload, url: str, workdir: Path, snapshot: Pa
 
 
 def inference_perf_reported(work: Workload, workdir: Path) -> Reported:
-    """inference-perf's per_request_lifecycle_metrics.json: per request its token chunks' times
-    (``time.perf_counter()``, which is CLOCK_MONOTONIC on Linux) and its error if any."""
+    """inference-perf's per_request_lifecycle_metrics.json: per request its content chunks' times
+    (``chunk_times``, from ``time.perf_counter()``, which is CLOCK_MONOTONIC on Linux; its
+    ``output_token_times`` repeat them per re-tokenized token) and its error if any."""
     found = sorted((workdir / "out").rglob("per_request_lifecycle_metrics.json"))
     if not found:
         raise BenchError(f"inference-perf wrote no per_request_lifecycle_metrics.json under {workdir / 'out'}")
@@ -585,7 +587,7 @@ def inference_perf_reported(work: Workload, workdir: Path) -> Reported:
     failed = 0
     for record in json.loads(found[0].read_text()):
         failed += record.get("error") is not None
-        times = ((record.get("info") or {}).get("response_metrics") or {}).get("output_token_times") or []
+        times = ((record.get("info") or {}).get("response_metrics") or {}).get("chunk_times") or []
         streams.append(ClientStream(None, times[0] if times else None, np.diff(times).tolist() if times else None))
     return Reported(streams, failed, f"errors {failed}", None)
 
