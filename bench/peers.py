@@ -194,11 +194,13 @@ QUICK = Workload(4, 32, 50, 5, ttft_ms=300, itl_ms=5, keepalive_s=0.1, fault_pct
 @dataclass
 class ClientStream:
     """One stream as a tool recorded it: on CLOCK_MONOTONIC, when it said the first token came,
-    and the gaps (s) between its token chunks, None where the tool does not expose them."""
+    and the gaps (s) between its token chunks, None where the tool does not expose them; whether
+    the tool counted it failed."""
 
     request_id: str | None
     first_token: float | None
     gaps: list[float] | None
+    failed: bool = False
 
 
 @dataclass
@@ -361,17 +363,17 @@ def sent_tokens(trace: pd.DataFrame, output_tokens: int) -> dict[str, np.ndarray
     return {rid: token_times(group["t"].to_numpy(), output_tokens) for rid, group in data.groupby("request_id")}
 
 
-def injected(trace: pd.DataFrame, output_tokens: int) -> tuple[int, int, int]:
-    """Faults the server injected: streams with an in-band error, streams it cut (no ``[DONE]``, no
-    error, cut where ``strike_index`` puts the fault), keep-alive comments sent."""
+def injected(trace: pd.DataFrame, output_tokens: int) -> tuple[set[str], set[str], int]:
+    """Faults the server injected: the streams with an in-band error, those it cut (no ``[DONE]``, no
+    error, cut where ``strike_index`` puts the fault), and the keep-alive comments sent."""
     if trace.empty:
-        return 0, 0, 0
+        return set(), set(), 0
     kinds = trace.groupby("request_id")["kind"]
     has_error = kinds.apply(lambda k: (k == "error").any())
     has_done = kinds.apply(lambda k: (k == "done").any())
     data = kinds.apply(lambda k: int((k == "data").sum()))
     cut = ~has_error & ~has_done & data.isin({strike_index(output_tokens), strike_index(output_tokens) + 1})
-    return int(has_error.sum()), int(cut.sum()), int((trace["kind"] == "keepalive").sum())
+    return set(has_error.index[has_error]), set(cut.index[cut]), int((trace["kind"] == "keepalive").sum())
 
 
 def pair_streams(streams: list[ClientStream], sent: dict[str, np.ndarray]) -> list[tuple[ClientStream, str]]:
@@ -398,13 +400,12 @@ def pair_streams(streams: list[ClientStream], sent: dict[str, np.ndarray]) -> li
 
 
 def timing_errors(
-    streams: list[ClientStream], sent: dict[str, np.ndarray]
-) -> tuple[list[float], list[float], int, int]:
+    pairs: list[tuple[ClientStream, str]], sent: dict[str, np.ndarray]
+) -> tuple[list[float], list[float], int]:
     """The absolute first-token error of each paired stream and, where its numbers of gaps agree with
-    the trace's, every gap's absolute error (ms); the streams paired, and those whose gaps were compared."""
+    the trace's, every gap's absolute error (ms); the streams whose gaps were compared."""
     ttft: list[float] = []
     gaps: list[float] = []
-    pairs = pair_streams(streams, sent)
     compared = 0
     for stream, rid in pairs:
         times = sent[rid]
@@ -413,7 +414,7 @@ def timing_errors(
         if stream.gaps is not None and len(stream.gaps) == len(times) - 1 and len(stream.gaps):
             compared += 1
             gaps.extend((np.abs(np.asarray(stream.gaps) - np.diff(times)) * 1000).tolist())
-    return ttft, gaps, len(pairs), compared
+    return ttft, gaps, compared
 
 
 def p50_p99(values: list[float]) -> tuple[float, float] | None:
@@ -461,7 +462,8 @@ def sse_soak_reported(work: Workload, workdir: Path, log: Path) -> Reported:
     for row in requests.itertuples():
         first = None if pd.isna(row.ttft_s) else row.start_time - CLOCK_OFFSET + row.ttft_s
         times = by_id.get(row.request_id)
-        streams.append(ClientStream(row.request_id, first, None if times is None else np.diff(times).tolist()))
+        gaps = None if times is None else np.diff(times).tolist()
+        streams.append(ClientStream(row.request_id, first, gaps, row.outcome not in ("ok", "stopped")))
     outcomes = requests["outcome"].value_counts()
     failed = outcomes.drop(["ok", "stopped"], errors="ignore")
     failures = ", ".join(f"{name} {count}" for name, count in failed.items()) or "none"
@@ -514,7 +516,8 @@ def guidellm_reported(work: Workload, workdir: Path) -> Reported:
                 failed[status] = failed.get(status, 0) + len(entries)
             for timings in _dicts_with(entries, "first_token_iteration"):
                 first = timings.get("first_token_iteration")
-                streams.append(ClientStream(None, None if first is None else first - CLOCK_OFFSET, None))
+                first = None if first is None else first - CLOCK_OFFSET
+                streams.append(ClientStream(None, first, None, status == "errored"))
     failures = ", ".join(f"{name} {count}" for name, count in failed.items())
     return Reported(streams, sum(failed.values()), failures or "none found", None)
 
@@ -546,7 +549,7 @@ def aiperf_reported(work: Workload, workdir: Path) -> Reported:
         first = None if ttft is None or start is None else start / 1e9 + ttft / 1000 - CLOCK_OFFSET
         chunks = (metrics.get("inter_chunk_latency") or {}).get("value")
         gaps = None if chunks is None else [gap / 1000 for gap in chunks]
-        streams.append(ClientStream(meta.get("x_request_id"), first, gaps))
+        streams.append(ClientStream(meta.get("x_request_id"), first, gaps, record.get("error") is not None))
     return Reported(streams, failed, f"errors {failed}", None)
 
 
@@ -588,7 +591,8 @@ def inference_perf_reported(work: Workload, workdir: Path) -> Reported:
     for record in json.loads(found[0].read_text()):
         failed += record.get("error") is not None
         times = ((record.get("info") or {}).get("response_metrics") or {}).get("chunk_times") or []
-        streams.append(ClientStream(None, times[0] if times else None, np.diff(times).tolist() if times else None))
+        gaps = np.diff(times).tolist() if times else None
+        streams.append(ClientStream(None, times[0] if times else None, gaps, record.get("error") is not None))
     return Reported(streams, failed, f"errors {failed}", None)
 
 
@@ -639,7 +643,7 @@ def run_tool(
         row.cpu_stream_s = measured.cpu_between(start, end)
         row.stream_frames = len(sent)
     inband, cut, keepalives = injected(sent, work.output_tokens)
-    server_side = f"server: inband {inband}, cut {cut}, keep-alive {keepalives}"
+    server_side = f"server: inband {len(inband)}, cut {len(cut)}, keep-alive {keepalives}"
     if measured.code not in exits:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
         row.note = f"exit {measured.code}: {tail[0][:150]} (log {log})"
@@ -651,11 +655,15 @@ def run_tool(
         row.note = f"report unreadable: {exc!r}"
         row.faults = server_side
         return row
-    ttft, gaps, paired, compared = timing_errors(reported.streams, sent_tokens(sent, work.output_tokens))
+    tokens = sent_tokens(sent, work.output_tokens)
+    pairs = pair_streams(reported.streams, tokens)
+    ttft, gaps, compared = timing_errors(pairs, tokens)
     row.ttft_err_ms, row.gap_err_ms = p50_p99(ttft), p50_p99(gaps)
-    row.compared = f"{paired}/{len(reported.streams)} paired, {compared} gaps compared"
+    row.compared = f"{len(pairs)}/{len(reported.streams)} paired, {compared} gaps compared"
     keep = "n/a" if reported.keepalives is None else str(reported.keepalives)
-    row.faults = f"{server_side}; tool: failed {reported.failed} ({reported.failures}), keep-alive {keep}"
+    flagged = {rid for stream, rid in pairs if stream.failed}
+    caught = f"flagged inband {len(flagged & inband)}/{len(inband)}, cuts {len(flagged & cut)}/{len(cut)}"
+    row.faults = f"{server_side}; tool: failed {reported.failed} ({reported.failures}), {caught}, keep-alive {keep}"
     return row
 
 
@@ -726,6 +734,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--install-only", action="store_true", help="install the peers, run nothing")
     parser.add_argument("--tools", default="guidellm,aiperf,inference-perf", help="peers to run (comma-separated)")
     parser.add_argument("--duration", type=int, default=FULL.duration_s, help="seconds of load per tool")
+    parser.add_argument("--concurrency", type=int, default=FULL.concurrency, help="streams at once")
+    parser.add_argument("--output-tokens", type=int, default=FULL.output_tokens, help="tokens per stream")
+    parser.add_argument("--itl-ms", type=float, default=FULL.itl_ms, help="the server's inter-token latency")
+    parser.add_argument("--fault-pct", type=float, default=FULL.fault_pct, help="percent of requests faulted")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     return parser.parse_args(argv)
 
@@ -748,7 +760,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ToolInstallError as exc:
                 print(f"{tool.name}: {exc}", flush=True)
         return 0
-    work = QUICK if args.quick else Workload(**{**FULL.__dict__, "duration_s": args.duration})
+    chosen = {"duration_s": args.duration, "concurrency": args.concurrency, "output_tokens": args.output_tokens}
+    chosen |= {"itl_ms": args.itl_ms, "fault_pct": args.fault_pct}
+    work = QUICK if args.quick else Workload(**{**FULL.__dict__, **chosen})
     workdir = Path(tempfile.mkdtemp(prefix="sse-soak-peers-"))
     rows = [run_sse_soak(work, workdir / "sse-soak")]
     if not args.quick:

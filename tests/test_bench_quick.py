@@ -200,6 +200,6 @@ def test_peers_quick() -> None:
             r"+gap err ms p50/p99$",
             rf"^sse-soak +\d+ +{NUM} +{NUM} +{NUM} +{NUM} +{NUM} / {NUM} +{NUM} / {NUM}$",
             r"^sse-soak: \d+/\d+ paired, \d+ gaps compared; server: inband \d+, cut \d+, keep-alive \d+; "
-            r"tool: failed \d+ \(.*\), keep-alive \d+$",
+            r"tool: failed \d+ \(.*\), flagged inband (\d+)/\1, cuts (\d+)/\2, keep-alive (\d+)$",
         ],
     )
