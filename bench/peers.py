@@ -1,6 +1,57 @@
 """Peers side by side: GuideLLM, AIPerf, inference-perf and sse-soak on one server, one workload.
 
-(docstring completed below once measured)
+Why this exists: sse-soak claims to be a cheaper and more faithful client than the load generators
+people already use for LLM servers. This measures the claim on one machine, against the bundled
+server's ``--trace-file`` (one line per SSE frame, stamped with CLOCK_MONOTONIC just before the
+send) as ground truth, instead of asserting it.
+
+Each peer is pip-installed at a pinned version into a venv of its own under
+``~/.cache/sse-soak/peers/<tool>-<version>`` (``loadtests._tool_venv``: every step logged to
+``install.log`` there, a stamp naming the recipe written last; a complete venv is reused, any other
+is remade): GuideLLM 0.8.1 (Python 3.11, with the local ``torch==2.13.0+cpu`` wheel: it requires
+torch), AIPerf 0.13.0 (3.11), inference-perf 0.7.0 (3.12: it requires it). They run offline
+(``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``) with the project's tiny tokenizer
+(``loadtests._real_vllm.make_model_dir``, trained by a peer venv's ``tokenizers``) copied into a
+local Hugging Face cache as ``sse-soak/tiny-llama``, the name the server serves.
+
+Per tool, a fresh server (TTFT 500 ms, a token every 10 ms, keep-alive comments every 0.2 s of
+silence, 5% of requests faulted: in-band 500 errors under HTTP 200, or cut mid-stream) and the tool
+against it: 32 streams at once of 128 prompt and 500 output tokens, back to back for 30 s
+(inference-perf bounds a concurrent load by a request count instead: 32 x round(30 s / 5.5 s)).
+sse-soak runs a generated locustfile (one ``SSEUser``, chat) with Locust headless; GuideLLM a
+scenario file (concurrent, ``synthetic_text``, ``max_duration``); AIPerf ``profile --concurrency
+--benchmark-duration``; inference-perf a config file (concurrent stage, random data, completions:
+its random and synthetic data refuse the chat API, and its shared_prefix data, which accepts it,
+sent completions requests all the same). Figures:
+
+- frames: every frame the server sent in the run (trace lines: data, keep-alive, error, [DONE]).
+- cpu s: user + system CPU of the tool's whole process tree (psutil, every process sampled every
+  0.1 s, or the root's ``wait4`` rusage if larger), start-up and report writing included;
+  ``stream cpu s``: the same between the trace's first and last frame (interpolated), the cost of
+  streaming only. frames/cpu s is frames per client CPU-second.
+- ttft err: per stream, the tool's first-token time minus the server's send of the first token
+  (absolute, ms; epoch stamps put on CLOCK_MONOTONIC by this process's offset). gap err: for
+  streams whose token-gap counts agree with the trace's, each recorded gap minus the sent gap
+  (absolute, ms). Streams are paired with the trace by ``X-Request-Id`` where the tool sends one
+  (sse-soak, AIPerf), else by first-token time, the closest pairs first (GuideLLM, inference-perf:
+  streams that start together may swap, inflating their error by at most the spread).
+  n/a: GuideLLM keeps per request its first and last token times and a count, not each token's.
+- faults: what the server injected (streams with an in-band error, streams it cut where it cuts,
+  keep-alive comments) against what the tool counted failed, and, for tools paired by request id,
+  which of the faulted streams it flagged; keep-alive n/a: no peer counts SSE comments.
+
+Run it::
+
+    python bench/peers.py                 # installs what is missing (minutes), then ~5 min of runs
+    python bench/peers.py --tools aiperf --duration 10 --keep
+    python bench/peers.py --quick         # sse-soak alone, 4 streams for 5 s, no installs
+
+Installs here (pip's cache warm): GuideLLM 88 s, 1,477 MB; AIPerf 73 s, 1,137 MB; inference-perf
+59 s, 767 MB.
+
+MEASURED
+
+Exit status: 1 if sse-soak's own run failed; a peer that fails to install or run is a row saying why.
 """
 
 from __future__ import annotations
@@ -663,6 +714,8 @@ def run_tool(
     keep = "n/a" if reported.keepalives is None else str(reported.keepalives)
     flagged = {rid for stream, rid in pairs if stream.failed}
     caught = f"flagged inband {len(flagged & inband)}/{len(inband)}, cuts {len(flagged & cut)}/{len(cut)}"
+    if any(stream.request_id is None for stream, _ in pairs):  # paired by time: which stream is which is a guess
+        caught = "flagged n/a (no request ids)"
     row.faults = f"{server_side}; tool: failed {reported.failed} ({reported.failures}), {caught}, keep-alive {keep}"
     return row
 
