@@ -551,9 +551,13 @@ def _dicts_with(value: Any, key: str) -> Iterator[dict[str, Any]]:
             yield from _dicts_with(item, key)
 
 
+INBAND_WORDING = "Streaming response returned an error"
+"""How GuideLLM 0.8.1 words an error event inside a 200 stream (its other errors: the transport's)."""
+
+
 def guidellm_reported(work: Workload, workdir: Path) -> Reported:
     """GuideLLM's benchmarks.json: per request its timings (epoch seconds: first token; no per-token
-    times, so no gaps) under successful/errored/incomplete."""
+    times, so no gaps) under successful/errored/incomplete (incomplete: in flight when it stopped)."""
     found = sorted((workdir / "out").rglob("*.json"))
     if not found:
         raise BenchError(f"GuideLLM wrote no JSON under {workdir / 'out'}")
@@ -565,12 +569,16 @@ def guidellm_reported(work: Workload, workdir: Path) -> Reported:
             entries = benchmark.get("requests", {}).get(status) or []
             if status != "successful":
                 failed[status] = failed.get(status, 0) + len(entries)
+            if status == "errored":
+                inband = sum(INBAND_WORDING in json.dumps(entry) for entry in entries)
+                failed["of which in-band"] = failed.get("of which in-band", 0) + inband
             for timings in _dicts_with(entries, "first_token_iteration"):
                 first = timings.get("first_token_iteration")
                 first = None if first is None else first - CLOCK_OFFSET
                 streams.append(ClientStream(None, first, None, status == "errored"))
     failures = ", ".join(f"{name} {count}" for name, count in failed.items())
-    return Reported(streams, sum(failed.values()), failures or "none found", None)
+    counted = failed.get("errored", 0) + failed.get("incomplete", 0)
+    return Reported(streams, counted, failures or "none found", None)
 
 
 def aiperf_command(work: Workload, url: str, workdir: Path, snapshot: Path) -> list[str]:
