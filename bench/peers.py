@@ -477,7 +477,8 @@ def injected(trace: pd.DataFrame, output_tokens: int) -> tuple[set[str], set[str
     has_done = kinds.apply(lambda k: (k == "done").any())
     data = kinds.apply(lambda k: int((k == "data").sum()))
     ended_early = trace.groupby("request_id")["t"].max() < trace["t"].max() - STOPPED_WITHIN_S
-    cut = ~has_error & ~has_done & (data == strike_index(output_tokens) + 1) & ended_early
+    strike = strike_index(output_tokens)  # data frames before the cut: one more on chat (its role chunk)
+    cut = ~has_error & ~has_done & data.isin({strike, strike + 1}) & ended_early
     return set(has_error.index[has_error]), set(cut.index[cut]), int((trace["kind"] == "keepalive").sum())
 
 
