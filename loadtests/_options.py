@@ -522,7 +522,7 @@ OPTIONS: tuple[Option, ...] = (
         "Distributed runs). Not with --host (the run starts no server) nor --server vllm, nor a real --proxy "
         "(those listen on loopback only)",
         "127.0.0.1",
-        frozenset({L, S, P, A}),
+        frozenset({L, S}),  # a cluster's master: the pytest plugin and launch() run on one host
     ),
     Option(
         "keep_alive_interval",
