@@ -139,12 +139,11 @@ sys.path.insert(0, str(REPO_ROOT))
 from loadtests._real_vllm import make_model_dir  # noqa: E402
 from loadtests._run_dir import RunDir  # noqa: E402
 from loadtests._stack import ServerStartError, TargetServerProcess  # noqa: E402
-from loadtests._tool_venv import ToolInstallError, dump, run_step, stamp_matches  # noqa: E402
+from loadtests._tool_venv import ToolInstallError, ToolVenv, dump, run_step, stamp_matches  # noqa: E402
 from target_server.faults import strike_index  # noqa: E402
 
 PEERS_HOME = Path("~/.cache/sse-soak/peers").expanduser()
 STAMP = "sse-soak-install.json"
-INSTALL_LOG = "install.log"
 TORCH_CPU = "torch==2.13.0+cpu"
 """GuideLLM requires torch; PyPI's is a CUDA build of gigabytes, the +cpu wheel (cp311) is local."""
 
@@ -204,13 +203,14 @@ def ensure_peer(peer: Peer, say: bool = True) -> Peer:
     if peer.home.exists():
         shutil.rmtree(peer.home)  # ours (under PEERS_HOME), incomplete or of another recipe
     peer.home.mkdir(parents=True)
-    log = peer.home / INSTALL_LOG
+    venv = ToolVenv(peer.home)
+    log = venv.log
     began = time.monotonic()
     if say:
         print(f"installing {peer.recipe} into {peer.home} (log: {log})", flush=True)
     python = find_python(peer.python)
     run_step(peer.name, "venv", [python, "-m", "venv", str(peer.home)], log)
-    pip = [str(peer.bin / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+    pip = [str(venv.python), "-m", "pip", "install", "--disable-pip-version-check"]
     run_step(peer.name, "pip install", [*pip, f"{peer.package}=={peer.version}", *peer.extra], log)
     version = run_step(peer.name, f"{peer.command} --help", [str(peer.bin / peer.command), "--help"], log)
     size = sum(f.stat().st_size for f in peer.home.rglob("*") if f.is_file() and not f.is_symlink())

@@ -34,7 +34,7 @@ from pathlib import Path
 from loadtests._ports import free_loopback_port
 from loadtests._real_proxies import Upstream, start_watched
 from loadtests._stack import ChildService, ServerStartError
-from loadtests._tool_venv import ToolInstallError, dump, run_step, stamp_matches
+from loadtests._tool_venv import ToolInstallError, ToolVenv, dump, run_step, stamp_matches
 
 LITELLM_VERSION = "1.108.7"
 PACKAGE = f"litellm[proxy]=={LITELLM_VERSION}"
@@ -69,22 +69,12 @@ def litellm_home() -> Path:
 
 
 @dataclass(frozen=True)
-class Install:
+class Install(ToolVenv):
     """Where an install's parts are; ``home`` is the venv itself."""
-
-    home: Path
-
-    @property
-    def python(self) -> Path:
-        return self.home / "bin" / "python"
 
     @property
     def litellm(self) -> Path:
         return self.home / "bin" / "litellm"
-
-    @property
-    def log(self) -> Path:
-        return self.home / "install.log"
 
     @property
     def complete(self) -> bool:
@@ -112,10 +102,7 @@ def ensure_installed(home: Path | None = None, say: Callable[[str], None] = prin
     if install.complete:
         say(f"litellm setup: reusing the complete install at {install.home}")
         return install
-    if install.home.exists() and any(install.home.iterdir()) and not (install.home / "pyvenv.cfg").exists():
-        raise LiteLLMError(f"{install.home} exists and is no virtual environment: remove it, or set {HOME_ENV}")
-    install.home.mkdir(parents=True, exist_ok=True)
-    (install.home / STAMP).unlink(missing_ok=True)
+    install.begin(STAMP, HOME_ENV, LiteLLMError)
     say(f"litellm setup: installing {PACKAGE} into {install.home} (log: {install.log})")
     if not install.python.exists():
         say(f"litellm setup: [1/3] creating a venv ({sys.executable})")

@@ -40,7 +40,7 @@ from types import TracebackType
 from typing import Any
 
 from loadtests._ports import free_loopback_port
-from loadtests._tool_venv import ToolInstallError, dump, run_step, stamp_matches
+from loadtests._tool_venv import ToolInstallError, ToolVenv, dump, run_step, stamp_matches
 from loadtests.errors import UsageError
 
 __all__ = [
@@ -75,7 +75,6 @@ MAX_POSITIONS = 16384
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM reads its key from here too: never on the command line (ps)
 STAMP = "sse-soak-install.json"
 MODEL_STAMP = "sse-soak-model.json"
-INSTALL_LOG = "install.log"
 CUDA_BUILDS = ("torchvision", "torchaudio", "torchcodec")
 """PyPI's builds of these are CUDA ones; beside torch +cpu, importing torchvision dies
 (``operator torchvision::nms does not exist``), and transformers imports it."""
@@ -281,14 +280,8 @@ def make_model_dir(path: Path, python: Path | None = None) -> Path:
 
 
 @dataclass(frozen=True)
-class Install:
+class Install(ToolVenv):
     """Where an install's parts are; ``home`` is the venv itself."""
-
-    home: Path
-
-    @property
-    def python(self) -> Path:
-        return self.home / "bin" / "python"
 
     @property
     def vllm(self) -> Path:
@@ -297,10 +290,6 @@ class Install:
     @property
     def model_dir(self) -> Path:
         return self.home / "models" / MODEL_NAME
-
-    @property
-    def log(self) -> Path:
-        return self.home / INSTALL_LOG
 
     @property
     def complete(self) -> bool:
@@ -371,10 +360,7 @@ def ensure_installed(home: Path | None = None, say: Say = _say) -> Install:
         raise VllmError(
             f"{PYTHON} is not on PATH: {PACKAGE} needs Python 3.11 (install it, e.g. apt-get install python3.11-venv)"
         )
-    if install.home.exists() and any(install.home.iterdir()) and not (install.home / "pyvenv.cfg").exists():
-        raise VllmError(f"{install.home} exists and is no virtual environment: remove it, or set {HOME_ENV} elsewhere")
-    install.home.mkdir(parents=True, exist_ok=True)
-    (install.home / STAMP).unlink(missing_ok=True)
+    install.begin(STAMP, HOME_ENV, VllmError)
     log = install.log
     say(f"installing {PACKAGE} into {install.home} (log: {log})")
     if not install.python.exists():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,30 @@ from loadtests.errors import RunFailed
 
 class ToolInstallError(RunFailed, RuntimeError):
     """A tool could not be installed or started; the message names the step and its log."""
+
+
+@dataclass(frozen=True)
+class ToolVenv:
+    """Where a tool's venv keeps its parts; ``home`` is the venv itself."""
+
+    home: Path
+
+    @property
+    def python(self) -> Path:
+        return self.home / "bin" / "python"
+
+    @property
+    def log(self) -> Path:
+        return self.home / "install.log"
+
+    def begin(self, stamp: str, home_env: str, error: type[ToolInstallError]) -> None:
+        """Make ``home`` ready for an install: created if missing, its ``stamp`` removed (the install
+        is incomplete until the stamp is written again, last); an ``error`` if ``home`` holds
+        something that is no venv (``home_env`` names the variable that moves it)."""
+        if self.home.exists() and any(self.home.iterdir()) and not (self.home / "pyvenv.cfg").exists():
+            raise error(f"{self.home} exists and is no virtual environment: remove it, or set {home_env} elsewhere")
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / stamp).unlink(missing_ok=True)
 
 
 def dump(value: Any) -> str:

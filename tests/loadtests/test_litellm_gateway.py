@@ -11,6 +11,8 @@ import pytest
 from loadtests._litellm_gateway import (
     NO_KEY,
     UPSTREAM_KEY_ENV,
+    LiteLLMError,
+    ensure_installed,
     gateway_config,
     litellm_available,
     upstream_models,
@@ -83,3 +85,10 @@ def test_litellms_timeout_in_band_is_a_gateway_timeout_whatever_its_code() -> No
     stream.headers(200, 0.1, "text/event-stream")
     stream.payload({"error": {"message": LITELLM_500, "code": "500"}}, 2.3)
     assert stream.finish(2.3).outcome == "gateway_timeout"
+
+
+def test_a_home_that_holds_something_else_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(LiteLLMError, match=rf"^{tmp_path} exists and is no virtual environment: remove it, or set "):
+        ensure_installed(tmp_path, say=lambda _line: None)
+    assert [path.name for path in tmp_path.iterdir()] == ["notes.txt"]
