@@ -25,7 +25,7 @@ def _litellm() -> None:
 
 
 def test_keepalive_on_every_stream_passes_litellm_but_no_comment_reaches_the_client(tmp_path: Path) -> None:
-    run = run_locust("proxy_timeout", tmp_path, "--proxy", "litellm", users=4, seconds=8)
+    run = run_locust("proxy_timeout", tmp_path, "--proxy", "litellm", users=4, seconds=10)  # LiteLLM's cold start
     assert run.returncode == 1, run.output[-3000:]
     assert any(line.startswith("litellm: http://127.0.0.1:") for line in run.output.splitlines())
     assert "prompt sizing estimated" not in run.output  # sized at the server: LiteLLM forwards no /tokenize
