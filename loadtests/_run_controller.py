@@ -37,6 +37,7 @@ import atexit
 import copy
 import functools
 import os
+import signal
 import ssl
 import sys
 import time
@@ -332,6 +333,7 @@ class RunController:
         self._collector.start()
         if isinstance(environment.runner, WorkerRunner) and getattr(options, "processes", None):
             end_with_parent(self._collector.master_gone)  # forked by the master: gone with it, rows kept here
+        self._guard.install((signal.SIGINT,))  # an idle web UI's Ctrl-C quits, every time
         lifecycle = environment.events
         lifecycle.test_start.add_listener(self._on_test_start)
         lifecycle.test_stopping.add_listener(self._on_test_stopping)
@@ -393,7 +395,8 @@ class RunController:
     # -- one test: run directory at test_start, judged at test_stop ------------------------------
     def _on_test_start(self, environment: Any, **_: Any) -> None:
         entered = time.monotonic()  # Locust's -t timer was armed as this hook's greenlet was spawned
-        self._guard.install()  # here, not at init: Locust installs its SIGTERM handler after init
+        self._guard.test_started = True
+        self._guard.install()  # SIGTERM here, not at init: Locust installs its own after init
         settle_after_setup()  # before any user spawns: one-time costs paid while no stream is open
         run_state(environment).lag.excuse_current_wait()
         if not isinstance(environment.runner, WorkerRunner) and not self._take_form_options(environment):

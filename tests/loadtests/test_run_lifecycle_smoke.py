@@ -352,6 +352,7 @@ def test_web_ui_quit_before_any_test_writes_and_says_nothing(tmp_path: Path) -> 
         assert locust.wait(60) == 0
     assert list(tmp_path.iterdir()) == []
     assert not locust.matching(r"^(run directory|verdict|report|sse-soak):")
+    assert not locust.matching(r"KeyboardInterrupt|Traceback")  # it was raised in a web UI greenlet
 
 
 def _stop_in_background(ui: WebUI) -> threading.Thread:
