@@ -43,13 +43,13 @@ SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", None) or (
 """Also the ancillary message type the stamp comes back as (``SCM_TIMESTAMPNS`` equals it)."""
 _TIMESPEC = struct.Struct("@ll")  # struct timespec: tv_sec, tv_nsec (both C longs on Linux)
 _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if SO_TIMESTAMPNS is not None else 0
-_TLS_SOCKETS = (ssl.SSLSocket, gevent.ssl.SSLSocket)
+TLS_SOCKETS = (ssl.SSLSocket, gevent.ssl.SSLSocket)
 _stamping_holder: socket.socket | None = None
 
 
 def stamp_arrivals(sock: Any) -> bool:
     """Ask the kernel to stamp what arrives on ``sock`` from now on; False where it cannot."""
-    if SO_TIMESTAMPNS is None or isinstance(sock, _TLS_SOCKETS):
+    if SO_TIMESTAMPNS is None or isinstance(sock, TLS_SOCKETS):
         return False
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)

@@ -42,6 +42,7 @@ from loadtests import _response_end as response_end
 from loadtests._arrivals import Ticket
 from loadtests._failure_cycles import forget_failure, forget_traceback
 from loadtests._outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
+from loadtests._receiver import BodyReceiver
 from loadtests._run_state import RunState, run_state
 from loadtests._safe_text import printable, without_header_values
 from loadtests._sse import LineTooLong, SSEParser
@@ -370,6 +371,7 @@ class SSEUser(StreamingUser, FastHttpUser):
             server=headers.get("server"),
             via=headers.get("via"),
         )
+        receiver: BodyReceiver | None = None
         try:
             if not 200 <= status < 300:
                 tracker.error_body(response.content or b"")  # Locust has read it (raise_for_status)
@@ -378,11 +380,12 @@ class SSEUser(StreamingUser, FastHttpUser):
                 return None  # not an event stream: nothing in it to read
             parser = SSEParser(max_line_bytes)
             feed, on_frame = parser.feed, tracker.frame
-            stamped = raw._sock is not None and arrival_clock.stamp_arrivals(raw._sock)  # None: body read already
+            sock = raw._sock  # None: the body was read with the headers already
+            receiver = None if sock is None else BodyReceiver(sock, arrival_clock.stamp_arrivals(sock))
             t = tracker.ttfb or 0.0
             try:
                 while True:
-                    chunk, arrived, read_at = _next_chunk(raw, stamped)
+                    chunk, arrived, read_at = _next_chunk(raw, receiver)
                     if not chunk:
                         break
                     wait = None if arrived is None else read_at - arrived
@@ -409,6 +412,8 @@ class SSEUser(StreamingUser, FastHttpUser):
         except (HTTPParseError, OSError):
             return None  # the connection ended mid-body: the tracker sees no [DONE] and says "cut"
         finally:
+            if receiver is not None:
+                receiver.close()
             raw.release()  # back to the pool only when the body was read to its end; closed otherwise
             forget_failure(response)
         return None
@@ -458,7 +463,7 @@ def _arrived_already(raw: Any) -> bytes:
     return chunk
 
 
-def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float | None, float]:
+def _next_chunk(raw: Any, receiver: BodyReceiver | None) -> tuple[bytes, float | None, float]:
     """The body bytes that have arrived, waiting for at least one (``b""`` at the body's end), with
     the ``time.monotonic()`` they arrived at (the kernel's stamp when ``stamped``,
     ``loadtests._arrival_clock``; None when unknown: no stamp, or bytes that came with the headers)
@@ -470,12 +475,9 @@ def _next_chunk(raw: Any, stamped: bool) -> tuple[bytes, float | None, float]:
     while not buffer:
         if raw.message_complete:
             return b"", None, 0.0
-        sock = raw._sock
-        if sock is None:
+        if raw._sock is None or receiver is None:
             raise ConnectionResetError("connection released mid-body")
-        data, arrived = (
-            arrival_clock.recv_stamped(sock, raw.block_size) if stamped else (sock.recv(raw.block_size), None)
-        )
+        data, arrived = receiver.receive(raw.block_size)
         raw.feed(data)
         if not data and not raw.message_complete:
             raise ConnectionResetError("connection closed mid-body")
