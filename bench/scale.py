@@ -241,14 +241,19 @@ def print_aggregation(rows: list[dict[str, Any]]) -> None:
         )
 
 
-def _counts(text: str) -> list[int]:
+def _counts(text: str, allow_none: bool = False) -> list[int]:
     try:
         counts = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
-    if not counts or min(counts) < 1:
+    if (not counts and not allow_none) or min(counts, default=1) < 1:
         raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {text!r}")
     return counts
+
+
+def _counts_or_none(text: str) -> list[int]:
+    """As ``_counts``, but '' is no count at all: that part is skipped."""
+    return _counts(text, allow_none=True)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -256,7 +261,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK} unless given")
     parser.add_argument("--streams", type=_counts, default=list(FULL_STREAMS), help="A: stream counts, comma-separated")
     parser.add_argument("--api-server-count", type=int, default=2, help="A: bundled server processes (default 2)")
-    parser.add_argument("--workers", type=_counts, default=[2, 4], help="B: worker counts (default 2,4; '' skips B)")
+    parser.add_argument(
+        "--workers", type=_counts_or_none, default=[2, 4], help="B: worker counts (default 2,4; '' skips B)"
+    )
     parser.add_argument("--aggregation-seconds", type=int, default=20, help="B: seconds per run (default 20)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     if parser.parse_known_args(argv)[0].quick:
