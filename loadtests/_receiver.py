@@ -6,7 +6,9 @@ receive per frame, as slow streams have, that was 11% of the load generator's CP
 streams of a token every 10 ms). ``BodyReceiver`` reads the OS socket (non-blocking under gevent)
 itself and waits on the socket's read watcher with no timer; one libev timer per stream does the
 timing, lazily: a wait only notes when it began, and the timer, when it fires, ends the wait with
-``TimeoutError`` if it has lasted the idle timeout, or re-arms itself for what is left.
+``TimeoutError`` if it has lasted the idle timeout, or re-arms itself for what is left. After a
+short read (the kernel had no more) the next receive waits before it reads: gevent reads first, and
+that read fails (a syscall and a raised ``BlockingIOError``) once per frame of a slow stream.
 
 Invariants: the idle rule is gevent's own (a single wait for bytes longer than the timeout ends
 the read with ``TimeoutError``; time spent outside a wait never counts); the timer never throws
@@ -37,6 +39,8 @@ class BodyReceiver:
         self._reader = gevent.getcurrent()
         self._timer: Any = None
         self._waiting_since: float | None = None
+        self._drained = False
+        """The last read returned less than it asked for: the kernel had no more then."""
 
     def receive(self, size: int) -> tuple[bytes, float | None]:
         """Up to ``size`` bytes, waiting for at least one (``b""``: the peer closed), with their
@@ -45,13 +49,18 @@ class BodyReceiver:
             sock = self._gevent_socket
             return arrival_clock.recv_stamped(sock, size) if self._stamped else (sock.recv(size), None)
         os_socket = self._gevent_socket._sock
+        if self._drained:  # the last read took all there was: wait first, not after a failed read
+            self._wait()
         while True:
             try:
-                if self._stamped:
-                    return arrival_clock.recv_stamped(os_socket, size)
-                return os_socket.recv(size), None
+                data, arrived = (
+                    arrival_clock.recv_stamped(os_socket, size) if self._stamped else (os_socket.recv(size), None)
+                )
             except BlockingIOError:
                 self._wait()
+                continue
+            self._drained = len(data) < size
+            return data, arrived
 
     def close(self) -> None:
         """Stop the idle timer; the receiver is not used again."""
