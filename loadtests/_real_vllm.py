@@ -708,7 +708,10 @@ class VllmProfile:
         return value if isinstance(value, int) else 0
 
     def server(self) -> VllmServer:
-        return VllmServer(**self.settings)  # type: ignore[arg-type]  # of() typed each value by its knob
+        """The server that runs this profile, with ``keep_alive_interval`` as this profile's (0, off,
+        when it gives none: vLLM's default, and what the run's gates are told; not ``VllmServer``'s)."""
+        settings = {**self.settings, "keep_alive_interval": self.keep_alive_interval}
+        return VllmServer(**settings)  # type: ignore[arg-type]  # of() typed each value by its knob
 
     def describe(self) -> list[str]:
         """What the run could not give vLLM, one line each (none when everything translated)."""

@@ -87,6 +87,16 @@ def test_a_profile_translates_to_vllms_knobs_and_names_the_rest() -> None:
         VllmProfile.of(["--max-num-seqs", "two"])
 
 
+def test_real_vllm_runs_the_keep_alive_interval_the_run_knows_it_by() -> None:
+    """A profile without an interval is keep-alive off (vLLM's default): the gates judge 0, so vLLM
+    must not run VllmServer's own default of 1 s."""
+    plain = Scenario(name="p", server_args="--max-num-seqs 2")
+    for given in (None, 0.0, 2.0):
+        settings = plain.settings(options(server="vllm", keep_alive_interval=given))
+        server = VllmProfile.of(settings.server_args).server()
+        assert server.keep_alive_interval == settings.keep_alive_interval
+
+
 def test_a_scenario_name_that_is_a_path_is_refused_at_construction() -> None:
     with pytest.raises(UsageError, match=r"Scenario name '\.\./\.\./x' is not a plain name"):
         Scenario(name="../../x")
