@@ -1,4 +1,5 @@
-"""The README's two commands stay true: CI and the workflows run exactly them."""
+"""The README stays true: CI and the workflows run exactly its two commands, and its list of the
+target server's extensions is the one its ``--help`` marks."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from target_server.config import ServerConfig
+
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[1]
+EXTENSIONS_HEADING = "Its extensions, what it does that vLLM does not"
 
 
 def readme_commands() -> list[str]:
@@ -61,3 +65,20 @@ def test_the_nightly_soak_also_soaks_real_vllm_with_its_own_baseline() -> None:
     assert "server: [bundled, vllm]" in workflow and "run: python -m loadtests vllm setup" in workflow
     assert '--server "${{ matrix.server }}"' in workflow
     assert workflow.count("soak-baseline-${{ matrix.server }}-") == 3  # restored, its prefix, saved: per server
+
+
+def readme_extensions() -> str:
+    """The README's one list of the target server's extensions: its heading to the blank line after
+    its last item."""
+    text = (ROOT / "README.md").read_text()
+    assert text.count(EXTENSIONS_HEADING) == 1, "the README lists the extensions once"
+    listed = re.search(rf"{re.escape(EXTENSIONS_HEADING)}.*?\n\n(.*?)\n\n", text, re.DOTALL)
+    assert listed, "the extensions are a list after their heading"
+    return listed[1]
+
+
+def test_the_readme_lists_the_target_servers_extensions_as_its_help_marks_them() -> None:
+    helps = {flag: action.help or "" for action in ServerConfig.parser()._actions for flag in action.option_strings}
+    marked = {flag for flag, text in helps.items() if "extension" in text}
+    named = set(re.findall(r"`(--[a-z-]+)", readme_extensions())) & set(helps)
+    assert marked and named == marked
