@@ -44,6 +44,26 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
     assert f"run: {tests}" in (ROOT / ".github" / "workflows" / "ci.yml").read_text()
 
 
+def test_the_ci_workflow_installs_and_requires_what_ci_run_does() -> None:
+    """Every tool .ci/run installs (``python -m loadtests TOOL setup``) the workflow installs before
+    its tests, from PyTorch's CPU index where the nightly soak takes vLLM's torch; every test .ci/run
+    requires (``SSE_SOAK_REQUIRE_*``), the workflow's test step requires too."""
+    script = (ROOT / ".ci" / "run").read_text()
+    workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    setups = re.findall(r"^(python -m loadtests \w+ setup)$", script, re.MULTILINE)
+    required = re.findall(r"^export (SSE_SOAK_REQUIRE_\w+)=1\b", script, re.MULTILINE)
+    assert {"python -m loadtests vllm setup", "python -m loadtests litellm setup"} <= set(setups)
+    assert {"SSE_SOAK_REQUIRE_VLLM", "SSE_SOAK_REQUIRE_LITELLM"} <= set(required)
+    tests_at = workflow.index(f"run: {readme_commands()[1]}")
+    for setup in setups:
+        assert workflow.find(f"run: {setup}") in range(tests_at), f"ci.yml runs {setup} before its tests"
+    test_step = workflow[workflow.rindex("- name:", 0, tests_at) : tests_at]
+    assert all(f'{name}: "1"' in test_step for name in required), f"ci.yml's test step requires {required}"
+    nightly = (ROOT / ".github" / "workflows" / "nightly-soak.yml").read_text()
+    index = re.search(r"PIP_EXTRA_INDEX_URL: (\S+)", nightly)
+    assert index and f"PIP_EXTRA_INDEX_URL: {index[1]}" in workflow
+
+
 def test_the_nightly_soak_installs_with_the_readme_command_and_keeps_a_baseline() -> None:
     workflow = (ROOT / ".github" / "workflows" / "nightly-soak.yml").read_text()
     install = readme_commands()[0].split(" && ")[0]
