@@ -116,7 +116,7 @@ def _column(requests: pd.DataFrame, name: str, dtype: str = "float64") -> pd.Ser
 @dataclass(frozen=True)
 class ProxyTimeouts:
     """A run's failures judged by the rule above, for a proxy read timeout of ``read_timeout``
-    seconds (None: unknown, so only statuses that say so count)."""
+    seconds (None: no proxy timer known, so only statuses that say so count and no window is named)."""
 
     read_timeout: float | None
     before_headers: pd.DataFrame
@@ -174,7 +174,8 @@ class ProxyTimeouts:
             text += f" (cuts and 502s count after {low:.2f}-{high:.2f} s for a {self.read_timeout:g} s read timeout)"
         if len(self.other_cuts):
             other = _spread(_silence(self.other_cuts).dropna())
-            text += f"; {len(self.other_cuts)} other cuts after {other} of silence, outside it: not read timeouts"
+            text += f"; {len(self.other_cuts)} other cuts after {other} of silence"
+            text += ", outside it: not read timeouts" if self.read_timeout is not None else ""
         if len(self.unseen_cuts):
             text += f"; {len(self.unseen_cuts)} cuts of SDK streams, whose silences are unknown"
         named = self.named

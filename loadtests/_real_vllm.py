@@ -490,15 +490,20 @@ class VllmServer:
             "(vLLM busy-polling every vCPU froze these VMs for seconds at a time)"
         ]
 
-    def command(self, install: Install, port: int) -> list[str]:
-        """``vllm serve ...`` with this server's settings (no key: that travels in the environment)."""
-        command = [str(install.vllm), "serve", str(install.model_dir), "--load-format", "dummy"]
-        command += ["--max-model-len", str(self.max_model_len), "--served-model-name", self.model]
-        command += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16"]
-        command += ["--sse-keep-alive-interval", str(self.keep_alive_interval)]
+    def arguments(self) -> list[str]:
+        """The options ``vllm serve`` runs with, all but its port (picked at start) and the model's
+        path (this machine's): what a run records as its server's arguments. No key: that travels
+        in the environment."""
+        arguments = ["--load-format", "dummy", "--max-model-len", str(self.max_model_len)]
+        arguments += ["--served-model-name", self.model, "--host", "127.0.0.1", "--dtype", "bfloat16"]
+        arguments += ["--sse-keep-alive-interval", str(self.keep_alive_interval)]
         if self.max_num_seqs is not None:
-            command += ["--max-num-seqs", str(self.max_num_seqs)]
-        return command
+            arguments += ["--max-num-seqs", str(self.max_num_seqs)]
+        return arguments
+
+    def command(self, install: Install, port: int) -> list[str]:
+        """``vllm serve ...`` with this server's settings (``arguments()``) on ``port``."""
+        return [str(install.vllm), "serve", str(install.model_dir), *self.arguments(), "--port", str(port)]
 
     def start(self) -> VllmServer:
         """Start and wait until ready (30 to 60 s here); a ``VllmError`` with the log's last line
@@ -708,7 +713,10 @@ class VllmProfile:
         return value if isinstance(value, int) else 0
 
     def server(self) -> VllmServer:
-        return VllmServer(**self.settings)  # type: ignore[arg-type]  # of() typed each value by its knob
+        """The server that runs this profile, with ``keep_alive_interval`` as this profile's (0, off,
+        when it gives none: vLLM's default, and what the run's gates are told; not ``VllmServer``'s)."""
+        settings = {**self.settings, "keep_alive_interval": self.keep_alive_interval}
+        return VllmServer(**settings)  # type: ignore[arg-type]  # of() typed each value by its knob
 
     def describe(self) -> list[str]:
         """What the run could not give vLLM, one line each (none when everything translated)."""

@@ -59,7 +59,8 @@ class RunSettings:
     (``--keep-alive-interval``, else the scenario's, comes last); with ``--host``, the
     ``--keep-alive-interval`` given, never a default; None when unknown."""
     server_args: tuple[str, ...]
-    """The bundled server's arguments; empty with ``--host`` (no bundled server runs)."""
+    """The arguments of the server the run starts: the bundled server's own, or (``--server vllm``)
+    the profile real vLLM runs as ``VllmProfile`` translates it; empty with ``--host``."""
     host: str | None
     open_loop: dict[str, Any] | None = None
     """``--rate``'s schedule (``rate``, ``arrival``, ``seed``, ``max_in_flight``); None in a closed loop."""
@@ -86,13 +87,22 @@ class RunSettings:
         return self.starts_server == "bundled"
 
     def as_dict(self) -> dict[str, Any]:
-        """The settings as recorded in summary.json and shown in report.html: a key in the server
-        arguments is redacted, and so are the host's password and query values (``redacted_url``);
-        with ``--host`` no server arguments are recorded (None), as no bundled server ran."""
-        args, key = split_api_key(self.server_args)
-        recorded = None if self.host is not None else [*args, "--api-key", REDACTED] if key else args
+        """The settings as recorded in summary.json and shown in report.html: the host's password and
+        query values redacted (``redacted_url``), and ``server_args`` those of the server the run
+        started (``recorded_server_args``)."""
         host = None if self.host is None else redacted_url(self.host)
-        return {**dataclasses.asdict(self), "server_args": recorded, "host": host}
+        return {**dataclasses.asdict(self), "server_args": self.recorded_server_args(), "host": host}
+
+    def recorded_server_args(self) -> list[str] | None:
+        """Only what the server the run started ran with, never another's: the bundled server's
+        arguments (a key redacted); real vLLM's ``vllm serve`` options (``VllmServer.arguments``,
+        not the bundled profile's); None with ``--host``, as the run started no server."""
+        if self.starts_server is None:
+            return None
+        if self.starts_server == "vllm":
+            return VllmProfile.of(self.server_args).server().arguments()
+        args, key = split_api_key(self.server_args)
+        return [*args, "--api-key", REDACTED] if key else args
 
 
 def _last_keep_alive_interval(server_args: Sequence[str]) -> float:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from loadtests._causes import keepalive_withheld, proxy_timeouts
+from loadtests._causes import keepalive_withheld, proxy_timeouts, run_proxy
 from loadtests._figures import PERCENTILES, count_500s, judged, quantiles
 from loadtests._gates import FAIL, INCONCLUSIVE, PASS, GateResult, verdict_of
 from loadtests._lag import lag_summary
@@ -458,12 +458,16 @@ def causes(
     alive comments withheld on the way (``keepalive_withheld``, the line ``keepalive_covered`` says),
     protocol and harness errors by message, and keep-alive frames per stream against the silence each
     stream endured (raw streams only: the SDK cannot see comments). ``settings`` are the run's: its
-    ``proxy_read_timeout`` (``read_timeout``, the ``no_proxy_timeouts`` gate's, when given),
-    ``keep_alive_interval`` and ``proxy``."""
+    ``proxy``, ``keep_alive_interval`` and ``proxy_read_timeout``. A read timeout is judged (and
+    named) only where one was in force: ``read_timeout``, the ``no_proxy_timeouts`` gate's, when the
+    scenario declares that gate (its line and this one never disagree), else the settings' when the
+    run started a proxy; a run without either had no proxy timer, and no window is named."""
     settings = settings or {}
     proxy = settings.get("proxy")
+    if read_timeout is None and run_proxy(proxy) is not None:
+        read_timeout = settings.get("proxy_read_timeout")
     verdict_rows = judged(requests)  # the rows the gates read: their lines and these never disagree
-    found = proxy_timeouts(verdict_rows, read_timeout or settings.get("proxy_read_timeout"), proxy)
+    found = proxy_timeouts(verdict_rows, read_timeout, proxy)
     withheld = keepalive_withheld(verdict_rows, settings.get("keep_alive_interval"), proxy)
     statuses = requests["status"].dropna().astype(int).value_counts().sort_index()
     streamed = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]  # raw streams only

@@ -103,7 +103,7 @@ def test_haproxy_holding_each_write_200ms_cuts_after_1_79s_of_silence_and_that_i
     assert not gate.passed
     said = "0 proxy timeouts before the headers, 36 streams cut after them, after 1.79-1.80 s of silence"
     assert gate.detail.startswith(said + " (cuts and 502s count after 1.70-2.30 s for a 2 s read timeout)")
-    assert causes_line(requests).startswith("causes: " + said)
+    assert causes_line(requests, proxy="haproxy").startswith("causes: " + said)
 
 
 def test_squids_whole_second_timer_counts_when_squid_is_named_and_not_otherwise() -> None:
@@ -127,6 +127,19 @@ def test_a_silence_far_over_the_timeout_or_far_under_it_is_no_read_timeout() -> 
     assert "2 other cuts after 0.30-3.50 s of silence, outside it: not read timeouts" in found.phrase()
 
 
+def test_a_run_without_a_proxy_names_no_read_timeout_on_its_causes_line() -> None:
+    """A ``--host`` run of mixed_truncate without a proxy said "for a 60 s read timeout": no proxy ran."""
+    requests = table(cut_after(60.0), cut_after(0.4, index=1))
+    unproxied = causes_line(requests, proxy="none", proxy_read_timeout=60.0)
+    assert "read timeout" not in unproxied
+    assert unproxied.startswith("causes: 0 proxy timeouts before the headers, 0 streams cut after them; 2 other cuts")
+    proxied = causes_line(requests, proxy="embedded", proxy_read_timeout=60.0)
+    assert "for a 60 s read timeout" in proxied and "1 streams cut after them" in proxied
+    gate = NoProxyTimeouts(60.0, 0.0, proxy="none")  # declared: a proxy before --host, whose timeout it judges
+    summary = summarize("s", requests, [gate.evaluate(requests)], {"proxy": "none"}, read_timeout=60.0)
+    assert summary.causes["proxy_timeouts"]["read_timeout_s"] == 60.0
+
+
 def test_caddys_valid_final_chunk_without_done_is_a_cut_and_a_read_timeout() -> None:
     """Caddy 2.6 ends a timed-out stream with a valid final chunk (HTTP 200): only [DONE] is missing."""
     row = stream([token(0.5), keepalive(1.0)], 3.0)  # closed cleanly 2 s after the last comment
@@ -145,7 +158,7 @@ def test_apaches_502_before_the_headers_is_a_timeout_when_silent_for_it_and_name
     gate = NoProxyTimeouts(2.0, 0.0).evaluate(requests)
     assert not gate.passed and gate.detail.startswith("1 proxy timeouts before the headers (1x 502)")
     assert "; answered by Apache" in gate.detail and "r0" in gate.detail and "r1" not in gate.detail
-    assert causes_line(requests).startswith("causes: 1 proxy timeouts before the headers (1x 502)")
+    assert causes_line(requests, proxy="apache").startswith("causes: 1 proxy timeouts before the headers (1x 502)")
 
 
 LITELLM_408 = json.dumps(

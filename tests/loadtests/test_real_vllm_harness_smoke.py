@@ -106,3 +106,7 @@ def test_a_run_that_starts_real_vllm_itself_passes(tmp_path: Path) -> None:
     settings = run.summary["settings"]
     assert settings["server"] == "vllm" and settings["keep_alive_interval_source"] == "real vLLM"
     assert settings["keep_alive_interval"] == 1.0 and run.summary["server_metrics"]["scrapes"] > 0
+    recorded = settings["server_args"]  # what vLLM ran with, never the bundled profile's knobs
+    flags = dict(zip(recorded[::2], recorded[1::2], strict=True))
+    assert flags["--max-num-seqs"] == "4" and flags["--sse-keep-alive-interval"] == "1"
+    assert not {"--prefill-time-per-token", "--inter-token-latency"} & set(flags)

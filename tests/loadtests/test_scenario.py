@@ -56,10 +56,24 @@ def test_real_vllm_runs_the_profiles_interval_in_whole_seconds_and_knows_it() ->
     settings = SCENARIO.settings(options(server="vllm"))
     assert (settings.keep_alive_interval, settings.keep_alive_interval_source) == (1.0, "real vLLM")
     assert settings.starts_server == "vllm" and not settings.profile_in_force
-    assert settings.as_dict()["server"] == "vllm" and settings.as_dict()["server_args"][:2] == ["--max-num-seqs", "2"]
+    assert settings.as_dict()["server"] == "vllm"
     off = SCENARIO.settings(options(server="vllm", keep_alive_interval=0.0))
     assert off.keep_alive_interval == 0.0  # the negative control runs on vLLM too
     assert SCENARIO.settings(options()).profile_in_force  # the bundled server, by default
+
+
+def test_real_vllm_runs_are_recorded_with_vllms_own_arguments_not_the_bundled_profile() -> None:
+    """Issue 23: settings of a server the run did not start are never recorded as if it had."""
+    profile = Scenario(name="v", server_args="--max-num-seqs 2 --inter-token-latency 20 --api-key k")
+    settings = profile.settings(options(server="vllm", keep_alive_interval=0.5))
+    recorded = settings.as_dict()["server_args"]
+    flags = dict(zip(recorded[::2], recorded[1::2], strict=True))
+    assert flags["--max-num-seqs"] == "2" and flags["--sse-keep-alive-interval"] == "1"  # as vLLM ran: whole s
+    assert flags["--served-model-name"] == VllmProfile.of(settings.server_args).server().model
+    assert not {"--inter-token-latency", "--seed", "--api-key"} & set(flags)  # not given to vLLM (the key: its env)
+    assert "k" not in recorded
+    bundled = profile.settings(options(keep_alive_interval=0.5)).as_dict()["server_args"]
+    assert "--inter-token-latency" in bundled and bundled[-2:] == ["--api-key", "<redacted>"]  # the control
 
 
 def test_a_server_to_start_and_a_host_to_target_are_refused_together_in_one_line() -> None:
@@ -85,6 +99,16 @@ def test_a_profile_translates_to_vllms_knobs_and_names_the_rest() -> None:
     assert VllmProfile.of(["--sse-keep-alive-interval", "nan"]).keep_alive_interval == 0  # off, as vLLM's function
     with pytest.raises(UsageError, match=r"^--max-num-seqs must be a whole number, got 'two'$"):
         VllmProfile.of(["--max-num-seqs", "two"])
+
+
+def test_real_vllm_runs_the_keep_alive_interval_the_run_knows_it_by() -> None:
+    """A profile without an interval is keep-alive off (vLLM's default): the gates judge 0, so vLLM
+    must not run VllmServer's own default of 1 s."""
+    plain = Scenario(name="p", server_args="--max-num-seqs 2")
+    for given in (None, 0.0, 2.0):
+        settings = plain.settings(options(server="vllm", keep_alive_interval=given))
+        server = VllmProfile.of(settings.server_args).server()
+        assert server.keep_alive_interval == settings.keep_alive_interval
 
 
 def test_a_scenario_name_that_is_a_path_is_refused_at_construction() -> None:
