@@ -244,12 +244,18 @@ def _add_vllm_parser(commands: Any) -> None:
     )
     serve = actions.add_parser(
         "serve",
-        help="serve the tiny model with real vLLM on 127.0.0.1 until Ctrl-C",
-        description="Runs 'vllm serve' on the tiny model (random weights) on 127.0.0.1, waits until it answers "
-        "/health and /v1/models (about a minute), prints the URL to use as a scenario's --host, and stops it on "
-        "Ctrl-C. Needs 'vllm setup' first.",
+        help="serve the tiny model with real vLLM (on 127.0.0.1 by default) until Ctrl-C",
+        description="Runs 'vllm serve' on the tiny model (random weights) on 127.0.0.1 (or --host), waits until it "
+        "answers /health and /v1/models (about a minute), prints the URL to use as a scenario's --host, and "
+        "stops it on Ctrl-C. Needs 'vllm setup' first.",
     )
     serve.add_argument("--port", type=_whole_number(0), default=0, help="port to listen on (default 0: a free one)")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1): an IP address of this host, for a Locust cluster whose "
+        "workers run on other hosts",
+    )
     serve.add_argument(
         "--max-num-seqs",
         type=_whole_number(1),
@@ -421,6 +427,7 @@ def _run_vllm(options: argparse.Namespace) -> int | None:
         return 0
     server = real.VllmServer(  # its checks are usage errors, before anything starts
         port=options.port,
+        host=options.host,
         max_num_seqs=options.max_num_seqs,
         keep_alive_interval=options.keep_alive_interval,
         max_model_len=options.max_model_len,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import enum
-import ipaddress
 import math
 import os
 import re
@@ -29,6 +28,7 @@ from fractions import Fraction
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadtests._ports import bind_address_problem
 from loadtests._preflight import DEFAULT_PREFLIGHT_TIMEOUT
 from loadtests._safe_text import redacted_url
 from loadtests._sse import DEFAULT_MAX_LINE_BYTES
@@ -270,17 +270,7 @@ SCENARIO = Kind(_locate, "a shipped scenario's name or a locustfile path", own_w
 SERVER_ARGS = Kind(str, "options as a shell would quote them", _server_args_problem)
 
 
-def _bind_address_problem(value: str) -> str | None:
-    try:
-        address = ipaddress.ip_address(value)
-    except ValueError:
-        return f"must be an IP address of this host, got {value!r}"
-    if address.is_unspecified:
-        return f"must be the address the workers reach this host at, not the wildcard {value}"
-    return None
-
-
-BIND_ADDRESS = Kind(str, "an IP address of this host", _bind_address_problem)
+BIND_ADDRESS = Kind(str, "an IP address of this host", bind_address_problem)
 REPORT_DIR = Kind(str, "a writable directory", _report_dir_problem, late=True)
 CA_FILE = Kind(str, "a readable PEM file", _ca_cert_problem, late=True)
 KEEP_ALIVE = Kind(_number, "a number of seconds >= 0", _keep_alive_problem, "a number")
@@ -517,10 +507,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "server_bind",
         BIND_ADDRESS,
-        "the address the bundled server the run starts (and the embedded proxy, if any) listens on: loopback by "
-        "default; an address of this host that Locust workers on other hosts can reach for a cluster (README, "
-        "Distributed runs). Not with --host (the run starts no server) nor --server vllm, nor a real --proxy "
-        "(those listen on loopback only)",
+        "the address the server the run starts (bundled, or real vLLM with --server vllm; and the embedded proxy, "
+        "if any) listens on: loopback by default; an address of this host that Locust workers on other hosts can "
+        "reach for a cluster (README, Distributed runs). Not with --host (the run starts no server) nor a real "
+        "--proxy (those listen on loopback only)",
         "127.0.0.1",
         frozenset({L, S}),  # a cluster's master: the pytest plugin and launch() run on one host
     ),

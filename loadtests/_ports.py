@@ -1,19 +1,47 @@
-"""Free loopback ports for what a run starts (servers, proxies, a master's workers). Standard
+"""Free ports and bind addresses for what a run starts (servers, proxies, a master's workers). Standard
 library only: ``loadtests._real_vllm`` may use it without the harness's dependencies."""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import socket
 from collections.abc import Sequence
+
+LOOPBACK = "127.0.0.1"
+"""Where every service a run starts listens unless ``--server-bind`` says otherwise."""
 
 
 def free_loopback_port() -> int:
     """A TCP port free on 127.0.0.1 a moment ago (the kernel's pick); whoever binds it next wins."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+    return free_port(LOOPBACK)
+
+
+def free_port(address: str) -> int:
+    """A TCP port free on ``address`` (an IP address of this host) a moment ago, as above."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.bind((address, 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def bind_address_problem(value: str) -> str | None:
+    """Why ``value`` cannot be where a server the run starts listens (None: it can): an IP address
+    of this host is needed, and not the wildcard, which would say nothing of where workers reach it."""
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return f"must be an IP address of this host, got {value!r}"
+    if address.is_unspecified:
+        return f"must be the address the workers reach this host at, not the wildcard {value}"
+    return None
+
+
+def http_url(address: str, port: int) -> str:
+    """``http://address:port``, an IPv6 address in brackets."""
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}"
 
 
 def own_master_port(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from loadtests._ports import free_loopback_port
+from loadtests._ports import LOOPBACK, bind_address_problem, free_port, http_url
 from loadtests._tool_venv import ToolInstallError, ToolVenv, dump, run_step, stamp_matches
 from loadtests.errors import UsageError
 
@@ -429,7 +429,8 @@ def log_tail(log: Path | None, lines: int = 1) -> str:
 
 
 class VllmServer:
-    """``vllm serve`` of the tiny model on 127.0.0.1, as a context manager.
+    """``vllm serve`` of the tiny model on ``host`` (127.0.0.1 unless a cluster's workers on other
+    hosts need it elsewhere: an IP address of this host), as a context manager.
 
     Invariants: after ``start()`` returned, ``/health`` and ``/v1/models`` answered 200 and ``url``,
     ``model`` and ``pid`` name the running server; after ``stop()`` (which ``__exit__`` and a failed
@@ -442,6 +443,7 @@ class VllmServer:
         self,
         *,
         port: int = 0,
+        host: str = LOOPBACK,
         max_model_len: int = 8192,
         max_num_seqs: int | None = None,
         keep_alive_interval: int = 1,
@@ -452,6 +454,10 @@ class VllmServer:
         ready_timeout: float = READY_TIMEOUT_S,
     ) -> None:
         self.port = _whole("--port", port, 0, 65535, " (0 picks a free one)")
+        problem = bind_address_problem(host)
+        if problem is not None:
+            raise UsageError(f"--host {problem}")
+        self.host = host
         self.max_model_len = _whole(
             "--max-model-len", max_model_len, 16, MAX_POSITIONS, " (the tiny model's positions)"
         )
@@ -495,7 +501,7 @@ class VllmServer:
         path (this machine's): what a run records as its server's arguments. No key: that travels
         in the environment."""
         arguments = ["--load-format", "dummy", "--max-model-len", str(self.max_model_len)]
-        arguments += ["--served-model-name", self.model, "--host", "127.0.0.1", "--dtype", "bfloat16"]
+        arguments += ["--served-model-name", self.model, "--host", self.host, "--dtype", "bfloat16"]
         arguments += ["--sse-keep-alive-interval", str(self.keep_alive_interval)]
         if self.max_num_seqs is not None:
             arguments += ["--max-num-seqs", str(self.max_num_seqs)]
@@ -511,8 +517,8 @@ class VllmServer:
         if self._process is not None:
             raise RuntimeError("the server is already started")
         install = require_installed(self.home)
-        port = self.port or free_loopback_port()
-        self.url = f"http://127.0.0.1:{port}"
+        port = self.port or free_port(self.host)
+        self.url = http_url(self.host, port)
         if self.log is None:
             self.log = install.home / "logs" / f"serve-{port}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -657,6 +663,7 @@ _KNOBS = {
     "--max-num-seqs": "max_num_seqs",
     "--sse-keep-alive-interval": "keep_alive_interval",
     "--api-key": "api_key",
+    "--host": "host",
 }
 """The bundled server's options that vLLM has too, and the ``VllmServer`` setting each becomes."""
 
@@ -695,7 +702,7 @@ class VllmProfile:
                 untranslated += [flag] if flag not in untranslated else []
                 continue
             value = values[-1] if values else ""
-            if knob in ("model", "api_key"):
+            if knob in ("model", "api_key", "host"):
                 settings[knob] = value
             elif knob == "keep_alive_interval":
                 seconds = _seconds(flag, value)

@@ -20,6 +20,7 @@ from typing import Any
 
 from loadtests._gates import BUNDLED, GIVEN, REAL_VLLM, UNKNOWN, Gate, HarnessKeptUp, KeepAliveCovered
 from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S, keep_alive_interval
+from loadtests._ports import LOOPBACK
 from loadtests._real_vllm import VllmProfile
 from loadtests._safe_text import plain_name, redacted_url
 from loadtests._stack import split_api_key
@@ -30,17 +31,12 @@ __all__ = ["REDACTED", "GateList", "RunSettings", "Scenario"]
 REDACTED = "<redacted>"
 
 
-LOOPBACK = "127.0.0.1"
-"""Where every service the run starts listens unless ``--server-bind`` says otherwise."""
-
-
-def _check_server_bind(bind: str, host: str | None, server: str, proxy: str) -> None:
-    """``--server-bind`` away from loopback binds the bundled server (and the embedded proxy): a usage
-    error with anything else that would leave it meaningless or unreachable."""
+def _check_server_bind(bind: str, host: str | None, proxy: str) -> None:
+    """``--server-bind`` away from loopback binds the server the run starts, bundled or real vLLM (and
+    the embedded proxy): a usage error with anything else that would leave it meaningless or
+    unreachable."""
     if host is not None:
         raise UsageError(f"--server-bind {bind} binds the server the run starts; with --host it starts none")
-    if server != "bundled":
-        raise UsageError(f"--server-bind {bind} binds the bundled server; --server {server} listens on loopback only")
     if proxy not in ("none", "embedded"):
         raise UsageError(
             f"--server-bind {bind}: --proxy {proxy} listens on loopback only, out of the workers' reach: "
@@ -197,7 +193,7 @@ class Scenario:
         server = getattr(options, "server", None) or "bundled"
         bind = getattr(options, "server_bind", None) or LOOPBACK
         if bind != LOOPBACK:
-            _check_server_bind(bind, options.host, server, shape[0])
+            _check_server_bind(bind, options.host, shape[0])
         if options.host is not None:
             if server != "bundled":
                 raise UsageError(

@@ -36,7 +36,7 @@ from loadtests._real_vllm import VllmProfile
 from loadtests.errors import RunFailed
 from target_server.lifeline import harness_environment, parse_refusal
 
-READY_LINE = re.compile(r"^(?:target_server|proxy) ready: (?P<url>http://\S+)")
+READY_LINE = re.compile(r"^(?:target_server|proxy|vllm) ready: (?P<url>http://\S+)")
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM's name; the bundled server reads it too
 
 

@@ -2,7 +2,8 @@
 of its own (``tests/loadtests/netns.py``), as on separate machines. Every request the server traced
 has exactly one row, each worker's rows and loop lag reach the master, the server's metrics are
 scraped, and the verdict is the one a single host gives (PASS). The bundled server the master
-starts binds a non-loopback address when asked (``--server-bind``) and the workers reach it there."""
+starts binds a non-loopback address when asked (``--server-bind``) and the workers reach it there;
+real vLLM serves the cluster from a host of its own."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pandas as pd
 import pytest
 
 from loadtests._stack import ChildService
+from tests.conftest import require_vllm
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun
 from tests.loadtests.netns import Hosts, available
 
@@ -97,6 +99,25 @@ def test_the_master_starts_the_bundled_server_on_an_address_the_workers_reach(ho
     assert_one_cluster_run(run)
     assert f"target server: http://{hosts.addresses['master']}:" in run.output
     assert "--host" in run.summary["settings"]["server_args"]  # recorded as the server ran
+
+
+def test_real_vllm_on_a_host_of_its_own_serves_the_cluster(hosts: Hosts, tmp_path: Path) -> None:
+    """Real vLLM (``python -m loadtests vllm serve --host``) in the server's namespace, reached by the
+    master (prompt sizing through its ``/tokenize``, metrics) and both workers across the link."""
+    require_vllm()
+    address = hosts.addresses["server"]
+    serve = [sys.executable, "-m", "loadtests", "vllm", "serve", "--host", address, "--port", str(SERVER_PORT)]
+    serve += ["--max-num-seqs", "4", "--keep-alive-interval", "1"]
+    vllm = ChildService.launch(hosts.command("server", serve), "vllm", timeout=240)
+    try:
+        assert vllm.url == f"http://{address}:{SERVER_PORT}"
+        run = run_cluster(hosts, tmp_path, "--host", vllm.url, "--keep-alive-interval", "1", seconds=15)
+    finally:
+        vllm.stop(grace=30)
+    assert_one_cluster_run(run)
+    assert run.run_dir is not None
+    metrics = pd.read_parquet(run.run_dir / "server_metrics.parquet")
+    assert metrics["name"].str.startswith("vllm:").any()  # vLLM's own families, scraped across the link
 
 
 DELAY_MS = 100

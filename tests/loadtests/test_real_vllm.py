@@ -45,6 +45,8 @@ def test_the_keep_alive_interval_is_whole_seconds_as_vllm_takes_it(interval: obj
         ({"api_key": ""}, "--api-key must be a non-empty token without spaces"),
         ({"api_key": "two words"}, "--api-key must be a non-empty token without spaces"),
         ({"model": "a b"}, "the served model name must be non-empty without spaces"),
+        ({"host": "0.0.0.0"}, "--host must be the address the workers reach this host at, not the wildcard 0.0.0.0"),
+        ({"host": "vllm.local"}, "--host must be an IP address of this host, got 'vllm.local'"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_starts(settings: dict[str, object], message: str) -> None:

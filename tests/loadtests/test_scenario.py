@@ -148,10 +148,18 @@ def test_server_bind_binds_the_bundled_server_and_refuses_what_it_cannot_bind() 
             {"host": "http://vllm:8000"},
             "--server-bind 10.0.0.1 binds the server the run starts; with --host it starts none",
         ),
-        ({"server": "vllm"}, "--server-bind 10.0.0.1 binds the bundled server; --server vllm listens on loopback only"),
         ({"proxy": "nginx"}, "--server-bind 10.0.0.1: --proxy nginx listens on loopback only"),
     ]
     for given, said in refusals:
         with pytest.raises(UsageError, match=re.escape(said)):
             SCENARIO.settings(options(server_bind="10.0.0.1", **given))
     assert SCENARIO.settings(options(server_bind="10.0.0.1", proxy="embedded")).proxy == "embedded"
+
+
+def test_server_bind_binds_real_vllm_where_the_run_starts_it() -> None:
+    """``--server vllm --server-bind A``: vLLM listens on A, where a cluster's workers reach it."""
+    settings = SCENARIO.settings(options(server_bind="10.0.0.1", server="vllm"))
+    vllm = VllmProfile.of(settings.server_args).server()
+    assert vllm.host == "10.0.0.1" and vllm.arguments()[vllm.arguments().index("--host") + 1] == "10.0.0.1"
+    assert VllmProfile.of(SCENARIO.settings(options(server="vllm")).server_args).server().host == "127.0.0.1"
+    assert "--host" not in VllmProfile.of(settings.server_args).untranslated
