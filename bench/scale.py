@@ -108,7 +108,7 @@ def ladder_settings(streams: int, api_server_count: int) -> CapacitySettings:
     extra: tuple[str, ...] = ()
     if api_server_count > 1:  # slots to spare: each process queues on its own, and connections spread unevenly
         extra = ("--api-server-count", str(api_server_count), "--max-num-seqs", str(2 * streams))
-    return CapacitySettings(streams, SPAWN_RATE, TOKENS, ttft_ms, ITL_MS, 1.0, timeout_s, extra)
+    return CapacitySettings(streams, SPAWN_RATE, TOKENS, ttft_ms, ITL_MS, 1.0, timeout_s, extra, split_cpus=True)
 
 
 def ladder(counts: list[int], api_server_count: int) -> list[dict[str, Any]]:

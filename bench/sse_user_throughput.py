@@ -68,6 +68,7 @@ prints the same figures; they are too noisy to judge the 100% by.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -79,7 +80,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,10 @@ class CapacitySettings:
     timeout_s: float
     server_args_extra: tuple[str, ...] = ()
     """More bundled-server options (``bench/scale.py``: ``--api-server-count``)."""
+    split_cpus: bool = False
+    """Run the server on the first CPU this process may use and the load generator on the others
+    (``cpu_split``), so that the load generator's lag is its own, not the scheduler's sharing a CPU
+    with the server; ignored with fewer than two CPUs."""
 
     def server_args(self, trace_file: Path) -> list[str]:
         return [
@@ -528,13 +533,42 @@ def print_throughput(figures: dict[str, Any]) -> None:
     print(f"frame counts: every stream ok, same frames per stream for both users -> {status}")
 
 
+def cpu_split(split: bool) -> tuple[set[int] | None, set[int] | None]:
+    """(server CPUs, load-generator CPUs): the first CPU this process may use and the rest, or
+    (None, None) when not asked or with fewer than two."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not split or len(cpus) < 2:
+        return None, None
+    return {cpus[0]}, set(cpus[1:])
+
+
+@contextlib.contextmanager
+def pinned(cpus: set[int] | None) -> Iterator[None]:
+    """This process runs on ``cpus`` meanwhile (None: unchanged): what it starts inherits them, every
+    thread and child process included."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def capacity_phase(settings: CapacitySettings) -> dict[str, Any]:
+    server_cpus, loadgen_cpus = cpu_split(settings.split_cpus)
     with tempfile.TemporaryDirectory(prefix="sse-bench-trace-") as directory:
         trace_file = Path(directory) / "trace.jsonl"
-        server = start_server(settings.server_args(trace_file))
+        with pinned(server_cpus):
+            server = start_server(settings.server_args(trace_file))
         try:
             print(f"\nserver: {server.url} pid {server.pid} args {' '.join(server.process.args)}")
-            result = run_loadgen("capacity", server.url, settings, settings.timeout_s + LOADGEN_GRACE_S)
+            if server_cpus is not None:
+                print(f"CPUs: server {sorted(server_cpus)}, load generator {sorted(loadgen_cpus or ())}")
+            with pinned(loadgen_cpus):
+                result = run_loadgen("capacity", server.url, settings, settings.timeout_s + LOADGEN_GRACE_S)
         finally:
             server.stop()  # closes the trace file
         result["trace"] = read_trace(trace_file)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.bench_scripts import load_bench_script
@@ -27,3 +29,26 @@ def test_counts_below_one_or_not_numbers_are_refused(option: str, value: str) ->
 def test_every_stream_count_needs_at_least_one() -> None:
     with pytest.raises(SystemExit):
         scale.parse_args(["--streams", ""])
+
+
+throughput = load_bench_script("sse_user_throughput")
+
+
+def test_the_cpu_split_gives_the_server_one_cpu_and_the_load_generator_the_rest() -> None:
+    allowed = os.sched_getaffinity(0)
+    assert throughput.cpu_split(False) == (None, None)
+    server, loadgen = throughput.cpu_split(True)
+    if len(allowed) < 2:
+        assert (server, loadgen) == (None, None)
+        return
+    assert server == {min(allowed)} and loadgen == allowed - server
+
+
+def test_pinned_holds_this_process_to_the_cpus_meanwhile_and_restores_them() -> None:
+    allowed = os.sched_getaffinity(0)
+    first = {min(allowed)}
+    with throughput.pinned(first):
+        assert os.sched_getaffinity(0) == first
+    assert os.sched_getaffinity(0) == allowed
+    with throughput.pinned(None):
+        assert os.sched_getaffinity(0) == allowed
