@@ -106,6 +106,22 @@ What that says:
   frame is in inference-perf's stored response, its request recorded as a success), and
   inference-perf drops a cut stream's chunk times. No peer reports keep-alive comments.
 
+Again at 05:54 UTC the same day, after the raw user's body receiver stopped arming a gevent timer
+per read (at 64 streams of this pace that cut its CPU per frame by 16%, interleaved against the
+code before; ``bench/scale.py``'s CPU per frame by 19-35%)::
+
+    tool             frames  cpu s frames/cpu s stream cpu s frames/stream cpu s ttft err ms p50/p99 gap err ms p50/p99
+    sse-soak          86486    8.0       10,854          4.3              19,889         0.05 / 0.23        0.00 / 0.04
+    guidellm          86783   39.2        2,212         20.4               4,249        0.44 / 17.20                n/a
+    aiperf            93709   42.2        2,218         35.1               2,667         0.34 / 2.24       0.48 / 10.12
+    inference-perf    77634   11.8        6,578          5.0              15,463         0.21 / 0.61        0.08 / 2.09
+    sse-soak / best peer, frames per CPU s: total 1.65x, streaming-only 1.29x (goal >= 2x)
+
+One run cannot show a 16% change on this machine: sse-soak's streaming CPU was 4.3 s against 4.4
+to 4.8 s in the three runs above, inference-perf's 5.0 s against 4.2 to 4.6 s. The goal is still
+not met against inference-perf. sse-soak's first-token error p99 was 0.23 ms: the 10.1 ms of the
+third run above did not recur.
+
 Exit status: 1 if sse-soak's own run failed; a peer that fails to install or run is a row saying why.
 """
 

@@ -21,26 +21,37 @@ zero-latency server: as many rows per second as the workers can make) with ``--p
 the master wrote, rows lost (the summary's ``lost_rows``, must be 0), and the master's CPU share:
 the master is not the bottleneck while its CPU stays well under one core and every row arrives.
 
-Measured 2026-12-06 on this 2-core machine (the load generator and two server processes share the
-cores), ``python bench/scale.py``::
+Part A runs the server on the first CPU and the load generator on the others
+(``CapacitySettings.split_cpus``): on two cores, sharing a CPU with the server's processes put the
+scheduler's delays into the load generator's lag. Measured 2026-12-06 06:00 UTC on this 2-core
+machine, ``python bench/scale.py``::
 
      streams  exact peak open peak RSS MiB KiB/stream CPU ms/1k frames lag p99 ms lag max ms p99 after spawn
-        1000    yes      1000          194       31.2            146.0        8.0       64.6             5.2
-        5000    yes      5000          293       26.6             91.4       41.4      181.5            18.8
-       10000    yes     10000          422       26.5             87.9      110.4      450.9           112.8
-       15000    yes     15000          540       25.7             76.0      187.8     1957.6           108.9
+        1000    yes      1000          194       31.3            106.2        1.8       16.3             1.2
+        5000    yes      5000          290       26.0             78.7        7.7       69.3             2.5
+       10000    yes     10000          416       25.9             64.9       14.7      353.0             8.4
+       15000    yes     15000          538       25.6             76.4       22.6      806.7            13.5
 
     workers    rows   rows/s  lost master CPU CPU per worker
-          2   32768     1638     0        31%            25%
-          4   25220     1261     0        29%            13%
+          2   22789     1139     0        33%            23%
+          4   18830      942     0        31%            13%
 
-Every frame exact at every count, 15,000 streams in 540 MiB (target: under 1 GiB, met); the loop's
-lag p99 at 5,000 streams 18.8 ms once every user was started, 41 ms with the spawn at 1,000 users a
-second (target: under 10 ms, NOT met: the two cores also run the server's two processes, at about
-5,000 keep-alive frames a second; an earlier run gave 33 ms with the spawn). The master absorbed
-every row from 2 and 4 workers at about 30% of a core: not the bottleneck (the workers, four on two
-cores, and the server were). A first run, the same day: 1,000 to 15,000 streams exact, 194 to 546
-MiB, lag p99 3.7, 33, 74 and 125 ms with the spawn.
+Every frame exact at every count; 15,000 streams in 538 MiB (target: under 1 GiB, met); lag p99 at
+5,000 streams 7.7 ms with the spawn at 1,000 users a second and 2.5 ms once every user was started
+(target: under 10 ms, met; three more runs of 5,000 alone: 7.5, 6.5 and 4.2 ms, after the spawn
+2.9, 2.5 and 2.6 ms). The code before the raw user's body receiver (``loadtests._receiver``), run
+with this script: 14.9 and 16.9 ms, after the spawn 13.7 and 14.1 ms, at 81-92 CPU ms per thousand
+frames. The master absorbed every row from 2 and 4 workers at about a third of a core: not the
+bottleneck (the workers, four on two cores, and the server were).
+
+Before the CPU split, the same day (server and load generator on both cores; the second run with
+the body receiver)::
+
+     streams  before: CPU ms/1k  lag p99  after spawn    with the receiver: CPU ms/1k  lag p99  after spawn
+        1000             146.0      8.0          5.2                           100.0      3.0          1.4
+        5000              91.4     41.4         18.8                            74.3     18.7         10.3
+       10000              87.9    110.4        112.8                            57.3     45.3         26.3
+       15000              76.0    187.8        108.9                            61.5     92.8         56.0
 
 ``--quick`` proves the script works in seconds (A at 100 and 200 streams, B with 2 workers for 5 s);
 its figures say nothing about scale. Run it in full on an otherwise idle machine: it uses both cores.
