@@ -10,7 +10,7 @@ import gevent
 import gevent.socket
 import pytest
 
-from loadtests._arrival_clock import SO_TIMESTAMPNS, stamp_arrivals
+from loadtests._arrival_clock import SO_TIMESTAMPNS, keep_kernel_stamping_on, stamp_arrivals
 from loadtests._receiver import BodyReceiver
 
 pytestmark = pytest.mark.fast
@@ -104,9 +104,16 @@ def test_a_closed_receiver_throws_nothing_later(connection: Pair) -> None:
 @pytest.mark.skipif(SO_TIMESTAMPNS is None, reason="no SO_TIMESTAMPNS on this platform")
 def test_stamped_reads_come_with_the_kernels_arrival_time(connection: Pair) -> None:
     ours, theirs = connection
+    assert keep_kernel_stamping_on()  # as the harness does at setup
     assert stamp_arrivals(ours)
     receiver = BodyReceiver(ours, stamped=True)
     try:
+        deadline = time.monotonic() + 5
+        while True:  # Linux turns stamping on lazily, soon after it is first asked: wait until it is on
+            theirs.sendall(b":\n\n")
+            if receiver.receive(4096)[1] is not None:
+                break
+            assert time.monotonic() < deadline, "the kernel never stamped an arrival"
         theirs.sendall(b"data: 1\n\n")
         sent = time.monotonic()
         gevent.sleep(0.1)  # the bytes lie in the kernel while this greenlet sleeps
