@@ -45,9 +45,8 @@ class BodyReceiver:
     def receive(self, size: int) -> tuple[bytes, float | None]:
         """Up to ``size`` bytes, waiting for at least one (``b""``: the peer closed), with their
         kernel arrival stamp (``loadtests._arrival_clock``) or None."""
-        if not self._direct:
-            sock = self._gevent_socket
-            return arrival_clock.recv_stamped(sock, size) if self._stamped else (sock.recv(size), None)
+        if not self._direct:  # TLS: never stamped (``stamp_arrivals`` refuses it)
+            return self._gevent_socket.recv(size), None
         os_socket = self._gevent_socket._sock
         if self._drained:  # the last read took all there was: wait first, not after a failed read
             self._wait()
