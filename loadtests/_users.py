@@ -32,10 +32,8 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import gevent
-import openai
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from locust import FastHttpUser, User
-from pydantic import BaseModel
 
 from loadtests import _arrival_clock as arrival_clock
 from loadtests import _response_end as response_end
@@ -486,6 +484,15 @@ def _next_chunk(raw: Any, receiver: BodyReceiver | None) -> tuple[bytes, float |
     return chunk, arrived, time.monotonic()
 
 
+def _sdk() -> Any:
+    """The ``openai`` package, imported on first use: it and pydantic cost about 0.5 s of CPU at
+    start-up, which a run with only raw users never needs. A locustfile that defines an
+    ``OpenAISDKUser`` imports it while it loads, before the test starts (never on the event loop)."""
+    import openai
+
+    return openai
+
+
 class OpenAISDKUser(StreamingUser, User):
     """Streams through the official ``openai`` client; a subclass sets ``mix``."""
 
@@ -493,7 +500,12 @@ class OpenAISDKUser(StreamingUser, User):
     client_kind = "openai"
     sees_comments = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _sdk()  # while the locustfile loads: the first SDK user must not import it mid-run
+
     def on_start(self) -> None:
+        openai = _sdk()
         self.wire = WireTap(self.harness.max_line_bytes)
         # one TLS context per process: each client building its own costs ~30 ms on the loop. The SDK's
         # client follows redirects unless told not to; a 3xx is the row's answer, as for the raw user.
@@ -527,6 +539,7 @@ class OpenAISDKUser(StreamingUser, User):
 
     @staticmethod
     def _read(create: Any, body: dict[str, Any], tracker: StreamTracker, started: float) -> Outcome | None:
+        openai = _sdk()
         # The SDK's own parameters as keywords; the rest (truncate_prompt_tokens, a spec's extra_body) as
         # extra_body, sent as they are, as the raw client sends them.
         extra = {key: body.pop(key) for key in list(body) if key not in SDK_PARAMETERS}
@@ -563,6 +576,7 @@ class OpenAISDKUser(StreamingUser, User):
 def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | None:
     """Record what the SDK raised ``t`` seconds into the request; returns ``"timeout"``,
     ``"connect_error"`` or ``"protocol_error"`` when the client, not the server, ended it."""
+    openai = _sdk()
     if isinstance(exc, openai.APIStatusError):
         answered = exc.response.headers
         server, via = answered.get("server"), answered.get("via")
@@ -606,4 +620,6 @@ def _handed_over(chunk: Any) -> Any:
     """What the SDK handed over, as plain data: its model's fields as sent (the SDK builds models
     without validation, so a count sent as ``"abc"`` stays a string), or the value itself when the
     frame was not an object (the SDK hands over lists and strings unchanged)."""
+    from pydantic import BaseModel  # loaded with the SDK that made the chunk
+
     return chunk.model_dump(exclude_unset=True, warnings=False) if isinstance(chunk, BaseModel) else chunk
