@@ -135,6 +135,7 @@ import os
 import platform
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -856,15 +857,35 @@ def print_table(rows: list[Row], work: Workload) -> None:
         print(
             f"{row.tool}: {row.compared or 'no timings compared'}; {row.faults}" + (f"; {row.note}" if row.note else "")
         )
-    soak = next((row for row in rows if row.tool == "sse-soak"), None)
-    peers = [row for row in rows if row.tool != "sse-soak" and row.frames and not row.note]
-    if soak and peers:
-        best_total = max(row.total_rate for row in peers)
-        best_stream = max(row.stream_rate for row in peers)
+    measured = ratios(rows)
+    if measured is not None:
         print(
-            f"sse-soak / best peer, frames per CPU s: total {soak.total_rate / best_total:.2f}x, "
-            f"streaming-only {soak.stream_rate / best_stream:.2f}x (goal >= 2x)"
+            f"sse-soak / best peer, frames per CPU s: total {measured[0]:.2f}x, "
+            f"streaming-only {measured[1]:.2f}x (goal >= 2x)"
         )
+
+
+def ratios(rows: list[Row]) -> tuple[float, float] | None:
+    """sse-soak's frames per CPU second over the best peer's of the same round, total and
+    streaming-only; None when sse-soak or every peer failed."""
+    soak = next((row for row in rows if row.tool == "sse-soak" and row.frames and not row.note), None)
+    peers = [row for row in rows if row.tool != "sse-soak" and row.frames and not row.note]
+    if soak is None or not peers:
+        return None
+    best_total = max(row.total_rate for row in peers)
+    best_stream = max(row.stream_rate for row in peers)
+    return soak.total_rate / best_total, soak.stream_rate / best_stream
+
+
+def print_rounds(measured: list[tuple[float, float]]) -> None:
+    """The ratios of every round and their medians: one round's ratio swings by a third on a shared
+    machine, so several rounds, each tool beside the others in time, say what one cannot."""
+    totals, streams = sorted(pair[0] for pair in measured), sorted(pair[1] for pair in measured)
+    print(
+        f"over {len(measured)} rounds, sse-soak / best peer: total {', '.join(f'{r:.2f}' for r in totals)} "
+        f"(median {statistics.median(totals):.2f}x), streaming-only {', '.join(f'{r:.2f}' for r in streams)} "
+        f"(median {statistics.median(streams):.2f}x)"
+    )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -877,6 +898,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-tokens", type=int, default=FULL.output_tokens, help="tokens per stream")
     parser.add_argument("--itl-ms", type=float, default=FULL.itl_ms, help="the server's inter-token latency")
     parser.add_argument("--fault-pct", type=float, default=FULL.fault_pct, help="percent of requests faulted")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every tool this many times, one round after the other, and print each round's table and the "
+        "median ratios",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     return parser.parse_args(argv)
 
@@ -902,29 +930,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = {"duration_s": args.duration, "concurrency": args.concurrency, "output_tokens": args.output_tokens}
     chosen |= {"itl_ms": args.itl_ms, "fault_pct": args.fault_pct}
     work = QUICK if args.quick else Workload(**{**FULL.__dict__, **chosen})
+    if args.rounds < 1:
+        print("peers.py: --rounds must be at least 1", file=sys.stderr)
+        return 2
     workdir = Path(tempfile.mkdtemp(prefix="sse-soak-peers-"))
-    rows = [run_sse_soak(work, workdir / "sse-soak")]
-    if not args.quick:
-        snapshot: Path | None = None
-        for tool in tools:
-            assert tool.peer is not None
-            try:
-                ensure_peer(tool.peer)
-                print(install_row(tool.peer), flush=True)
-                snapshot = snapshot or ensure_tokenizer(tool.peer.bin / "python")
-            except (ToolInstallError, OSError) as exc:
-                rows.append(Row(tool.name, f"not installed: {exc}"))
-                continue
-            try:
-                rows.append(run_peer(tool, work, workdir / tool.name, snapshot))
-            except Exception as exc:  # a peer that fails to run is a row saying why
-                rows.append(Row(tool.name, f"failed to run: {exc!r}"))
-    print_table(rows, work)
+    installed: dict[str, Path | str] = {}  # per peer: the tokenizer snapshot, or why it is not installed
+    measured: list[tuple[float, float]] = []
+    own_runs_ok = True
+    for number in range(1, args.rounds + 1):
+        here = workdir if args.rounds == 1 else workdir / f"round-{number}"
+        rows = [run_sse_soak(work, here / "sse-soak")]
+        if not args.quick:
+            rows += [run_installed_peer(tool, work, here / tool.name, installed) for tool in tools]
+        print_table(rows, work)
+        own_runs_ok = own_runs_ok and bool(rows[0].frames) and not rows[0].note
+        if (pair := ratios(rows)) is not None:
+            measured.append(pair)
+    if args.rounds > 1 and measured:
+        print_rounds(measured)
     if args.keep:
         print(f"work directory: {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
-    return 0 if rows[0].frames and not rows[0].note else 1
+    return 0 if own_runs_ok else 1
+
+
+def run_installed_peer(tool: Tool, work: Workload, workdir: Path, installed: dict[str, Path | str]) -> Row:
+    """The peer's row: installed (once per invocation) and run, or a row saying why not."""
+    assert tool.peer is not None
+    if tool.name not in installed:
+        try:
+            ensure_peer(tool.peer)
+            print(install_row(tool.peer), flush=True)
+            snapshots = [value for value in installed.values() if isinstance(value, Path)]
+            installed[tool.name] = snapshots[0] if snapshots else ensure_tokenizer(tool.peer.bin / "python")
+        except (ToolInstallError, OSError) as exc:
+            installed[tool.name] = f"not installed: {exc}"
+    snapshot = installed[tool.name]
+    if not isinstance(snapshot, Path):
+        return Row(tool.name, snapshot)
+    try:
+        return run_peer(tool, work, workdir, snapshot)
+    except Exception as exc:  # a peer that fails to run is a row saying why
+        return Row(tool.name, f"failed to run: {exc!r}")
 
 
 if __name__ == "__main__":
