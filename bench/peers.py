@@ -107,20 +107,41 @@ What that says:
   inference-perf drops a cut stream's chunk times. No peer reports keep-alive comments.
 
 Again at 05:54 UTC the same day, after the raw user's body receiver stopped arming a gevent timer
-per read (at 64 streams of this pace that cut its CPU per frame by 16%, interleaved against the
-code before; ``bench/scale.py``'s CPU per frame by 19-35%)::
+per read: total 1.65x, streaming-only 1.29x (sse-soak 10,854 and 19,889 frames per CPU s,
+inference-perf 6,578 and 15,463).
+
+``--rounds 3`` at 08:40 UTC the same day, after a raw-users run stopped importing the openai SDK
+and FastAPI at start-up (Locust's start-up CPU 1.85 -> 1.05 s); the third round's table, then the
+ratios of all three::
 
     tool             frames  cpu s frames/cpu s stream cpu s frames/stream cpu s ttft err ms p50/p99 gap err ms p50/p99
-    sse-soak          86486    8.0       10,854          4.3              19,889         0.05 / 0.23        0.00 / 0.04
-    guidellm          86783   39.2        2,212         20.4               4,249        0.44 / 17.20                n/a
-    aiperf            93709   42.2        2,218         35.1               2,667         0.34 / 2.24       0.48 / 10.12
-    inference-perf    77634   11.8        6,578          5.0              15,463         0.21 / 0.61        0.08 / 2.09
-    sse-soak / best peer, frames per CPU s: total 1.65x, streaming-only 1.29x (goal >= 2x)
+    sse-soak          86851    7.4       11,802          4.4              19,893         0.06 / 0.21        0.00 / 0.05
+    guidellm          86722   35.9        2,418         18.4               4,725        0.43 / 12.22                n/a
+    aiperf            93709   41.7        2,247         35.3               2,656         0.29 / 1.08        0.38 / 9.90
+    inference-perf    77634   10.4        7,430          4.4              17,844         0.20 / 0.64        0.06 / 1.60
+    over 3 rounds, sse-soak / best peer: total 1.50, 1.59, 1.89 (median 1.59x), streaming-only 0.98, 1.11,
+    1.37 (median 1.11x)
 
-One run cannot show a 16% change on this machine: sse-soak's streaming CPU was 4.3 s against 4.4
-to 4.8 s in the three runs above, inference-perf's 5.0 s against 4.2 to 4.6 s. The goal is still
-not met against inference-perf. sse-soak's first-token error p99 was 0.23 ms: the 10.1 ms of the
-third run above did not recur.
+sse-soak's streaming CPU was 4.4-4.7 s in the three rounds; inference-perf's 4.1-5.4 s: most of
+the ratio's swing is the peer's. The goal (2x, total and streaming-only) is not met, and at this
+workload it is out of reach of the raw user's design, for reasons measured the same morning:
+
+- The cost is the wake-ups, not the parsing. At 32 streams of a token every 10 ms the process
+  woke 9,673-10,356 times in 10 s for 28,924 frames (2.8-3.0 frames a wake; its voluntary context
+  switches), at 38-42 us of CPU a frame (user 0.8-0.9 s, system 0.2-0.4 s in 10 s). Decoding the
+  chunk, parsing the SSE frame, decoding its JSON and judging it, in a loop without I/O, is 5.5 us
+  a frame; the same runs with parsing and judging cut out still took 35-40 us a frame.
+- A bare receive loop (32 sockets, one greenlet each, ``BodyReceiver``, no Locust, no parsing)
+  costs 11-14 us a read when a tick's 32 frames arrive together, but 23 us (6 user, 17 system)
+  when they arrive spread over the tick, one wake a read, as a server's do. inference-perf pays
+  the same wakes (48-70 us a frame in its streaming window above).
+- Fewer wakes would do it, at a price in timing. A loop made to sleep before each poll (libev's
+  io_collect_interval): 2 ms cut CPU a frame by 15% (4,328-4,464 wakes in 10 s), 5 ms by 27%
+  (1,831-1,838). But a stream's frames less than the interval apart would then share one read and
+  its kernel stamp, which is exactly the per-frame timing sse-soak exists for: not done.
+- One epoll for all raw streams, their bodies read and judged in the hub (a prototype, not kept):
+  7-8 us instead of 11-14 a bare read, and 34-41 us a frame against 40-59 us, three runs each,
+  interleaved. At that saving, the median round above would be about 1.3x streaming-only, not 2x.
 
 Exit status: 1 if sse-soak's own run failed; a peer that fails to install or run is a row saying why.
 """
