@@ -131,7 +131,7 @@ workload it is out of reach of the raw user's design, for reasons measured the s
   switches), at 38-42 us of CPU a frame (user 0.8-0.9 s, system 0.2-0.4 s in 10 s). Decoding the
   chunk, parsing the SSE frame, decoding its JSON and judging it, in a loop without I/O, is 5.5 us
   a frame; the same runs with parsing and judging cut out still took 35-40 us a frame.
-- A bare receive loop (32 sockets, one greenlet each, ``BodyReceiver``, no Locust, no parsing)
+- A bare receive loop (32 sockets, one greenlet each reading its own, no Locust, no parsing)
   costs 11-14 us a read when a tick's 32 frames arrive together, but 23 us (6 user, 17 system)
   when they arrive spread over the tick, one wake a read, as a server's do. inference-perf pays
   the same wakes (48-70 us a frame in its streaming window above).

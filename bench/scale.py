@@ -39,10 +39,11 @@ machine, ``python bench/scale.py``::
 Every frame exact at every count; 15,000 streams in 538 MiB (target: under 1 GiB, met); lag p99 at
 5,000 streams 7.7 ms with the spawn at 1,000 users a second and 2.5 ms once every user was started
 (target: under 10 ms, met; three more runs of 5,000 alone: 7.5, 6.5 and 4.2 ms, after the spawn
-2.9, 2.5 and 2.6 ms). The code before the raw user's body receiver (``loadtests._receiver``), run
-with this script: 14.9 and 16.9 ms, after the spawn 13.7 and 14.1 ms, at 81-92 CPU ms per thousand
-frames. The master absorbed every row from 2 and 4 workers at about a third of a core: not the
-bottleneck (the workers, four on two cores, and the server were).
+2.9, 2.5 and 2.6 ms). The code before the raw user's per-stream body receiver (since replaced
+by ``loadtests._body_mux``), run with this script: 14.9 and 16.9 ms, after the spawn 13.7 and
+14.1 ms, at 81-92 CPU ms per thousand frames. The master absorbed every row from 2 and 4 workers
+at about a third of a core: not the bottleneck (the workers, four on two cores, and the server
+were).
 
 Before the CPU split, the same day (server and load generator on both cores; the second run with
 the body receiver)::

@@ -38,9 +38,9 @@ from locust import FastHttpUser, User
 from loadtests import _arrival_clock as arrival_clock
 from loadtests import _response_end as response_end
 from loadtests._arrivals import Ticket
+from loadtests._body_mux import MuxedBody
 from loadtests._failure_cycles import forget_failure, forget_traceback
 from loadtests._outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
-from loadtests._receiver import BodyReceiver
 from loadtests._run_state import RunState, run_state
 from loadtests._safe_text import printable, without_header_values
 from loadtests._sse import LineTooLong, SSEParser
@@ -369,40 +369,25 @@ class SSEUser(StreamingUser, FastHttpUser):
             server=headers.get("server"),
             via=headers.get("via"),
         )
-        receiver: BodyReceiver | None = None
+        body: RawBody | None = None
         try:
             if not 200 <= status < 300:
                 tracker.error_body(response.content or b"")  # Locust has read it (raise_for_status)
                 return None
             if tracker.broken:
                 return None  # not an event stream: nothing in it to read
-            parser = SSEParser(max_line_bytes)
-            feed, on_frame = parser.feed, tracker.frame
-            sock = raw._sock  # None: the body was read with the headers already
-            receiver = None if sock is None else BodyReceiver(sock, arrival_clock.stamp_arrivals(sock))
-            t = tracker.ttfb or 0.0
+            body = RawBody(raw, SSEParser(max_line_bytes), tracker, started)
             try:
-                while True:
-                    chunk, arrived, read_at = _next_chunk(raw, receiver)
-                    if not chunk:
-                        break
-                    wait = None if arrived is None else read_at - arrived
-                    arrived_at = read_at if arrived is None else arrived
-                    t = max(t, arrived_at - started)  # never before the headers or the previous read
-                    for frame in feed(chunk, t):
-                        on_frame(frame, t, wait)
-                        if tracker.broken:  # at this frame, however the reads were split
-                            return None
+                if body.read_to_end():
+                    return None  # the stream broke the protocol at a frame: read no further
             except gevent.GreenletExit:  # the run ends: what had arrived is the stream's, not lost
-                t = max(t, time.monotonic() - started)
-                for frame in feed(_arrived_already(raw), t):
-                    on_frame(frame, t, None)
+                body.take_arrived_already()
                 raise
-            if parser.invalid_utf8:  # in a frame the body ended before completing
+            if body.parser.invalid_utf8:  # in a frame the body ended before completing
                 tracker.protocol_error(INVALID_UTF8)
         except LineTooLong as exc:
-            for frame in exc.frames:  # whole frames that came in the same read, before the long line
-                on_frame(frame, t, wait)
+            assert body is not None  # only the body's parser raises it
+            body.take_whole_frames(exc.frames)
             tracker.protocol_error(str(exc))
         except TimeoutError:
             tracker.client_ended(IDLE_IN_BODY)
@@ -410,11 +395,95 @@ class SSEUser(StreamingUser, FastHttpUser):
         except (HTTPParseError, OSError):
             return None  # the connection ended mid-body: the tracker sees no [DONE] and says "cut"
         finally:
-            if receiver is not None:
-                receiver.close()
             raw.release()  # back to the pool only when the body was read to its end; closed otherwise
             forget_failure(response)
         return None
+
+
+class RawBody:
+    """One raw response's body as its bytes arrive: split into frames, each timed (its read's kernel
+    arrival stamp, ``loadtests._arrival_clock``, never before the headers or the previous read) and
+    judged by the tracker. A plain-TCP body is read in the hub with every other one
+    (``loadtests._body_mux``); a TLS body, whose bytes are decrypted above the OS socket, by the
+    reader's greenlet through gevent, unstamped.
+
+    (geventhttpclient's ``readline()`` would wait for a whole line however long it grows, and its
+    ``read(n)`` for ``n`` bytes; this takes what each receive brought, so frames are timed as they
+    arrive and the parser bounds the line length.)"""
+
+    __slots__ = ("_feed", "_frame", "_started", "parser", "raw", "t", "tracker", "wait")
+
+    def __init__(self, raw: Any, parser: SSEParser, tracker: StreamTracker, started: float) -> None:
+        self.raw = raw
+        self.parser = parser
+        self.tracker = tracker
+        self._feed, self._frame = parser.feed, tracker.frame
+        self._started = started
+        self.t = tracker.ttfb or 0.0
+        """Seconds after the send at which the last read arrived."""
+        self.wait: float | None = None
+        """How long the last read's bytes lay in the kernel before they were read (None: unknown)."""
+
+    def read_to_end(self) -> bool:
+        """Read and judge the body to its end; True when the stream broke the protocol at a frame
+        (nothing after it is read). Raises ``TimeoutError`` after the client's idle timeout without a
+        byte, ``OSError`` or ``HTTPParseError`` when the connection ends mid-body, ``LineTooLong``."""
+        raw = self.raw
+        if raw._body_buffer and self.take(_buffered(raw), None, time.monotonic()):  # came with the headers
+            return True
+        if raw.message_complete:
+            return False
+        sock = raw._sock
+        if sock is None:
+            raise ConnectionResetError("connection released mid-body")
+        if isinstance(sock, arrival_clock.TLS_SOCKETS):
+            return self._read_tls(sock)
+        muxed = MuxedBody(sock._sock, arrival_clock.stamp_arrivals(sock), raw.block_size, sock.timeout, self.take_read)
+        muxed.read()
+        return self.tracker.broken
+
+    def _read_tls(self, sock: Any) -> bool:
+        raw = self.raw
+        while not raw.message_complete:
+            data = sock.recv(raw.block_size)  # gevent's: TimeoutError after the socket's idle timeout
+            if self.take_read(data, None, time.monotonic()):
+                return self.tracker.broken
+        return False
+
+    def take_read(self, data: bytes, arrived: float | None, read_at: float) -> bool:
+        """One receive (``b""``: the peer closed) through the HTTP parser; True when the body needs
+        no more: it ended, or the stream broke the protocol at a frame."""
+        raw = self.raw
+        raw.feed(data)
+        if not data and not raw.message_complete:
+            raise ConnectionResetError("connection closed mid-body")
+        if raw._body_buffer and self.take(_buffered(raw), arrived, read_at):
+            return True
+        return raw.message_complete
+
+    def take(self, chunk: bytes, arrived: float | None, read_at: float) -> bool:
+        """Body bytes that arrived at ``arrived`` (None: unknown) and were read at ``read_at``; True
+        when the stream broke the protocol at one of their frames (however the reads were split)."""
+        self.wait = None if arrived is None else read_at - arrived
+        t = self.t = max(self.t, (read_at if arrived is None else arrived) - self._started)
+        on_frame, wait, tracker = self._frame, self.wait, self.tracker
+        for frame in self._feed(chunk, t):
+            on_frame(frame, t, wait)
+            if tracker.broken:
+                return True
+        return False
+
+    def take_whole_frames(self, frames: list[Any]) -> None:
+        """Frames that came whole in the read that also brought a line over the limit."""
+        for frame in frames:
+            self._frame(frame, self.t, self.wait)
+
+    def take_arrived_already(self) -> None:
+        """The run stopped the reader: what had arrived is the stream's (the frames still on the wire
+        are not waited for), timed now."""
+        self.t = max(self.t, time.monotonic() - self._started)
+        for frame in self._feed(_arrived_already(self.raw), self.t):
+            self._frame(frame, self.t, None)
 
 
 _PARSER_WORDS = (
@@ -461,27 +530,12 @@ def _arrived_already(raw: Any) -> bytes:
     return chunk
 
 
-def _next_chunk(raw: Any, receiver: BodyReceiver | None) -> tuple[bytes, float | None, float]:
-    """The body bytes that have arrived, waiting for at least one (``b""`` at the body's end), with
-    the ``time.monotonic()`` they arrived at (the kernel's stamp when ``stamped``,
-    ``loadtests._arrival_clock``; None when unknown: no stamp, or bytes that came with the headers)
-    and the time they were read. (geventhttpclient's ``readline()`` would wait
-    for a whole line however long it grows, and its ``read(n)`` for ``n`` bytes; this returns what
-    each receive brought, so frames are timed as they arrive and the parser bounds the line length.)"""
+def _buffered(raw: Any) -> bytes:
+    """The body bytes the HTTP parser has decoded and nobody has taken yet; taken now."""
     buffer = raw._body_buffer
-    arrived = None
-    while not buffer:
-        if raw.message_complete:
-            return b"", None, 0.0
-        if raw._sock is None or receiver is None:
-            raise ConnectionResetError("connection released mid-body")
-        data, arrived = receiver.receive(raw.block_size)
-        raw.feed(data)
-        if not data and not raw.message_complete:
-            raise ConnectionResetError("connection closed mid-body")
     chunk = bytes(buffer)
     del buffer[:]
-    return chunk, arrived, time.monotonic()
+    return chunk
 
 
 def _sdk() -> Any:

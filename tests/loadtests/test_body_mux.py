@@ -1,0 +1,198 @@
+"""Bodies read in the hub through one epoll: the client's idle rule (a loop stall never counts as
+the server's silence), kernel arrival stamps, and every way a body ends leaving nothing registered."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import gevent
+import gevent.socket
+import pytest
+from gevent.monkey import get_original
+
+from loadtests._arrival_clock import SO_TIMESTAMPNS, keep_kernel_stamping_on, stamp_arrivals
+from loadtests._body_mux import MuxedBody
+
+pytestmark = pytest.mark.fast
+
+IDLE_S = 0.3
+Pair = tuple[gevent.socket.socket, gevent.socket.socket]
+Read = tuple[bytes, float | None, float]
+blocking_sleep = get_original("time", "sleep")
+OsThread = get_original("threading", "Thread")
+OsSocket = get_original("socket", "socket")
+
+
+@pytest.fixture
+def connection() -> Iterator[Pair]:
+    """(ours, theirs): a loopback TCP pair of gevent sockets."""
+    with gevent.socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        theirs = gevent.socket.create_connection(listener.getsockname())
+        ours, _ = listener.accept()
+    with ours, theirs:
+        yield ours, theirs
+
+
+class Collector:
+    """An ``on_read`` that keeps every read and says the body ended once ``until`` bytes came."""
+
+    def __init__(self, until: int) -> None:
+        self.until = until
+        self.reads: list[Read] = []
+
+    def __call__(self, data: bytes, arrived: float | None, read_at: float) -> bool:
+        self.reads.append((data, arrived, read_at))
+        return len(self.data) >= self.until
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(read[0] for read in self.reads)
+
+
+def body(
+    ours: gevent.socket.socket, on_read: Collector, idle_s: float | None = IDLE_S, stamped: bool = False
+) -> MuxedBody:
+    return MuxedBody(ours._sock, stamped, 4096, idle_s, on_read)
+
+
+def send_every(sock: gevent.socket.socket, pieces: list[bytes], interval: float) -> gevent.Greenlet:
+    def send() -> None:
+        for piece in pieces:
+            gevent.sleep(interval)
+            sock.sendall(piece)
+
+    return gevent.spawn(send)
+
+
+def test_pieces_closer_than_the_idle_timeout_never_time_out_however_long_the_body(connection: Pair) -> None:
+    """Six pieces 0.2 s apart: 1.2 s in all, four times the idle timeout; the timer re-arms."""
+    ours, theirs = connection
+    pieces = [b"data: %d\n\n" % i for i in range(6)]
+    sender = send_every(theirs, pieces, 0.2)
+    collected = Collector(len(b"".join(pieces)))
+    body(ours, collected).read()
+    assert collected.data == b"".join(pieces)
+    sender.get(timeout=5)
+
+
+def test_no_byte_for_the_idle_timeout_ends_the_read_with_timeout_error(connection: Pair) -> None:
+    ours, theirs = connection
+    theirs.sendall(b"data: 1\n\n")
+    collected = Collector(1 << 20)
+    began = time.monotonic()
+    with pytest.raises(TimeoutError):
+        body(ours, collected).read()
+    assert IDLE_S <= time.monotonic() - began + 0.02 < IDLE_S + 0.25
+    assert collected.data == b"data: 1\n\n"
+
+
+def test_a_stall_of_the_loop_is_never_taken_for_the_servers_silence(connection: Pair) -> None:
+    """The loop is blocked for three idle timeouts while the next bytes wait in the kernel: the body
+    reads them when the loop runs again, and ends by its own rule, not by a timeout."""
+    ours, theirs = connection
+    collected = Collector(2)
+
+    def stall_after_the_first_byte() -> None:
+        theirs.sendall(b"a")
+        gevent.sleep(0.05)
+        theirs.sendall(b"b")
+        blocking_sleep(3 * IDLE_S)  # holds the whole loop: no greenlet, no watcher runs meanwhile
+
+    staller = gevent.spawn(stall_after_the_first_byte)
+    body(ours, collected).read()
+    assert collected.data == b"ab"
+    staller.get(timeout=5)
+
+
+def test_the_peer_closing_hands_over_an_empty_read_and_ends_the_body(connection: Pair) -> None:
+    ours, theirs = connection
+    theirs.sendall(b"x")
+    theirs.shutdown(2)
+    collected = Collector(1 << 20)
+    body(ours, collected).read()
+    assert collected.data == b"x"
+    assert collected.reads[-1][0] == b""
+
+
+def test_what_on_read_raises_is_raised_in_the_reader_and_the_hub_goes_on(connection: Pair) -> None:
+    ours, theirs = connection
+
+    def refuse(data: bytes, arrived: float | None, read_at: float) -> bool:
+        raise ValueError(f"refused {data!r}")
+
+    theirs.sendall(b"bad")
+    with pytest.raises(ValueError, match="refused b'bad'"):
+        MuxedBody(ours._sock, False, 4096, IDLE_S, refuse).read()
+    theirs.sendall(b"ok")  # the same socket reads again: nothing of the failed body is left registered
+    collected = Collector(2)
+    body(ours, collected).read()
+    assert collected.data == b"ok"
+
+
+def test_a_reader_killed_mid_body_leaves_nothing_registered_nor_running(connection: Pair) -> None:
+    ours, theirs = connection
+    collected = Collector(1 << 20)
+    reader = gevent.spawn(body(ours, collected).read)
+    gevent.sleep(0.05)
+    reader.kill(block=True)  # as Locust stops a user
+    theirs.sendall(b"after")
+    gevent.sleep(2 * IDLE_S)  # a body left registered would read, a timer left running would fire
+    assert collected.reads == []
+    later = Collector(5)
+    body(ours, later).read()  # registering the same socket again is allowed
+    assert later.data == b"after"
+
+
+def test_a_reader_waiting_on_bytes_from_outside_gevent_keeps_the_loop_alive(connection: Pair) -> None:
+    """Nothing but the mux can wake the reader (the sender is an OS thread): the loop must not
+    decide it would block forever."""
+    ours, theirs = connection
+    raw_theirs = OsSocket(fileno=os.dup(theirs.fileno()))  # the same connection, outside gevent
+    raw_theirs.setblocking(True)
+
+    def send_later() -> None:
+        blocking_sleep(0.1)
+        raw_theirs.sendall(b"late")
+
+    sender = OsThread(target=send_later)
+    sender.start()
+    collected = Collector(4)
+    try:
+        body(ours, collected, idle_s=None).read()
+    finally:
+        sender.join()
+        raw_theirs.close()
+    assert collected.data == b"late"
+
+
+@pytest.mark.skipif(SO_TIMESTAMPNS is None, reason="no SO_TIMESTAMPNS on this platform")
+def test_stamped_reads_come_with_the_kernels_arrival_time(connection: Pair) -> None:
+    ours, theirs = connection
+    assert keep_kernel_stamping_on()  # as the harness does at setup
+    assert stamp_arrivals(ours)
+    deadline = time.monotonic() + 5
+    while True:  # Linux turns stamping on lazily, soon after it is first asked: wait until it is on
+        probe = Collector(3)
+        theirs.sendall(b":\n\n")
+        body(ours, probe, stamped=True).read()
+        if probe.reads[-1][1] is not None:
+            break
+        assert time.monotonic() < deadline, "the kernel never stamped an arrival"
+
+    def send_then_stall() -> None:
+        theirs.sendall(b"data: 1\n\n")
+        blocking_sleep(0.1)  # the bytes lie in the kernel while the loop is held
+
+    collected = Collector(len(b"data: 1\n\n"))
+    sent = time.monotonic()
+    staller = gevent.spawn(send_then_stall)
+    body(ours, collected, stamped=True).read()
+    staller.get(timeout=5)
+    data, arrived, read_at = collected.reads[0]
+    assert data == b"data: 1\n\n"
+    assert arrived is not None and abs(arrived - sent) < 0.05  # not the read's time, 0.1 s later
+    assert read_at - arrived >= 0.09
