@@ -111,37 +111,39 @@ per read: total 1.65x, streaming-only 1.29x (sse-soak 10,854 and 19,889 frames p
 inference-perf 6,578 and 15,463).
 
 ``--rounds 3`` at 08:40 UTC the same day, after a raw-users run stopped importing the openai SDK
-and FastAPI at start-up (Locust's start-up CPU 1.85 -> 1.05 s); the third round's table, then the
-ratios of all three::
+and FastAPI at start-up (Locust's start-up CPU 1.85 -> 1.05 s): total 1.50, 1.59 and 1.89
+(median 1.59x), streaming-only 0.98, 1.11 and 1.37 (median 1.11x); sse-soak's streaming CPU was
+4.4-4.7 s, inference-perf's 4.1-5.4 s (most of the ratio's swing is the peer's).
+
+``--rounds 3`` at 09:03 UTC, after raw bodies came to be read in the hub through one epoll
+(``loadtests._body_mux``); the first round's table, then the ratios of all three::
 
     tool             frames  cpu s frames/cpu s stream cpu s frames/stream cpu s ttft err ms p50/p99 gap err ms p50/p99
-    sse-soak          86851    7.4       11,802          4.4              19,893         0.06 / 0.21        0.00 / 0.05
-    guidellm          86722   35.9        2,418         18.4               4,725        0.43 / 12.22                n/a
-    aiperf            93709   41.7        2,247         35.3               2,656         0.29 / 1.08        0.38 / 9.90
-    inference-perf    77634   10.4        7,430          4.4              17,844         0.20 / 0.64        0.06 / 1.60
-    over 3 rounds, sse-soak / best peer: total 1.50, 1.59, 1.89 (median 1.59x), streaming-only 0.98, 1.11,
-    1.37 (median 1.11x)
+    sse-soak          86853    6.4       13,606          3.6              23,880         0.05 / 0.20        0.00 / 0.04
+    guidellm          86776   38.5        2,257         20.7               4,189         0.46 / 6.82                n/a
+    aiperf            93709   42.6        2,199         35.3               2,656         0.72 / 6.99       0.72 / 10.20
+    inference-perf    77634   12.5        6,231          5.6              13,924         0.23 / 0.68        0.11 / 2.35
+    over 3 rounds, sse-soak / best peer: total 1.87, 1.88, 2.18 (median 1.88x), streaming-only 1.41, 1.50,
+    1.72 (median 1.50x)
 
-sse-soak's streaming CPU was 4.4-4.7 s in the three rounds; inference-perf's 4.1-5.4 s: most of
-the ratio's swing is the peer's. The goal (2x, total and streaming-only) is not met, and at this
-workload it is out of reach of the raw user's design, for reasons measured the same morning:
+sse-soak's streaming CPU was 3.6-4.0 s, inference-perf's 5.1-5.6 s. The goal (2x, total and
+streaming-only) is met in one round of three for the total, in none for streaming only. What is
+left is mostly the wake-ups, as measured the same morning:
 
-- The cost is the wake-ups, not the parsing. At 32 streams of a token every 10 ms the process
-  woke 9,673-10,356 times in 10 s for 28,924 frames (2.8-3.0 frames a wake; its voluntary context
-  switches), at 38-42 us of CPU a frame (user 0.8-0.9 s, system 0.2-0.4 s in 10 s). Decoding the
-  chunk, parsing the SSE frame, decoding its JSON and judging it, in a loop without I/O, is 5.5 us
-  a frame; the same runs with parsing and judging cut out still took 35-40 us a frame.
-- A bare receive loop (32 sockets, one greenlet each reading its own, no Locust, no parsing)
-  costs 11-14 us a read when a tick's 32 frames arrive together, but 23 us (6 user, 17 system)
-  when they arrive spread over the tick, one wake a read, as a server's do. inference-perf pays
-  the same wakes (48-70 us a frame in its streaming window above).
+- The cost is the wake-ups more than the parsing. At 32 streams of a token every 10 ms the
+  process woke 9,673-10,356 times in 10 s for 28,924 frames (2.8-3.0 frames a wake; its voluntary
+  context switches), at 38-42 us of CPU a frame (user 0.8-0.9 s, system 0.2-0.4 s in 10 s), before
+  the epoll. Decoding the chunk, parsing the SSE frame, decoding its JSON and judging it, in a loop
+  without I/O, is 5.5 us a frame; the same runs with parsing and judging cut out still took 35-40
+  us a frame.
+- A bare receive loop (32 sockets, no Locust, no parsing) costs 11-14 us a read with a greenlet
+  per socket and 7-8 us with one epoll when a tick's 32 frames arrive together, but 23 and 18 us
+  (about 17 us of it the system's) when they arrive spread over the tick, one wake a read, as a
+  server's do. inference-perf pays the same wakes (48-72 us a frame in its streaming windows).
 - Fewer wakes would do it, at a price in timing. A loop made to sleep before each poll (libev's
   io_collect_interval): 2 ms cut CPU a frame by 15% (4,328-4,464 wakes in 10 s), 5 ms by 27%
   (1,831-1,838). But a stream's frames less than the interval apart would then share one read and
   its kernel stamp, which is exactly the per-frame timing sse-soak exists for: not done.
-- One epoll for all raw streams, their bodies read and judged in the hub (a prototype, not kept):
-  7-8 us instead of 11-14 a bare read, and 34-41 us a frame against 40-59 us, three runs each,
-  interleaved. At that saving, the median round above would be about 1.3x streaming-only, not 2x.
 
 Exit status: 1 if sse-soak's own run failed; a peer that fails to install or run is a row saying why.
 """

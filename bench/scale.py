@@ -23,8 +23,28 @@ the master is not the bottleneck while its CPU stays well under one core and eve
 
 Part A runs the server on the first CPU and the load generator on the others
 (``CapacitySettings.split_cpus``): on two cores, sharing a CPU with the server's processes put the
-scheduler's delays into the load generator's lag. Measured 2026-12-06 06:00 UTC on this 2-core
-machine, ``python bench/scale.py``::
+scheduler's delays into the load generator's lag. Measured 2026-12-06 09:02 UTC on this 2-core
+machine, ``python bench/scale.py``, with raw bodies read in the hub through one epoll
+(``loadtests._body_mux``)::
+
+     streams  exact peak open peak RSS MiB KiB/stream CPU ms/1k frames lag p99 ms lag max ms p99 after spawn
+        1000    yes      1000          171       29.3             84.7        1.5       19.7             1.1
+        5000    yes      5000          268       25.7             60.4        5.5       37.3             1.6
+       10000    yes     10000          387       25.0             52.1        5.8      334.2             1.7
+       15000    yes     15000          508       25.0             53.0        8.5      637.8             6.1
+
+    workers    rows   rows/s  lost master CPU CPU per worker
+          2   34352     1718     0        27%            26%
+          4   31212     1561     0        26%            14%
+
+Every frame exact at every count; 15,000 streams in 508 MiB (target: under 1 GiB, met); lag p99 at
+5,000 streams 5.5 ms with the spawn at 1,000 users a second and 1.6 ms once every user was started
+(target: under 10 ms, met; a run of 1,000 and 5,000 just before: 4.0 ms, after the spawn 1.1 ms).
+The master absorbed every row from 2 and 4 workers at about a quarter of a core: not the
+bottleneck (the workers, four on two cores, and the server were).
+
+The same script at 06:00 UTC, with each stream's body read by its user's greenlet (one wake of
+that greenlet per frame)::
 
      streams  exact peak open peak RSS MiB KiB/stream CPU ms/1k frames lag p99 ms lag max ms p99 after spawn
         1000    yes      1000          194       31.3            106.2        1.8       16.3             1.2
@@ -36,14 +56,11 @@ machine, ``python bench/scale.py``::
           2   22789     1139     0        33%            23%
           4   18830      942     0        31%            13%
 
-Every frame exact at every count; 15,000 streams in 538 MiB (target: under 1 GiB, met); lag p99 at
-5,000 streams 7.7 ms with the spawn at 1,000 users a second and 2.5 ms once every user was started
-(target: under 10 ms, met; three more runs of 5,000 alone: 7.5, 6.5 and 4.2 ms, after the spawn
-2.9, 2.5 and 2.6 ms). The code before the raw user's per-stream body receiver (since replaced
-by ``loadtests._body_mux``), run with this script: 14.9 and 16.9 ms, after the spawn 13.7 and
-14.1 ms, at 81-92 CPU ms per thousand frames. The master absorbed every row from 2 and 4 workers
-at about a third of a core: not the bottleneck (the workers, four on two cores, and the server
-were).
+That is 20-31% less CPU per frame with the hub reading, and at 10,000 and 15,000 streams a lag
+p99 of 5.8 and 8.5 ms instead of 14.7 and 22.6. Three more runs of 5,000 alone at 06:00: 7.5, 6.5
+and 4.2 ms, after the spawn 2.9, 2.5 and 2.6 ms. The code before that per-stream receiver (gevent
+arming a timer for every read), run with this script: 14.9 and 16.9 ms, after the spawn 13.7 and
+14.1 ms, at 81-92 CPU ms per thousand frames.
 
 Before the CPU split, the same day (server and load generator on both cores; the second run with
 the body receiver)::
