@@ -73,14 +73,14 @@ def keep_kernel_stamping_on() -> bool:
     return _stamping_holder is not None
 
 
-def recv_stamped(sock: Any, size: int) -> tuple[bytes, float | None]:
+def recv_stamped(sock: Any, size: int) -> tuple[bytes, float | None, float]:
     """Receive up to ``size`` bytes from a socket prepared by ``stamp_arrivals`` (waiting as
     ``recv`` does); returns them with the ``time.monotonic()`` at which the last segment read
-    arrived, or None when the kernel gave no stamp."""
+    arrived (None when the kernel gave no stamp) and the one at which they were read."""
     data, ancillary, _flags, _address = sock.recvmsg(size, _ANCILLARY_BYTES)
+    read_at = time.monotonic()
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= _TIMESPEC.size:
             seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
-            read_at = time.monotonic()
-            return data, min(read_at, seconds + nanoseconds * 1e-9 - (time.time() - read_at))
-    return data, None
+            return data, min(read_at, seconds + nanoseconds * 1e-9 - (time.time() - read_at)), read_at
+    return data, None, read_at

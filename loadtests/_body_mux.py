@@ -129,12 +129,11 @@ class MuxedBody:
         try:
             try:
                 if self._stamped:
-                    data, arrived = arrival_clock.recv_stamped(self._socket, self._size)
+                    data, arrived, read_at = arrival_clock.recv_stamped(self._socket, self._size)
                 else:
-                    data, arrived = self._socket.recv(self._size), None
+                    data, arrived, read_at = self._socket.recv(self._size), None, time.monotonic()
             except BlockingIOError:
                 return
-            read_at = time.monotonic()
             self._last_read = read_at
             if self._on_read(data, arrived, read_at) or not data:
                 self._end(None)

@@ -674,6 +674,4 @@ def _handed_over(chunk: Any) -> Any:
     """What the SDK handed over, as plain data: its model's fields as sent (the SDK builds models
     without validation, so a count sent as ``"abc"`` stays a string), or the value itself when the
     frame was not an object (the SDK hands over lists and strings unchanged)."""
-    from pydantic import BaseModel  # loaded with the SDK that made the chunk
-
-    return chunk.model_dump(exclude_unset=True, warnings=False) if isinstance(chunk, BaseModel) else chunk
+    return chunk.model_dump(exclude_unset=True, warnings=False) if isinstance(chunk, _sdk().BaseModel) else chunk
