@@ -77,6 +77,10 @@ class Ticket:
     due_epoch: float
 
 
+class ScheduleClosed(Exception):
+    """The test is stopping: the schedule hands out no more tickets."""
+
+
 class ArrivalSchedule:
     """This process's tickets from ``start_epoch`` on, handed out in order. Not thread-safe: the
     users are greenlets on one thread, and nothing here blocks between reading and advancing."""
@@ -101,7 +105,10 @@ class ArrivalSchedule:
     def acquire(self) -> Ticket:
         """Wait for a free in-flight slot, take the earliest ticket nobody took and wait until it is
         due (not at all when it is overdue: its request then starts late). Call ``release()`` when
-        its request is over."""
+        its request is over. Raises ``ScheduleClosed`` once ``unsent()`` closed the schedule: a
+        request sent then would follow no schedule."""
+        if self.closed:
+            raise ScheduleClosed
         if self._slots is not None:
             self._slots.acquire()
         try:

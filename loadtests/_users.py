@@ -34,10 +34,11 @@ from typing import Any, ClassVar
 import gevent
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from locust import FastHttpUser, User
+from locust.exception import StopUser
 
 from loadtests import _arrival_clock as arrival_clock
 from loadtests import _response_end as response_end
-from loadtests._arrivals import Ticket
+from loadtests._arrivals import ScheduleClosed, Ticket
 from loadtests._body_mux import MuxedBody
 from loadtests._failure_cycles import forget_failure, forget_traceback
 from loadtests._outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
@@ -117,10 +118,13 @@ def _send_next(user: StreamingUser) -> None:
     arrival schedule says (open loop, ``loadtests._arrivals``)."""
     user.harness.admission.wait()  # a worker sends nothing until its master admitted it to the run
     schedule = user.harness.arrivals
-    if schedule is None or schedule.closed:
+    if schedule is None:
         user.send_next()
         return
-    user._ticket = schedule.acquire()
+    try:
+        user._ticket = schedule.acquire()
+    except ScheduleClosed:
+        raise StopUser from None  # the user's test is stopping; Locust ends the user as it ends any other
     try:
         user.send_next()
     finally:

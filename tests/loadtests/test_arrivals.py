@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from loadtests._arrivals import ArrivalPlan, ArrivalSchedule, not_sent_row, share
+from loadtests._arrivals import ArrivalPlan, ArrivalSchedule, ScheduleClosed, not_sent_row, share
 from loadtests._recorder import REQUEST_SCHEMA, Recorder
 from loadtests._summary import arrival, arrival_line
 
@@ -55,6 +55,8 @@ def test_tickets_come_in_order_overdue_ones_at_once_and_the_untaken_ones_are_uns
     left = schedule.unsent()
     assert [ticket.number for ticket in left][:1] == [4] and 6 <= len(left) <= 8  # due by now, never taken
     assert schedule.closed
+    with pytest.raises(ScheduleClosed):
+        schedule.acquire()  # the test is stopping: a user that asks now sends nothing, on no schedule
 
 
 def test_a_ticket_waits_for_its_time_and_for_a_free_slot() -> None:
