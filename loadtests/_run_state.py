@@ -34,6 +34,7 @@ from loadtests._workload import (
     ServerFacts,
     ServerPace,
     discover,
+    milliseconds,
     probe_prompt_sizing,
 )
 
@@ -205,8 +206,8 @@ class RunState:
         self._resizes += 1
         self._pace_settled = self._resizes >= PACE_MAX_RESIZES
         self.facts.pace = ServerPace(current.first_token_s, pace.per_token_s)  # its first token waited in the queue
-        was, now = current.per_token_s * 1000, pace.per_token_s * 1000
-        why = f"the slot holders streamed a token every {now:.1f} ms, not {was:.1f}: sized again"
+        was, now = milliseconds(current.per_token_s), milliseconds(pace.per_token_s)
+        why = f"the slot holders streamed a token every {now} ms, not {was}: sized again"
         self._lengthen_holders(why if self._resizes == 1 else None)
 
     def _lengthen_holders(self, why: str | None) -> None:

@@ -129,6 +129,13 @@ HOLD_MAX_TOKENS = 16384
 """The most tokens a slot-holding request asks for, whatever the pace: a bound on its length."""
 
 
+def milliseconds(seconds: float) -> str:
+    """``seconds`` in milliseconds, to a tenth from 1 ms up and to two significant digits below it
+    (a token every 0.04 ms is not "0.0")."""
+    ms = seconds * 1000
+    return f"{ms:.1f}" if ms >= 1 or ms == 0 else f"{ms:.2g}"
+
+
 @dataclass(frozen=True)
 class ServerPace:
     """The server's own pace, from the first stream of the run that finished ``ok`` with tokens:
@@ -160,7 +167,7 @@ class ServerPace:
     def describe(self) -> str:
         return (
             f"the server sent a first token in {self.first_token_s * 1000:.0f} ms and one every "
-            f"{self.per_token_s * 1000:.1f} ms after it"
+            f"{milliseconds(self.per_token_s)} ms after it"
         )
 
 

@@ -144,3 +144,9 @@ def test_holders_are_sized_at_the_fastest_pace_seen_until_it_settles(capsys: pyt
     for pace in (0.016, 0.008, 0.004, 0.002, 0.001):  # ever faster: settled after PACE_MAX_RESIZES
         restless.learn_pace(finished(300, 300, pace))
     assert restless._resizes == PACE_MAX_RESIZES and mix.requests[0].body["max_tokens"] == 1500  # at 2 ms
+
+    capsys.readouterr()
+    bursting, mix = state_with_a_mix()
+    bursting.learn_pace(finished(16, 16, 0.0004))  # a server that sends its tokens in bursts
+    bursting.learn_pace(finished(300, 300, 0.00004))
+    assert "a token every 0.04 ms, not 0.4: sized again" in capsys.readouterr().out  # never "0.0 ms, not 0.0"
