@@ -13,6 +13,10 @@ that took part has sent one or is gone; a worker Locust marks missing (no heartb
 3 s) is not waited for. Each process's lag samples (``loadtests._lag``) travel in its batches; the
 master writes its own on the same cadence.
 
+A ``--processes`` worker whose master died (SIGKILL, say) writes what it has not shipped, rows,
+frames and lag, as parts of its own into the test's run directory (``TEST_RUN_DIR``), where
+``python -m loadtests report`` finds them with the master's: the killed run is judged on every row.
+
 Every batch also says how many requests its worker started since the last one, so the master
 knows, per worker, requests started against rows received: a worker killed mid-test leaves that
 difference (``lost``, with when it was last heard from), and the test is judged with it
@@ -34,14 +38,19 @@ import gevent
 from locust.runners import STATE_CLEANUP, STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 from loadtests._outcome import Outcome
+from loadtests._run_dir import RunDir
 from loadtests._run_state import run_state
 from loadtests._run_writer import RunWriter
 
 BATCH_MESSAGE = "sse_soak_batch"
 FLUSH_MESSAGE = "sse_soak_flush"
 FINAL_BATCH_TIMEOUT_S = 30.0
+TEST_RUN_DIR = "sse_soak_test_run_dir"
+"""The option (set by the master, which Locust hands its workers with every spawn message) naming
+the current test's run directory: where a worker whose master died writes what it could not send."""
 ORPHANED_ROWS = "orphaned-rows-{worker}-{pid}.jsonl"
-"""Where a worker whose master died keeps the rows it could not send, under the report root."""
+"""Where such a worker keeps the rows when that directory is out of its reach (not on its
+filesystem, or unwritable), under the report root."""
 logger = logging.getLogger(__name__)
 
 
@@ -82,6 +91,7 @@ class Collector:
         self.participants: set[str] = set()
         self.final_from: set[str] = set()
         self._orphaned = False
+        self._orphan_writer: RunWriter | None = None
         self.tallies: dict[str, WorkerTally] = {}
         """Per worker of the current test (by Locust's client id): requests started, rows received."""
         self._greenlet: gevent.Greenlet | None = None
@@ -111,6 +121,8 @@ class Collector:
         self.final_from.clear()
         self.tallies.clear()
         self._own_batch()  # what this process recorded between tests belongs to none
+        if self._is_master:  # the workers get it with this test's spawn messages, sent after test_start
+            setattr(self.environment.parsed_options, TEST_RUN_DIR, str(writer.directory.resolve()))
         self.participants = (
             {client.id for client in self.runner.clients.all} - self.refused if self._is_master else set()
         )
@@ -153,8 +165,9 @@ class Collector:
 
     # -- worker -------------------------------------------------------------------------------
     def master_gone(self) -> None:
-        """The master died (this worker's parent is gone): what is not shipped yet stays here, in
-        ``ORPHANED_ROWS`` under the report root, instead of going to no one; this process then quits."""
+        """The master died (this worker's parent is gone): what is not shipped yet goes into the
+        test's run directory itself (``TEST_RUN_DIR``), else into ``ORPHANED_ROWS`` under the report
+        root, instead of going to no one; this process then quits."""
         self._orphaned = True
         logger.error("sse-soak: the master is gone; this worker stops and keeps its unsent rows locally")
 
@@ -166,18 +179,38 @@ class Collector:
             self.runner.send_message(BATCH_MESSAGE, {**batch, "final": final})
 
     def _keep_locally(self, batch: dict[str, Any]) -> None:
-        if not batch["rows"]:
-            return
+        rows, writer = batch["rows"], self._run_dir_writer()
+        if writer is not None:
+            before = writer.rows_written
+            writer.write_batch(batch)  # parts named by this process's pid: never the master's
+            rows = writer.take_pending_rows()  # the disk refused them: kept as text below
+            if writer.rows_written > before:
+                logger.error(
+                    "sse-soak: %d rows the master never got are in %s", writer.rows_written - before, writer.directory
+                )
+        if rows:
+            self._keep_as_text(rows, str(batch["worker"]))
+
+    def _run_dir_writer(self) -> RunWriter | None:
+        """A writer into the current test's run directory, None when the master named none or it is
+        not a directory here."""
+        if self._orphan_writer is None:
+            named = getattr(self.environment.parsed_options, TEST_RUN_DIR, None)
+            if named and RunDir(named).holds_results():
+                self._orphan_writer = RunWriter(Path(named))
+        return self._orphan_writer
+
+    def _keep_as_text(self, rows: list[dict[str, Any]], worker: str) -> None:
         root = Path(getattr(self.environment.parsed_options, "report_dir", None) or ".")
-        path = root / ORPHANED_ROWS.format(worker=batch["worker"], pid=os.getpid())
+        path = root / ORPHANED_ROWS.format(worker=worker, pid=os.getpid())
         try:
             with path.open("a", encoding="utf-8") as file:
-                for row in batch["rows"]:
+                for row in rows:
                     file.write(json.dumps(row, default=str) + "\n")
         except OSError as exc:
-            logger.error("sse-soak: %d unsent rows lost: %s could not be written (%s)", len(batch["rows"]), path, exc)
+            logger.error("sse-soak: %d unsent rows lost: %s could not be written (%s)", len(rows), path, exc)
             return
-        logger.error("sse-soak: %d rows the master never got are kept in %s", len(batch["rows"]), path)
+        logger.error("sse-soak: %d rows the master never got are kept in %s", len(rows), path)
 
     def _ship_final(self, **_: Any) -> None:
         self._ship(final=True)

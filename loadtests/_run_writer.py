@@ -130,6 +130,13 @@ class RunWriter:
         self._write_batch(self._pending[0])
         self._pending.pop(0)
 
+    def take_pending_rows(self) -> list[dict[str, Any]]:
+        """Give up the batches not written yet (their frames and lag go with them) and return their
+        rows, for a caller with no later write to retry them at: a worker quitting, say."""
+        rows = [row for batch in self._pending for row in batch["rows"]]
+        self._pending.clear()
+        return rows
+
     @property
     def rows_pending(self) -> int:
         """Rows held in memory because their batch could not be written yet."""

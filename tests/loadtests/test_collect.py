@@ -48,3 +48,44 @@ def test_no_part_is_written_after_the_test_is_finished(tmp_path: Path) -> None:
     parts = json.loads(result.stdout)
     assert parts["while_running"] >= 2  # the periodic write ran while the test did
     assert parts["after"] == parts["judged"]
+
+
+ORPHANED_WORKER = """
+import gevent.monkey; gevent.monkey.patch_all()
+import argparse, sys, time
+from locust.env import Environment
+from loadtests._arrivals import Ticket, not_sent_row
+from loadtests._collect import TEST_RUN_DIR, Collector
+from loadtests._run_state import run_state
+
+report_root, run_dir = sys.argv[1], sys.argv[2]
+options = argparse.Namespace(report_dir=report_root, **{TEST_RUN_DIR: run_dir})
+environment = Environment(parsed_options=options)
+state = run_state(environment)
+for number in range(3):
+    state.recorder.add(not_sent_row(Ticket(number, 0.0, time.time()), "worker-0"), None)
+collector = Collector(environment, flush_interval=60)
+collector._keep_locally(collector._own_batch())  # what master_gone leads to, without a master to lose
+"""
+
+
+def orphan_rows(tmp_path: Path, run_dir: Path) -> None:
+    command = [sys.executable, "-c", ORPHANED_WORKER, str(tmp_path), str(run_dir)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_worker_that_lost_its_master_writes_its_rows_into_the_run_else_beside_it(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from loadtests._run_dir import RunDir
+    from loadtests._run_writer import RunWriter
+
+    run = RunWriter(tmp_path / "run").run  # the master made it at test start
+    orphan_rows(tmp_path, run.path)
+    assert len(run.read_requests()) == 3 and not list(tmp_path.glob("orphaned-rows-*.jsonl"))
+    orphan_rows(tmp_path, tmp_path / "on-another-host")  # named, but not on this filesystem
+    (kept,) = tmp_path.glob("orphaned-rows-*.jsonl")
+    rows = pd.read_json(kept, lines=True)
+    assert len(rows) == 3 and set(rows["outcome"]) == {"not_sent"} and rows["request_id"].is_unique
+    assert not RunDir(tmp_path / "on-another-host").holds_results() and len(run.read_requests()) == 3

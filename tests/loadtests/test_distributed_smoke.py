@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import psutil
 import pytest
 
@@ -306,9 +307,10 @@ def test_a_killed_worker_leaves_its_missing_rows_named_and_the_run_unjudged(tmp_
     assert took < 12 + 25, f"the run took {took:.0f} s: it waited on the dead worker"
 
 
-def test_workers_of_a_killed_master_stop_promptly_and_keep_their_unsent_rows(tmp_path: Path) -> None:
+def test_workers_of_a_killed_master_stop_promptly_and_write_their_unsent_rows_into_its_run(tmp_path: Path) -> None:
     """SIGKILL the master mid-run: its forked workers see their parent gone, stop within seconds
-    (before: 60 to 80 s) and keep the rows they could not send under the report root."""
+    (before: 60 to 80 s) and write the rows they could not send into the test's run directory
+    (before: as text beside it, which ``report`` never read), so the killed run is judged on them."""
     command = locust_command(
         SCENARIO, "--headless", "-u", "4", "-r", "4", "-t", "30s", "--processes", "2",
         "--server-args=--inter-token-latency 100", "--report-dir", str(tmp_path), "--only-summary",
@@ -333,8 +335,17 @@ def test_workers_of_a_killed_master_stop_promptly_and_keep_their_unsent_rows(tmp
         for process in [*workers, *others]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
-    kept = list(tmp_path.glob("orphaned-rows-worker-*.jsonl"))
-    assert kept, sorted(path.name for path in tmp_path.iterdir())
-    rows = [json.loads(line) for path in kept for line in path.read_text().splitlines()]
-    assert rows and all(row["request_id"] for row in rows)
-    assert {row["outcome"] for row in rows} <= {"ok", "stopped", "rejected", "timeout", "cut", "connect_error"}
+    assert not list(tmp_path.glob("orphaned-rows-*.jsonl"))  # the run directory took them
+    (run_dir,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    by_pid = {str(worker.pid): worker for worker in workers}
+    written_by = {part.name.split("-")[1] for part in (run_dir / "requests.parquet").glob("part-*.parquet")}
+    assert set(by_pid) <= written_by, (sorted(by_pid), sorted(written_by))  # each worker wrote its own parts
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert set(requests["worker"]) == {"worker-0", "worker-1"} and requests["request_id"].is_unique
+    assert (requests["outcome"] == "stopped").sum() >= 4  # every user was mid-stream: 100 ms a token
+    assert set(requests["outcome"]) <= {"ok", "stopped", "rejected", "timeout", "cut", "connect_error"}
+    command = [sys.executable, "-m", "loadtests", "report", str(run_dir)]
+    report = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert report.returncode == 1, report.stdout + report.stderr  # killed: judged as interrupted, so FAIL
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["requests"] == len(requests)  # judged on every row, the workers' too
