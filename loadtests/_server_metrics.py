@@ -12,8 +12,9 @@ one batch. Gauges and counters are kept whole; histograms and summaries only as 
 Timing is what this harness measures, so scraping never runs on the gevent event loop: the loop
 only starts and stops it. Requests, parsing and part writes run in one native thread of gevent's
 threadpool, over sockets of the standard library's own class (``native_connection``), never
-gevent's, which would start a second hub in that thread. https targets are not scraped: once
-gevent has patched the process, the ``ssl`` module's sockets are gevent's.
+gevent's, which would start a second hub in that thread. An https target is scraped over TLS done
+in memory (``NativeTLS``: once gevent has patched the process, the ``ssl`` module's sockets are
+gevent's, its in-memory ``SSLObject`` is not), trusting what the run's clients trust.
 
 A target without ``/metrics`` (a refused connection, an HTTP error status, a body that is not
 Prometheus text, no answer within ``SCRAPE_TIMEOUT_S``) is told once, in one line, and scraping
@@ -32,13 +33,15 @@ names. A concept's value at one scrape is the sum over label sets (engines), exc
 from __future__ import annotations
 
 import http.client
+import io
 import logging
 import os
 import socket
+import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import gevent
@@ -49,6 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests._figures import quantile
 from loadtests._recorder import write_part
+from loadtests._tls import TLS_FIX, certificate_problem, client_context
 from loadtests.errors import SseSoakError
 
 _SERVER_METRICS_FIELDS: list[tuple[str, pa.DataType]] = [  # typed: a literal's mixed DataTypes would join to object
@@ -83,6 +87,7 @@ COUNTERS = ("prompt_tokens", "generation_tokens")
 _AGGREGATE_SUFFIXES = {"histogram": ("_sum", "_count"), "summary": ("_sum", "_count"), "gaugehistogram": ("_gsum",)}
 
 Rows = dict[str, list[Any]]
+_T = TypeVar("_T")
 logger = logging.getLogger(__name__)
 
 
@@ -170,19 +175,100 @@ class _NativeHTTPConnection(http.client.HTTPConnection):
         self.sock = native_connection((self.host, self.port), self.timeout)
 
 
+class NativeTLS:
+    """TLS over a native socket, never gevent's: an ``ssl.SSLObject`` over memory BIOs (which does
+    no I/O of its own), its records sent and received here with the socket's blocking calls. It
+    verifies as the run's other clients do (``loadtests._tls.client_context``). Offers what
+    ``http.client`` asks of a socket: ``sendall``, ``makefile("rb")`` and ``close``."""
+
+    def __init__(self, sock: socket.socket, hostname: str) -> None:
+        self._sock = sock
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = client_context().wrap_bio(self._incoming, self._outgoing, server_hostname=hostname)
+        self._until_done(self._tls.do_handshake)
+
+    def _until_done(self, operation: Callable[..., _T], *args: Any) -> _T:
+        """``operation(*args)``, feeding it the server's records until it has what it needs; every
+        record it produced is sent before this returns."""
+        while True:
+            try:
+                result = operation(*args)
+            except ssl.SSLWantReadError:
+                self._send_produced()
+                received = self._sock.recv(65536)
+                if received:
+                    self._incoming.write(received)
+                else:
+                    self._incoming.write_eof()
+                continue
+            self._send_produced()
+            return result
+
+    def _send_produced(self) -> None:
+        produced = self._outgoing.read()
+        if produced:
+            self._sock.sendall(produced)
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[self._until_done(self._tls.write, view) :]
+
+    def read_into(self, buffer: memoryview) -> int:
+        """Up to ``len(buffer)`` bytes of the answer into ``buffer``; 0 at its end (a close with or
+        without TLS's close_notify: the HTTP framing says whether the answer was whole)."""
+        try:
+            return cast(int, self._until_done(self._tls.read, len(buffer), buffer))  # the count, given a buffer
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            return 0
+
+    def makefile(self, mode: str = "rb") -> io.BufferedReader:
+        return io.BufferedReader(_TLSReader(self))
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class _TLSReader(io.RawIOBase):
+    def __init__(self, tls: NativeTLS) -> None:
+        self._tls = tls
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._tls.read_into(memoryview(buffer).cast("B"))
+
+
+class _NativeHTTPSConnection(http.client.HTTPConnection):
+    default_port = http.client.HTTPS_PORT
+
+    def connect(self) -> None:
+        sock = native_connection((self.host, self.port), self.timeout)
+        try:
+            self.sock = NativeTLS(sock, self.host)  # what http.client asks of a socket
+        except BaseException:
+            sock.close()
+            raise
+
+
 def fetch_samples(url: str, headers: Mapping[str, str] | None = None, timeout: float = SCRAPE_TIMEOUT_S) -> Rows:
-    """One scrape of the metrics page ``url`` (http only) as rows stamped when its answer arrived.
-    Blocking; raises ``ScrapeError`` when it gives no metrics."""
+    """One scrape of the metrics page ``url`` (http or https) as rows stamped when its answer
+    arrived. Blocking; raises ``ScrapeError`` when it gives no metrics."""
     parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise ScrapeError("is not scraped: only http targets are (https sockets would be gevent's)")
-    connection = _NativeHTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ScrapeError("is not scraped: only http and https targets are")
+    kind = _NativeHTTPSConnection if parts.scheme == "https" else _NativeHTTPConnection
+    connection = kind(parts.hostname, parts.port, timeout=timeout)
     try:
         connection.request("GET", parts.path or "/", headers={"Accept": "text/plain", **(headers or {})})
         response = connection.getresponse()
         body = response.read(MAX_BODY_BYTES + 1)
     except TimeoutError:
         raise ScrapeError(f"got no answer within {timeout:g} s") from None
+    except ssl.SSLError as exc:
+        reason = certificate_problem(exc) or f"{type(exc).__name__}: {exc}"
+        raise ScrapeError(f"failed (TLS: {reason}; {TLS_FIX})") from None
     except (OSError, http.client.HTTPException) as exc:
         reason = "connection refused" if isinstance(exc, ConnectionRefusedError) else f"{type(exc).__name__}: {exc}"
         raise ScrapeError(f"failed ({reason})") from None

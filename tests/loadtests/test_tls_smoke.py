@@ -149,6 +149,9 @@ def test_the_certificate_given_with_ca_cert_is_trusted_by_every_client(
     settings, _ = _passed_run(result)
     assert settings["ca_cert"] == str(cert) and settings["insecure"] is False
     assert "--insecure" not in result.stdout + result.stderr
+    run_dir = Path(REPORT_LINE.search(result.stdout)["path"])  # type: ignore[index]
+    server = json.loads((run_dir / "summary.json").read_text())["server_metrics"]
+    assert server["scrapes"] >= 2, server  # the server's own view, scraped over https too
 
 
 def test_insecure_runs_says_so_loudly_and_is_recorded(tls_server: tuple[str, Path], tmp_path: Path) -> None:
@@ -157,6 +160,50 @@ def test_insecure_runs_says_so_loudly_and_is_recorded(tls_server: tuple[str, Pat
     settings, _ = _passed_run(result)
     assert settings["insecure"] is True and settings["ca_cert"] is None
     assert "WARNING: --insecure: TLS certificates are NOT verified" in result.stderr
+
+
+SCRAPE_TLS = """
+from gevent import monkey
+monkey.patch_all()  # as in a Locust process: the ssl module's sockets are gevent's
+import gc, json, sys
+from pathlib import Path
+import gevent, gevent.hub
+from loadtests import _tls
+from loadtests._server_metrics import ServerMetricsScraper
+url, directory, ca_cert = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+if ca_cert:
+    _tls.configure(ca_cert=ca_cert)
+scraper = ServerMetricsScraper(url, directory, interval=0.01, flush_interval=0.02)
+scraper.start()
+while scraper.scrapes < 10 and scraper.refusal is None:
+    gevent.sleep(0.01)
+unavailable = scraper.stop()
+hubs = [thing for thing in gc.get_objects() if isinstance(thing, gevent.hub.Hub)]
+print(json.dumps({"hubs": len(hubs), "scrapes": scraper.scrapes, "unavailable": unavailable}))
+"""
+
+
+def _scrape(url: str, directory: Path, ca_cert: str) -> dict[str, object]:
+    command = [sys.executable, "-c", SCRAPE_TLS, url, str(directory), ca_cert]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    *said, found = result.stdout.splitlines()
+    return {**json.loads(found), "said": said}
+
+
+def test_an_https_server_is_scraped_over_tls_in_the_scrapers_thread_trusting_what_the_run_trusts(
+    tls_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, cert = tls_server
+    found = _scrape(url, tmp_path / "trusted", str(cert))
+    assert found["hubs"] == 1 and found["unavailable"] is None and found["scrapes"] >= 10  # type: ignore[operator]
+    samples = pd.read_parquet(tmp_path / "trusted")
+    assert "vllm:num_requests_running" in set(samples["name"]) and samples["time"].nunique() == found["scrapes"]
+    refused = _scrape(url, tmp_path / "untrusted", "")  # the system's CAs only
+    assert str(refused["unavailable"]).startswith(f"GET {url}/metrics failed (TLS: certificate verify failed")
+    assert "--ca-cert FILE" in str(refused["unavailable"]) and refused["scrapes"] == 0, refused
+    assert refused["said"] == [f"sse-soak: no server metrics: {refused['unavailable']}; the run goes on without them"]
+    assert not (tmp_path / "untrusted").exists()
 
 
 def test_a_ca_cert_that_is_no_file_is_one_line(tmp_path: Path) -> None:
