@@ -27,6 +27,7 @@ import gevent
 from gevent.lock import Semaphore
 
 from loadtests._outcome import Outcome, RequestRow
+from loadtests.errors import SseSoakError
 
 ARRIVAL_KINDS = ("poisson", "constant")
 NOT_SENT = Outcome.NOT_SENT.value
@@ -77,7 +78,7 @@ class Ticket:
     due_epoch: float
 
 
-class ScheduleClosed(Exception):
+class ScheduleClosed(SseSoakError):
     """The test is stopping: the schedule hands out no more tickets."""
 
 

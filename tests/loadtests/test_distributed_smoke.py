@@ -266,6 +266,20 @@ def test_a_processes_run_binds_and_reaches_one_port_of_its_own(argv: list[str], 
     assert chosen.master_port == chosen.master_bind_port != 5557  # a free port, the same for both
 
 
+def forked_workers(master: int) -> tuple[list[psutil.Process], list[psutil.Process]]:
+    """The ``--processes`` master's forked Locust workers, and its other descendants (its server).
+    A child that exits while it is looked at (a short-lived helper, a zombie not yet reaped) is
+    neither: it has no command line left to read."""
+    workers, others = [], []
+    for child in psutil.Process(master).children(recursive=True):
+        try:
+            command = child.cmdline()
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+        (workers if command[1:3] == ["-m", "locust"] else others).append(child)
+    return workers, others
+
+
 def test_a_killed_worker_leaves_its_missing_rows_named_and_the_run_unjudged(tmp_path: Path) -> None:
     """SIGKILL one of two workers mid-run: the master counts the requests it had started against the
     rows that arrived, the run is not a PASS, its line names the worker and the count, and the
@@ -277,23 +291,21 @@ def test_a_killed_worker_leaves_its_missing_rows_named_and_the_run_unjudged(tmp_
         "--harness-lag-limit-ms", "1000",
     )  # fmt: skip
     began = time.monotonic()
-    master = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 60
-        workers: list[psutil.Process] = []
-        while len(workers) < 2 or not any(tmp_path.glob("*/requests.parquet/*.parquet")):
-            assert master.poll() is None and time.monotonic() < deadline, "the run never got going"
-            workers = [
-                child for child in psutil.Process(master.pid).children() if "locust" in " ".join(child.cmdline())
-            ]
-            time.sleep(0.1)  # polling for the forked workers and the first rows on disk
-        time.sleep(2.0)  # rows in flight on the worker about to die
-        workers[0].kill()
-        output, _ = master.communicate(timeout=180)
-    finally:
-        if master.poll() is None:
-            master.kill()
-            master.wait()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT) as master:
+        try:
+            deadline = time.monotonic() + 60
+            workers: list[psutil.Process] = []
+            while len(workers) < 2 or not any(tmp_path.glob("*/requests.parquet/*.parquet")):
+                assert master.poll() is None and time.monotonic() < deadline, "the run never got going"
+                workers, _ = forked_workers(master.pid)
+                time.sleep(0.1)  # polling for the forked workers and the first rows on disk
+            time.sleep(2.0)  # rows in flight on the worker about to die
+            workers[0].kill()
+            output, _ = master.communicate(timeout=180)
+        finally:
+            if master.poll() is None:
+                master.kill()
+                master.wait()
     took = time.monotonic() - began
     match = REPORT_LINE.search(output)
     run = LocustRun(master.returncode, output, Path(match["path"]) if match else None)
@@ -322,9 +334,7 @@ def test_workers_of_a_killed_master_stop_promptly_and_write_their_unsent_rows_in
         deadline = time.monotonic() + 60
         while len(workers) < 2 or not any(tmp_path.glob("*/requests.parquet/*.parquet")):
             assert master.poll() is None and time.monotonic() < deadline, "the run never got going"
-            children = psutil.Process(master.pid).children(recursive=True)
-            workers = [child for child in children if child.cmdline()[1:3] == ["-m", "locust"]]
-            others = [child for child in children if child not in workers]
+            workers, others = forked_workers(master.pid)
             time.sleep(0.1)  # polling for the forked workers and the first rows on disk
         time.sleep(1.5)
         master.kill()
