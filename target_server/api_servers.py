@@ -5,7 +5,10 @@ The parent binds the socket (so ``--port 0`` picks one port for all) and starts 
 the descriptor of the socket it inherits. Every child is a whole server with its part of the
 settings (``share``), accepting on that socket; the kernel hands each connection to one of them.
 The parent serves nothing: it prints the one ready line once every child has printed its own, then
-waits. Children print their ready lines to the parent, never to whoever started the parent.
+waits. Children print their ready lines to the parent, never to whoever started the parent. It
+makes the temporary directory through which the children answer ``/metrics`` for the whole server
+(``metrics.SharedMetrics``) and removes it once they are gone (a parent killed outright leaves it:
+a few small files).
 
 Lifetimes, each child stopped by its own process id:
 
@@ -22,10 +25,12 @@ Invariant: when ``supervise`` returns or exits, every child it started has exite
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -36,7 +41,7 @@ from target_server.lifeline import GRACE_S, READY_PREFIX, announce_refusal, harn
 from target_server.share import ProcessShare
 
 CHILD_ENV = "TARGET_SERVER_API_SERVER"
-"""Set in a child's environment to ``"INDEX COUNT FD"``; removed once read."""
+"""Set in a child's environment to ``"INDEX COUNT FD METRICS_DIR"``; removed once read."""
 POLL_S = 0.05
 _STDOUT_LOCK = threading.Lock()
 
@@ -46,8 +51,8 @@ def inherited() -> tuple[ProcessShare, socket.socket] | None:
     value = os.environ.pop(CHILD_ENV, None)
     if value is None:
         return None
-    index, count, fd = map(int, value.split())
-    return ProcessShare(index, count), socket.socket(fileno=fd)
+    index, count, fd, metrics_dir = value.split(" ", 3)
+    return ProcessShare(int(index), int(count), metrics_dir), socket.socket(fileno=int(fd))
 
 
 @dataclass
@@ -87,8 +92,9 @@ def supervise(count: int, sock: socket.socket, argv: Sequence[str], ready_line: 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     children: list[_Child] = []
+    metrics_dir = tempfile.mkdtemp(prefix="target-server-metrics-")
     try:
-        children = [_start(index, count, sock, argv) for index in range(count)]
+        children = [_start(index, count, sock, argv, metrics_dir) for index in range(count)]
         sock.close()  # the children hold it now; with them all gone, connections are refused
         failure = _wait(children, stop, until_ready=True)
         if failure is None and not stop.is_set():
@@ -96,13 +102,14 @@ def supervise(count: int, sock: socket.socket, argv: Sequence[str], ready_line: 
             failure = _wait(children, stop, until_ready=False)
     finally:
         _stop_all(children)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     if failure is not None:
         announce_refusal(failure)
         sys.exit(f"target-server: {failure}")
 
 
-def _start(index: int, count: int, sock: socket.socket, argv: Sequence[str]) -> _Child:
-    env = {**os.environ, **harness_environment(), CHILD_ENV: f"{index} {count} {sock.fileno()}"}
+def _start(index: int, count: int, sock: socket.socket, argv: Sequence[str], metrics_dir: str) -> _Child:
+    env = {**os.environ, **harness_environment(), CHILD_ENV: f"{index} {count} {sock.fileno()} {metrics_dir}"}
     process = subprocess.Popen(
         [sys.executable, "-m", "target_server", *argv],
         stdin=subprocess.PIPE,

@@ -67,7 +67,10 @@ class TargetServer:
         self.engine = Engine(config, share.slots(config.max_num_seqs))
         self.faults = FaultInjector(config, share.fault_seed(config.seed))
         self.stats = metrics.ServerStats()
-        self.metrics = metrics.Exposition(self.engine, self.stats, config.model, share.engine_label)
+        shared = (
+            None if share.metrics_dir is None else metrics.SharedMetrics(share.metrics_dir, share.index, share.count)
+        )
+        self.metrics = metrics.Exposition(self.engine, self.stats, config.model, share.engine_label, shared)
         self.tracer = FrameTracer(config.trace_file) if config.trace_file else None
         self.fingerprint = system_fingerprint(config.model, config.max_model_len)
 
@@ -190,11 +193,24 @@ def _server(request: Request) -> TargetServer:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Closes the frame trace, if any, when the server shuts down."""
-    yield
+    """While one of several processes serves, publishes its metrics for the others every
+    ``metrics.PUBLISH_INTERVAL_S``; closes the frame trace, if any, when the server shuts down."""
     server: TargetServer = app.state.server
+    publisher = None if server.metrics.shared is None else asyncio.create_task(_publish_metrics(server))
+    yield
+    if publisher is not None:
+        publisher.cancel()
     if server.tracer is not None:
         server.tracer.close()
+
+
+async def _publish_metrics(server: TargetServer) -> None:
+    while True:
+        try:
+            server.metrics.publish()
+        except OSError:
+            return  # the parent removed the directory: it is stopping every process
+        await asyncio.sleep(metrics.PUBLISH_INTERVAL_S)
 
 
 def _routes(config: ServerConfig) -> list[tuple[str, Callable[..., Any], str]]:

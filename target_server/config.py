@@ -71,8 +71,9 @@ class ServerConfig:
     api_server_count: int = _opt(
         1,
         "server processes sharing the one listening socket, as vLLM's API servers do; here each has its own "
-        "scheduler with a share of --max-num-seqs, its fault draws seeded --seed + its index, its own /metrics "
-        "(labelled engine=INDEX; a scrape reaches one process), and all append to the one --trace-file",
+        "scheduler with a share of --max-num-seqs and its fault draws seeded --seed + its index; whichever "
+        "answers /metrics answers for the whole server (each scheduler labelled engine=INDEX, request counters "
+        "summed, as vLLM's API servers do); all append to the one --trace-file",
     )
     sse_keep_alive_interval: float = _opt(
         0.0,

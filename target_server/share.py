@@ -11,7 +11,8 @@ in vLLM), so the settings that are capacity are split and the ones that are beha
   process's sequence of draws is fixed by the seed, and process 0's is a single server's. Which
   request meets which draw depends on how connections spread, which no seed fixes.
 - Generated text: from ``--seed`` alone, the same whichever process serves the request.
-- Metrics: the process's own, under ``engine="<index>"`` (``metrics``).
+- Metrics: every process answers for the whole server, its own scheduler's under
+  ``engine="<index>"``, through the snapshots the processes share in ``metrics_dir`` (``metrics``).
 
 Invariant: the slots of processes ``0..count-1`` sum to the total, and each has at least one.
 """
@@ -27,6 +28,8 @@ class ProcessShare:
 
     index: int = 0
     count: int = 1
+    metrics_dir: str | None = None
+    """Where the processes of one server share their metrics (``metrics.SharedMetrics``); None for one process."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.index < self.count:

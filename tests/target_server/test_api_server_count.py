@@ -159,3 +159,62 @@ def test_a_killed_parent_leaves_no_child(two_servers: tuple[ChildService, list[p
     os.kill(server.pid, signal.SIGKILL)
     server.process.wait(GONE_WITHIN_S)
     assert not wait_all_gone(children)
+
+
+def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """One ``/metrics`` on a connection of its own (any process may answer): name -> labels -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics", timeout=10, headers={"Connection": "close"}).text
+    found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+def engines(samples: dict[tuple[tuple[str, str], ...], float]) -> dict[str, float]:
+    return {dict(labels)["engine"]: value for labels, value in samples.items()}
+
+
+def test_every_process_answers_metrics_for_the_whole_server_as_vllms_api_servers_do() -> None:
+    """Measured on vLLM 0.32.0 with ``--api-server-count 2``: whichever process answers, the token
+    counters and ``http_requests_total`` are the whole server's, and there are no process families.
+    Before, each process answered with its own share, so a scrape saw whichever half the kernel chose."""
+    streams, tokens = 6, 60
+    args = ["--api-server-count", "2", "--max-num-seqs", "2", "--inter-token-latency", "20"]
+    server = TargetServerProcess.start(args)
+    try:
+
+        async def one(client: httpx.AsyncClient) -> None:
+            body = {"prompt": "hello", "max_tokens": tokens, "stream": True}
+            async with client.stream("POST", server.url + "/v1/completions", json=body) as response:
+                async for _ in response.aiter_lines():
+                    pass
+
+        async def load_and_look() -> list[dict[str, dict[tuple[tuple[str, str], ...], float]]]:
+            clients = [httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1)) for _ in range(streams)]
+            running = [asyncio.create_task(one(client)) for client in clients]
+            await asyncio.sleep(0.4)  # every stream admitted (running or queued), none near its end (1.2 s)
+            during = [await asyncio.to_thread(scrape, server.url) for _ in range(4)]
+            await asyncio.gather(*running)
+            for client in clients:
+                await client.aclose()
+            return during
+
+        during = asyncio.run(load_and_look())
+        for seen in during:
+            assert set(engines(seen["vllm:num_requests_running"])) == {"0", "1"}  # one sample per process
+            open_streams = sum(engines(seen["vllm:num_requests_running"]).values()) + sum(
+                engines(seen["vllm:num_requests_waiting"]).values()
+            )
+            assert open_streams == streams, seen  # every open stream counted, whichever process holds it
+        time.sleep(3 * 0.1)  # three publishing intervals: every process's last counts are out
+        for _ in range(4):
+            seen = scrape(server.url)
+            assert sum(engines(seen["vllm:generation_tokens_total"]).values()) == streams * tokens
+            completions = (("handler", "/v1/completions"), ("method", "POST"), ("status", "2xx"))
+            assert seen["http_requests_total"][completions] == streams  # summed over the processes
+            assert not [name for name in seen if name.startswith(("process_", "python_"))]
+    finally:
+        server.stop()
