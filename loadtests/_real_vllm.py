@@ -448,6 +448,7 @@ class VllmServer:
         max_num_seqs: int | None = None,
         keep_alive_interval: int = 1,
         api_key: str | None = None,
+        api_server_count: int = 1,
         model: str = MODEL_NAME,
         home: Path | None = None,
         log: Path | None = None,
@@ -463,6 +464,8 @@ class VllmServer:
         )
         self.max_num_seqs = None if max_num_seqs is None else _whole("--max-num-seqs", max_num_seqs, 1)
         self.keep_alive_interval = _whole("--keep-alive-interval", keep_alive_interval, 0, extra=KEEP_ALIVE_RULE)
+        self.api_server_count = _whole("--api-server-count", api_server_count, 1)
+        """vLLM's API server processes in front of its one engine."""
         if api_key is not None and (not api_key or any(ch.isspace() for ch in api_key)):
             raise UsageError("--api-key must be a non-empty token without spaces")
         if not model or any(ch.isspace() for ch in model):
@@ -505,6 +508,8 @@ class VllmServer:
         arguments += ["--sse-keep-alive-interval", str(self.keep_alive_interval)]
         if self.max_num_seqs is not None:
             arguments += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.api_server_count > 1:
+            arguments += ["--api-server-count", str(self.api_server_count)]
         return arguments
 
     def command(self, install: Install, port: int) -> list[str]:
