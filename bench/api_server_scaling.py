@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for count in COUNTS:
             servers[count] = TargetServerProcess.start(settings.server_args(count), env=env)
             server = servers[count]
-            print(f"server x{count}: {server.url} pid {server.pid} args {' '.join(server.process.args)}")
+            print(f"server x{count}: {server.description}")
         print(f"\n{'round':>5} {'processes':>9} {'frames':>8} {'wall s':>8} {'frames/s':>12} {'server CPU':>11} "
               f"{'client CPU':>11}")  # fmt: skip
         results: list[Round] = []

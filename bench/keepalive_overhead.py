@@ -52,7 +52,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` 
 
 from common import zero_latency_server_args  # noqa: E402
 
-from loadtests._stack import ServerStartError, TargetServerProcess  # noqa: E402
+from loadtests._stack import ChildService, ServerStartError, TargetServerProcess  # noqa: E402
 
 MODES = ("off", "on")
 QUICK = {"max_tokens": 200, "concurrency": 4, "streams_per_worker": 4, "rounds": 3, "warmup": 1}
@@ -189,7 +189,7 @@ def schedule(settings: Settings) -> list[tuple[str, bool]]:
     return warm + [(mode, False) for _ in range(settings.rounds) for mode in MODES]
 
 
-async def run_all(servers: dict[str, TargetServerProcess], settings: Settings) -> list[RoundResult]:
+async def run_all(servers: dict[str, ChildService], settings: Settings) -> list[RoundResult]:
     processes = {mode: psutil.Process(server.pid) for mode, server in servers.items()}
     clients = {mode: make_client(server.url, settings) for mode, server in servers.items()}
     results: list[RoundResult] = []
@@ -204,10 +204,10 @@ async def run_all(servers: dict[str, TargetServerProcess], settings: Settings) -
     return results
 
 
-def start_servers(settings: Settings) -> dict[str, TargetServerProcess]:
+def start_servers(settings: Settings) -> dict[str, ChildService]:
     """Both servers, or none: a failure stops whichever already started and re-raises."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    servers: dict[str, TargetServerProcess] = {}
+    servers: dict[str, ChildService] = {}
     try:
         for mode in MODES:
             servers[mode] = TargetServerProcess.start(settings.server_args(mode), env=env)
@@ -217,16 +217,16 @@ def start_servers(settings: Settings) -> dict[str, TargetServerProcess]:
     return servers
 
 
-def stop_servers(servers: dict[str, TargetServerProcess]) -> None:
+def stop_servers(servers: dict[str, ChildService]) -> None:
     for server in servers.values():
         server.stop()
 
 
-def print_header(settings: Settings, servers: dict[str, TargetServerProcess]) -> None:
+def print_header(settings: Settings, servers: dict[str, ChildService]) -> None:
     print("SSE keep-alive overhead benchmark")
     print(f"settings: {json.dumps(asdict(settings))}")
     for mode, server in servers.items():
-        print(f"server {mode:>3}: {server.url} pid {server.pid} args {' '.join(server.process.args)}")
+        print(f"server {mode:>3}: {server.description}")
     print(
         f"\n{'round':>5} {'mode':>4} {'frames':>8} {'wall s':>8} {'srv cpu s':>9} {'frames/wall s':>14} "
         f"{'frames/cpu s':>13}"

@@ -113,18 +113,32 @@ def main(argv: list[str] | None = None) -> int:
     duration = options.duration or (12 if options.quick else 30)
     after = options.slowdown_after or (5.0 if options.quick else 12.0)
     server = f"--slowdown-after {after:g} --slowdown-factor {options.slowdown_factor:g}"
-    common = {"server_args": server, "report_dir": options.report_dir}
+    report_dir: Path = options.report_dir
 
-    closed = run(Launch("mixed_truncate", users=options.users, duration_s=duration, **_named(common)))
+    closed = run(
+        Launch(
+            "mixed_truncate",
+            users=options.users,
+            duration_s=duration,
+            report_dir=report_dir,
+            options={"server_args": server},
+        )
+    )
     if closed.summary is None:
         print(closed.explain(), file=sys.stderr)
         return 1
     closed_before, closed_after = phases(closed, after, duration)
     rate = round(closed_before.rate, 2)
     print(f"closed loop: {options.users} users; its rate before the slowdown: {rate:g}/s -> the open loop's --rate")
-    open_options = {"rate": rate, "max_in_flight": options.max_in_flight}
+    open_options = {"server_args": server, "rate": rate, "max_in_flight": options.max_in_flight}
     opened = run(
-        Launch("mixed_truncate", users=options.max_in_flight, duration_s=duration, **_named(common, open_options))
+        Launch(
+            "mixed_truncate",
+            users=options.max_in_flight,
+            duration_s=duration,
+            report_dir=report_dir,
+            options=open_options,
+        )
     )
     if opened.summary is None:
         print(opened.explain(), file=sys.stderr)
@@ -148,12 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sent/s after/before: closed {closed_ratio:.2f}, open {open_ratio:.2f}")
     print(f"run directories: {closed.run_dir} {opened.run_dir}")
     return 0
-
-
-def _named(common: dict[str, object], extra: dict[str, object] | None = None) -> dict[str, object]:
-    """Launch keywords: the report directory by name, every other option as a scenario option."""
-    options = {key: value for key, value in {**common, **(extra or {})}.items() if key != "report_dir"}
-    return {"report_dir": common["report_dir"], "options": options}
 
 
 if __name__ == "__main__":

@@ -83,7 +83,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for the checker only: importing them would patch this process for gevent
+    from locust import FastHttpUser
+
+    from loadtests._users import SSEUser
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
@@ -207,7 +212,7 @@ def request_mix(max_tokens: int) -> Any:
     return RequestMix([RequestSpec("bench", "completions", PROMPT_TOKENS, max_tokens=max_tokens)])
 
 
-def bounded_sse_user(mix: Any, streams: int) -> type:
+def bounded_sse_user(mix: Any, streams: int) -> type[SSEUser]:
     """``SSEUser`` as a scenario uses it, stopping after ``streams`` streams."""
     from locust import task
     from locust.exception import StopUser
@@ -229,7 +234,7 @@ def bounded_sse_user(mix: Any, streams: int) -> type:
     return BenchSSEUser
 
 
-def bounded_bare_user(mix: Any, streams: int, tally: Counter[str]) -> type:
+def bounded_bare_user(mix: Any, streams: int, tally: Counter[str]) -> type[FastHttpUser]:
     """The same request on the same client; the read loop only counts blank lines (frame ends)."""
     from locust import FastHttpUser, task
     from locust.exception import StopUser
@@ -245,8 +250,9 @@ def bounded_bare_user(mix: Any, streams: int, tally: Counter[str]) -> type:
         def on_start(self) -> None:
             self.remaining = streams
             state = run_state(self.environment)
+            assert self.host is not None  # the environment's: new_environment sets it
             request = state.prepared_mix(mix, self.host).requests[0]
-            self.path, self.body = request.path, request.stream_payload(state.model)
+            self.path, self.body = request.path, request.stream_payload(state.model).decode()
 
         @task
         def stream(self) -> None:
@@ -282,7 +288,7 @@ def count_blank_lines(raw: Any) -> int:
     return frames
 
 
-def new_environment(user_class: type, target: str) -> Any:
+def new_environment(user_class: type[FastHttpUser], target: str) -> Any:
     """A fresh Environment with the harness's per-run state set up as ``Scenario._on_init`` does."""
     from locust.env import Environment
 
@@ -464,7 +470,7 @@ def server_env() -> dict[str, str]:
 def throughput_phase(settings: ThroughputSettings) -> list[dict[str, Any]]:
     server = start_server(settings.server_args())
     try:
-        print(f"server: {server.url} pid {server.pid} args {' '.join(server.process.args)}")
+        print(f"server: {server.description}")
         print(
             f"\n{'round':>5} {'user':>4} {'streams':>7} {'frames':>8} {'cpu s':>7} {'wall s':>7} {'cpu %':>6} "
             f"{'frames/cpu s':>12} {'frames/stream':>13}"
@@ -564,7 +570,7 @@ def capacity_phase(settings: CapacitySettings) -> dict[str, Any]:
         with pinned(server_cpus):
             server = start_server(settings.server_args(trace_file))
         try:
-            print(f"\nserver: {server.url} pid {server.pid} args {' '.join(server.process.args)}")
+            print(f"\nserver: {server.description}")
             if server_cpus is not None:
                 print(f"CPUs: server {sorted(server_cpus)}, load generator {sorted(loadgen_cpus or ())}")
             with pinned(loadgen_cpus):

@@ -330,7 +330,7 @@ def run_load(load: Load, duration_s: int, workdir: Path) -> Run:
     except (ServerStartError, OSError) as exc:
         raise BenchError(f"target server failed to start: {exc}") from exc
     try:
-        print(f"server: {server.url} pid {server.pid} args {' '.join(server.process.args)}")
+        print(f"server: {server.description}")
         command = locust_command(load, server.url, duration_s, directory / "reports")
         print(f"running: {' '.join(command[1:])}", flush=True)
         offset_before = time.time() - time.monotonic()
@@ -444,7 +444,8 @@ def mono_offsets(lag: pd.DataFrame | None) -> dict[str, float]:
     """Per worker, ``median(time - t_mono)``: wall-clock epoch minus monotonic clock."""
     if lag is None or lag.empty:
         return {}
-    return (lag["time"] - lag["t_mono"]).groupby(lag["worker"]).median().to_dict()
+    medians = (lag["time"] - lag["t_mono"]).groupby(lag["worker"]).median()
+    return {str(worker): float(offset) for worker, offset in medians.items()}
 
 
 def explained_by_lag(gaps: pd.DataFrame, lag: pd.DataFrame) -> np.ndarray:

@@ -40,6 +40,7 @@ _EXPORTS = {
     "SSEParser": "loadtests._sse",
     "RequestMix": "loadtests._workload",
     "RequestSpec": "loadtests._workload",
+    "Route": "loadtests._workload",
     # What a locustfile runs comes through the run controller: importing it registers it with Locust.
     "Scenario": "loadtests._run_controller",
     "RunSettings": "loadtests._scenario",
@@ -60,6 +61,7 @@ __all__ = [
     "RequestMix",
     "RequestRow",
     "RequestSpec",
+    "Route",
     "RunSettings",
     "SSEParser",
     "SSEUser",
@@ -76,7 +78,7 @@ if TYPE_CHECKING:  # what the lazy names are, for editors and type checkers; nev
     from loadtests._scenario import RunSettings, Scenario
     from loadtests._sse import Frame, SSEParser
     from loadtests._users import OpenAISDKUser, SSEUser
-    from loadtests._workload import RequestMix, RequestSpec
+    from loadtests._workload import RequestMix, RequestSpec, Route
     from loadtests.errors import SseSoakError, UsageError
 
 

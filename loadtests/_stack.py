@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import selectors
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 from loadtests._options import PROXY_KINDS
@@ -57,6 +58,16 @@ class ChildService:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    @property
+    def command(self) -> list[str]:
+        """The command line it was started with (``launch`` gives ``Popen`` a list of strings)."""
+        return [str(part) for part in cast("Sequence[str]", self.process.args)]
+
+    @property
+    def description(self) -> str:
+        """``URL pid PID args COMMAND``: which server a benchmark measured."""
+        return f"{self.url} pid {self.pid} args {shlex.join(self.command)}"
 
     @classmethod
     def launch(

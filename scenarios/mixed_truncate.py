@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from locust import run_single_user
 
-from loadtests import Expect, OpenAISDKUser, RequestMix, RequestSpec, Scenario, SSEUser
+from loadtests import Expect, OpenAISDKUser, RequestMix, RequestSpec, Route, Scenario, SSEUser
 
 LONG, KEEP, FITS = 10_000, 1000, 2000
-ROUTES = ("completions", "chat")
+ROUTES: tuple[Route, ...] = ("completions", "chat")
 
 MIX = RequestMix(
     [RequestSpec("long-truncated", route, LONG, truncate_prompt_tokens=KEEP, weight=2) for route in ROUTES]
