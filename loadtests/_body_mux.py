@@ -1,4 +1,4 @@
-"""Reading every plain-TCP raw stream of a process through one epoll, in gevent's hub.
+"""Reading every raw stream of a process through one epoll, in gevent's hub.
 
 A raw stream used to be read by its user's greenlet: every frame of a slow stream woke that
 greenlet (the hub switched to it and back) only to read a few hundred bytes. ``BodyMux`` keeps one
@@ -9,6 +9,10 @@ sleeps until its body ends and wakes once. Against the greenlet reading its own 
 the load generator's CPU per frame by 12-19% at 32 streams of a token every 10 ms (three
 interleaved pairs) and by 20-31% at 1,000 to 15,000 slow streams, where the loop's lag p99 at
 15,000 went from 22.6 to 8.5 ms (``bench/scale.py``).
+
+A TLS body is read the same way (``TLSReads``): the hub decrypts what arrived as the socket turns
+readable, timed as it is read (OpenSSL reads the socket itself, so there is no kernel stamp), where
+it used to be read by the user's greenlet, timed whenever the hub got round to switching to it.
 
 Invariants:
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import ssl
 import time
 import weakref
 from collections.abc import Callable
@@ -93,6 +98,39 @@ class BodyMux:
                 body.readable()
 
 
+class TLSReads:
+    """A gevent TLS socket's decrypted bytes, read in the hub: ``recv`` never waits (a record not
+    whole yet is ``BlockingIOError``, as a plain socket's nothing-to-read), and takes with them what
+    TLS had decrypted beyond them, which no epoll announces; the peer closing, with or without TLS's
+    close_notify, is an empty read. Use it as a context manager: inside, the socket's gevent timeout
+    is 0 (so gevent raises instead of waiting); ``idle_timeout`` is the one it had, restored on exit
+    (the connection may go back to the pool)."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self.idle_timeout: float | None = sock.timeout
+
+    def __enter__(self) -> TLSReads:
+        self._sock.settimeout(0.0)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._sock.settimeout(self.idle_timeout)
+
+    def fileno(self) -> int:
+        return int(self._sock.fileno())
+
+    def recv(self, size: int) -> bytes:
+        sock = self._sock
+        try:
+            data: bytes = sock.read(size)
+            while data and sock.pending():
+                data += sock.read(sock.pending())
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise BlockingIOError from None
+        return data
+
+
 class MuxedBody:
     """One response body read in the hub: ``read()`` blocks its caller until ``on_read`` is done."""
 
@@ -110,14 +148,18 @@ class MuxedBody:
         self._last_read = 0.0
         self._ended = False
 
-    def read(self) -> None:
+    def read(self, read_first: bool = False) -> None:
         """Read until ``on_read`` returns True; raises what it raised, ``TimeoutError`` after the idle
-        timeout, or what the run throws into the caller (the body is unregistered either way)."""
+        timeout, or what the run throws into the caller (the body is unregistered either way).
+        ``read_first``: read once before waiting, for bytes the socket holds that no epoll announces
+        (what TLS decrypted already)."""
         self._last_read = time.monotonic()
         self._mux.add(self._fd, self)
         try:
             if self._idle_timeout is not None:
                 self._arm(self._idle_timeout)
+            if read_first:
+                self.readable()
             self._waiter.get()
         finally:
             self._unregister()

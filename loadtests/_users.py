@@ -39,7 +39,7 @@ from locust.exception import StopUser
 from loadtests import _arrival_clock as arrival_clock
 from loadtests import _response_end as response_end
 from loadtests._arrivals import ScheduleClosed, Ticket
-from loadtests._body_mux import MuxedBody
+from loadtests._body_mux import MuxedBody, TLSReads
 from loadtests._failure_cycles import forget_failure, forget_traceback
 from loadtests._outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
 from loadtests._run_state import RunState, run_state
@@ -384,9 +384,10 @@ class SSEUser(StreamingUser, FastHttpUser):
             try:
                 if body.read_to_end():
                     return None  # the stream broke the protocol at a frame: read no further
-            except gevent.GreenletExit:  # the run ends: what had arrived is the stream's, not lost
-                body.take_arrived_already()
-                raise
+            except gevent.GreenletExit as ending:  # the run ends: what had arrived is the stream's, not lost
+                with contextlib.suppress(HTTPParseError, OSError, LineTooLong):  # never keeps the user alive
+                    body.take_arrived_already()
+                raise ending
             if body.parser.invalid_utf8:  # in a frame the body ended before completing
                 tracker.protocol_error(INVALID_UTF8)
         except LineTooLong as exc:
@@ -407,9 +408,9 @@ class SSEUser(StreamingUser, FastHttpUser):
 class RawBody:
     """One raw response's body as its bytes arrive: split into frames, each timed (its read's kernel
     arrival stamp, ``loadtests._arrival_clock``, never before the headers or the previous read) and
-    judged by the tracker. A plain-TCP body is read in the hub with every other one
-    (``loadtests._body_mux``); a TLS body, whose bytes are decrypted above the OS socket, by the
-    reader's greenlet through gevent, unstamped.
+    judged by the tracker. Every body is read in the hub with every other one
+    (``loadtests._body_mux``); a TLS body's bytes are decrypted above the OS socket, so they come
+    unstamped, timed as the hub reads them.
 
     (geventhttpclient's ``readline()`` would wait for a whole line however long it grows, and its
     ``read(n)`` for ``n`` bytes; this takes what each receive brought, so frames are timed as they
@@ -447,12 +448,9 @@ class RawBody:
         return self.tracker.broken
 
     def _read_tls(self, sock: Any) -> bool:
-        raw = self.raw
-        while not raw.message_complete:
-            data = sock.recv(raw.block_size)  # gevent's: TimeoutError after the socket's idle timeout
-            if self.take_read(data, None, time.monotonic()):
-                return self.tracker.broken
-        return False
+        with TLSReads(sock) as reads:
+            MuxedBody(reads, False, self.raw.block_size, reads.idle_timeout, self.take_read).read(read_first=True)
+        return self.tracker.broken
 
     def take_read(self, data: bytes, arrived: float | None, read_at: float) -> bool:
         """One receive (``b""``: the peer closed) through the HTTP parser; True when the body needs
@@ -521,17 +519,20 @@ def header_bytes(items: Iterable[tuple[str, str]]) -> int:
 def _arrived_already(raw: Any) -> bytes:
     """The body bytes that had arrived when the run stopped the reader: read but not parsed yet, or
     waiting in the socket's receive buffer (read without waiting: gevent's socket wraps the OS one,
-    which is non-blocking). Frames still on the wire are not waited for."""
-    sock = getattr(raw._sock, "_sock", None)
-    with contextlib.suppress(OSError):  # BlockingIOError: nothing more has arrived
-        while sock is not None and not raw.message_complete:
+    which is non-blocking; a TLS one is read decrypted, through ``TLSReads``, never its OS socket's
+    ciphertext). Frames still on the wire are not waited for."""
+    gevent_socket = raw._sock
+    if gevent_socket is None:
+        return _buffered(raw)
+    tls = isinstance(gevent_socket, arrival_clock.TLS_SOCKETS)
+    reading = TLSReads(gevent_socket) if tls else contextlib.nullcontext(gevent_socket._sock)
+    with reading as sock, contextlib.suppress(OSError):  # BlockingIOError: nothing more has arrived
+        while not raw.message_complete:
             data = sock.recv(raw.block_size)
             if not data:
                 break
             raw.feed(data)
-    chunk = bytes(raw._body_buffer)
-    del raw._body_buffer[:]
-    return chunk
+    return _buffered(raw)
 
 
 def _buffered(raw: Any) -> bytes:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import gevent
 import gevent.socket
@@ -13,7 +15,7 @@ import pytest
 from gevent.monkey import get_original
 
 from loadtests._arrival_clock import SO_TIMESTAMPNS, keep_kernel_stamping_on, stamp_arrivals
-from loadtests._body_mux import MuxedBody
+from loadtests._body_mux import MuxedBody, TLSReads
 
 pytestmark = pytest.mark.fast
 
@@ -196,3 +198,68 @@ def test_stamped_reads_come_with_the_kernels_arrival_time(connection: Pair) -> N
     assert data == b"data: 1\n\n"
     assert arrived is not None and abs(arrived - sent) < 0.05  # not the read's time, 0.1 s later
     assert read_at - arrived >= 0.09
+
+
+@pytest.fixture
+def tls_connection(connection: Pair, tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+    """(ours, theirs) over TLS, as geventhttpclient's https connections are: gevent's TLS sockets,
+    ours at timeout 0 as ``RawBody`` holds it while the hub reads (``TLSReads``)."""
+    import gevent.ssl
+
+    from tests.loadtests.test_tls_smoke import self_signed
+
+    cert, key = self_signed(tmp_path)
+    server = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    client = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_CLIENT)
+    client.load_verify_locations(cert)
+    ours, theirs = connection
+    accepting = gevent.spawn(server.wrap_socket, theirs, server_side=True)
+    tls_ours = client.wrap_socket(ours, server_hostname="127.0.0.1")
+    tls_theirs = accepting.get(timeout=10)
+    with tls_ours, tls_theirs, TLSReads(tls_ours):
+        yield tls_ours, tls_theirs
+
+
+def tls_body(ours: Any, on_read: Collector) -> MuxedBody:
+    return MuxedBody(TLSReads(ours), False, 4096, IDLE_S, on_read)
+
+
+def test_a_tls_body_is_decrypted_in_the_hub_as_its_records_arrive(tls_connection: tuple[Any, Any]) -> None:
+    ours, theirs = tls_connection
+    pieces = [b"data: one\n\n", b"data: two\n\n", b"data: three\n\n"]
+    sender = send_every(theirs, pieces, 0.05)
+    collected = Collector(sum(map(len, pieces)))
+    tls_body(ours, collected).read(read_first=True)
+    sender.get(timeout=5)
+    assert collected.data == b"".join(pieces)
+    assert [read[0] for read in collected.reads] == pieces  # one read per record, each timed as it came
+    assert all(arrived is None for _, arrived, _ in collected.reads)  # OpenSSL read the socket: no stamp
+    reads_at = [read_at for _, _, read_at in collected.reads]
+    assert reads_at == sorted(reads_at) and reads_at[-1] - reads_at[0] >= 0.09
+
+
+def test_what_tls_decrypted_before_the_body_was_registered_is_read_without_waiting(
+    tls_connection: tuple[Any, Any],
+) -> None:
+    """The headers' read can leave the rest of a record decrypted inside TLS, with nothing left in
+    the kernel for an epoll to announce: it is read first, never waited for until the idle timeout."""
+    ours, theirs = tls_connection
+    theirs.sendall(b"H" * 10 + b"B" * 990)
+    ours.settimeout(5.0)
+    assert ours.read(10) == b"H" * 10
+    ours.settimeout(0.0)
+    assert ours.pending() == 990
+    collected = Collector(990)
+    with gevent.Timeout(5):  # the idle check would find them too, but only after the idle timeout (60 s)
+        MuxedBody(TLSReads(ours), False, 4096, 60.0, collected).read(read_first=True)
+    assert collected.data == b"B" * 990
+
+
+def test_a_tls_peer_gone_without_close_notify_is_an_empty_read(tls_connection: tuple[Any, Any]) -> None:
+    ours, theirs = tls_connection
+    theirs.sendall(b"x")
+    theirs.shutdown(2)  # the TCP connection ends under TLS, as a killed server's does
+    collected = Collector(1 << 20)
+    tls_body(ours, collected).read(read_first=True)
+    assert collected.data == b"x" and collected.reads[-1][0] == b""

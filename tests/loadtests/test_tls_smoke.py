@@ -36,7 +36,7 @@ from target_server.__main__ import _AnnouncingServer, listening_socket
 from target_server.app import create_app
 from target_server.config import ServerConfig
 
-config = ServerConfig.from_args([])
+config = ServerConfig.from_args(sys.argv[3:])
 sock = listening_socket("127.0.0.1", 0)
 url = f"https://127.0.0.1:{sock.getsockname()[1]}"
 uv = uvicorn.Config(create_app(config), log_level="warning", access_log=False, ssl_certfile=sys.argv[1],
@@ -74,9 +74,19 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """The bundled server over https: its URL and its certificate."""
-    cert, key = self_signed(tmp_path_factory.mktemp("tls"))
+    yield from _serve_tls(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def slow_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The same, streaming a token every 20 ms."""
+    yield from _serve_tls(tmp_path_factory.mktemp("slow-tls"), "--inter-token-latency", "20")
+
+
+def _serve_tls(directory: Path, *server_args: str) -> Iterator[tuple[str, Path]]:
+    cert, key = self_signed(directory)
     process = subprocess.Popen(
-        [sys.executable, "-c", SERVE_TLS, str(cert), str(key)],
+        [sys.executable, "-c", SERVE_TLS, str(cert), str(key), *server_args],
         stdout=subprocess.PIPE,
         stdin=subprocess.PIPE,  # the server exits when its stdin closes, too
         text=True,
@@ -204,6 +214,41 @@ def test_an_https_server_is_scraped_over_tls_in_the_scrapers_thread_trusting_wha
     assert "--ca-cert FILE" in str(refused["unavailable"]) and refused["scrapes"] == 0, refused
     assert refused["said"] == [f"sse-soak: no server metrics: {refused['unavailable']}; the run goes on without them"]
     assert not (tmp_path / "untrusted").exists()
+
+
+LONG_STREAMS = """
+from loadtests import Expect, RequestMix, RequestSpec, Scenario, SSEUser
+
+scenario = Scenario(name="long_tls_streams", gates=[Expect("some_ok", where=None, require="outcome != 'cut'")])
+
+
+class LongStreams(SSEUser):
+    mix = RequestMix([RequestSpec("long", "completions", 20, max_tokens=1000)])
+"""
+
+
+def test_an_https_run_stopped_mid_stream_ends_and_keeps_what_arrived(
+    slow_tls_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    """Every user is 20 s into its stream when the 3 s run stops it. Before: reading what had
+    arrived, the stopped reader fed the TLS socket's ciphertext to the HTTP parser, whose error
+    ended the stream as a cut and swallowed the stop; the user went on, and Locust waited for it
+    for ever."""
+    url, cert = slow_tls_server
+    locustfile = tmp_path / "long_tls_streams.py"
+    locustfile.write_text(LONG_STREAMS)
+    command = locust_command(
+        locustfile,
+        *("--headless", "-u", "4", "-r", "4", "-t", "3s", "--host", url, "--ca-cert", str(cert)),
+        *("--report-dir", str(tmp_path / "reports"), "--only-summary"),
+    )
+    result = subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=ROOT, stdin=subprocess.DEVNULL)
+    match = REPORT_LINE.search(result.stdout)
+    assert match, (result.stdout + result.stderr)[-3000:]
+    rows = pd.read_parquet(Path(match["path"]) / "requests.parquet")
+    assert list(rows["outcome"]) == ["stopped"] * 4, rows[["outcome", "error_message"]]
+    assert (rows["data_frames"] > 50).all()  # what had arrived, about 150 frames each, kept
+    assert "Traceback" not in result.stderr
 
 
 def test_a_ca_cert_that_is_no_file_is_one_line(tmp_path: Path) -> None:
