@@ -7,8 +7,8 @@ settings (``share``), accepting on that socket; the kernel hands each connection
 The parent serves nothing: it prints the one ready line once every child has printed its own, then
 waits. Children print their ready lines to the parent, never to whoever started the parent. It
 makes the temporary directory through which the children answer ``/metrics`` for the whole server
-(``metrics.SharedMetrics``) and removes it once they are gone (a parent killed outright leaves it:
-a few small files).
+(``metrics.SharedMetrics``) and removes it once they are gone; killed outright, it leaves that to
+the last child to stop.
 
 Lifetimes, each child stopped by its own process id:
 

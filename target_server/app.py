@@ -200,6 +200,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     if publisher is not None:
         publisher.cancel()
+        assert server.metrics.shared is not None
+        server.metrics.shared.withdraw()
     if server.tracer is not None:
         server.tracer.close()
 

@@ -23,6 +23,7 @@ last step) beside its own, read live.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -105,9 +106,10 @@ PUBLISH_INTERVAL_S = 0.1
 
 
 class SharedMetrics:
-    """The ``--api-server-count`` processes' snapshots, one JSON file each in ``directory`` (made and
-    removed by the parent). A file is replaced whole (written aside, then renamed), so a reader sees
-    a snapshot whole or the one before it; a process that has not published yet is left out."""
+    """The ``--api-server-count`` processes' snapshots, one JSON file each in ``directory`` (made by
+    the parent; removed by it, or by the last process out when the parent was killed). A file is
+    replaced whole (written aside, then renamed), so a reader sees a snapshot whole or the one
+    before it; a process that has not published yet is left out."""
 
     def __init__(self, directory: str, index: int, count: int) -> None:
         self.directory = Path(directory)
@@ -121,6 +123,13 @@ class SharedMetrics:
         aside = self.directory / f".process-{self.index}.json.tmp"
         aside.write_text(json.dumps(dataclasses.asdict(snapshot)))
         os.replace(aside, self._path(self.index))
+
+    def withdraw(self) -> None:
+        """This process stops serving: its snapshot goes, and the directory with the last one out
+        (the parent removes it too, unless it was killed outright, leaving no one else to)."""
+        with contextlib.suppress(OSError):
+            self._path(self.index).unlink(missing_ok=True)
+            self.directory.rmdir()  # refused while another process's snapshot is there
 
     def others(self) -> list[ProcessSnapshot]:
         found = []

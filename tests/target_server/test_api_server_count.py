@@ -156,9 +156,12 @@ def test_the_end_of_stdin_stops_every_process(
 
 def test_a_killed_parent_leaves_no_child(two_servers: tuple[ChildService, list[psutil.Process], Path]) -> None:
     server, children, _ = two_servers
+    shared = Path(children[0].environ()["TARGET_SERVER_API_SERVER"].split(" ", 3)[3])  # where they share metrics
+    assert shared.is_dir()
     os.kill(server.pid, signal.SIGKILL)
     server.process.wait(GONE_WITHIN_S)
     assert not wait_all_gone(children)
+    assert not shared.exists()  # the last child out removed it: nobody else was left to
 
 
 def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
