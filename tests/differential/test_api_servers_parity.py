@@ -11,15 +11,15 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests import _real_vllm as real
 from loadtests._stack import TargetServerProcess
 from tests.conftest import require_vllm
+from tests.target_server.test_api_server_count import scrape
 
 REQUESTS = 6
 SCRAPES = 6
-COMPLETIONS = (("handler", "/v1/completions"), ("method", "POST"), ("status", "2xx"))
+COMPLETIONS = 'handler="/v1/completions",method="POST",status="2xx"'
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +32,6 @@ def two_process_servers() -> Iterator[dict[str, str]]:
             yield {"vllm": vllm.url, "bundled": bundled.url}
         finally:
             bundled.stop()
-
-
-def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """``/metrics`` on a connection of its own, so either process may answer: name -> labels -> value."""
-    text = httpx.get(url + "/metrics", timeout=10, headers={"Connection": "close"}).text
-    found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return found
 
 
 @pytest.mark.parametrize("name", ["vllm", "bundled"])
@@ -58,7 +48,7 @@ def test_any_process_answers_for_the_whole_server(two_process_servers: dict[str,
         prompted += answer.json()["usage"]["prompt_tokens"]
     time.sleep(0.5)  # the bundled processes publish every 0.1 s
 
-    def total(seen: dict[str, dict[tuple[tuple[str, str], ...], float]], sample: str) -> float:
+    def total(seen: dict[str, dict[str, float]], sample: str) -> float:
         return sum(seen.get(sample, {}).values())
 
     for _ in range(SCRAPES):

@@ -15,6 +15,7 @@ import httpx
 import psutil
 import pytest
 
+from loadtests._server_metrics import fetch_samples
 from loadtests._stack import ChildService, TargetServerProcess
 from target_server.app import TargetServer
 from target_server.config import ServerConfig
@@ -164,20 +165,18 @@ def test_a_killed_parent_leaves_no_child(two_servers: tuple[ChildService, list[p
     assert not shared.exists()  # the last child out removed it: nobody else was left to
 
 
-def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """One ``/metrics`` on a connection of its own (any process may answer): name -> labels -> value."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(url + "/metrics", timeout=10, headers={"Connection": "close"}).text
-    found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+def scrape(url: str) -> dict[str, dict[str, float]]:
+    """One scrape as the harness makes it (``fetch_samples``: a connection of its own, so any
+    process may answer): sample name -> labels (``k="v"`` pairs) -> value."""
+    rows = fetch_samples(url + "/metrics")
+    found: dict[str, dict[str, float]] = {}
+    for name, labels, value in zip(rows["name"], rows["labels"], rows["value"], strict=True):
+        found.setdefault(name, {})[labels] = value
     return found
 
 
-def engines(samples: dict[tuple[tuple[str, str], ...], float]) -> dict[str, float]:
-    return {dict(labels)["engine"]: value for labels, value in samples.items()}
+def engines(samples: dict[str, float]) -> dict[str, float]:
+    return {labels.split('engine="', 1)[1].split('"', 1)[0]: value for labels, value in samples.items()}
 
 
 def test_every_process_answers_metrics_for_the_whole_server_as_vllms_api_servers_do() -> None:
@@ -216,7 +215,7 @@ def test_every_process_answers_metrics_for_the_whole_server_as_vllms_api_servers
         for _ in range(4):
             seen = scrape(server.url)
             assert sum(engines(seen["vllm:generation_tokens_total"]).values()) == streams * tokens
-            completions = (("handler", "/v1/completions"), ("method", "POST"), ("status", "2xx"))
+            completions = 'handler="/v1/completions",method="POST",status="2xx"'
             assert seen["http_requests_total"][completions] == streams  # summed over the processes
             assert not [name for name in seen if name.startswith(("process_", "python_"))]
     finally:
