@@ -16,6 +16,9 @@ import pytest
 
 from loadtests._ports import free_loopback_port
 from loadtests._run_identity import RUN_ID_ENV
+from loadtests._server_metrics import fetch_samples
+from loadtests._stack import TargetServerProcess
+from tests.conftest import StartServer
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
 
 pytestmark = pytest.mark.smoke
@@ -319,13 +322,25 @@ def test_a_killed_worker_leaves_its_missing_rows_named_and_the_run_unjudged(tmp_
     assert took < 12 + 25, f"the run took {took:.0f} s: it waited on the dead worker"
 
 
-def test_workers_of_a_killed_master_stop_promptly_and_write_their_unsent_rows_into_its_run(tmp_path: Path) -> None:
+def running_streams(server: TargetServerProcess) -> float:
+    """``vllm:num_requests_running`` as the server reports it now."""
+    rows = fetch_samples(server.url + "/metrics")
+    samples = zip(rows["name"], rows["value"], strict=True)
+    return sum(value for name, value in samples if name == "vllm:num_requests_running")
+
+
+def test_workers_of_a_killed_master_stop_promptly_and_write_their_unsent_rows_into_its_run(
+    tmp_path: Path, start_server: StartServer
+) -> None:
     """SIGKILL the master mid-run: its forked workers see their parent gone, stop within seconds
     (before: 60 to 80 s) and write the rows they could not send into the test's run directory
-    (before: as text beside it, which ``report`` never read), so the killed run is judged on them."""
+    (before: as text beside it, which ``report`` never read), so the killed run is judged on them.
+    The server is the test's own, so it outlives the master; the kill waits until all 4 users are
+    mid-stream (a bundled server died with its master, and users between requests met it gone)."""
+    server = start_server("--inter-token-latency", "100")
     command = locust_command(
         SCENARIO, "--headless", "-u", "4", "-r", "4", "-t", "30s", "--processes", "2",
-        "--server-args=--inter-token-latency 100", "--report-dir", str(tmp_path), "--only-summary",
+        "--host", server.url, "--report-dir", str(tmp_path), "--only-summary",
     )  # fmt: skip
     master = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     workers: list[psutil.Process] = []
@@ -336,7 +351,9 @@ def test_workers_of_a_killed_master_stop_promptly_and_write_their_unsent_rows_in
             assert master.poll() is None and time.monotonic() < deadline, "the run never got going"
             workers, others = forked_workers(master.pid)
             time.sleep(0.1)  # polling for the forked workers and the first rows on disk
-        time.sleep(1.5)
+        while running_streams(server) < 4:
+            assert master.poll() is None and time.monotonic() < deadline, "the users never all streamed at once"
+            time.sleep(0.05)  # polling the server until every user is mid-stream
         master.kill()
         master.wait()
         _, alive = psutil.wait_procs(workers, timeout=15)
