@@ -16,10 +16,9 @@ import pytest
 
 from loadtests._ports import free_loopback_port
 from loadtests._run_identity import RUN_ID_ENV
-from loadtests._server_metrics import fetch_samples
-from loadtests._stack import TargetServerProcess
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
+from tests.server_gauges import RUNNING, gauge
 
 pytestmark = pytest.mark.smoke
 SCENARIO = str(ROOT / "scenarios" / "mixed_truncate.py")
@@ -322,13 +321,6 @@ def test_a_killed_worker_leaves_its_missing_rows_named_and_the_run_unjudged(tmp_
     assert took < 12 + 25, f"the run took {took:.0f} s: it waited on the dead worker"
 
 
-def running_streams(server: TargetServerProcess) -> float:
-    """``vllm:num_requests_running`` as the server reports it now."""
-    rows = fetch_samples(server.url + "/metrics")
-    samples = zip(rows["name"], rows["value"], strict=True)
-    return sum(value for name, value in samples if name == "vllm:num_requests_running")
-
-
 def test_workers_of_a_killed_master_stop_promptly_and_write_their_unsent_rows_into_its_run(
     tmp_path: Path, start_server: StartServer
 ) -> None:
@@ -351,7 +343,7 @@ def test_workers_of_a_killed_master_stop_promptly_and_write_their_unsent_rows_in
             assert master.poll() is None and time.monotonic() < deadline, "the run never got going"
             workers, others = forked_workers(master.pid)
             time.sleep(0.1)  # polling for the forked workers and the first rows on disk
-        while running_streams(server) < 4:
+        while gauge(server.url, RUNNING) < 4:
             assert master.poll() is None and time.monotonic() < deadline, "the users never all streamed at once"
             time.sleep(0.05)  # polling the server until every user is mid-stream
         master.kill()

@@ -5,26 +5,16 @@ compares them with vLLM itself; these run without it)."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest import StartServer
+from tests.server_gauges import scheduler, wait_for_scheduler
 from tests.sse_stream import stream
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
-
-
-def gauges(url: str) -> tuple[float, float]:
-    text = httpx.get(url + "/metrics", timeout=10).text
-    values = {
-        line.split("{")[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm:num_requests")
-    }
-    return values["vllm:num_requests_running"], values["vllm:num_requests_waiting"]
 
 
 def order_of_choices(payloads: list[Any]) -> list[int]:
@@ -77,11 +67,8 @@ def test_closing_a_stream_of_several_choices_frees_every_slot(start_server: Star
     ):
         chunks = response.iter_raw()  # held: an iterator collected closes the response
         next(chunks)  # a token is out: one choice runs, two wait
-        assert gauges(server.url) == (1, 2)
-    deadline = time.monotonic() + 5
-    while gauges(server.url) != (0, 0) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert gauges(server.url) == (0, 0)
+        assert scheduler(server.url) == (1, 2)
+    wait_for_scheduler(server.url, running=0, within_s=5)
 
 
 def test_an_inband_error_of_several_choices_ends_the_stream_once(start_server: StartServer) -> None:
@@ -90,7 +77,7 @@ def test_an_inband_error_of_several_choices_ends_the_stream_once(start_server: S
         result = stream(client, "/v1/completions", {"prompt": "hi", "max_tokens": 4, "n": 2})
     kinds = result.kinds()
     assert kinds[-2:] == ["error", "done"] and kinds.count("error") == 1
-    assert gauges(server.url) == (0, 0)
+    assert scheduler(server.url) == (0, 0)
 
 
 @pytest.mark.parametrize("route", ["completions", "chat"])
@@ -161,7 +148,7 @@ def test_requests_are_counted_once_answered(start_server: StartServer) -> None:
 
     streamer = threading.Thread(target=streaming)
     streamer.start()
-    time.sleep(0.4)
+    wait_for_scheduler(server.url, running=1, within_s=5)  # mid-stream: 10 tokens at 100 ms take a second
     during = httpx.get(server.url + "/metrics", timeout=10).text
     streamer.join()
     after = httpx.get(server.url + "/metrics", timeout=10).text

@@ -1,8 +1,8 @@
 """A client that disconnects frees its engine slot at once, streaming or not, as vLLM aborts a
 request whose client has gone.
 
-One slot (``--max-num-seqs 1``): a first client sends a request, holds the slot for 0.3 s and
-closes its connection; a second request must then get its answer (or its stream's first byte)
+One slot (``--max-num-seqs 1``): a first client sends a request, holds the slot (the server says
+it runs) and closes its connection; a second request must then get its answer (or its stream's first byte)
 about one time-to-first-token later, not after the first request's simulated generation too.
 """
 
@@ -18,21 +18,15 @@ import pytest
 
 from target_server.keep_alive import KEEP_ALIVE_COMMENT
 from tests.conftest import StartServer
+from tests.server_gauges import RUNNING, gauge, wait_for_scheduler
 
-TTFT = 3.0  # seconds; the slot a departed client kept would add about TTFT - 0.3 s to the wait
-STAY = 0.3  # seconds the first client stays before it closes its connection
+TTFT = 3.0  # seconds; the slot a departed client kept would add most of a TTFT to the wait
 BODY = {"prompt": "hi", "max_tokens": 4}
 
 
-def gauge(url: str, name: str) -> float:
-    """The value of one gauge in ``/metrics`` (one label set: vLLM's ``engine`` and ``model_name``)."""
-    text = httpx.get(url + "/metrics", timeout=10).text
-    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith((name + " ", name + "{")))
-
-
 def request_then_leave(url: str, stream: bool) -> None:
-    """Send a completion request on a raw socket, stay ``STAY`` seconds (the request holds the
-    only slot by then), then close the connection without reading the answer."""
+    """Send a completion request on a raw socket, stay until the server says it holds the only
+    slot, then close the connection without reading the answer."""
     parts = urlsplit(url)
     payload = json.dumps({**BODY, "stream": stream}).encode()
     head = (
@@ -41,8 +35,7 @@ def request_then_leave(url: str, stream: bool) -> None:
     ).encode()
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
         sock.sendall(head + payload)
-        time.sleep(STAY)
-        assert (gauge(url, "vllm:num_requests_running"), gauge(url, "vllm:num_requests_waiting")) == (1, 0)
+        wait_for_scheduler(url, running=1, within_s=TTFT / 2)
 
 
 def seconds_to_first_answer_byte(url: str, stream: bool) -> float:
@@ -74,6 +67,6 @@ def test_a_departed_client_frees_its_slot_at_once(start_server: StartServer, str
     )
     request_then_leave(server.url, stream)
     waited = seconds_to_first_answer_byte(server.url, stream)
-    # its own prefill only; waiting for the departed request's slot as well would take ~2 TTFT - STAY
+    # its own prefill only; waiting for the departed request's slot as well would take nearly 2 TTFT
     assert 0.95 * TTFT <= waited < 1.5 * TTFT, f"the second request waited {waited:.2f} s"
-    assert gauge(server.url, "vllm:num_requests_running") == 0
+    assert gauge(server.url, RUNNING) == 0

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 import httpx
 
 from tests.conftest import StartServer
+from tests.server_gauges import RUNNING, gauge, wait_for_scheduler
 from tests.sse_stream import Streamed, stream
 
 
 def first_data_at(result: Streamed) -> float:
     return next(frame.t for frame in result.frames if frame.data is not None)
-
-
-def gauge(url: str, name: str) -> float:
-    text = httpx.get(url + "/metrics").text
-    match = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)  # labelled as vLLM's
-    assert match, f"{name} missing from /metrics"
-    return float(match[1])
 
 
 def test_headers_arrive_before_prefill_and_the_first_token_after_it(start_server: StartServer) -> None:
@@ -87,12 +80,9 @@ def test_a_client_disconnect_frees_its_slot_at_once(start_server: StartServer) -
     with httpx.Client(base_url=server.url, timeout=30) as client:
         body = {"prompt": "hi", "max_tokens": 1, "stream": True}
         with client.stream("POST", "/v1/completions", json=body):
-            assert gauge(server.url, "vllm:num_requests_running") == 1
+            assert gauge(server.url, RUNNING) == 1
         # The stream is closed: the 30 s prefill must not hold the only slot.
-        deadline = time.monotonic() + 5
-        while gauge(server.url, "vllm:num_requests_running") != 0:
-            assert time.monotonic() < deadline, "slot still held after the client left"
-            time.sleep(0.02)
+        wait_for_scheduler(server.url, running=0, within_s=5)
 
 
 def test_kv_cache_usage_is_the_running_requests_tokens_over_the_cache_and_back_to_zero(
