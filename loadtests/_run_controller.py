@@ -129,6 +129,8 @@ def find_scenario(modules: Iterable[ModuleType]) -> Scenario | None:
 
 _registered: list[RunController | None] = []
 """The run's controller once Locust's command line asked for it (None: the locustfile declares no scenario)."""
+PROCESS_DEFAULTS = ("master_port", "master_bind_port", "run_id")
+"""Option defaults made once per process (``own_master_port``, ``own_run_id``), the same in every parser."""
 
 
 _hooked = False
@@ -148,13 +150,24 @@ def register() -> None:
 
 @_refusing
 def _add_run_options(parser: Any) -> None:
-    scenario = find_scenario(_locustfile_modules())
-    controller = None if scenario is None else RunController(scenario)
-    _registered[:] = [controller]
+    """The first parser of the process makes the controller, and with it the master port and run id
+    the forked workers inherit. Locust builds its parser again after that (its web UI does, for the
+    form, before ``init`` and on every page it serves): each later one gets the same controller's
+    options and the same defaults, never a run id of its own, or the master refuses its workers."""
+    if not _registered:
+        scenario = find_scenario(_locustfile_modules())
+        controller = None if scenario is None else RunController(scenario)
+        _registered[:] = [controller]
+        if controller is not None:
+            controller.add_options(parser)
+            own_master_port(parser, sys.argv[1:])
+            controller.run_id = own_run_id(parser, sys.argv[1:])
+            controller.process_defaults = {name: parser.get_default(name) for name in PROCESS_DEFAULTS}
+        return
+    controller = _registered[0]
     if controller is not None:
         controller.add_options(parser)
-        own_master_port(parser, sys.argv[1:])
-        controller.run_id = own_run_id(parser, sys.argv[1:])
+        parser.set_defaults(**controller.process_defaults)
 
 
 @_refusing
@@ -275,6 +288,8 @@ class RunController:
         self._quit_done = Event()
         self.run_id: str | None = None
         """``--run-id`` as this process was started with (``own_run_id``): never the master's copy."""
+        self.process_defaults: dict[str, Any] = {}
+        """``PROCESS_DEFAULTS`` as the process's first parser had them."""
 
     @property
     def name(self) -> str:

@@ -281,10 +281,10 @@ class WebUI:
         assert httpx.post(self.url + "/stop", timeout=120).json()["success"]
 
 
-def web_locust(tmp_path: Path) -> tuple[LiveLocust, WebUI]:
+def web_locust(tmp_path: Path, *args: str) -> tuple[LiveLocust, WebUI]:
     port = free_port()
     locust = LiveLocust(
-        "mixed_truncate", tmp_path, "--web-host", "127.0.0.1", "--web-port", str(port), "--flush-interval", "1"
+        "mixed_truncate", tmp_path, "--web-host", "127.0.0.1", "--web-port", str(port), "--flush-interval", "1", *args
     )
     try:
         return locust, WebUI(port)
@@ -314,6 +314,25 @@ def test_web_ui_each_start_stop_is_a_run_directory_and_ctrl_c_quits(tmp_path: Pa
     verdicts = {summary["verdict"] for summary in summaries}
     assert code == (1 if "FAIL" in verdicts else 3 if "INCONCLUSIVE" in verdicts else 0)  # the worst test's
     assert sorted(tmp_path.iterdir()) == sorted(run_dirs)  # quitting between tests judged nothing more
+
+
+@pytest.mark.smoke
+def test_web_ui_with_processes_admits_its_own_workers_and_writes_their_rows(tmp_path: Path) -> None:
+    """The web UI builds Locust's parser again (for its form, on every page, and before ``init``):
+    each build made a new run id, so the master refused the very workers it had forked."""
+    locust, ui = web_locust(tmp_path, "--processes", "2")
+    with locust:
+        ui.start(users=4)
+        run_dir = Path(locust.wait_for(RUN_DIR)[1])
+        wait_for_parts(run_dir)
+        ui.stop()
+        locust.wait_for(REPORT)
+        locust.signal(signal.SIGINT)
+        locust.wait(60)
+    assert not locust.matching(r"refused"), locust.output[-3000:]
+    summary = complete(run_dir)
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert set(requests["worker"]) == {"worker-0", "worker-1"} and summary["outcomes"]["ok"] > 0
 
 
 @pytest.mark.smoke
