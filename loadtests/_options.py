@@ -1,11 +1,12 @@
 """Every option of a run, declared once: its name, kind of value, default, help and where it applies.
 
 ``OPTIONS`` is the one declaration. From it come Locust's command line for a scenario (and the web
-UI's form: every option there is shown and settable), the soak's command line, the pytest plugin's
-``--sse-soak-*`` options, ``launch()``'s keywords, and the command line a launcher hands to Locust
-(``locust_arguments``). An option's ``Kind`` is its only check: argparse surfaces refuse a bad
-value as they parse it (``argparse_type``), Locust's values (which the web UI may change as text at
-each test) are checked after parsing (``check_locust_options``), so a rule is never written twice.
+UI's form: every option a test can change, ``Option.form``, shown and settable there), the soak's
+command line, the pytest plugin's ``--sse-soak-*`` options, ``launch()``'s keywords, and the command
+line a launcher hands to Locust (``locust_arguments``). An option's ``Kind`` is its only check:
+argparse surfaces refuse a bad value as they parse it (``argparse_type``), Locust's values (which
+the web UI may change as text at each test) are checked after parsing (``check_locust_options``),
+so a rule is never written twice.
 
 Special values, decided once here: ``--keep-alive-interval`` 0, NaN and inf turn keep-alive off,
 as vLLM does for any value not in (0, inf), and the run records 0 (a negative value is refused as
@@ -379,6 +380,10 @@ class Option:
     """Never shown: masked in the web UI, never on a command line a launcher builds."""
     metavar: str | None = None
     group: str = "target"
+    form: bool = True
+    """Shown and settable in Locust's web UI form, in force from the next test on. False for what is
+    fixed for the whole run (its identity, the server it starts, TLS trust, the model and key its
+    preflight checked, how rows travel): a form field for it would change nothing."""
 
     @property
     def flag(self) -> str:
@@ -457,6 +462,7 @@ OPTIONS: tuple[Option, ...] = (
         env_var="SSE_SOAK_RUN_ID",
         metavar="ID",
         group="load",
+        form=False,
     ),
     Option(
         "host",
@@ -475,6 +481,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         frozenset({L, P, A}),
         metavar="NAME",
+        form=False,
     ),
     Option(
         "api_key",
@@ -486,6 +493,7 @@ OPTIONS: tuple[Option, ...] = (
         env_var="SSE_SOAK_API_KEY",
         secret=True,
         metavar="KEY",
+        form=False,
     ),
     Option(
         "server",
@@ -496,6 +504,7 @@ OPTIONS: tuple[Option, ...] = (
         "the rest named in one line)",
         "bundled",
         frozenset({L, S, P, A}),
+        form=False,
     ),
     Option(
         "server_args",
@@ -513,6 +522,7 @@ OPTIONS: tuple[Option, ...] = (
         "--proxy (those listen on loopback only)",
         "127.0.0.1",
         frozenset({L, S}),  # a cluster's master: the pytest plugin and launch() run on one host
+        form=False,
     ),
     Option(
         "keep_alive_interval",
@@ -533,6 +543,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         frozenset({L, S}),
         metavar="FILE",
+        form=False,
     ),
     Option(
         "insecure",
@@ -541,6 +552,7 @@ OPTIONS: tuple[Option, ...] = (
         "warning at the start and recorded in the run's settings",
         False,
         frozenset({L, S}),
+        form=False,
     ),
     Option(
         "preflight_timeout",
@@ -623,6 +635,7 @@ OPTIONS: tuple[Option, ...] = (
         "seconds between writes of recorded rows to the run directory (and between worker -> master batches)",
         2.0,
         group="recording",
+        form=False,
     ),
     Option(
         "harness_lag_limit_ms",
@@ -744,8 +757,8 @@ def on(surface: Surface) -> list[Option]:
 
 
 def add_locust_options(parser: Any, title: str, scenario: Any) -> None:
-    """Declare the scenario options on Locust's parser, each shown and settable in the web UI
-    (Locust shows an option there only when its own ``add_argument`` declared it: a group's does not
+    """Declare the scenario options on Locust's parser, each ``form`` one shown and settable in the web
+    UI (Locust shows an option there only when its own ``add_argument`` declared it: a group's does not
     mark it). Defaults come from ``scenario`` where it has a profile. ``--keep-alive-interval``
     defaults to None on every scenario, so that a value given can be told from none: the scenario's
     own applies to the bundled server only (``Scenario.settings``)."""
@@ -764,7 +777,7 @@ def add_locust_options(parser: Any, title: str, scenario: Any) -> None:
         if item.env_var:
             kwargs["env_var"] = item.env_var
         action = group.add_argument(item.flag, **kwargs)
-        action.include_in_web_ui = True
+        action.include_in_web_ui = item.form
         action.is_secret = item.secret
         action.is_required = action.is_multiple = False
 

@@ -314,16 +314,12 @@ class RunController:
         state.api_key = options.api_key
         if state.api_key is None and options.host is None:  # the bundled server's own key, if it was given one
             state.api_key = split_api_key(self.scenario.settings(options).server_args)[1]
-        state.client_idle_timeout = options.client_idle_timeout
-        state.stream_deadline = options.stream_deadline
-        state.frame_sample_rate = options.frame_sample_rate
-        state.max_line_bytes = options.max_line_bytes
+        _read_streams_as_told(environment)
         # the server is not the bundled one running the profile: silence must come from queueing
         state.hold_slots = options.host is not None or getattr(options, "server", "bundled") != "bundled"
         state.runner = environment.runner
         for user_class in environment.user_classes:
             if issubclass(user_class, FastHttpUser):
-                user_class.network_timeout = options.client_idle_timeout
                 user_class.insecure = options.insecure
         # first: a master answers the hellos of workers that connect while its stack starts
         state.admission = Admission(environment, RunIdentity(self.name, self.run_id))
@@ -416,6 +412,7 @@ class RunController:
         run_state(environment).lag.excuse_current_wait()
         if not isinstance(environment.runner, WorkerRunner) and not self._take_form_options(environment):
             return
+        _read_streams_as_told(environment)  # the form's values (a worker has them from its spawn message)
         _start_arrivals(environment)
         if isinstance(environment.runner, WorkerRunner):
             return
@@ -657,6 +654,20 @@ class RunController:
 
 
 register()  # importing the controller is how a locustfile's ``from loadtests import Scenario, SSEUser`` reaches Locust
+
+
+def _read_streams_as_told(environment: Any) -> None:
+    """The options by which this process's users read and record a stream, as they stand: at init,
+    and again as each test starts, where the web UI's form may have changed them (``Option.form``)."""
+    options = environment.parsed_options
+    state = run_state(environment)
+    state.client_idle_timeout = options.client_idle_timeout
+    state.stream_deadline = options.stream_deadline
+    state.frame_sample_rate = options.frame_sample_rate
+    state.max_line_bytes = options.max_line_bytes
+    for user_class in environment.user_classes:
+        if issubclass(user_class, FastHttpUser):
+            user_class.network_timeout = options.client_idle_timeout
 
 
 def _trust_as_told(environment: Any) -> None:

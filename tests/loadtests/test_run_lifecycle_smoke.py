@@ -58,6 +58,17 @@ def wait_for_parts(run_dir: Path, parts: int = 1, timeout: float = 60.0) -> None
         time.sleep(0.1)
 
 
+def wait_for_rows(run_dir: Path, query: str, timeout: float = 60.0) -> None:
+    """Until a row matching ``query`` (``DataFrame.query``) is on disk."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = run_dir / "requests.parquet"
+        if any(rows.glob("part-*.parquet")) and len(pd.read_parquet(rows).query(query)):
+            return
+        assert time.monotonic() < deadline, f"no row where {query} in {run_dir}"
+        time.sleep(0.1)
+
+
 def complete(run_dir: Path, html: bool = True) -> dict[str, Any]:
     """The run's summary, after checking it agrees with its rows (each once) and report.html is there."""
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -324,7 +335,8 @@ def test_web_ui_with_processes_admits_its_own_workers_and_writes_their_rows(tmp_
     with locust:
         ui.start(users=4)
         run_dir = Path(locust.wait_for(RUN_DIR)[1])
-        wait_for_parts(run_dir)
+        wait_for_rows(run_dir, "outcome == 'ok' and worker == 'worker-0'")
+        wait_for_rows(run_dir, "outcome == 'ok' and worker == 'worker-1'")
         ui.stop()
         locust.wait_for(REPORT)
         locust.signal(signal.SIGINT)
@@ -333,6 +345,39 @@ def test_web_ui_with_processes_admits_its_own_workers_and_writes_their_rows(tmp_
     summary = complete(run_dir)
     requests = pd.read_parquet(run_dir / "requests.parquet")
     assert set(requests["worker"]) == {"worker-0", "worker-1"} and summary["outcomes"]["ok"] > 0
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("processes", [(), ("--processes", "2")], ids=["one-process", "processes-2"])
+def test_web_ui_form_values_of_how_streams_are_read_apply_to_that_test(
+    tmp_path: Path, processes: tuple[str, ...]
+) -> None:
+    """The users read ``--max-line-bytes`` and ``--frame-sample-rate`` at init only, so the form's
+    values were recorded in the summary but never applied (on workers too, which get them in their
+    spawn message). Test 1: 64-byte lines, so every streamed answer is a protocol error; test 2: no
+    ok stream's frames kept."""
+    locust, ui = web_locust(tmp_path, *processes)
+    with locust:
+        run_dirs = []
+        forms = ({"max_line_bytes": "64"}, {"max_line_bytes": "1048576", "frame_sample_rate": "0"})
+        for test, form in enumerate(forms):
+            answer = httpx.post(ui.url + "/swarm", data={"user_count": 4, "spawn_rate": 4, **form}, timeout=60)
+            assert answer.json()["success"], answer.text
+            run_dirs.append(Path(locust.wait_for(RUN_DIR, count=test + 1)[1]))
+            wait_for_rows(run_dirs[-1], "status == 200 and outcome != 'stopped'")  # a streamed answer ended
+            ui.stop()
+            locust.wait_for(REPORT, count=test + 1)
+        locust.signal(signal.SIGINT)
+        locust.wait(60)
+    short_lines, unsampled = (pd.read_parquet(run_dir / "requests.parquet") for run_dir in run_dirs)
+    streamed = short_lines[short_lines["status"] == 200]
+    assert len(streamed) > 0 and set(streamed["outcome"]) <= {"protocol_error", "stopped"}, streamed["outcome"]
+    assert complete(run_dirs[0])["settings"]["max_line_bytes"] == 64
+    ok = unsampled[unsampled["outcome"] == "ok"]
+    frames = run_dirs[1] / "frames.parquet"
+    kept = set(pd.read_parquet(frames)["request_id"]) if any(frames.glob("part-*.parquet")) else set()
+    assert len(ok) > 0 and not kept & set(ok["request_id"])
+    assert complete(run_dirs[1])["frame_sample_rate"] == 0
 
 
 @pytest.mark.smoke
