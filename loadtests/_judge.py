@@ -44,6 +44,7 @@ from loadtests._gates import (
 )
 from loadtests._lag import STALLED_COLUMN, stalled_while_open, while_streams_open
 from loadtests._run_dir import Manifest, RunDir, RunDirChanged, parts_problem
+from loadtests._run_lines import say
 from loadtests._server_metrics import server_metrics_summary
 from loadtests._summary import Summary, SummaryError, summarize
 from loadtests.errors import RecordNotWritten, UsageError
@@ -180,7 +181,7 @@ def keep_elsewhere(run: RunDir, summary: Summary) -> str:
     try:
         fallback.write_text(text, encoding="utf-8")
     except OSError:
-        print(text, end="", flush=True)
+        say(text, end="")
         return f"sse-soak: {summary.unwritten}; the summary is printed above (no place on disk took it)"
     return f"sse-soak: {summary.unwritten}; the summary is in {fallback}"
 

@@ -68,6 +68,7 @@ from loadtests._preflight import PreflightError, base_url, preflight
 from loadtests._real_vllm import VllmError, vllm_available
 from loadtests._run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
 from loadtests._run_identity import Admission, RunIdentity, own_run_id
+from loadtests._run_lines import lines_to_stderr, say
 from loadtests._run_state import run_state
 from loadtests._run_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests._safe_text import printable, redacted_url
@@ -306,6 +307,7 @@ class RunController:
         quiet_per_request_logging()
         end_with_launcher()  # a soak or launch() that dies, even by SIGKILL, leaves no run behind
         options = environment.parsed_options
+        lines_to_stderr(bool(getattr(options, "json", False)))  # stdout is --json's
         check_locust_options(options)
         _trust_as_told(environment)
         self._given_host = options.host
@@ -329,7 +331,7 @@ class RunController:
             self.scenario.check(self._settings)  # a function's gates: checked once known
             notice = self.scenario.proxy_notice(options)
             if notice is not None:
-                print(notice, flush=True)
+                say(notice)
             plan_only = os.environ.get(PLAN_ONLY_ENV)
             if plan_only:
                 RunDir(plan_only).write_manifest(self._manifest(environment))
@@ -381,7 +383,7 @@ class RunController:
         environment.host = self._stack.url
         run_state(environment).sizing_host = self._stack.server_url or _server_url(settings.host)
         for line in self._stack.describe():
-            print(line, flush=True)
+            say(line)
 
     def _preflight(self, environment: Any, state: Any) -> None:
         """Refuse, in one line and before any user starts, a target the run cannot use."""
@@ -394,7 +396,7 @@ class RunController:
             self._stop_stack()
             raise UsageError(str(exc)) from None
         for notice in target.notices:
-            print(printable(notice), flush=True)
+            say(printable(notice))
         environment.host = self._target_host = target.base_url
         state.model_option = target.model
 
@@ -430,7 +432,7 @@ class RunController:
         run.write_manifest(self._manifest(environment))
         self._test = _Test(writer, entered, getattr(options, "run_time", None) or None)
         self._collector.begin(writer)
-        print(f"run directory: {run}", flush=True)
+        say(f"run directory: {run}")
         if not options.no_server_metrics:
             self._test.scraper = self._scrape_server_metrics(environment, run)
         if environment.host and isinstance(environment.runner, MasterRunner):  # a master sizes no prompt itself
@@ -465,7 +467,7 @@ class RunController:
         return True
 
     def _restart_stack(self, environment: Any, settings: RunSettings) -> None:
-        print("sse-soak: the form changed the stack's settings: restarting it", flush=True)
+        say("sse-soak: the form changed the stack's settings: restarting it")
         self._stop_stack()
         environment.host = settings.host
         self._target_host = None
@@ -482,7 +484,7 @@ class RunController:
             return
         if not host:
             environment.host = self._target_host
-            print(f"sse-soak: no host given for this test: it targets {redacted_url(self._target_host)}", flush=True)
+            say(f"sse-soak: no host given for this test: it targets {redacted_url(self._target_host)}")
             return
         state = run_state(environment)
         options = environment.parsed_options
@@ -492,7 +494,7 @@ class RunController:
             print(printable(f"sse-soak: {exc}: this test's requests will fail"), file=sys.stderr, flush=True)
             return
         for notice in target.notices:
-            print(printable(notice), flush=True)
+            say(printable(notice))
         environment.host = self._target_host = target.base_url
         state.model_option = target.model
 
@@ -627,16 +629,16 @@ class RunController:
                 lost_rows=self._collector.lost if self._collector is not None else None,
             )
             for line in summary.console_lines():
-                print(line)
+                say(line)
             if test.writer.rows_unwritable or test.writer.rows_pending:
-                print(
+                say(
                     f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "
                     f"{test.writer.rows_pending} rows not written (the disk refused them): not judged"
                 )
-            print(f"ended: {ended}")
-            print(summary.verdict_line(), flush=True)
+            say(f"ended: {ended}")
+            say(summary.verdict_line())
             if summary.unwritten is not None:
-                print(keep_elsewhere(run, summary), flush=True)
+                say(keep_elsewhere(run, summary))
                 environment.process_exit_code = summary.exit_code  # the record is incomplete, whatever the verdict
             elif not summary.passed and environment.process_exit_code in (None, 0, INCONCLUSIVE_EXIT_CODE):
                 environment.process_exit_code = summary.exit_code  # a FAIL outweighs an inconclusive test
@@ -646,11 +648,11 @@ class RunController:
                     write_html_files(run, summary)
             except KeyboardInterrupt:
                 again = f"python -m loadtests report {run}"
-                print(f"sse-soak: report.html was not written (interrupted); {again} writes it")
+                say(f"sse-soak: report.html was not written (interrupted); {again} writes it")
             except OSError as exc:  # the disk filled up after the summary
-                print(f"sse-soak: report.html was not written in {run}: {exc.strerror or exc}", flush=True)
+                say(f"sse-soak: report.html was not written in {run}: {exc.strerror or exc}")
                 environment.process_exit_code = UNWRITTEN_EXIT_CODE
-        print(f"report: {run}", flush=True)
+        say(f"report: {run}")
 
 
 register()  # importing the controller is how a locustfile's ``from loadtests import Scenario, SSEUser`` reaches Locust

@@ -24,6 +24,7 @@ from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADL
 from loadtests._outcome import Outcome, RequestRow
 from loadtests._recorder import Recorder
 from loadtests._run_identity import Admission
+from loadtests._run_lines import say
 from loadtests._safe_text import printable
 from loadtests._sse import DEFAULT_MAX_LINE_BYTES
 from loadtests._tls import client_context
@@ -216,17 +217,16 @@ class RunState:
         pace, room = self.facts.pace, self.facts.max_model_len
         raised = sorted({what for mix in self._mixes.values() for what in mix.hold_slots(pace, room)})
         if raised and why is not None:
-            print(
+            say(
                 f"sse-soak: {why}, {'; '.join(raised)}, each holding a slot; streams queue only with more users "
-                "(-u) than the server's concurrent slots",
-                flush=True,
+                "(-u) than the server's concurrent slots"
             )
 
     def _announce_estimate(self) -> None:
         """One line per process, the first time sizing is (or turns) estimated."""
         if self.facts is not None and self.facts.estimate_reason is not None and not self._announced_estimate:
             self._announced_estimate = True
-            print(printable(f"sse-soak: prompt sizing estimated: {self.facts.estimate_reason}"), flush=True)
+            say(printable(f"sse-soak: prompt sizing estimated: {self.facts.estimate_reason}"))
 
 
 _STATES: weakref.WeakKeyDictionary[Any, RunState] = weakref.WeakKeyDictionary()

@@ -52,6 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests._figures import quantile
 from loadtests._recorder import write_part
+from loadtests._run_lines import say
 from loadtests._tls import TLS_FIX, certificate_problem, client_context
 from loadtests.errors import SseSoakError
 
@@ -368,7 +369,7 @@ class ServerMetricsScraper:
                 self.failed_scrapes += 1
                 return True
             self.refusal = f"GET {self.url} {exc}"
-            print(f"sse-soak: no server metrics: {self.refusal}; the run goes on without them", flush=True)
+            say(f"sse-soak: no server metrics: {self.refusal}; the run goes on without them")
             return False
         self.scrapes += 1
         for name, values in rows.items():

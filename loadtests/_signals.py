@@ -24,6 +24,8 @@ from typing import Any
 
 import gevent
 
+from loadtests._run_lines import say
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -98,11 +100,11 @@ class SignalGuard:
         loop = gevent.get_hub().loop
         if self._quit_requested or self.quitting:
             if self.test_started:
-                loop.run_callback(_say, f"sse-soak: {name}: already ending, the run's report comes first")
+                loop.run_callback(say, f"sse-soak: {name}: already ending, the run's report comes first")
             return
         self._quit_requested = True
         if self.test_started:
-            loop.run_callback(_say, f"sse-soak: {name}: ending the run")
+            loop.run_callback(say, f"sse-soak: {name}: ending the run")
         loop.run_callback(self._interrupt_main)
 
     def _interrupt_main(self) -> None:
@@ -110,7 +112,3 @@ class SignalGuard:
             main = gevent.get_hub().parent
             assert main is not None  # the hub of the main thread always runs under its main greenlet
             main.throw(KeyboardInterrupt)
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)

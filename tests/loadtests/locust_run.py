@@ -95,7 +95,7 @@ def run_locust(scenario: str, report_dir: Path, *args: str, users: int = 4, seco
     )
     result = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=ROOT, stdin=subprocess.DEVNULL)
     output = result.stdout + result.stderr
-    match = REPORT_LINE.search(result.stdout)
+    match = REPORT_LINE.search(result.stdout) or REPORT_LINE.search(result.stderr)  # stderr with --json
     return LocustRun(result.returncode, output, Path(match["path"]) if match else None)
 
 

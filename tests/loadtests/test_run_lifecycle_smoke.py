@@ -34,7 +34,7 @@ from loadtests._run_writer import RunWriter
 from loadtests._sse import Frame
 from loadtests._summary import Summary
 from tests.conftest import StartServer
-from tests.loadtests.locust_run import ROOT, LiveLocust, run_locust
+from tests.loadtests.locust_run import ROOT, LiveLocust, locust_command, run_locust
 
 RUN_DIR = r"^run directory: (.+)$"
 REPORT = r"^report: (.+)$"
@@ -186,6 +186,25 @@ def test_the_run_time_ends_the_run_on_time_and_is_no_interruption(tmp_path: Path
     assert run.returncode == (0 if summary["passed"] else 1)
     starts = pd.read_parquet(run.run_dir / "requests.parquet")["start_time"]
     assert starts.max() - starts.min() > 3.0  # requests went on for (nearly) the whole 4 s
+
+
+@pytest.mark.smoke
+def test_with_locusts_json_stdout_is_the_stats_json_alone_and_the_run_lines_go_to_stderr(tmp_path: Path) -> None:
+    """Locust's ``--json`` prints its stats as JSON on stdout "for parsing in other programs"; the
+    run's own lines (server, run directory, gates, verdict) were printed there too, so the JSON
+    could not be parsed."""
+    command = locust_command(
+        ROOT / "scenarios" / "mixed_truncate.py", *HEADLESS, "-t", "3s", "--json", "--skip-log",
+        "--report-dir", str(tmp_path), "--only-summary",
+    )  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=ROOT, stdin=subprocess.DEVNULL)
+    stats = json.loads(result.stdout)  # nothing but the JSON
+    assert sum(entry["num_requests"] for entry in stats) > 0
+    (run_dir,) = tmp_path.iterdir()
+    summary = complete(run_dir)
+    lines = result.stderr.splitlines()
+    assert f"run directory: {run_dir}" in lines and f"report: {run_dir}" in lines
+    assert verdict_line(summary) in lines and result.returncode == (0 if summary["passed"] else 1)
 
 
 @pytest.mark.smoke
