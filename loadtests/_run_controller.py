@@ -122,8 +122,8 @@ def find_scenario(modules: Iterable[ModuleType]) -> Scenario | None:
     if len(declared) > 1:
         names = ", ".join(f"{scenario.name} ({module.__file__})" for scenario, module in declared)
         raise UsageError(
-            f"{len(declared)} of the scenarios declared in this process ({names}) are declared in the locustfile: "
-            "a locustfile declares exactly one Scenario"
+            f"{len(declared)} scenarios in the locustfile(s) given: {names}; a run runs exactly one Scenario: "
+            "give one locustfile that declares one"
         )
     return declared[0][0] if declared else None
 

@@ -124,8 +124,22 @@ def test_two_scenarios_in_one_locustfile_are_refused_in_one_line(tmp_path: Path)
     """,
     )
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1].startswith("sse-soak: 2 of the scenarios declared in this process (first (")
-    assert result.stderr.splitlines()[-1].endswith("a locustfile declares exactly one Scenario")
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("sse-soak: 2 scenarios in the locustfile(s) given: first (")
+    assert last.endswith("a run runs exactly one Scenario: give one locustfile that declares one")
+
+
+def test_two_locustfiles_each_with_a_scenario_are_refused_in_one_line() -> None:
+    """``-f a.py,b.py`` loads both as locustfiles: a run still runs one scenario."""
+    command = [
+        sys.executable, "-m", "locust", "-f", "scenarios/mixed_truncate.py,scenarios/slow_prefill.py",
+        "--headless", "-u", "1", "-t", "2s",
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("sse-soak: 2 scenarios in the locustfile(s) given: ") and "mixed_truncate (" in last
+    assert "slow_prefill (" in last and last.endswith("give one locustfile that declares one")
 
 
 def test_slow_prefills_keepalive_gates_are_unjudgeable_without_the_servers_interval_and_strict_at_zero() -> None:
