@@ -346,6 +346,7 @@ class RunController:
         self._collector.start()
         if isinstance(environment.runner, WorkerRunner) and getattr(options, "processes", None):
             end_with_parent(self._collector.master_gone)  # forked by the master: gone with it, rows kept here
+        self._guard.speaks = not isinstance(environment.runner, WorkerRunner)
         self._guard.install((signal.SIGINT,))  # an idle web UI's Ctrl-C quits, every time
         lifecycle = environment.events
         lifecycle.test_start.add_listener(self._on_test_start)

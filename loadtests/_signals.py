@@ -41,6 +41,9 @@ class SignalGuard:
         signal quits without a word of ours."""
         self.quitting = False
         """Set by the caller once Locust is shutting down: a signal then has nothing left to ask."""
+        self.speaks = True
+        """Whether this process says what a signal does: not a worker, whose master speaks for the
+        run (Ctrl-C reaches every process of ``--processes``: one line, not one per process)."""
         self._previous: dict[int, Any] = {}
         self._mode = "quit"  # "quit": ask Locust to shut down; "defer": note it; "cut": interrupt the writer
         self._writer: Any = None
@@ -98,12 +101,13 @@ class SignalGuard:
 
     def _request_quit(self, name: str) -> None:
         loop = gevent.get_hub().loop
+        said = self.test_started and self.speaks
         if self._quit_requested or self.quitting:
-            if self.test_started:
+            if said:
                 loop.run_callback(say, f"sse-soak: {name}: already ending, the run's report comes first")
             return
         self._quit_requested = True
-        if self.test_started:
+        if said:
             loop.run_callback(say, f"sse-soak: {name}: ending the run")
         loop.run_callback(self._interrupt_main)
 

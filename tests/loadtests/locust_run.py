@@ -164,6 +164,10 @@ class LiveLocust:
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
 
+    def signal_group(self, signum: int) -> None:
+        """``signum`` to Locust and every process it forked, as a terminal's Ctrl-C sends SIGINT."""
+        os.killpg(self.process.pid, signum)  # its own session: the group is Locust's alone
+
     def wait(self, timeout: float = 60.0) -> int:
         """Locust's exit code; an ``AssertionError`` with the end of its output when it does not
         exit within ``timeout`` (a hang shows what it printed last)."""

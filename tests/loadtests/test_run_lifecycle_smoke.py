@@ -244,7 +244,10 @@ def test_ctrl_c_ends_a_run_without_run_time_without_failing_it(tmp_path: Path) -
 
 
 @pytest.mark.smoke
-def test_sigterm_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path) -> None:
+@pytest.mark.parametrize("to_group", [False, True], ids=["SIGTERM-to-the-master", "Ctrl-C-to-every-process"])
+def test_a_signal_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path, to_group: bool) -> None:
+    """SIGTERM to the master alone, as a job scheduler sends it; SIGINT to every process of the run,
+    as a terminal's Ctrl-C does (each worker then heard it too, and each said so before)."""
     port, trace = free_port(), tmp_path / "trace.jsonl"
     with LiveLocust(
         "mixed_truncate",
@@ -266,12 +269,17 @@ def test_sigterm_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path) -
     ) as locust:
         run_dir = Path(locust.wait_for(RUN_DIR)[1])
         wait_for_parts(run_dir, 4)
-        locust.signal(signal.SIGTERM)  # the master only, as a job scheduler would
+        if to_group:
+            locust.signal_group(signal.SIGINT)
+        else:
+            locust.signal(signal.SIGTERM)
         assert locust.wait(60) == 1, locust.output[-3000:]
     summary = complete(run_dir)
-    assert summary["interrupted"].startswith("SIGTERM at ") and summary["passed"] is False
+    name = "SIGINT" if to_group else "SIGTERM"
+    assert summary["interrupted"].startswith(f"{name} at ") and summary["passed"] is False
     for prefix in ("run directory: ", "requests: ", "ended: ", "verdict: ", "report: "):
         assert len(locust.matching("^" + prefix)) == 1, prefix
+    assert len(locust.matching(FIRST_SIGNAL)) == 1  # said by the master alone, though its workers got it too
     assert len(locust.matching(r"^gate (PASS|FAIL|SKIP) ")) == len(summary["gates"])
     assert_one_verdict_per_run(locust, [summary])
     requests = pd.read_parquet(run_dir / "requests.parquet")
