@@ -595,8 +595,8 @@ OPTIONS: tuple[Option, ...] = (
         SECONDS,
         "seconds a stream may stay open from its send, however lively (keep-alive comments and slow tokens "
         "included); past it the client closes it as a timeout naming this limit. Apart from it, a stream still "
-        "open when the run ends, over 3x the longest finished stream of its kind and over 5 s, is judged stuck "
-        "(a timeout), not stopped",
+        "open when the run ends, over 3x the longest finished stream of its kind and over 5 s, with no token for "
+        "its last 5 s, is judged stuck (a timeout), not stopped",
         DEFAULT_STREAM_DEADLINE_S,
         scenario_field="stream_deadline",
         group="stream",

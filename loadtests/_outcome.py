@@ -536,6 +536,11 @@ class StreamTracker:
         if data_frames is not None:
             self._data = max(self._data, data_frames)
 
+    def data_silence(self, t: float) -> float:
+        """Seconds without a data frame at ``t`` seconds after the send: since the last one, or since
+        the send when none came."""
+        return t - (self._last_data_t or 0.0)
+
     def client_ended(self, why: str) -> None:
         """Why the client, not the server, ended the request (its deadline, the run's end, the
         connection failing): the row's ``error_message`` when its outcome is the client's

@@ -21,7 +21,7 @@ from gevent.lock import Semaphore
 from loadtests._arrivals import ArrivalSchedule
 from loadtests._lag import LagMonitor
 from loadtests._options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S
-from loadtests._outcome import Outcome, RequestRow
+from loadtests._outcome import Outcome, RequestRow, StreamTracker
 from loadtests._recorder import Recorder
 from loadtests._run_identity import Admission
 from loadtests._run_lines import say
@@ -42,7 +42,8 @@ from loadtests._workload import (
 STUCK_FACTOR = 3.0
 STUCK_MIN_S = 5.0
 """A stream still open when the run ends is stuck (judged a ``timeout``) when it was open over
-``STUCK_FACTOR`` times the longest stream of its kind that finished, and over ``STUCK_MIN_S``."""
+``STUCK_FACTOR`` times the longest stream of its kind that finished, and over ``STUCK_MIN_S``, and
+no data frame came for its last ``STUCK_MIN_S``."""
 
 
 PACE_CHECK_MIN_TOKENS = 32
@@ -178,6 +179,23 @@ class RunState:
         return max(
             STUCK_MIN_S, STUCK_FACTOR * longest
         ), f"{STUCK_FACTOR:g}x the longest finished {kind} ({longest:.1f} s)"
+
+    def ended_by_the_run(self, tracker: StreamTracker, open_s: float) -> Outcome:
+        """The outcome of a stream the run's end closed ``open_s`` seconds after its send, its reason
+        told to ``tracker``: ``stopped`` (no verdict), unless it was open far longer than streams of
+        its kind take to finish (``stuck_after``) and no data frame came for ``STUCK_MIN_S``; then it
+        is stuck, a ``timeout`` saying so. A stream whose tokens still flowed is making progress, not
+        stuck, however long it ran (a slot holder lengthened mid-run outlasts its kind's first ones)."""
+        stuck = self.stuck_after(tracker.plan.name)
+        silent = tracker.data_silence(open_s)
+        if stuck is None or open_s <= stuck[0] or silent <= STUCK_MIN_S:
+            tracker.client_ended(f"the run ended {open_s:.1f} s after it was sent")
+            return Outcome.STOPPED
+        tracker.client_ended(
+            f"stuck: still open when the run ended, {open_s:.1f} s after it was sent, over {stuck[1]}, "
+            f"with no data for its last {silent:.1f} s"
+        )
+        return Outcome.TIMEOUT
 
     def learn_pace(self, row: RequestRow) -> None:
         """With ``hold_slots``, the first ``ok`` stream with tokens sets the server's pace and

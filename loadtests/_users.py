@@ -183,7 +183,8 @@ class StreamingUser:
             failure = Outcome.TIMEOUT
         except gevent.GreenletExit:  # the run is stopping this user mid-stream
             open_s = time.monotonic() - started
-            self.report(tracker.finish(open_s, self._ended_by_the_run(tracker, open_s)), tracker.frames, request.path)
+            ended = self.harness.ended_by_the_run(tracker, open_s)
+            self.report(tracker.finish(open_s, ended), tracker.frames, request.path)
             raise
         except Exception as exc:
             return self._harness_failure(plan, exc, tracker, started)
@@ -192,16 +193,6 @@ class StreamingUser:
         if row.outcome == Outcome.CONNECT_ERROR:
             gevent.sleep(CONNECT_ERROR_PAUSE_S)
         return row
-
-    def _ended_by_the_run(self, tracker: StreamTracker, open_s: float) -> Outcome:
-        """A stream the run's end closed is ``stopped`` (no verdict), unless it was open far longer
-        than streams of its kind take to finish: then it is stuck, a ``timeout`` saying so."""
-        stuck = self.harness.stuck_after(tracker.plan.name)
-        if stuck is None or open_s <= stuck[0]:
-            tracker.client_ended(f"the run ended {open_s:.1f} s after it was sent")
-            return Outcome.STOPPED
-        tracker.client_ended(f"stuck: still open when the run ended, {open_s:.1f} s after it was sent, over {stuck[1]}")
-        return Outcome.TIMEOUT
 
     def _harness_failure(
         self, plan: RequestPlan, exc: Exception, tracker: StreamTracker | None = None, started: float | None = None

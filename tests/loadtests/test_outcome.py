@@ -336,6 +336,36 @@ def test_a_stream_is_stuck_after_three_times_the_longest_finished_of_its_kind() 
     assert state.stuck_after("chat:c") == (STUCK_MIN_S, "3x the longest finished chat:c stream (0.2 s)")
 
 
+def test_a_stream_open_past_its_kind_is_stuck_only_when_its_tokens_stopped() -> None:
+    """Seen against real vLLM: a slot holder lengthened mid-run streamed 1,578 tokens until the run
+    ended 5.0 s after its send, past 3x its kind's first (short) ones, and was judged stuck."""
+    from loadtests._run_state import STUCK_MIN_S, RunState
+
+    state = RunState()
+    state.note_finished(StreamTracker(RequestPlan("first", "chat:holder", "chat"), 0.0).finish(0.8))
+
+    def streamed_until(last_token_s: float) -> StreamTracker:
+        tracker = StreamTracker(RequestPlan("open", "chat:holder", "chat"), 0.0)
+        tracker.headers(200, 0.01, "text/event-stream")
+        token = Frame(t=0, nbytes=40, data=json.dumps({"choices": [{"index": 0, "text": "x"}]}))
+        for tenth in range(1, round(last_token_s * 10) + 1):
+            tracker.frame(token, tenth / 10)
+        return tracker
+
+    open_s = STUCK_MIN_S + 3  # past max(STUCK_MIN_S, 3 x 0.8 s)
+    lively = streamed_until(open_s - 0.1)
+    assert lively.data_silence(open_s) == pytest.approx(0.1)
+    assert state.ended_by_the_run(lively, open_s) == Outcome.STOPPED
+    assert lively.finish(open_s, Outcome.STOPPED).error_message == f"the run ended {open_s:.1f} s after it was sent"
+    hung = streamed_until(1.0)  # tokens, then keep-alive only: a hung engine
+    assert state.ended_by_the_run(hung, open_s) == Outcome.TIMEOUT
+    assert hung.finish(open_s, Outcome.TIMEOUT).error_message.endswith(f"with no data for its last {open_s - 1:.1f} s")
+    never = StreamTracker(RequestPlan("queued", "chat:holder", "chat"), 0.0)  # no token at all since its send
+    assert never.data_silence(open_s) == open_s and state.ended_by_the_run(never, open_s) == Outcome.TIMEOUT
+    young = streamed_until(0.5)
+    assert state.ended_by_the_run(young, STUCK_MIN_S - 1) == Outcome.STOPPED  # not open long enough
+
+
 @pytest.mark.parametrize(("status", "location"), [(301, "http://127.0.0.1:9/v1/completions"), (307, None)])
 def test_a_redirect_is_rejected_naming_its_status_and_location(status: int, location: str | None) -> None:
     stream = tracker()
