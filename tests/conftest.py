@@ -26,9 +26,35 @@ StartServer = Callable[..., TargetServerProcess]
 os.environ.setdefault("SSE_SOAK_HARNESS_LAG_LIMIT_MS", "0")
 
 
+HEAVY_TIERS = ("proxies", "vllm", "litellm", "soak", "bench", "webui", "extended")
+"""The tiers ``python -m pytest`` leaves out (pyproject's markers say what each holds). Every other
+test is the install tier: the fast tier and end-to-end runs against the bundled server, what a
+newcomer needs to trust an install, in minutes. ``-m heavy`` runs every heavy tier."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A bare ``python -m pytest`` (no ``-m``, no paths) runs the install tier. Named files or a
+    ``-m`` expression run what they name, heavy or not."""
+    if not config.option.markexpr and config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        config.option.markexpr = "not heavy"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if config.option.markexpr == "not heavy":
+        return "sse-soak: the install tier (-m heavy runs the heavy tiers: " + ", ".join(HEAVY_TIERS) + ")"
+    return f"sse-soak: tests selected by -m {config.option.markexpr!r}" if config.option.markexpr else ""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that use the session's real vLLM run last, together: it starts once, after every
-    other test, and stops with the session, so no other test shares the machine with it."""
+    """Every test of a heavy tier is marked ``heavy`` too; a test that uses the session's real vLLM
+    is of the ``vllm`` tier wherever it lives. Those run last, together: vLLM starts once, after
+    every other test, and stops with the session, so no other test shares the machine with it."""
+    for item in items:
+        if "vllm_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.vllm)
+        if any(item.get_closest_marker(tier) for tier in HEAVY_TIERS):
+            item.add_marker(pytest.mark.heavy)
     items.sort(key=lambda item: "vllm_server" in getattr(item, "fixturenames", ()))
 
 
