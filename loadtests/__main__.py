@@ -6,7 +6,8 @@ read-timeout semantics), ``report`` (rebuild a run's summary and HTML report fro
 files; exit 1 unless the verdict is PASS), ``compare`` (base run against new run; exit 1 on
 regression), ``vllm setup`` / ``vllm serve`` (real vLLM on this machine's CPU, in its own venv),
 ``litellm setup`` (LiteLLM's gateway in its own venv, for ``--proxy litellm``), ``kubernetes`` (the
-manifests of a Locust cluster running a scenario against a host).
+manifests of a Locust cluster running a scenario against a host), ``docs options`` (the option
+reference, docs/options.md, generated from the options declaration).
 Also installed as the ``sse-soak`` command. Bad input exits 2 with one line naming it.
 """
 
@@ -176,6 +177,14 @@ def parser() -> argparse.ArgumentParser:
     _add_vllm_parser(commands)
     _add_litellm_parser(commands)
     _add_kubernetes_parser(commands)
+    docs = commands.add_parser(
+        "docs",
+        help="print a generated documentation page: options (docs/options.md)",
+        description="Prints a documentation page generated from the code, e.g. "
+        "'python -m loadtests docs options > docs/options.md': every option of every surface, from the one "
+        "declaration in loadtests/_options.py.",
+    )
+    docs.add_argument("page", choices=["options"], help="the page: options")
     return root
 
 
@@ -194,7 +203,8 @@ def _add_soak_parser(commands: Any) -> None:
         help="run the nightly soak job: a long run with progress, checkpoints, drift gates and a baseline verdict",
         description="Runs a scenario headless for --duration, shows progress, checkpoints summary.json, judges "
         "drift between windows and, with --baseline, regression against a previous run. The verdict is the last "
-        "line and the exit code (0 pass, 1 fail); a bad option is one line and exit 2, before anything runs. "
+        "line and the exit code (0 PASS, 1 FAIL, 3 INCONCLUSIVE); a bad option is one line and exit 2, before "
+        "anything runs. "
         "Arguments after -- go to locust unchanged.",
     )
     add_argparse_options(
@@ -378,6 +388,13 @@ def _add_kubernetes_parser(commands: Any) -> None:
         f"as ${option('api_key').env_var}",
     )
     kubernetes.add_argument("locust_args", nargs="*", help="after --: more Locust and scenario options")
+
+
+def _run_docs(options: argparse.Namespace) -> int:
+    from loadtests._option_docs import render
+
+    sys.stdout.write(render())
+    return 0
 
 
 def _run_kubernetes(options: argparse.Namespace) -> int:
@@ -639,6 +656,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "vllm": _run_vllm,
     "litellm": _run_litellm,
     "kubernetes": _run_kubernetes,
+    "docs": _run_docs,
 }
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ The silence is the time since the last byte the proxy could have received from u
 harness saw it (``end_silence_s``): from the send to a status, from the last frame (or the headers)
 to a cut. The harness sees it later than the proxy does, never earlier, so the window reaches below
 the timeout: ``early = late = max(0.25 s, 15% of the timeout)``. Measured behind real proxies with a
-2 s timeout (README, "Proxies"): HAProxy without ``option http-no-delay`` holds each write ~200 ms,
+2 s timeout (docs/proxies.md): HAProxy without ``option http-no-delay`` holds each write ~200 ms,
 so its cuts follow 1.79-1.80 s of silence (in 1.70-2.30 s: counted); nginx and the embedded proxy
 cut at 2.00-2.01 s. Squid ticks its timers in whole seconds and cut after 1.37 to 3.7 s (by hand
 1.37-1.88 s; through ``--proxy squid`` 2.75-3.7 s): when the row (its ``Server`` or ``Via``

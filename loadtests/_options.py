@@ -384,6 +384,9 @@ class Option:
     """Shown and settable in Locust's web UI form, in force from the next test on. False for what is
     fixed for the whole run (its identity, the server it starts, TLS trust, the model and key its
     preflight checked, how rows travel): a form field for it would change nothing."""
+    short: str | None = None
+    """One line for the generated option tables (docs/options.md) when the help's first sentence is
+    too long for a table cell (``loadtests._option_docs.MAX_HELP``)."""
 
     @property
     def flag(self) -> str:
@@ -463,6 +466,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="ID",
         group="load",
         form=False,
+        short="this run's identity: the master refuses a worker whose run id or scenario differs",
     ),
     Option(
         "host",
@@ -494,6 +498,7 @@ OPTIONS: tuple[Option, ...] = (
         secret=True,
         metavar="KEY",
         form=False,
+        short="bearer token for the target; never written to the run directory nor put on a command line",
     ),
     Option(
         "server",
@@ -505,6 +510,7 @@ OPTIONS: tuple[Option, ...] = (
         "bundled",
         frozenset({L, S, P, A}),
         form=False,
+        short="the server the run starts without `--host`: `bundled` (the scenario's profile) or `vllm` (real vLLM)",
     ),
     Option(
         "server_args",
@@ -512,17 +518,19 @@ OPTIONS: tuple[Option, ...] = (
         "extra options for the bundled target server, e.g. --server-args='--failure-injection-rate 5' (ignored "
         "with --host); the scenario's profile comes first",
         "",
+        short="extra options for the bundled target server, after the scenario's profile (ignored with `--host`)",
     ),
     Option(
         "server_bind",
         BIND_ADDRESS,
         "the address the server the run starts (bundled, or real vLLM with --server vllm; and the embedded proxy, "
         "if any) listens on: loopback by default; an address of this host that Locust workers on other hosts can "
-        "reach for a cluster (README, Distributed runs). Not with --host (the run starts no server) nor a real "
+        "reach for a cluster (docs/distributed.md). Not with --host (the run starts no server) nor a real "
         "--proxy (those listen on loopback only)",
         "127.0.0.1",
         frozenset({L, S}),  # a cluster's master: the pytest plugin and launch() run on one host
         form=False,
+        short="the address the server the run starts listens on: loopback, or this host's for a cluster",
     ),
     Option(
         "keep_alive_interval",
@@ -534,6 +542,7 @@ OPTIONS: tuple[Option, ...] = (
         "mean off",
         None,
         frozenset({L, S, P, A}),
+        short="keep-alive interval (s): the bundled server's (default: the scenario's), or what a `--host` runs",
     ),
     Option(
         "ca_cert",
@@ -544,6 +553,7 @@ OPTIONS: tuple[Option, ...] = (
         frozenset({L, S}),
         metavar="FILE",
         form=False,
+        short="a PEM file of CA certificates every client trusts for an https target, besides the system's",
     ),
     Option(
         "insecure",
@@ -553,6 +563,7 @@ OPTIONS: tuple[Option, ...] = (
         False,
         frozenset({L, S}),
         form=False,
+        short="verify no TLS certificate nor hostname (a warning at the start, recorded in the settings)",
     ),
     Option(
         "preflight_timeout",
@@ -560,6 +571,7 @@ OPTIONS: tuple[Option, ...] = (
         "seconds the target may take to answer GET /v1/models before the run starts; a target that does not is "
         "refused in one line",
         DEFAULT_PREFLIGHT_TIMEOUT,
+        short="seconds the target may take to answer `GET /v1/models` before the run starts",
     ),
     Option(
         "proxy",
@@ -571,6 +583,7 @@ OPTIONS: tuple[Option, ...] = (
         "proxy of its own: name one to put it in front of the host)",
         None,  # given or not: a --host run adds no proxy it was not asked for (Scenario.proxy_of)
         frozenset({L, P, A}),
+        short="reverse proxy or gateway the run starts in front of the server (default: the scenario's own)",
     ),
     Option(
         "proxy_read_timeout",
@@ -580,6 +593,7 @@ OPTIONS: tuple[Option, ...] = (
         "whole seconds, rounded up), LiteLLM's timeout and stream_timeout",
         60.0,
         scenario_field="proxy_read_timeout",
+        short="the proxy's read timeout: the longest silence from upstream (nginx's `proxy_read_timeout`)",
     ),
     # -- how the client reads a stream ------------------------------------------------------------
     Option(
@@ -600,6 +614,7 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_STREAM_DEADLINE_S,
         scenario_field="stream_deadline",
         group="stream",
+        short="seconds a stream may stay open from its send, however lively; past it, a `timeout`",
     ),
     Option(
         "max_line_bytes",
@@ -608,6 +623,7 @@ OPTIONS: tuple[Option, ...] = (
         "hostile server cannot grow its memory (1 MiB)",
         DEFAULT_MAX_LINE_BYTES,
         group="stream",
+        short="longest SSE line the harness reads; a longer one is a `protocol_error` and the stream is closed",
     ),
     # -- what the run writes and how it measures ----------------------------------------------------
     Option(
@@ -618,6 +634,7 @@ OPTIONS: tuple[Option, ...] = (
         frozenset({L, S, P, A}),
         metavar="DIR",
         group="recording",
+        short="directory under which the run writes `<scenario>-<UTC time>/`",
     ),
     Option(
         "frame_sample_rate",
@@ -628,6 +645,7 @@ OPTIONS: tuple[Option, ...] = (
         frozenset({L, S}),
         defaults={S: 0.1},
         group="recording",
+        short="share of ok streams whose frames are kept; rows and every other outcome's frames always are",
     ),
     Option(
         "flush_interval",
@@ -647,6 +665,7 @@ OPTIONS: tuple[Option, ...] = (
         0.0,
         env_var="SSE_SOAK_HARNESS_LAG_LIMIT_MS",
         group="recording",
+        short="the `harness_kept_up` gate: each process's event-loop lag p99 at most this (0: no gate)",
     ),
     Option(
         "max_unjudged_share",
@@ -655,6 +674,7 @@ OPTIONS: tuple[Option, ...] = (
         "timing tolerance while they were open) before the gate as a whole is unjudged rather than passed",
         DEFAULT_MAX_UNJUDGED_SHARE,
         group="recording",
+        short="share of a gate's requests that may be unjudged (harness stalls) before the gate is unjudged",
     ),
     Option(
         "server_metrics_interval",
@@ -663,6 +683,7 @@ OPTIONS: tuple[Option, ...] = (
         "proxy's) into server_metrics.parquet: running and waiting requests, KV-cache usage, token counters",
         DEFAULT_SCRAPE_INTERVAL_S,
         group="recording",
+        short="seconds between scrapes of the server's `GET /metrics` into `server_metrics.parquet`",
     ),
     Option("no_server_metrics", SWITCH, "do not scrape the server's /metrics during the run", False, group="recording"),
     # -- open loop --------------------------------------------------------------------------------
@@ -675,6 +696,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         frozenset({L, S}),
         group="arrival",
+        short="open loop: requests a second, all users and processes together (default: Locust's closed loop)",
     ),
     Option(
         "arrival",
@@ -693,6 +715,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         frozenset({L, S}),
         group="arrival",
+        short="open loop: requests open at once, all processes together (default: the user count)",
     ),
     # -- the soak's own ---------------------------------------------------------------------------
     Option(

@@ -85,7 +85,7 @@ def test_smoke_mode_against_a_separately_started_server(tmp_path: Path, start_se
 def test_the_readmes_user_test_passes_on_a_good_server_and_explains_a_bad_one(
     tmp_path: Path, start_server: StartServer
 ) -> None:
-    (tmp_path / "test_sse_soak.py").write_text(readme_python_block("Pytest: smoke mode"))
+    (tmp_path / "test_sse_soak.py").write_text(readme_python_block("In your pytest suite"))
     good = start_server(*SEPARATE_SERVER)
     options = ("test_sse_soak.py", "--sse-soak-duration", "4", "--sse-soak-report-dir", "runs")
     passed = user_pytest(tmp_path, *options, "--sse-soak-host", good.url)
@@ -113,7 +113,7 @@ def test_key_model_and_proxy_options_reach_the_run_and_the_key_is_written_nowher
 ) -> None:
     key = "k3y-never-written"
     server = start_server(*SEPARATE_SERVER, "--api-key", key, "--model", "acme/model-7")
-    (tmp_path / "test_sse_soak.py").write_text(readme_python_block("Pytest: smoke mode"))
+    (tmp_path / "test_sse_soak.py").write_text(readme_python_block("In your pytest suite"))
     common = ("test_sse_soak.py", "--sse-soak-host", server.url, "--sse-soak-duration", "3")
     refused = user_pytest(tmp_path, *common, "--sse-soak-report-dir", "refused")
     assert refused.returncode == 1 and list((tmp_path / "refused").iterdir()) == []  # refused: no run directory

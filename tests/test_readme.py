@@ -1,5 +1,8 @@
-"""The README stays true: CI and the workflows run exactly its two commands, and its list of the
-target server's extensions is the one its ``--help`` marks."""
+"""The README and docs/ stay true: the README opens with exactly its two commands, stays short enough
+to read in five minutes, and every link from it or from docs/ resolves to a file and heading; CI and
+the workflows run exactly its two commands; what the docs say of the code (the always-on gates, the
+exit codes, mypy's folders, the target server's extensions) is what the code says. Option tables
+are generated (docs/options.md, ``tests/loadtests/test_option_docs.py``), never copied by hand."""
 
 from __future__ import annotations
 
@@ -8,16 +11,24 @@ from pathlib import Path
 
 import pytest
 
+from loadtests._gates import ALWAYS_ON
+from loadtests._options import OPTIONS, PYTEST_PREFIX
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, USAGE_EXIT_CODE
 from target_server.config import ServerConfig
 
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+MAX_README_LINES = 200
+EXTENSIONS_PAGE = ROOT / "docs" / "target-server.md"
 EXTENSIONS_HEADING = "Its extensions, what it does that vLLM does not"
+MAIN_JOB = "pip install -e . && locust -f scenarios/mixed_truncate.py --headless -u 8 -r 8 -t 20s"
+TEST_COMMAND = "pip install -e '.[test]' && python -m pytest"
 
 
 def readme_commands() -> list[str]:
-    block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    block = re.search(r"```bash\n(.*?)```", README.read_text(), re.DOTALL)
     assert block, "the README starts with a bash block"
     return [line for line in block[1].splitlines() if line.strip()]
 
@@ -25,7 +36,7 @@ def readme_commands() -> list[str]:
 def readme_python_block(heading: str) -> str:
     """The first python block of the README's section whose heading starts with ``## heading``."""
     pattern = rf"^## {re.escape(heading)}.*?\n(.*?)^## "
-    section = re.search(pattern, (ROOT / "README.md").read_text(), re.DOTALL | re.MULTILINE)
+    section = re.search(pattern, README.read_text(), re.DOTALL | re.MULTILINE)
     assert section, f"the README has a section '{heading}'"
     block = re.search(r"```python\n(.*?)```", section[1], re.DOTALL)
     assert block, f"the section '{heading}' shows a python block"
@@ -33,13 +44,109 @@ def readme_python_block(heading: str) -> str:
 
 
 def test_the_readme_starts_with_exactly_the_main_job_and_the_test_command() -> None:
-    main_job, tests = readme_commands()
-    assert main_job.startswith("pip install -e . && locust -f scenarios/mixed_truncate.py --headless")
-    assert tests == "pip install -e '.[test]' && python -m pytest"
+    lines = README.read_text().splitlines()
+    assert lines[:6] == ["# sse-soak", "", "```bash", MAIN_JOB, TEST_COMMAND, "```"]
+    assert readme_commands() == [MAIN_JOB, TEST_COMMAND]
+
+
+def test_the_readme_is_read_in_five_minutes() -> None:
+    count = len(README.read_text().splitlines())
+    assert count <= MAX_README_LINES, f"README.md has {count} lines: move detail into a docs/ page"
+
+
+# -- links ------------------------------------------------------------------------------------------
+
+PAGES = [README, ROOT / "reports" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
+
+
+def prose(path: Path) -> str:
+    """The page without its fenced blocks: a ``#`` there is a shell comment, a ``](`` code."""
+    return FENCE.sub("", path.read_text())
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub makes of a page's headings: lower case, punctuation dropped but ``-`` and
+    ``_``, spaces to ``-``; a repeated one gets ``-1``, ``-2``..."""
+    made: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", prose(path), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        candidate, n = slug, 0
+        while candidate in made:
+            n += 1
+            candidate = f"{slug}-{n}"
+        made.add(candidate)
+    return made
+
+
+def local_links(path: Path) -> list[tuple[Path, str]]:
+    """Each link of ``path`` to a file of this repository: the file and its anchor ('' for none)."""
+    found = []
+    for target in LINK.findall(prose(path)):
+        if re.match(r"[a-z]+:", target):
+            continue  # https://, mailto:
+        file, _, anchor = target.partition("#")
+        found.append(((path.parent / file).resolve() if file else path, anchor))
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_link_resolves_to_a_file_and_a_heading(page: Path) -> None:
+    broken = []
+    for target, anchor in local_links(page):
+        if not target.exists():
+            broken.append(f"{target.relative_to(ROOT)}: no such file")
+        elif anchor and anchor not in anchors(target):
+            broken.append(f"{target.relative_to(ROOT)}#{anchor}: no such heading")
+    assert not broken, f"{page.relative_to(ROOT)} links to what is not there: {broken}"
+
+
+def test_the_readme_links_every_docs_page() -> None:
+    linked = {target for target, _ in local_links(README)}
+    unlinked = [page.name for page in sorted((ROOT / "docs").glob("*.md")) if page.resolve() not in linked]
+    assert not unlinked, f"the README's 'Where to go next' does not name {unlinked}"
+
+
+def test_no_page_copies_an_option_table_by_hand() -> None:
+    """Option tables are docs/options.md's, generated; a hand copy elsewhere drifts (it did)."""
+    flags = {item.flag for item in OPTIONS} | {PYTEST_PREFIX + item.name.replace("_", "-") for item in OPTIONS}
+    for page in PAGES:
+        if page.name in ("options.md", "target-server.md"):  # the latter's table is target-server's own options
+            continue
+        rows = re.findall(r"^\| `(--[a-z-]+)", prose(page), re.MULTILINE)
+        copied = sorted(set(rows) & flags)
+        assert not copied, f"{page.relative_to(ROOT)} has a table of options {copied}: link docs/options.md instead"
+
+
+# -- what the docs say of the code ------------------------------------------------------------------
+
+
+def test_the_readme_names_every_always_on_gate_and_their_count() -> None:
+    text = README.read_text()
+    words = {3: "Three", 4: "Four", 5: "Five", 6: "Six", 7: "Seven", 8: "Eight", 9: "Nine"}
+    assert f"{words[len(ALWAYS_ON)]} are always on" in text
+    for gate in ALWAYS_ON:
+        assert f"`{gate.name}`" in text and f"`{gate.name}`" in (ROOT / "docs" / "judging.md").read_text()
+
+
+def test_the_exit_codes_in_the_readme_are_the_codes() -> None:
+    text = " ".join(README.read_text().split())
+    assert "`PASS` (0)" in text and "`FAIL` (1:" in text
+    assert f"`INCONCLUSIVE` ({INCONCLUSIVE_EXIT_CODE}:" in text
+    assert f"exit {USAGE_EXIT_CODE}, before anything runs" in text and f"{UNWRITTEN_EXIT_CODE} means" in text
+
+
+def test_the_contributing_page_names_the_folders_mypy_checks() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    files = re.search(r"^\[tool\.mypy\].*?^files = \[(.*?)\]", pyproject, re.DOTALL | re.MULTILINE)
+    assert files
+    named = ", ".join(f"`{name}`" for name in re.findall(r'"([^"]+)"', files[1]))
+    assert f"({named})" in (ROOT / "docs" / "contributing.md").read_text()
 
 
 def test_ci_runs_the_readme_test_command_verbatim() -> None:
-    _, tests = readme_commands()
+    tests = TEST_COMMAND
     assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
     assert f"run: {tests}" in (ROOT / ".github" / "workflows" / "ci.yml").read_text()
 
@@ -88,10 +195,10 @@ def test_the_nightly_soak_also_soaks_real_vllm_with_its_own_baseline() -> None:
 
 
 def readme_extensions() -> str:
-    """The README's one list of the target server's extensions: its heading to the blank line after
-    its last item."""
-    text = (ROOT / "README.md").read_text()
-    assert text.count(EXTENSIONS_HEADING) == 1, "the README lists the extensions once"
+    """The docs' one list of the target server's extensions (docs/target-server.md): its heading to
+    the blank line after its last item."""
+    text = EXTENSIONS_PAGE.read_text()
+    assert text.count(EXTENSIONS_HEADING) == 1, "docs/target-server.md lists the extensions once"
     listed = re.search(rf"{re.escape(EXTENSIONS_HEADING)}.*?\n\n(.*?)\n\n", text, re.DOTALL)
     assert listed, "the extensions are a list after their heading"
     return listed[1]

@@ -1,5 +1,5 @@
-"""Proxy and gateway timeouts by one rule: the figures measured behind real proxies (README,
-"Proxies") as cases, and the ``causes:`` line and the gates saying the same."""
+"""Proxy and gateway timeouts by one rule: the figures measured behind real proxies
+(docs/proxies.md) as cases, and the ``causes:`` line and the gates saying the same."""
 
 from __future__ import annotations
 

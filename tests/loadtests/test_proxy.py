@@ -1,6 +1,6 @@
 """The embedded proxy and each real proxy, started for real between a client and a real upstream.
 
-What differs between them is pinned here, as measured (README, "Proxies"): the status a read
+What differs between them is pinned here, as measured (docs/proxies.md): the status a read
 timeout before the headers gives, and whether a timeout after them shows as a broken body."""
 
 from __future__ import annotations

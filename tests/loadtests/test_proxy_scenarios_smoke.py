@@ -2,7 +2,7 @@
 
 proxy_timeout runs through every proxy ``--proxy`` starts (the embedded one and each real one);
 slow_prefill through the embedded proxy and nginx. With keep-alive off, every proxy cuts the
-streams and the run fails; how each cuts is in the README's "Proxies"."""
+streams and the run fails; how each cuts is in docs/proxies.md."""
 
 from __future__ import annotations
 
