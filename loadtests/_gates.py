@@ -60,15 +60,21 @@ class GateResult:
     judged_rows: int | None = None
     """Qualifying requests it judged; None when the gate does not count rows."""
 
+    @property
+    def word(self) -> str:
+        """``PASS``, ``FAIL`` or ``UNJUDGED``: the one word the console and report.html give this result."""
+        return UNJUDGED if self.skipped else PASS if self.passed else FAIL
+
     def line(self) -> str:
         """The gate's console line; its detail may quote the server (error messages), so it is
         made ``printable``."""
-        verdict = "UNJUDGED" if self.skipped else "PASS" if self.passed else "FAIL"
-        return printable(f"gate {verdict} {self.name}: {self.detail}")
+        return printable(f"gate {self.word} {self.name}: {self.detail}")
 
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 """The three verdicts: the server passed; the server did something wrong; the run could not judge."""
+UNJUDGED = "UNJUDGED"
+"""A gate's word when it had nothing (or too little) to judge (``GateResult.word``); never a verdict."""
 
 
 def verdict_of(

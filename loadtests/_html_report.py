@@ -38,7 +38,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from loadtests import _figures as figures
-from loadtests._gates import GateResult
+from loadtests._gates import FAIL, INCONCLUSIVE, PASS, UNJUDGED, GateResult
 from loadtests._outcome import OUTCOMES, Outcome, RequestRow
 from loadtests._recorder import FRAME_COLUMNS
 from loadtests._run_dir import RunDir
@@ -90,6 +90,7 @@ li.gate.unjudged { border-color: #ef6c00; background: #fff3e0; }
 .badge { display: inline-block; min-width: 38px; text-align: center; font-weight: 700; color: #fff;
          border-radius: 3px; padding: 0 4px; margin-right: 4px; }
 li.pass .badge { background: #2e7d32; } li.fail .badge { background: #c62828; }
+li.unjudged .badge { background: #ef6c00; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px; }
 .outcome { font-weight: 600; white-space: nowrap; }
 img.plot { max-width: 100%; border: 1px solid #eee; }
@@ -252,10 +253,8 @@ def _empty(message: str) -> str:
 
 
 def _headline_section(summary: Summary, requests: pd.DataFrame, sample_rate: float) -> str:
-    shown = {"PASS": ("pass", "PASSED"), "FAIL": ("fail", "FAILED")}.get(
-        summary.verdict, ("inconclusive", "INCONCLUSIVE")
-    )
-    verdict = f'<div class="verdict {shown[0]}">{shown[1]}</div>'
+    word = summary.verdict  # the console's own word (loadtests._gates: PASS, FAIL, INCONCLUSIVE)
+    verdict = f'<div class="verdict {word.lower()}">{_text(word)}</div>'
     count = summary.requests
     outcomes = summary.outcomes
     seen = ", ".join(f"{n} {name}" for name, n in outcomes.items() if n) or "none"
@@ -266,10 +265,10 @@ def _headline_section(summary: Summary, requests: pd.DataFrame, sample_rate: flo
         f"<h3>Settings</h3>{_settings_table(summary.settings)}"
     )
     how = (
-        "The verdict is FAILED when a gate below failed or the run was interrupted (a signal ended it before its "
-        "planned duration); INCONCLUSIVE when nothing failed but the run could not judge its point (no request "
-        "finished, or a gate of the scenario's point had nothing to judge: UNJUDGED); PASSED otherwise. Each gate "
-        "line gives its figure."
+        f"The verdict is {FAIL} when a gate below failed or the run was interrupted (a signal ended it before its "
+        f"planned duration); {INCONCLUSIVE} when nothing failed but the run could not judge its point (no request "
+        f"finished, or a gate of the scenario's point had nothing to judge: {UNJUDGED}); {PASS} otherwise. Each gate "
+        "line gives its figure, in the words the console prints."
     )
     return _section(f"sse-soak run: {summary.scenario or 'run'}", how, body, level=1)
 
@@ -307,9 +306,9 @@ def _gate_list(gates: Sequence[GateResult]) -> str:
         return _empty("No gates were evaluated.")
     lines = []
     for gate in gates:
-        state = "unjudged" if gate.unjudged else "pass" if gate.passed else "fail"
+        word = gate.word
         lines.append(
-            f'<li class="gate {state}"><span class="badge">{state.upper()}</span> '
+            f'<li class="gate {word.lower()}"><span class="badge">{_text(word)}</span> '
             f"<b>{_text(gate.name)}</b>: {_text(gate.detail)}</li>"
         )
     return '<ul class="gates">' + "".join(lines) + "</ul>"

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests._gates import ALWAYS_ON, Expect, RunTables, evaluate
+from loadtests._gates import ALWAYS_ON, FAIL, INCONCLUSIVE, UNJUDGED, Expect, RunTables, evaluate
 from loadtests._html_report import (
     _lag_figure,
     _run_axis,
@@ -174,7 +174,7 @@ def test_headline_shows_the_verdict_and_every_gate(
     page = render(tmp_path, summary, requests, frames)
     headline = page[: page.index("</section>")]
     assert "unit_run" in headline
-    assert '<div class="verdict fail">FAILED</div>' in headline and "PASSED</div>" not in headline
+    assert '<div class="verdict fail">FAIL</div>' in headline and "PASS</div>" not in headline
     assert f"<b>{len(requests)}</b> requests" in headline
     for gate in summary["gates"]:
         verdict = "PASS" if gate["passed"] else "FAIL"
@@ -185,7 +185,27 @@ def test_headline_shows_the_verdict_and_every_gate(
     assert causes[0].startswith("causes: ") and f"<h3>Causes</h3><p>{html.escape(causes[0])}</p>" in headline
 
     passing = {**summary, "passed": True, "gates": [{"name": "all_good", "passed": True, "detail": "fine"}]}
-    assert '<div class="verdict pass">PASSED</div>' in render(tmp_path, passing, requests, frames)
+    assert '<div class="verdict pass">PASS</div>' in render(tmp_path, passing, requests, frames)
+
+
+def test_the_page_speaks_the_consoles_words(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    point_unjudged = {"name": "keepalive_through_silence", "passed": False, "detail": "none silent", "skipped": True}
+    passed = [gate for gate in summary["gates"] if gate["passed"]]
+    inconclusive = {**summary, "point": ["keepalive_through_silence"], "gates": [*passed, point_unjudged]}
+    for data, word in ((summary, FAIL), (inconclusive, INCONCLUSIVE)):
+        loaded = Summary.from_json(data)
+        assert loaded.verdict == word and loaded.verdict_line().startswith(f"verdict: {word}")
+        headline = render(tmp_path, data, requests, frames).split("</section>")[0]
+        assert f'<div class="verdict {word.lower()}">{word}</div>' in headline
+        badges = re.findall(r'<span class="badge">([A-Z]+)</span> <b>([^<]+)</b>', headline)
+        assert badges and [(gate.word, gate.name) for gate in loaded.gates] == badges
+        console = [line.split()[1] for line in loaded.console_lines() if line.startswith("gate ")]
+        assert console == [word for word, _ in badges]
+        assert not re.search(r"PASSED|FAILED", headline)
+    assert UNJUDGED in {gate.word for gate in Summary.from_json(inconclusive).gates}
 
 
 def test_outcome_table_counts_equal_the_value_counts(
