@@ -88,10 +88,22 @@ def verdict_of(
     results = list(results)
     if any(not result.passed and not result.skipped for result in results) or interrupted is not None:
         return FAIL
-    points = {*point, RequestsCompleted.name}
-    if requests_judged == 0 or any(result.skipped and result.name in points for result in results):
+    if requests_judged == 0 or any(result.skipped and of_point(result.name, point) for result in results):
         return INCONCLUSIVE
     return PASS
+
+
+def of_point(name: str, point: Collection[str]) -> bool:
+    """The gate named ``name`` is of the run's ``point`` (its scenario's gates, and
+    ``requests_completed``, of every run's): unjudged, it makes the verdict INCONCLUSIVE."""
+    return name == RequestsCompleted.name or name in point
+
+
+def gate_is_noise(result: GateResult, point: Collection[str]) -> bool:
+    """A result a reader need not be shown: unjudged with no row left unjudged (it had nothing to
+    judge, not too little), and not of ``point`` (``of_point``), so the verdict ignores it too, as
+    ``truncation_honoured`` at 0/0 in a scenario that never truncates. ``summary.json`` keeps it."""
+    return result.skipped and not result.unjudged_rows and not of_point(result.name, point)
 
 
 QUEUE_FOR_SILENCE = (

@@ -23,7 +23,7 @@ import html
 import io
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from loadtests import _figures as figures
-from loadtests._gates import FAIL, INCONCLUSIVE, PASS, UNJUDGED, GateResult
+from loadtests._gates import FAIL, INCONCLUSIVE, PASS, UNJUDGED, GateResult, gate_is_noise
 from loadtests._outcome import OUTCOMES, Outcome, RequestRow
 from loadtests._recorder import FRAME_COLUMNS
 from loadtests._run_dir import RunDir
@@ -260,7 +260,7 @@ def _headline_section(summary: Summary, requests: pd.DataFrame, sample_rate: flo
     seen = ", ".join(f"{n} {name}" for name, n in outcomes.items() if n) or "none"
     body = (
         f"{verdict}{_ending(summary)}<p><b>{_text(count)}</b> requests ({_text(seen)}){_run_span(requests)}</p>"
-        f"{_arrival(summary)}{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.gates)}"
+        f"{_arrival(summary)}{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.gates, summary.point_names)}"
         f"<h3>Causes</h3>{''.join(f'<p>{_text(line)}</p>' for line in summary.causes_lines())}"
         f"<h3>Settings</h3>{_settings_table(summary.settings)}"
     )
@@ -301,17 +301,27 @@ def _run_span(requests: pd.DataFrame) -> str:
     return f", started {began}, {float(ends.max() - starts.min()):.1f} s from the first request to the last end"
 
 
-def _gate_list(gates: Sequence[GateResult]) -> str:
+def _gate_list(gates: Sequence[GateResult], point: Collection[str]) -> str:
+    """Each gate's line, but those ``gate_is_noise`` (unjudged on nothing, and not the run's point):
+    they are named once below the list, and ``summary.json`` keeps them whole."""
     if not gates:
         return _empty("No gates were evaluated.")
+    noise = [gate.name for gate in gates if gate_is_noise(gate, point)]
     lines = []
     for gate in gates:
+        if gate_is_noise(gate, point):
+            continue
         word = gate.word
         lines.append(
             f'<li class="gate {word.lower()}"><span class="badge">{_text(word)}</span> '
             f"<b>{_text(gate.name)}</b>: {_text(gate.detail)}</li>"
         )
-    return '<ul class="gates">' + "".join(lines) + "</ul>"
+    quiet = (
+        _empty(f"Not shown (nothing to judge in this run, and not its point; kept in summary.json): {', '.join(noise)}")
+        if noise
+        else ""
+    )
+    return '<ul class="gates">' + "".join(lines) + "</ul>" + quiet
 
 
 def _settings_table(settings: dict[str, Any]) -> str:

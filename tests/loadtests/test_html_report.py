@@ -7,6 +7,7 @@ the summary built by the harness's own functions; the assertions read the page's
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import json
 import re
@@ -17,7 +18,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests._gates import ALWAYS_ON, FAIL, INCONCLUSIVE, UNJUDGED, Expect, RunTables, evaluate
+from loadtests import _figures as figures
+from loadtests._gates import (
+    ALWAYS_ON,
+    FAIL,
+    INCONCLUSIVE,
+    UNJUDGED,
+    Expect,
+    GateResult,
+    RunTables,
+    TruncationHonoured,
+    evaluate,
+    gate_is_noise,
+)
 from loadtests._html_report import (
     _lag_figure,
     _run_axis,
@@ -206,6 +219,28 @@ def test_the_page_speaks_the_consoles_words(
         assert console == [word for word, _ in badges]
         assert not re.search(r"PASSED|FAILED", headline)
     assert UNJUDGED in {gate.word for gate in Summary.from_json(inconclusive).gates}
+
+
+def test_a_gate_with_nothing_to_judge_outside_the_runs_point_is_not_shown(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    untruncated = requests.assign(truncate_prompt_tokens=pd.NA)  # a scenario that never truncates
+    noise = TruncationHonoured().evaluate(figures.judged(untruncated))
+    assert noise.word == UNJUDGED and "0/0" in noise.detail
+    thin = GateResult("max_gap_within_interval", False, "2/2 judged; 3 of 5 unjudged", True, 3, 2)
+    point_gate = GateResult("keepalive_through_silence", False, "no stream was silent", True)
+    kept = [gate for gate in summary["gates"] if gate["passed"] and gate["name"] != noise.name]
+    gates = [*kept, *(dataclasses.asdict(gate) for gate in (noise, thin, point_gate))]
+    data = {**summary, "point": [point_gate.name], "gates": gates}
+    loaded = Summary.from_json(data)
+    assert [gate.name for gate in loaded.gates if gate_is_noise(gate, loaded.point_names)] == [noise.name]
+    assert loaded.verdict == INCONCLUSIVE  # the shown point gate, not the noise, makes it so
+    headline = render(tmp_path, data, requests, frames).split("</section>")[0]
+    shown = re.findall(r'<span class="badge">[A-Z]+</span> <b>([^<]+)</b>', headline)
+    assert noise.name not in shown and {thin.name, point_gate.name, "requests_completed"} <= set(shown)
+    assert f"kept in summary.json): {noise.name}</p>" in headline  # named once, quietly
+    assert noise.name in {gate["name"] for gate in loaded.to_json()["gates"]}
 
 
 def test_outcome_table_counts_equal_the_value_counts(
