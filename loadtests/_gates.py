@@ -520,19 +520,29 @@ class KeepAliveCovered(Gate):
     def resolution_s(self) -> float:  # type: ignore[override]  # derived from the interval, never set
         return self.tolerance
 
+    @property
+    def period(self) -> float:
+        """The interval plus its tolerance: the longest silence that needs no keep-alive frame."""
+        return (self.interval or 0.0) + self.tolerance
+
+    def required_frames(self, silence: pd.Series) -> pd.Series:
+        """The fewest keep-alive frames a raw stream silent ``silence`` seconds must have got: one per
+        whole ``period`` of it, none for a silence up to one period (report.html draws this step)."""
+        return (silence // self.period).where(silence > self.period, 0).astype(int)
+
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         if self.interval is None:
             unknown = f"the server's keep-alive interval is unknown and no stream showed it: {KEEP_ALIVE_HOW_TO}"
             return unjudged(self.name, unknown)
-        period = self.interval + self.tolerance
+        period = self.period
         raw, silence = raw_silences(requests)
         silent = raw[silence > period]
-        implied = (silence[silent.index] // period).astype(int)
+        implied = self.required_frames(silence[silent.index])
         short = silent[silent["keepalive_frames"] < implied]
         # The harness's worst stall while a stream was open may have moved the stamps its silence is
         # measured between: a shortfall that such a stall explains is unjudged, not failed.
         stall = harness_stall_s(short)
-        allowed = ((silence[short.index] - stall).clip(lower=0.0) // period).astype(int)
+        allowed = self.required_frames((silence[short.index] - stall).clip(lower=0.0))
         excused = short[short["keepalive_frames"] >= allowed]
         short = short.drop(excused.index)
         silent = silent.drop(excused.index)

@@ -38,7 +38,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from loadtests import _figures as figures
-from loadtests._gates import FAIL, INCONCLUSIVE, PASS, UNJUDGED, GateResult, gate_is_noise
+from loadtests._causes import raw_silences
+from loadtests._gates import FAIL, INCONCLUSIVE, PASS, UNJUDGED, Gate, GateResult, KeepAliveCovered, gate_is_noise
 from loadtests._outcome import OUTCOMES, Outcome, RequestRow
 from loadtests._recorder import FRAME_COLUMNS
 from loadtests._run_dir import RunDir
@@ -65,6 +66,8 @@ GAP_FLOOR_S = 1e-4
 FRAMES_PER_STREAM = 40
 READ_LATE_SHOWN_S = 0.001
 """A frame whose bytes waited this long in the kernel before the harness read them is marked in its chip."""
+KEEPALIVE_STEP_POINTS = 4000
+"""Samples of the keep-alive plot's stepped minimum: its steps land within 1/4000 of the axis."""
 FIGSIZE = (8.0, 3.5)
 DPI = 100
 MISSING = "—"
@@ -524,25 +527,50 @@ def _gap_reference_lines(axes: Axes, settings: dict[str, Any]) -> None:
 # --- 5. keep-alive against silence -----------------------------------------------------------
 
 
-def _keepalive_section(summary: Summary, requests: pd.DataFrame) -> str:
+def _keepalive_gate(summary: Summary) -> KeepAliveCovered | None:
+    """The run's ``keepalive_covered`` gate as it was judged (its interval may have been inferred from
+    the comments); else one at the settings' interval; None when keep-alive is off or unknown."""
+    for spec in summary.gate_specs:
+        if spec.get("type") != KeepAliveCovered.__name__:
+            continue
+        try:
+            gate = Gate.from_spec(spec)
+        except (TypeError, ValueError):
+            continue  # a summary of another version: fall back to the settings
+        if isinstance(gate, KeepAliveCovered) and gate.interval:
+            return gate
     interval = _keep_alive_interval(summary.settings)
-    expected = f"the dashed line is the expected count at one per {interval:g} s" if interval else "keep-alive is off"
+    return None if interval is None else KeepAliveCovered(interval)
+
+
+def _keepalive_section(summary: Summary, requests: pd.DataFrame) -> str:
+    gate = _keepalive_gate(summary)
+    if gate is None:
+        expected = "keep-alive is off or its interval unknown, so no count is required"
+    else:
+        expected = (
+            f"the stepped line is the fewest frames the {gate.name} gate accepts: one per whole {gate.period:.2f} s "
+            f"of silence (keep-alive every {gate.interval:g} s + {gate.tolerance:.2f} s tolerance), "
+            "so a dot under it at a long silence is a stream the gate fails (unless the harness stalled then)"
+        )
+    raw, silence = raw_silences(requests)  # the gate's own streams and silences
+    points = pd.DataFrame(
+        {"x": silence, "y": pd.to_numeric(raw["keepalive_frames"], errors="coerce"), "outcome": raw["outcome"]}
+    ).dropna(subset=["x", "y"])
+    status = pd.to_numeric(requests["status"], errors="coerce")
+    sdk = int(((status == 200) & ~figures.sees_comments(requests)).sum())
     how = (
-        "Each dot is a stream: the silence from its headers to its first token (x) against the keep-alive "
-        f"frames it received (y); {expected}, so dots far below the line at long silences mean missing keep-alive. "
-        "Raw streams only: the openai SDK cannot see comments, so its streams have no keep-alive count."
+        "Each dot is a raw 200 stream: the silence from its send to its first token (x) against the keep-alive "
+        f"frames it received (y); {expected}. Only streams whose client sees comments are drawn: the openai SDK "
+        f"cannot see them, so its streams have no keep-alive count ({sdk} SDK streams left out)."
     )
     title = "Keep-alive frames against silence before the first token"
-    points = requests[["silence_before_first_token_s", "keepalive_frames", "outcome"]].copy()
-    points["x"] = pd.to_numeric(points["silence_before_first_token_s"], errors="coerce")
-    points["y"] = pd.to_numeric(points["keepalive_frames"], errors="coerce")
-    points = points.dropna(subset=["x", "y"])
     if points.empty:
-        return _section(title, how, _empty("No stream got response headers, so there is no silence to plot."))
-    return _section(title, how, _png(_keepalive_figure(points, interval)))
+        return _section(title, how, _empty("No raw stream got response headers, so there is no silence to plot."))
+    return _section(title, how, _png(_keepalive_figure(points, gate)))
 
 
-def _keepalive_figure(points: pd.DataFrame, interval: float | None) -> Figure:
+def _keepalive_figure(points: pd.DataFrame, gate: KeepAliveCovered | None) -> Figure:
     figure, axes = _figure()
     for outcome in _outcome_order(list(points["outcome"].unique())):
         group = points[points["outcome"].astype(object) == outcome]
@@ -555,13 +583,19 @@ def _keepalive_figure(points: pd.DataFrame, interval: float | None) -> Figure:
             edgecolors="none",
             label=f"{outcome} ({len(group)})",
         )
-    if interval is not None:
-        right = max(float(points["x"].max()), interval)
-        xs = np.linspace(0.0, right, 50)
+    if gate is not None:
+        right = max(float(points["x"].max()), gate.period) * 1.02
+        xs = np.linspace(0.0, right, KEEPALIVE_STEP_POINTS)
         axes.plot(
-            xs, xs / interval, linestyle="--", color="#424242", linewidth=1, label=f"expected: x / {interval:g} s"
+            xs,
+            gate.required_frames(pd.Series(xs)).to_numpy(),
+            drawstyle="steps-post",
+            linestyle="--",
+            color="#424242",
+            linewidth=1,
+            label=f"{gate.name} minimum:\nfloor(silence / {gate.period:.2f} s)",
         )
-    axes.set_xlabel("silence before the first token (s)")
+    axes.set_xlabel("silence from the send to the first token (s)")
     axes.set_ylabel("keep-alive frames in the stream")
     axes.set_ylim(bottom=-0.5, top=max(float(points["y"].max()), 1.0) + 0.5)
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))

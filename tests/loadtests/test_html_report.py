@@ -26,12 +26,14 @@ from loadtests._gates import (
     UNJUDGED,
     Expect,
     GateResult,
+    KeepAliveCovered,
     RunTables,
     TruncationHonoured,
     evaluate,
     gate_is_noise,
 )
 from loadtests._html_report import (
+    _keepalive_figure,
     _lag_figure,
     _run_axis,
     _server_figure,
@@ -401,3 +403,46 @@ def test_the_servers_queue_is_plotted_on_the_timelines_axis_or_its_absence_expla
     unavailable = {**summary, "server_metrics": {"available": False, "reason": reason}}
     page = write_html_report(tmp_path, Summary.from_json(unavailable), requests, frames).read_text(encoding="utf-8")
     assert f"No server metrics: {reason}." in section(page, "Server: queue and KV cache")
+
+
+def keepalive_streams(requests: pd.DataFrame, silences: list[float], frames: list[int | None]) -> pd.DataFrame:
+    """Copies of the run's first ok stream, each silent for one of ``silences`` from its send and
+    counting ``frames`` keep-alives (None: an openai SDK stream, which cannot see comments)."""
+    template = requests[requests["outcome"] == "ok"].iloc[[0] * len(silences)].reset_index(drop=True)
+    return template.assign(
+        request_id=[f"ka-{index}" for index in range(len(silences))],
+        client=["raw" if count is not None else "openai" for count in frames],
+        silence_from_send_s=silences,
+        silence_before_first_token_s=silences,
+        keepalive_frames=pd.array(frames, dtype="Int64"),
+    )
+
+
+def test_the_keepalive_plot_draws_the_gates_own_stepped_minimum(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    # keep-alive every 1 s: the gate wants floor(silence / 1.2 s) frames; a silence/interval line
+    # would put every one of these passing streams under it
+    streams = keepalive_streams(requests, [1.0, 2.0, 3.9, 5.5, 6.0], [0, 1, 3, 4, None])
+    gate = KeepAliveCovered(1.0)
+    judged = gate.evaluate(streams)
+    assert judged.word == "PASS" and judged.judged_rows == 3
+    figure = _keepalive_figure(
+        pd.DataFrame(
+            {"x": streams["silence_from_send_s"], "y": streams["keepalive_frames"], "outcome": streams["outcome"]}
+        ).dropna(),
+        gate,
+    )
+    (step,) = [line for line in figure.axes[0].get_lines() if line.get_label().startswith("keepalive_covered")]
+    assert step.get_drawstyle() == "steps-post" and "floor(silence / 1.20 s)" in step.get_label()
+    xs, ys = np.asarray(step.get_xdata()), np.asarray(step.get_ydata())
+    assert np.array_equal(ys, gate.required_frames(pd.Series(xs)).to_numpy()) and set(ys) == {0, 1, 2, 3, 4}
+    dots = np.concatenate([collection.get_offsets() for collection in figure.axes[0].collections])
+    assert len(dots) == 4  # the SDK stream has no keep-alive count: not drawn
+    assert all(y >= gate.required_frames(pd.Series([x])).iloc[0] for x, y in dots)  # none under what passed
+
+    on_page = {**summary, "gate_specs": [KeepAliveCovered(1.0).spec()]}
+    page = render(tmp_path, on_page, streams, frames.iloc[0:0])
+    caption = section(page, "Keep-alive frames against silence before the first token")
+    assert "one per whole 1.20 s of silence" in caption and "1 SDK streams left out" in caption
