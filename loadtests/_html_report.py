@@ -38,8 +38,18 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from loadtests import _figures as figures
-from loadtests._causes import raw_silences
-from loadtests._gates import FAIL, INCONCLUSIVE, PASS, UNJUDGED, Gate, GateResult, KeepAliveCovered, gate_is_noise
+from loadtests._causes import raw_silences, run_proxy
+from loadtests._gates import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    UNJUDGED,
+    Gate,
+    GateResult,
+    KeepAliveCovered,
+    NoProxyTimeouts,
+    gate_is_noise,
+)
 from loadtests._outcome import OUTCOMES, Outcome, RequestRow
 from loadtests._recorder import FRAME_COLUMNS
 from loadtests._run_dir import RunDir
@@ -125,7 +135,7 @@ def write_html_report(
         _headline_section(summary, requests, sample_rate),
         _outcome_section(requests),
         _timing_section(summary),
-        _gap_section(summary, frames, sample_rate),
+        _gap_section(summary, requests, frames, sample_rate),
         _keepalive_section(summary, requests),
         _timeline_section(requests),
         _lag_section(summary, requests, lag),
@@ -440,7 +450,9 @@ def _timing_section(summary: Summary) -> str:
     table = f'<table class="timings"><tr><th>seconds</th>{header}<th>max</th><th>count</th></tr>{rows}</table>'
     how = (
         "Seconds since each request was sent, over the requests that have the value (rejected ones have no "
-        "TTFT); max_gap_s counts any bytes (what a proxy sees), max_data_gap_s data frames only (what a user sees)."
+        "TTFT); max_gap_s counts any bytes the client saw (for raw streams what a proxy sees; the openai SDK sees no "
+        "comments, so for its streams it is the longest wait between chunks), max_data_gap_s data frames only (what a "
+        "user sees)."
     )
     return _section("Latency percentiles", how, table)
 
@@ -456,72 +468,119 @@ def _timing_row(column: str, entry: dict[str, float | int | None]) -> str:
 # --- 4. gaps between frames ------------------------------------------------------------------
 
 
-def _gap_samples(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Any-bytes gaps (``gap_s`` of every frame) and data-only gaps (between consecutive data,
-    error and done frames of the same request)."""
-    any_gaps = pd.to_numeric(frames["gap_s"], errors="coerce").dropna().to_numpy(dtype=float)
-    data = frames[frames["kind"].isin(DATA_KINDS)].sort_values(["request_id", "seq"])
+@dataclass(frozen=True)
+class GapSamples:
+    """The gap histogram's curves, in seconds. The raw client sees every byte, comments included;
+    the openai SDK sees only the chunks it yields, so its gaps are a curve apart: its first chunk's
+    wait may have been filled with keep-alive comments it never saw."""
+
+    any_bytes: np.ndarray
+    """``gap_s`` of every frame of the raw streams: the silences a proxy's read timeout measures."""
+    data_only: np.ndarray
+    """Between consecutive data, error and done frames of one raw stream: what a user waits."""
+    sdk_chunks: np.ndarray
+    """``gap_s`` of every chunk of the SDK streams, the first one's from the send."""
+
+    @property
+    def empty(self) -> bool:
+        return not (self.any_bytes.size or self.data_only.size or self.sdk_chunks.size)
+
+
+def _gap_samples(frames: pd.DataFrame, requests: pd.DataFrame) -> GapSamples:
+    """The gap curves of ``frames``, kept apart by whether each stream's client sees comments."""
+    raw_ids = requests.loc[figures.sees_comments(requests), "request_id"]
+    sdk_ids = requests.loc[~figures.sees_comments(requests), "request_id"]
+    raw = frames[frames["request_id"].isin(raw_ids)]
+    data = raw[raw["kind"].isin(DATA_KINDS)].sort_values(["request_id", "seq"])
     arrivals = pd.to_numeric(data["t_s"], errors="coerce")
-    data_gaps = arrivals.groupby(data["request_id"]).diff().dropna().to_numpy(dtype=float)
-    return any_gaps, data_gaps
+    return GapSamples(
+        any_bytes=_gaps(raw),
+        data_only=arrivals.groupby(data["request_id"]).diff().dropna().to_numpy(dtype=float),
+        sdk_chunks=_gaps(frames[frames["request_id"].isin(sdk_ids)]),
+    )
 
 
-def _gap_section(summary: Summary, frames: pd.DataFrame, sample_rate: float) -> str:
-    any_gaps, data_gaps = _gap_samples(frames)
+def _gaps(frames: pd.DataFrame) -> np.ndarray:
+    return pd.to_numeric(frames["gap_s"], errors="coerce").dropna().to_numpy(dtype=float)
+
+
+def _gap_section(summary: Summary, requests: pd.DataFrame, frames: pd.DataFrame, sample_rate: float) -> str:
+    samples = _gap_samples(frames, requests)
     how = (
-        "Counts of gaps by length on log axes: the any-bytes curve is what a proxy's read timeout sees, the "
-        "data-only curve what a user sees (where they coincide the thin line lies on the thick one); keep-alive "
-        f"moves the proxy's tail left. Gaps under {GAP_FLOOR_S:g} s (one read) are counted at that floor."
+        "Counts of gaps by length on log axes. Raw streams (their client sees comments): the any-bytes curve, "
+        "every frame keep-alive comments included, is what a proxy's read timeout sees; the data-only curve what a "
+        "user sees (where they coincide the thin line lies on the thick one); keep-alive moves the proxy's tail "
+        "left. The openai SDK cannot see comments, so its streams are a dashed curve of their own, the gaps between "
+        "the chunks it yielded, the first from the send: a long first-chunk wait there may have been covered by "
+        "keep-alive the SDK never saw. The vertical lines are the keep-alive interval and, when a proxy timer was "
+        f"in force, the read timeout no_proxy_timeouts judges. Gaps under {GAP_FLOOR_S:g} s (one read) are counted "
+        "at that floor."
     )
     title = "Gaps between frames"
-    if any_gaps.size == 0 and data_gaps.size == 0:
+    if samples.empty:
         return _section(title, how, _sample_note(sample_rate) + _empty("No frames were recorded."))
-    settings = summary.settings
-    return _section(title, how, _sample_note(sample_rate) + _png(_gap_figure(any_gaps, data_gaps, settings)))
+    figure = _gap_figure(samples, _gap_interval(summary), _read_timeout(summary))
+    return _section(title, how, _sample_note(sample_rate) + _png(figure))
 
 
-def _gap_figure(any_gaps: np.ndarray, data_gaps: np.ndarray, settings: dict[str, Any]) -> Figure:
-    any_gaps, data_gaps = np.maximum(any_gaps, GAP_FLOOR_S), np.maximum(data_gaps, GAP_FLOOR_S)
-    both = np.concatenate([any_gaps, data_gaps])
-    low, high = float(both.min()), float(both.max())
-    high = max(high * 1.05, low * 10)
-    bins = np.logspace(math.log10(low), math.log10(high), 60)
-    figure, axes = _figure()
-    curves = (
-        (any_gaps, "any bytes (frames.gap_s)", "#64b5f6", 3.2),
-        (data_gaps, "data only (data/error/done frames)", "#e65100", 1.2),
+def _gap_figure(samples: GapSamples, interval: float | None, read_timeout: float | None) -> Figure:
+    curves = (  # drawn in this order, each over the one before: the thin and dashed ones stay visible
+        (samples.any_bytes, "raw streams, any bytes (frames.gap_s)", "#64b5f6", 3.2, "-"),
+        (samples.data_only, "raw streams, data only (data/error/done)", "#e65100", 1.2, "-"),
+        (samples.sdk_chunks, "openai SDK streams, chunks (sees no comments)", "#7b1fa2", 1.4, "--"),
     )
-    for values, label, colour, width in curves:
-        if values.size:
-            axes.hist(
-                values,
-                bins=bins.tolist(),
-                histtype="step",
-                linewidth=width,
-                color=colour,
-                label=f"{label}, n={values.size}",
-            )
-    _gap_reference_lines(axes, settings)
+    shown = [(np.maximum(values, GAP_FLOOR_S), *style) for values, *style in curves if values.size]
+    both = np.concatenate([values for values, *_ in shown])
+    low, high = float(both.min()), float(both.max())
+    high = max(high * 1.05, low * 10, read_timeout or 0.0, interval or 0.0)
+    bins = np.logspace(math.log10(low), math.log10(high * 1.05), 60)
+    figure, axes = _figure()
+    for order, (values, label, colour, width, style) in enumerate(shown):
+        axes.hist(
+            values,
+            bins=bins.tolist(),
+            histtype="step",
+            linewidth=width,
+            linestyle=style,
+            color=colour,
+            label=f"{label}, n={values.size}",
+            zorder=2 + order,
+        )
+    if interval is not None:
+        axes.axvline(
+            interval, color="#2e7d32", linestyle="--", linewidth=1, label=f"keep-alive interval {interval:g} s"
+        )
+    if read_timeout is not None:
+        axes.axvline(
+            read_timeout, color="#c62828", linestyle=":", linewidth=1.2, label=f"proxy read timeout {read_timeout:g} s"
+        )
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("gap between consecutive frames (s, log scale)")
     axes.set_ylabel("frames (log scale)")
     axes.grid(True, which="major", alpha=0.3)
-    axes.legend(fontsize=8, loc="upper right")
+    figure.legend(loc="outside right upper", fontsize=8)
     return figure
 
 
-def _gap_reference_lines(axes: Axes, settings: dict[str, Any]) -> None:
-    interval = _keep_alive_interval(settings)
-    if interval is not None:
-        axes.axvline(
-            interval, color="#2e7d32", linestyle="--", linewidth=1, label=f"keep-alive interval {interval:g} s"
-        )
-    read_timeout = _number(settings.get("proxy_read_timeout"))
-    if settings.get("proxy") not in (None, "none") and read_timeout is not None and read_timeout > 0:
-        axes.axvline(
-            read_timeout, color="#c62828", linestyle=":", linewidth=1.2, label=f"proxy read timeout {read_timeout:g} s"
-        )
+def _gap_interval(summary: Summary) -> float | None:
+    """The keep-alive interval the run's gate judged (perhaps inferred from its comments), else the settings'."""
+    gate = _keepalive_gate(summary)
+    return None if gate is None else gate.interval
+
+
+def _read_timeout(summary: Summary) -> float | None:
+    """The proxy read timeout in force: the ``no_proxy_timeouts`` gate's when the run declares it, else
+    the settings' when the run started a proxy (``loadtests._summary.causes`` reads it so too)."""
+    for spec in summary.gate_specs:
+        if spec.get("type") == NoProxyTimeouts.__name__:
+            timeout = _number(spec.get("read_timeout"))
+            if timeout is not None and timeout > 0:
+                return timeout
+    settings = summary.settings
+    timeout = _number(settings.get("proxy_read_timeout"))
+    started = run_proxy(settings.get("proxy")) is not None
+    return timeout if started and timeout is not None and timeout > 0 else None
 
 
 # --- 5. keep-alive against silence -----------------------------------------------------------

@@ -27,14 +27,19 @@ from loadtests._gates import (
     Expect,
     GateResult,
     KeepAliveCovered,
+    NoProxyTimeouts,
     RunTables,
     TruncationHonoured,
     evaluate,
     gate_is_noise,
 )
 from loadtests._html_report import (
+    _gap_figure,
+    _gap_interval,
+    _gap_samples,
     _keepalive_figure,
     _lag_figure,
+    _read_timeout,
     _run_axis,
     _server_figure,
     _timeline_figure,
@@ -446,3 +451,40 @@ def test_the_keepalive_plot_draws_the_gates_own_stepped_minimum(
     page = render(tmp_path, on_page, streams, frames.iloc[0:0])
     caption = section(page, "Keep-alive frames against silence before the first token")
     assert "one per whole 1.20 s of silence" in caption and "1 SDK streams left out" in caption
+
+
+def test_the_gap_plot_keeps_sdk_streams_apart_and_draws_its_thresholds(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    raw = requests[requests["request_id"] == "ok-ka"]
+    sdk = raw.assign(request_id="sdk-1", client="openai", keepalive_frames=pd.array([None], dtype="Int64"))
+    sdk_frames = frames[(frames["request_id"] == "ok-ka") & (frames["kind"] != "keepalive")].assign(request_id="sdk-1")
+    sdk_frames.loc[sdk_frames.index[0], "gap_s"] = 2.5  # the SDK's first chunk: a wait full of unseen comments
+    requests, frames = pd.concat([requests, sdk], ignore_index=True), pd.concat([frames, sdk_frames])
+    samples = _gap_samples(frames, requests)
+    assert 2.5 in samples.sdk_chunks and samples.any_bytes.max() < 1.1  # a proxy saw no such silence
+    assert len(samples.sdk_chunks) == len(sdk_frames) and len(samples.any_bytes) == len(frames) - len(sdk_frames)
+
+    on_host = {**summary, "gate_specs": [NoProxyTimeouts(2.0, 1.0).spec()], "settings": {**SETTINGS, "proxy": "none"}}
+    loaded = Summary.from_json(on_host)
+    assert _read_timeout(loaded) == 2.0 and _gap_interval(loaded) == 1.0  # the gate's timeout, no proxy started
+    figure = _gap_figure(samples, _gap_interval(loaded), _read_timeout(loaded))
+    axes = figure.axes[0]
+    labels = [patch.get_label() for patch in axes.patches]
+    assert [label.split(" (")[0] for label in labels] == [
+        "raw streams, any bytes",
+        "raw streams, data only",
+        "openai SDK streams, chunks",
+    ]
+    assert labels[2].endswith(f"n={len(sdk_frames)}") and labels[0].endswith(f"n={len(samples.any_bytes)}")
+    orders = [patch.get_zorder() for patch in axes.patches]
+    assert orders == sorted(orders) and len(set(orders)) == 3  # each curve drawn over the one before
+    verticals = {line.get_label(): line.get_xdata()[0] for line in axes.get_lines()}
+    assert verticals == {"keep-alive interval 1 s": 1.0, "proxy read timeout 2 s": 2.0}
+    assert axes.get_xlim()[1] > 2.0  # the threshold is inside the plot
+
+    caption = section(render(tmp_path, on_host, requests, frames), "Gaps between frames")
+    assert "The openai SDK cannot see comments" in caption
+    without_proxy = Summary.from_json({**summary, "settings": {**SETTINGS, "proxy": "none"}})
+    assert _read_timeout(without_proxy) is None  # no proxy and no gate: no timer was in force
