@@ -808,12 +808,13 @@ def _server_section(summary: Summary, requests: pd.DataFrame, metrics: pd.DataFr
     how = (
         "What the server said about itself at GET /metrics, scraped by the harness every --server-metrics-interval "
         "seconds: requests "
-        "running and waiting for a slot (left axis) and, when the server exposes it, the share of its KV cache in "
-        "use (right axis), on the timeline's time axis. Waiting requests are queueing the server does, not the harness."
+        "running, requests waiting for a slot and, when the server exposes it, the share of its KV cache in use, "
+        "each in its own panel on the timeline's time axis. Waiting requests are queueing the server does, not the "
+        "harness."
     )
     section = summary.server_metrics or {}
     series = concept_series(metrics) if metrics is not None and not metrics.empty else pd.DataFrame()
-    if not section.get("available") or series.empty:
+    if not section.get("available") or series.columns.intersection([panel[0] for panel in SERVER_PANELS]).empty:
         reason = section.get("reason") or "the run recorded no server metrics"
         return _section(title, how, _empty(f"No server metrics: {reason}."))
     rows = "".join(
@@ -837,28 +838,42 @@ def _server_section(summary: Summary, requests: pd.DataFrame, metrics: pd.DataFr
     return _section(title, how, table + _png(_server_figure(series, _run_axis(requests))))
 
 
+SERVER_PANELS = (
+    ("running", "running requests", "#1565c0"),
+    ("waiting", "waiting requests", "#ef6c00"),
+    ("kv_cache_usage", "KV-cache usage (share)", "#2e7d32"),
+)
+"""The server plot's panels, top to bottom: each series on its own axes, so none can hide another."""
+
+
 def _server_figure(series: pd.DataFrame, axis: RunAxis | None) -> Figure:
-    """Running and waiting requests, and KV-cache usage on a second axis, against the run's time."""
-    figure, axes = _figure()
+    """Running requests, waiting requests and KV-cache usage, each in its own panel over the run's
+    time (one shared axis): on one axes a queue as long as the slots drew ``waiting`` over ``running``."""
+    panels = [panel for panel in SERVER_PANELS if panel[0] in series]
+    figure = Figure(figsize=(FIGSIZE[0], 0.8 + 1.4 * len(panels)), dpi=DPI, layout="constrained")
     seconds = series.index.to_numpy() - (axis.origin if axis else float(series.index.min()))
-    lines = (("running", "#1565c0", 3.0), ("waiting", "#ef6c00", 1.2))  # waiting drawn thin over running: both show
-    for concept, colour, width in lines:
-        if concept in series:
-            axes.step(seconds, series[concept].to_numpy(), where="post", linewidth=width, color=colour, label=concept)
-    axes.set_ylim(bottom=0)
-    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("seconds since the first request")
-    axes.set_ylabel("requests")
-    axes.grid(True, alpha=0.3)
-    if "kv_cache_usage" in series:
-        usage = series["kv_cache_usage"].to_numpy()
-        right = axes.twinx()
-        right.plot(seconds, usage, linewidth=1.0, linestyle="--", color="#2e7d32", label="KV-cache usage")
-        right.set_ylim(0, max(1.0, float(np.nanmax(usage)) if len(usage) else 1.0))
-        right.set_ylabel("KV-cache usage (share)")
-    if axis is not None:
-        axes.set_xlim(axis.limits)
-    figure.legend(loc="outside right upper", fontsize=8)
+    first: Axes | None = None
+    for row, (concept, label, colour) in enumerate(panels, start=1):
+        axes = figure.add_subplot(len(panels), 1, row, sharex=first)
+        first = first or axes
+        values = series[concept].to_numpy()
+        present = values[~np.isnan(values)]
+        top = float(present.max()) if present.size else 0.0
+        if concept == "kv_cache_usage":
+            axes.plot(seconds, values, linewidth=1.2, color=colour, label=concept)
+            axes.set_ylim(0, max(1.0, top))
+        else:
+            axes.step(seconds, values, where="post", linewidth=1.5, color=colour, label=concept)
+            axes.set_ylim(0, max(1.0, top) * 1.1)
+            axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.set_ylabel(label.replace(" ", "\n", 1), fontsize=9)
+        axes.grid(True, alpha=0.3)
+        if row < len(panels):
+            axes.tick_params(labelbottom=False)
+    if first is not None:
+        figure.axes[-1].set_xlabel("seconds since the first request")
+        if axis is not None:
+            first.set_xlim(axis.limits)
     return figure
 
 

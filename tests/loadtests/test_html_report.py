@@ -488,3 +488,24 @@ def test_the_gap_plot_keeps_sdk_streams_apart_and_draws_its_thresholds(
     assert "The openai SDK cannot see comments" in caption
     without_proxy = Summary.from_json({**summary, "settings": {**SETTINGS, "proxy": "none"}})
     assert _read_timeout(without_proxy) is None  # no proxy and no gate: no timer was in force
+
+
+def test_the_servers_running_and_waiting_requests_never_hide_each_other() -> None:
+    # a queue as long as the slots: on one axes, one step line lay exactly over the other
+    texts = [
+        f'vllm:num_requests_running{{engine="0"}} 4\nvllm:num_requests_waiting{{engine="0"}} 4\n'
+        f'vllm:kv_cache_usage_perc{{engine="0"}} 0.{second}\n'
+        for second in range(5)
+    ]
+    scrapes = pd.concat(
+        [pd.DataFrame(parse_exposition(text, RUN_START + second)) for second, text in enumerate(texts)],
+        ignore_index=True,
+    )
+    series = concept_series(scrapes)
+    figure = _server_figure(series, None)
+    drawn = {line.get_label(): (axes, line) for axes in figure.axes for line in axes.get_lines()}
+    assert set(drawn) == {"running", "waiting", "kv_cache_usage"}
+    assert len({id(axes) for axes, _ in drawn.values()}) == 3  # each series alone on its axes
+    for concept, (axes, line) in drawn.items():
+        assert list(line.get_ydata()) == list(series[concept]) and axes.get_ylim()[1] > max(series[concept])
+    assert len({axes.get_xlim() for axes in figure.axes}) == 1  # one time axis
