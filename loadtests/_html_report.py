@@ -46,6 +46,7 @@ from loadtests._gates import (
     UNJUDGED,
     Gate,
     GateResult,
+    HarnessKeptUp,
     KeepAliveCovered,
     NoProxyTimeouts,
     gate_is_noise,
@@ -744,51 +745,87 @@ LAG_PLOT_BINS = 1000
 """The lag plot draws the worst sample of each of this many time bins per process."""
 
 
+def _lag_limit(summary: Summary) -> float | None:
+    """The ``harness_kept_up`` gate's limit in ms when the run judged it (``--harness-lag-limit-ms``);
+    None when the gate was off and the lag only measured."""
+    for spec in summary.gate_specs:
+        if spec.get("type") == HarnessKeptUp.__name__:
+            limit = _number(spec.get("limit_ms"))
+            if limit is not None and limit > 0:
+                return limit
+    limit = _number((summary.harness_lag_ms or {}).get("limit_ms"))
+    return limit if limit is not None and limit > 0 else None
+
+
+NO_LAG_LIMIT = "no limit set: harness_kept_up is off (--harness-lag-limit-ms)"
+
+
 def _lag_section(summary: Summary, requests: pd.DataFrame, lag: pd.DataFrame | None) -> str:
     title = "Harness lag"
     lag_figures = summary.harness_lag_ms or {}
-    limit = lag_figures.get("limit_ms")
+    limit = _lag_limit(summary)
+    threshold = (
+        f"the dashed red line is the harness_kept_up gate's limit of {limit:g} ms, which each process's p99 (its "
+        "dotted line) must not exceed"
+        if limit
+        else f"{NO_LAG_LIMIT}, so the lag is a measurement only; each process's p99 is its dotted line"
+    )
     how = (
         "How late the load generator's own event loop woke a greenlet that sleeps 10 ms, per process (the worst "
         "sample of each time bin), on the timeline's time axis. While the loop is late, a frame time it records "
         "may be late too: those stalls are the harness's, not the server's (each request's worst is its "
-        "harness_lag_max_s, and a timing gate leaves a request it could not time unjudged rather than failed)"
-        + (f"; the harness_kept_up gate's limit is the {float(limit):g} ms line." if limit else ".")
+        "harness_lag_max_s, and a timing gate leaves a request it could not time unjudged rather than failed); "
+        f"{threshold}."
     )
     if lag is None or lag.empty:
         return _section(title, how, _empty("No lag samples were recorded."))
     over = ("seconds_above_limit",) if limit else ()
+    by_worker = lag_figures.get("by_worker") or {}
     rows = "".join(
         f'<tr><td>{_text(worker)}</td><td class="num">{_integer(f["samples"])}</td>'
         + "".join(f'<td class="num">{_text(f.get(key))}</td>' for key in ("p50", "p99", "max", *over))
         + "</tr>"
-        for worker, f in (lag_figures.get("by_worker") or {}).items()
+        for worker, f in by_worker.items()
     )
-    over_head = f"<th>s in stalls over {float(limit):g} ms</th>" if limit else ""
+    over_head = f"<th>s in stalls over {limit:g} ms</th>" if limit else ""
     table = (
         "<table><thead><tr><th>process</th><th>samples</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th>"
         f"{over_head}</tr></thead>{rows}</table>"
     )
-    return _section(title, how, table + _png(_lag_figure(lag, _run_axis(requests), limit)))
+    p99 = {str(worker): f["p99"] for worker, f in by_worker.items() if _number(f.get("p99")) is not None}
+    return _section(title, how, table + _png(_lag_figure(lag, _run_axis(requests), limit, p99)))
 
 
-def _lag_figure(lag: pd.DataFrame, axis: RunAxis | None, limit_ms: float | None) -> Figure:
-    """On the run's axis; without requests, from the first sample over all of them."""
+def _lag_figure(
+    lag: pd.DataFrame, axis: RunAxis | None, limit_ms: float | None, p99_ms: dict[str, float] | None = None
+) -> Figure:
+    """On the run's axis; without requests, from the first sample over all of them. The gate's limit
+    is a dashed line inside the plot, or the plot says no limit was set; ``p99_ms`` (by process, as
+    the summary holds it) are dotted lines in each process's colour."""
     figure, axes = _figure()
     seconds = lag["time"] - (axis.origin if axis else float(lag["time"].min()))
     width = max((float(seconds.max()) - float(seconds.min())) / LAG_PLOT_BINS, 1e-3)
     binned = lag.assign(bin=(seconds // width) * width, lag_ms=lag["lag_s"] * 1000.0)
+    top = float(binned["lag_ms"].max())
     for worker, rows in binned.groupby("worker", sort=True):
         worst = rows.groupby("bin")["lag_ms"].max()
-        axes.plot(worst.index, worst.to_numpy(), linewidth=0.8, label=str(worker))
+        (line,) = axes.plot(worst.index, worst.to_numpy(), linewidth=0.8, label=str(worker))
+        p99 = (p99_ms or {}).get(str(worker))
+        if p99 is not None:
+            axes.axhline(p99, color=line.get_color(), linestyle=":", linewidth=1.2, label=f"{worker} p99 {p99:g} ms")
     if limit_ms:
-        axes.axhline(limit_ms, color="#c0392b", linestyle="--", linewidth=1.0, label=f"limit {limit_ms:g} ms")
+        axes.axhline(
+            limit_ms, color="#c0392b", linestyle="--", linewidth=1.2, label=f"harness_kept_up limit {limit_ms:g} ms"
+        )
+        top = max(top, limit_ms)
+    else:
+        axes.text(0.01, 0.97, NO_LAG_LIMIT, transform=axes.transAxes, va="top", fontsize=8, color="#555")
     if axis is not None:
         axes.set_xlim(axis.limits)
     axes.set_xlabel("seconds since the first request")
     axes.set_ylabel("loop lag (ms)")
     axes.set_yscale("symlog", linthresh=1.0)
-    axes.set_ylim(bottom=0.0)
+    axes.set_ylim(bottom=0.0, top=max(top, 1.0) * 2.0)  # the limit always inside, with room for the note
     axes.grid(True, alpha=0.3)
     figure.legend(loc="outside right upper", fontsize=8)
     return figure

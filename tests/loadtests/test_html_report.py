@@ -26,6 +26,7 @@ from loadtests._gates import (
     UNJUDGED,
     Expect,
     GateResult,
+    HarnessKeptUp,
     KeepAliveCovered,
     NoProxyTimeouts,
     RunTables,
@@ -34,11 +35,13 @@ from loadtests._gates import (
     gate_is_noise,
 )
 from loadtests._html_report import (
+    NO_LAG_LIMIT,
     _gap_figure,
     _gap_interval,
     _gap_samples,
     _keepalive_figure,
     _lag_figure,
+    _lag_limit,
     _read_timeout,
     _run_axis,
     _server_figure,
@@ -46,6 +49,7 @@ from loadtests._html_report import (
     write_html_report,
     write_requests_csv,
 )
+from loadtests._lag import lag_summary
 from loadtests._outcome import RequestPlan, StreamTracker
 from loadtests._recorder import FRAME_COLUMNS, Recorder
 from loadtests._server_metrics import concept_series, parse_exposition, server_metrics_summary
@@ -509,3 +513,29 @@ def test_the_servers_running_and_waiting_requests_never_hide_each_other() -> Non
     for concept, (axes, line) in drawn.items():
         assert list(line.get_ydata()) == list(series[concept]) and axes.get_ylim()[1] > max(series[concept])
     assert len({axes.get_xlim() for axes in figure.axes}) == 1  # one time axis
+
+
+def test_the_lag_plot_draws_the_gates_limit_or_says_none_was_set(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    lag = pd.DataFrame({"worker": "local", "time": RUN_START + np.arange(0, 5, 0.01), "lag_s": 0.001})
+    judged = {**summary, "gate_specs": [HarnessKeptUp(20.0).spec()], "harness_lag_ms": lag_summary(lag, 20.0)}
+    unjudged = {**summary, "harness_lag_ms": lag_summary(lag)}
+    for data, limit in ((judged, 20.0), (unjudged, None)):
+        loaded = Summary.from_json(data)
+        assert _lag_limit(loaded) == limit
+        figure = _lag_figure(lag, _run_axis(requests), limit, {"local": 1.0})
+        axes = figure.axes[0]
+        lines = {line.get_label(): list(line.get_ydata()) for line in axes.get_lines()}
+        assert lines["local p99 1 ms"] == [1.0, 1.0]
+        notes = [text.get_text() for text in axes.texts]
+        if limit:
+            assert lines["harness_kept_up limit 20 ms"] == [20.0, 20.0] and not notes
+            assert axes.get_ylim()[1] > 20.0  # far above every sample, still inside the plot
+        else:
+            assert not any("limit" in label for label in lines) and notes == [NO_LAG_LIMIT]
+        page = write_html_report(tmp_path, loaded, requests, frames, lag).read_text(encoding="utf-8")
+        caption = section(page, "Harness lag")
+        said = "gate's limit of 20 ms" if limit else NO_LAG_LIMIT
+        assert html.escape(said) in caption
