@@ -812,7 +812,7 @@ def _lag_figure(
         (line,) = axes.plot(worst.index, worst.to_numpy(), linewidth=0.8, label=str(worker))
         p99 = (p99_ms or {}).get(str(worker))
         if p99 is not None:
-            axes.axhline(p99, color=line.get_color(), linestyle=":", linewidth=1.2, label=f"{worker} p99 {p99:g} ms")
+            axes.axhline(p99, color=line.get_color(), linestyle=":", linewidth=1.2, label=f"{worker} p99 {p99:.3g} ms")
     if limit_ms:
         axes.axhline(
             limit_ms, color="#c0392b", linestyle="--", linewidth=1.2, label=f"harness_kept_up limit {limit_ms:g} ms"
