@@ -32,6 +32,12 @@ def count_500s(requests: pd.DataFrame) -> tuple[int, int]:
     return int(http_500(requests).sum()), int(inband_500(requests).sum())
 
 
+def sees_comments(requests: pd.DataFrame) -> pd.Series:
+    """Rows whose client sees SSE comments (the raw client, which counts them): the openai SDK cannot,
+    so its rows have no keep-alive count, and its first chunk's wait may have held comments."""
+    return requests["keepalive_frames"].notna()
+
+
 def judged(requests: pd.DataFrame) -> pd.DataFrame:
     """The rows a verdict judges: all but the streams the run itself stopped at its end and the
     scheduled requests it never sent."""

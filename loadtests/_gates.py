@@ -60,15 +60,21 @@ class GateResult:
     judged_rows: int | None = None
     """Qualifying requests it judged; None when the gate does not count rows."""
 
+    @property
+    def word(self) -> str:
+        """``PASS``, ``FAIL`` or ``UNJUDGED``: the one word the console and report.html give this result."""
+        return UNJUDGED if self.skipped else PASS if self.passed else FAIL
+
     def line(self) -> str:
         """The gate's console line; its detail may quote the server (error messages), so it is
         made ``printable``."""
-        verdict = "UNJUDGED" if self.skipped else "PASS" if self.passed else "FAIL"
-        return printable(f"gate {verdict} {self.name}: {self.detail}")
+        return printable(f"gate {self.word} {self.name}: {self.detail}")
 
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 """The three verdicts: the server passed; the server did something wrong; the run could not judge."""
+UNJUDGED = "UNJUDGED"
+"""A gate's word when it had nothing (or too little) to judge (``GateResult.word``); never a verdict."""
 
 
 def verdict_of(
@@ -82,10 +88,22 @@ def verdict_of(
     results = list(results)
     if any(not result.passed and not result.skipped for result in results) or interrupted is not None:
         return FAIL
-    points = {*point, RequestsCompleted.name}
-    if requests_judged == 0 or any(result.skipped and result.name in points for result in results):
+    if requests_judged == 0 or any(result.skipped and of_point(result.name, point) for result in results):
         return INCONCLUSIVE
     return PASS
+
+
+def of_point(name: str, point: Collection[str]) -> bool:
+    """The gate named ``name`` is of the run's ``point`` (its scenario's gates, and
+    ``requests_completed``, of every run's): unjudged, it makes the verdict INCONCLUSIVE."""
+    return name == RequestsCompleted.name or name in point
+
+
+def gate_is_noise(result: GateResult, point: Collection[str]) -> bool:
+    """A result a reader need not be shown: unjudged with no row left unjudged (it had nothing to
+    judge, not too little), and not of ``point`` (``of_point``), so the verdict ignores it too, as
+    ``truncation_honoured`` at 0/0 in a scenario that never truncates. ``summary.json`` keeps it."""
+    return result.skipped and not result.unjudged_rows and not of_point(result.name, point)
 
 
 QUEUE_FOR_SILENCE = (
@@ -502,19 +520,29 @@ class KeepAliveCovered(Gate):
     def resolution_s(self) -> float:  # type: ignore[override]  # derived from the interval, never set
         return self.tolerance
 
+    @property
+    def period(self) -> float:
+        """The interval plus its tolerance: the longest silence that needs no keep-alive frame."""
+        return (self.interval or 0.0) + self.tolerance
+
+    def required_frames(self, silence: pd.Series) -> pd.Series:
+        """The fewest keep-alive frames a raw stream silent ``silence`` seconds must have got: one per
+        whole ``period`` of it, none for a silence up to one period (report.html draws this step)."""
+        return (silence // self.period).where(silence > self.period, 0).astype(int)
+
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         if self.interval is None:
             unknown = f"the server's keep-alive interval is unknown and no stream showed it: {KEEP_ALIVE_HOW_TO}"
             return unjudged(self.name, unknown)
-        period = self.interval + self.tolerance
+        period = self.period
         raw, silence = raw_silences(requests)
         silent = raw[silence > period]
-        implied = (silence[silent.index] // period).astype(int)
+        implied = self.required_frames(silence[silent.index])
         short = silent[silent["keepalive_frames"] < implied]
         # The harness's worst stall while a stream was open may have moved the stamps its silence is
         # measured between: a shortfall that such a stall explains is unjudged, not failed.
         stall = harness_stall_s(short)
-        allowed = ((silence[short.index] - stall).clip(lower=0.0) // period).astype(int)
+        allowed = self.required_frames((silence[short.index] - stall).clip(lower=0.0))
         excused = short[short["keepalive_frames"] >= allowed]
         short = short.drop(excused.index)
         silent = silent.drop(excused.index)

@@ -23,7 +23,7 @@ import html
 import io
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,19 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from loadtests import _figures as figures
-from loadtests._gates import GateResult
+from loadtests._causes import raw_silences, run_proxy
+from loadtests._gates import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    UNJUDGED,
+    Gate,
+    GateResult,
+    HarnessKeptUp,
+    KeepAliveCovered,
+    NoProxyTimeouts,
+    gate_is_noise,
+)
 from loadtests._outcome import OUTCOMES, Outcome, RequestRow
 from loadtests._recorder import FRAME_COLUMNS
 from loadtests._run_dir import RunDir
@@ -65,6 +77,8 @@ GAP_FLOOR_S = 1e-4
 FRAMES_PER_STREAM = 40
 READ_LATE_SHOWN_S = 0.001
 """A frame whose bytes waited this long in the kernel before the harness read them is marked in its chip."""
+KEEPALIVE_STEP_POINTS = 4000
+"""Samples of the keep-alive plot's stepped minimum: its steps land within 1/4000 of the axis."""
 FIGSIZE = (8.0, 3.5)
 DPI = 100
 MISSING = "—"
@@ -90,6 +104,7 @@ li.gate.unjudged { border-color: #ef6c00; background: #fff3e0; }
 .badge { display: inline-block; min-width: 38px; text-align: center; font-weight: 700; color: #fff;
          border-radius: 3px; padding: 0 4px; margin-right: 4px; }
 li.pass .badge { background: #2e7d32; } li.fail .badge { background: #c62828; }
+li.unjudged .badge { background: #ef6c00; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px; }
 .outcome { font-weight: 600; white-space: nowrap; }
 img.plot { max-width: 100%; border: 1px solid #eee; }
@@ -121,7 +136,7 @@ def write_html_report(
         _headline_section(summary, requests, sample_rate),
         _outcome_section(requests),
         _timing_section(summary),
-        _gap_section(summary, frames, sample_rate),
+        _gap_section(summary, requests, frames, sample_rate),
         _keepalive_section(summary, requests),
         _timeline_section(requests),
         _lag_section(summary, requests, lag),
@@ -252,24 +267,22 @@ def _empty(message: str) -> str:
 
 
 def _headline_section(summary: Summary, requests: pd.DataFrame, sample_rate: float) -> str:
-    shown = {"PASS": ("pass", "PASSED"), "FAIL": ("fail", "FAILED")}.get(
-        summary.verdict, ("inconclusive", "INCONCLUSIVE")
-    )
-    verdict = f'<div class="verdict {shown[0]}">{shown[1]}</div>'
+    word = summary.verdict  # the console's own word (loadtests._gates: PASS, FAIL, INCONCLUSIVE)
+    verdict = f'<div class="verdict {word.lower()}">{_text(word)}</div>'
     count = summary.requests
     outcomes = summary.outcomes
     seen = ", ".join(f"{n} {name}" for name, n in outcomes.items() if n) or "none"
     body = (
         f"{verdict}{_ending(summary)}<p><b>{_text(count)}</b> requests ({_text(seen)}){_run_span(requests)}</p>"
-        f"{_arrival(summary)}{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.gates)}"
+        f"{_arrival(summary)}{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.gates, summary.point_names)}"
         f"<h3>Causes</h3>{''.join(f'<p>{_text(line)}</p>' for line in summary.causes_lines())}"
         f"<h3>Settings</h3>{_settings_table(summary.settings)}"
     )
     how = (
-        "The verdict is FAILED when a gate below failed or the run was interrupted (a signal ended it before its "
-        "planned duration); INCONCLUSIVE when nothing failed but the run could not judge its point (no request "
-        "finished, or a gate of the scenario's point had nothing to judge: UNJUDGED); PASSED otherwise. Each gate "
-        "line gives its figure."
+        f"The verdict is {FAIL} when a gate below failed or the run was interrupted (a signal ended it before its "
+        f"planned duration); {INCONCLUSIVE} when nothing failed but the run could not judge its point (no request "
+        f"finished, or a gate of the scenario's point had nothing to judge: {UNJUDGED}); {PASS} otherwise. Each gate "
+        "line gives its figure, in the words the console prints."
     )
     return _section(f"sse-soak run: {summary.scenario or 'run'}", how, body, level=1)
 
@@ -302,17 +315,27 @@ def _run_span(requests: pd.DataFrame) -> str:
     return f", started {began}, {float(ends.max() - starts.min()):.1f} s from the first request to the last end"
 
 
-def _gate_list(gates: Sequence[GateResult]) -> str:
+def _gate_list(gates: Sequence[GateResult], point: Collection[str]) -> str:
+    """Each gate's line, but those ``gate_is_noise`` (unjudged on nothing, and not the run's point):
+    they are named once below the list, and ``summary.json`` keeps them whole."""
     if not gates:
         return _empty("No gates were evaluated.")
+    noise = [gate.name for gate in gates if gate_is_noise(gate, point)]
     lines = []
     for gate in gates:
-        state = "unjudged" if gate.unjudged else "pass" if gate.passed else "fail"
+        if gate_is_noise(gate, point):
+            continue
+        word = gate.word
         lines.append(
-            f'<li class="gate {state}"><span class="badge">{state.upper()}</span> '
+            f'<li class="gate {word.lower()}"><span class="badge">{_text(word)}</span> '
             f"<b>{_text(gate.name)}</b>: {_text(gate.detail)}</li>"
         )
-    return '<ul class="gates">' + "".join(lines) + "</ul>"
+    quiet = (
+        _empty(f"Not shown (nothing to judge in this run, and not its point; kept in summary.json): {', '.join(noise)}")
+        if noise
+        else ""
+    )
+    return '<ul class="gates">' + "".join(lines) + "</ul>" + quiet
 
 
 def _settings_table(settings: dict[str, Any]) -> str:
@@ -428,7 +451,9 @@ def _timing_section(summary: Summary) -> str:
     table = f'<table class="timings"><tr><th>seconds</th>{header}<th>max</th><th>count</th></tr>{rows}</table>'
     how = (
         "Seconds since each request was sent, over the requests that have the value (rejected ones have no "
-        "TTFT); max_gap_s counts any bytes (what a proxy sees), max_data_gap_s data frames only (what a user sees)."
+        "TTFT); max_gap_s counts any bytes the client saw (for raw streams what a proxy sees; the openai SDK sees no "
+        "comments, so for its streams it is the longest wait between chunks), max_data_gap_s data frames only (what a "
+        "user sees)."
     )
     return _section("Latency percentiles", how, table)
 
@@ -444,96 +469,168 @@ def _timing_row(column: str, entry: dict[str, float | int | None]) -> str:
 # --- 4. gaps between frames ------------------------------------------------------------------
 
 
-def _gap_samples(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Any-bytes gaps (``gap_s`` of every frame) and data-only gaps (between consecutive data,
-    error and done frames of the same request)."""
-    any_gaps = pd.to_numeric(frames["gap_s"], errors="coerce").dropna().to_numpy(dtype=float)
-    data = frames[frames["kind"].isin(DATA_KINDS)].sort_values(["request_id", "seq"])
+@dataclass(frozen=True)
+class GapSamples:
+    """The gap histogram's curves, in seconds. The raw client sees every byte, comments included;
+    the openai SDK sees only the chunks it yields, so its gaps are a curve apart: its first chunk's
+    wait may have been filled with keep-alive comments it never saw."""
+
+    any_bytes: np.ndarray
+    """``gap_s`` of every frame of the raw streams: the silences a proxy's read timeout measures."""
+    data_only: np.ndarray
+    """Between consecutive data, error and done frames of one raw stream: what a user waits."""
+    sdk_chunks: np.ndarray
+    """``gap_s`` of every chunk of the SDK streams, the first one's from the send."""
+
+    @property
+    def empty(self) -> bool:
+        return not (self.any_bytes.size or self.data_only.size or self.sdk_chunks.size)
+
+
+def _gap_samples(frames: pd.DataFrame, requests: pd.DataFrame) -> GapSamples:
+    """The gap curves of ``frames``, kept apart by whether each stream's client sees comments."""
+    raw_ids = requests.loc[figures.sees_comments(requests), "request_id"]
+    sdk_ids = requests.loc[~figures.sees_comments(requests), "request_id"]
+    raw = frames[frames["request_id"].isin(raw_ids)]
+    data = raw[raw["kind"].isin(DATA_KINDS)].sort_values(["request_id", "seq"])
     arrivals = pd.to_numeric(data["t_s"], errors="coerce")
-    data_gaps = arrivals.groupby(data["request_id"]).diff().dropna().to_numpy(dtype=float)
-    return any_gaps, data_gaps
+    return GapSamples(
+        any_bytes=_gaps(raw),
+        data_only=arrivals.groupby(data["request_id"]).diff().dropna().to_numpy(dtype=float),
+        sdk_chunks=_gaps(frames[frames["request_id"].isin(sdk_ids)]),
+    )
 
 
-def _gap_section(summary: Summary, frames: pd.DataFrame, sample_rate: float) -> str:
-    any_gaps, data_gaps = _gap_samples(frames)
+def _gaps(frames: pd.DataFrame) -> np.ndarray:
+    return pd.to_numeric(frames["gap_s"], errors="coerce").dropna().to_numpy(dtype=float)
+
+
+def _gap_section(summary: Summary, requests: pd.DataFrame, frames: pd.DataFrame, sample_rate: float) -> str:
+    samples = _gap_samples(frames, requests)
     how = (
-        "Counts of gaps by length on log axes: the any-bytes curve is what a proxy's read timeout sees, the "
-        "data-only curve what a user sees (where they coincide the thin line lies on the thick one); keep-alive "
-        f"moves the proxy's tail left. Gaps under {GAP_FLOOR_S:g} s (one read) are counted at that floor."
+        "Counts of gaps by length on log axes. Raw streams (their client sees comments): the any-bytes curve, "
+        "every frame keep-alive comments included, is what a proxy's read timeout sees; the data-only curve what a "
+        "user sees (where they coincide the thin line lies on the thick one); keep-alive moves the proxy's tail "
+        "left. The openai SDK cannot see comments, so its streams are a dashed curve of their own, the gaps between "
+        "the chunks it yielded, the first from the send: a long first-chunk wait there may have been covered by "
+        "keep-alive the SDK never saw. The vertical lines are the keep-alive interval and, when a proxy timer was "
+        f"in force, the read timeout no_proxy_timeouts judges. Gaps under {GAP_FLOOR_S:g} s (one read) are counted "
+        "at that floor."
     )
     title = "Gaps between frames"
-    if any_gaps.size == 0 and data_gaps.size == 0:
+    if samples.empty:
         return _section(title, how, _sample_note(sample_rate) + _empty("No frames were recorded."))
-    settings = summary.settings
-    return _section(title, how, _sample_note(sample_rate) + _png(_gap_figure(any_gaps, data_gaps, settings)))
+    figure = _gap_figure(samples, _gap_interval(summary), _read_timeout(summary))
+    return _section(title, how, _sample_note(sample_rate) + _png(figure))
 
 
-def _gap_figure(any_gaps: np.ndarray, data_gaps: np.ndarray, settings: dict[str, Any]) -> Figure:
-    any_gaps, data_gaps = np.maximum(any_gaps, GAP_FLOOR_S), np.maximum(data_gaps, GAP_FLOOR_S)
-    both = np.concatenate([any_gaps, data_gaps])
-    low, high = float(both.min()), float(both.max())
-    high = max(high * 1.05, low * 10)
-    bins = np.logspace(math.log10(low), math.log10(high), 60)
-    figure, axes = _figure()
-    curves = (
-        (any_gaps, "any bytes (frames.gap_s)", "#64b5f6", 3.2),
-        (data_gaps, "data only (data/error/done frames)", "#e65100", 1.2),
+def _gap_figure(samples: GapSamples, interval: float | None, read_timeout: float | None) -> Figure:
+    curves = (  # drawn in this order, each over the one before: the thin and dashed ones stay visible
+        (samples.any_bytes, "raw streams, any bytes (frames.gap_s)", "#64b5f6", 3.2, "-"),
+        (samples.data_only, "raw streams, data only (data/error/done)", "#e65100", 1.2, "-"),
+        (samples.sdk_chunks, "openai SDK streams, chunks (sees no comments)", "#7b1fa2", 1.4, "--"),
     )
-    for values, label, colour, width in curves:
-        if values.size:
-            axes.hist(
-                values,
-                bins=bins.tolist(),
-                histtype="step",
-                linewidth=width,
-                color=colour,
-                label=f"{label}, n={values.size}",
-            )
-    _gap_reference_lines(axes, settings)
+    shown = [(np.maximum(values, GAP_FLOOR_S), *style) for values, *style in curves if values.size]
+    both = np.concatenate([values for values, *_ in shown])
+    low, high = float(both.min()), float(both.max())
+    high = max(high * 1.05, low * 10, read_timeout or 0.0, interval or 0.0)
+    bins = np.logspace(math.log10(low), math.log10(high * 1.05), 60)
+    figure, axes = _figure()
+    for order, (values, label, colour, width, style) in enumerate(shown):
+        axes.hist(
+            values,
+            bins=bins.tolist(),
+            histtype="step",
+            linewidth=width,
+            linestyle=style,
+            color=colour,
+            label=f"{label}, n={values.size}",
+            zorder=2 + order,
+        )
+    if interval is not None:
+        axes.axvline(
+            interval, color="#2e7d32", linestyle="--", linewidth=1, label=f"keep-alive interval {interval:g} s"
+        )
+    if read_timeout is not None:
+        axes.axvline(
+            read_timeout, color="#c62828", linestyle=":", linewidth=1.2, label=f"proxy read timeout {read_timeout:g} s"
+        )
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("gap between consecutive frames (s, log scale)")
     axes.set_ylabel("frames (log scale)")
     axes.grid(True, which="major", alpha=0.3)
-    axes.legend(fontsize=8, loc="upper right")
+    figure.legend(loc="outside right upper", fontsize=8)
     return figure
 
 
-def _gap_reference_lines(axes: Axes, settings: dict[str, Any]) -> None:
-    interval = _keep_alive_interval(settings)
-    if interval is not None:
-        axes.axvline(
-            interval, color="#2e7d32", linestyle="--", linewidth=1, label=f"keep-alive interval {interval:g} s"
-        )
-    read_timeout = _number(settings.get("proxy_read_timeout"))
-    if settings.get("proxy") not in (None, "none") and read_timeout is not None and read_timeout > 0:
-        axes.axvline(
-            read_timeout, color="#c62828", linestyle=":", linewidth=1.2, label=f"proxy read timeout {read_timeout:g} s"
-        )
+def _gap_interval(summary: Summary) -> float | None:
+    """The keep-alive interval the run's gate judged (perhaps inferred from its comments), else the settings'."""
+    gate = _keepalive_gate(summary)
+    return None if gate is None else gate.interval
+
+
+def _read_timeout(summary: Summary) -> float | None:
+    """The proxy read timeout in force: the ``no_proxy_timeouts`` gate's when the run declares it, else
+    the settings' when the run started a proxy (``loadtests._summary.causes`` reads it so too)."""
+    for spec in summary.gate_specs:
+        if spec.get("type") == NoProxyTimeouts.__name__:
+            timeout = _number(spec.get("read_timeout"))
+            if timeout is not None and timeout > 0:
+                return timeout
+    settings = summary.settings
+    timeout = _number(settings.get("proxy_read_timeout"))
+    started = run_proxy(settings.get("proxy")) is not None
+    return timeout if started and timeout is not None and timeout > 0 else None
 
 
 # --- 5. keep-alive against silence -----------------------------------------------------------
 
 
-def _keepalive_section(summary: Summary, requests: pd.DataFrame) -> str:
+def _keepalive_gate(summary: Summary) -> KeepAliveCovered | None:
+    """The run's ``keepalive_covered`` gate as it was judged (its interval may have been inferred from
+    the comments); else one at the settings' interval; None when keep-alive is off or unknown."""
+    for spec in summary.gate_specs:
+        if spec.get("type") != KeepAliveCovered.__name__:
+            continue
+        try:
+            gate = Gate.from_spec(spec)
+        except (TypeError, ValueError):
+            continue  # a summary of another version: fall back to the settings
+        if isinstance(gate, KeepAliveCovered) and gate.interval:
+            return gate
     interval = _keep_alive_interval(summary.settings)
-    expected = f"the dashed line is the expected count at one per {interval:g} s" if interval else "keep-alive is off"
+    return None if interval is None else KeepAliveCovered(interval)
+
+
+def _keepalive_section(summary: Summary, requests: pd.DataFrame) -> str:
+    gate = _keepalive_gate(summary)
+    if gate is None:
+        expected = "keep-alive is off or its interval unknown, so no count is required"
+    else:
+        expected = (
+            f"the stepped line is the fewest frames the {gate.name} gate accepts: one per whole {gate.period:.2f} s "
+            f"of silence (keep-alive every {gate.interval:g} s + {gate.tolerance:.2f} s tolerance), "
+            "so a dot under it at a long silence is a stream the gate fails (unless the harness stalled then)"
+        )
+    raw, silence = raw_silences(requests)  # the gate's own streams and silences
+    points = pd.DataFrame(
+        {"x": silence, "y": pd.to_numeric(raw["keepalive_frames"], errors="coerce"), "outcome": raw["outcome"]}
+    ).dropna(subset=["x", "y"])
+    status = pd.to_numeric(requests["status"], errors="coerce")
+    sdk = int(((status == 200) & ~figures.sees_comments(requests)).sum())
     how = (
-        "Each dot is a stream: the silence from its headers to its first token (x) against the keep-alive "
-        f"frames it received (y); {expected}, so dots far below the line at long silences mean missing keep-alive. "
-        "Raw streams only: the openai SDK cannot see comments, so its streams have no keep-alive count."
+        "Each dot is a raw 200 stream: the silence from its send to its first token (x) against the keep-alive "
+        f"frames it received (y); {expected}. Only streams whose client sees comments are drawn: the openai SDK "
+        f"cannot see them, so its streams have no keep-alive count ({sdk} SDK streams left out)."
     )
     title = "Keep-alive frames against silence before the first token"
-    points = requests[["silence_before_first_token_s", "keepalive_frames", "outcome"]].copy()
-    points["x"] = pd.to_numeric(points["silence_before_first_token_s"], errors="coerce")
-    points["y"] = pd.to_numeric(points["keepalive_frames"], errors="coerce")
-    points = points.dropna(subset=["x", "y"])
     if points.empty:
-        return _section(title, how, _empty("No stream got response headers, so there is no silence to plot."))
-    return _section(title, how, _png(_keepalive_figure(points, interval)))
+        return _section(title, how, _empty("No raw stream got response headers, so there is no silence to plot."))
+    return _section(title, how, _png(_keepalive_figure(points, gate)))
 
 
-def _keepalive_figure(points: pd.DataFrame, interval: float | None) -> Figure:
+def _keepalive_figure(points: pd.DataFrame, gate: KeepAliveCovered | None) -> Figure:
     figure, axes = _figure()
     for outcome in _outcome_order(list(points["outcome"].unique())):
         group = points[points["outcome"].astype(object) == outcome]
@@ -546,13 +643,19 @@ def _keepalive_figure(points: pd.DataFrame, interval: float | None) -> Figure:
             edgecolors="none",
             label=f"{outcome} ({len(group)})",
         )
-    if interval is not None:
-        right = max(float(points["x"].max()), interval)
-        xs = np.linspace(0.0, right, 50)
+    if gate is not None:
+        right = max(float(points["x"].max()), gate.period) * 1.02
+        xs = np.linspace(0.0, right, KEEPALIVE_STEP_POINTS)
         axes.plot(
-            xs, xs / interval, linestyle="--", color="#424242", linewidth=1, label=f"expected: x / {interval:g} s"
+            xs,
+            gate.required_frames(pd.Series(xs)).to_numpy(),
+            drawstyle="steps-post",
+            linestyle="--",
+            color="#424242",
+            linewidth=1,
+            label=f"{gate.name} minimum:\nfloor(silence / {gate.period:.2f} s)",
         )
-    axes.set_xlabel("silence before the first token (s)")
+    axes.set_xlabel("silence from the send to the first token (s)")
     axes.set_ylabel("keep-alive frames in the stream")
     axes.set_ylim(bottom=-0.5, top=max(float(points["y"].max()), 1.0) + 0.5)
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -642,51 +745,87 @@ LAG_PLOT_BINS = 1000
 """The lag plot draws the worst sample of each of this many time bins per process."""
 
 
+def _lag_limit(summary: Summary) -> float | None:
+    """The ``harness_kept_up`` gate's limit in ms when the run judged it (``--harness-lag-limit-ms``);
+    None when the gate was off and the lag only measured."""
+    for spec in summary.gate_specs:
+        if spec.get("type") == HarnessKeptUp.__name__:
+            limit = _number(spec.get("limit_ms"))
+            if limit is not None and limit > 0:
+                return limit
+    limit = _number((summary.harness_lag_ms or {}).get("limit_ms"))
+    return limit if limit is not None and limit > 0 else None
+
+
+NO_LAG_LIMIT = "no limit set: harness_kept_up is off (--harness-lag-limit-ms)"
+
+
 def _lag_section(summary: Summary, requests: pd.DataFrame, lag: pd.DataFrame | None) -> str:
     title = "Harness lag"
     lag_figures = summary.harness_lag_ms or {}
-    limit = lag_figures.get("limit_ms")
+    limit = _lag_limit(summary)
+    threshold = (
+        f"the dashed red line is the harness_kept_up gate's limit of {limit:g} ms, which each process's p99 (its "
+        "dotted line) must not exceed"
+        if limit
+        else f"{NO_LAG_LIMIT}, so the lag is a measurement only; each process's p99 is its dotted line"
+    )
     how = (
         "How late the load generator's own event loop woke a greenlet that sleeps 10 ms, per process (the worst "
         "sample of each time bin), on the timeline's time axis. While the loop is late, a frame time it records "
         "may be late too: those stalls are the harness's, not the server's (each request's worst is its "
-        "harness_lag_max_s, and a timing gate leaves a request it could not time unjudged rather than failed)"
-        + (f"; the harness_kept_up gate's limit is the {float(limit):g} ms line." if limit else ".")
+        "harness_lag_max_s, and a timing gate leaves a request it could not time unjudged rather than failed); "
+        f"{threshold}."
     )
     if lag is None or lag.empty:
         return _section(title, how, _empty("No lag samples were recorded."))
     over = ("seconds_above_limit",) if limit else ()
+    by_worker = lag_figures.get("by_worker") or {}
     rows = "".join(
         f'<tr><td>{_text(worker)}</td><td class="num">{_integer(f["samples"])}</td>'
         + "".join(f'<td class="num">{_text(f.get(key))}</td>' for key in ("p50", "p99", "max", *over))
         + "</tr>"
-        for worker, f in (lag_figures.get("by_worker") or {}).items()
+        for worker, f in by_worker.items()
     )
-    over_head = f"<th>s in stalls over {float(limit):g} ms</th>" if limit else ""
+    over_head = f"<th>s in stalls over {limit:g} ms</th>" if limit else ""
     table = (
         "<table><thead><tr><th>process</th><th>samples</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th>"
         f"{over_head}</tr></thead>{rows}</table>"
     )
-    return _section(title, how, table + _png(_lag_figure(lag, _run_axis(requests), limit)))
+    p99 = {str(worker): f["p99"] for worker, f in by_worker.items() if _number(f.get("p99")) is not None}
+    return _section(title, how, table + _png(_lag_figure(lag, _run_axis(requests), limit, p99)))
 
 
-def _lag_figure(lag: pd.DataFrame, axis: RunAxis | None, limit_ms: float | None) -> Figure:
-    """On the run's axis; without requests, from the first sample over all of them."""
+def _lag_figure(
+    lag: pd.DataFrame, axis: RunAxis | None, limit_ms: float | None, p99_ms: dict[str, float] | None = None
+) -> Figure:
+    """On the run's axis; without requests, from the first sample over all of them. The gate's limit
+    is a dashed line inside the plot, or the plot says no limit was set; ``p99_ms`` (by process, as
+    the summary holds it) are dotted lines in each process's colour."""
     figure, axes = _figure()
     seconds = lag["time"] - (axis.origin if axis else float(lag["time"].min()))
     width = max((float(seconds.max()) - float(seconds.min())) / LAG_PLOT_BINS, 1e-3)
     binned = lag.assign(bin=(seconds // width) * width, lag_ms=lag["lag_s"] * 1000.0)
+    top = float(binned["lag_ms"].max())
     for worker, rows in binned.groupby("worker", sort=True):
         worst = rows.groupby("bin")["lag_ms"].max()
-        axes.plot(worst.index, worst.to_numpy(), linewidth=0.8, label=str(worker))
+        (line,) = axes.plot(worst.index, worst.to_numpy(), linewidth=0.8, label=str(worker))
+        p99 = (p99_ms or {}).get(str(worker))
+        if p99 is not None:
+            axes.axhline(p99, color=line.get_color(), linestyle=":", linewidth=1.2, label=f"{worker} p99 {p99:.3g} ms")
     if limit_ms:
-        axes.axhline(limit_ms, color="#c0392b", linestyle="--", linewidth=1.0, label=f"limit {limit_ms:g} ms")
+        axes.axhline(
+            limit_ms, color="#c0392b", linestyle="--", linewidth=1.2, label=f"harness_kept_up limit {limit_ms:g} ms"
+        )
+        top = max(top, limit_ms)
+    else:
+        axes.text(0.01, 0.97, NO_LAG_LIMIT, transform=axes.transAxes, va="top", fontsize=8, color="#555")
     if axis is not None:
         axes.set_xlim(axis.limits)
     axes.set_xlabel("seconds since the first request")
     axes.set_ylabel("loop lag (ms)")
     axes.set_yscale("symlog", linthresh=1.0)
-    axes.set_ylim(bottom=0.0)
+    axes.set_ylim(bottom=0.0, top=max(top, 1.0) * 2.0)  # the limit always inside, with room for the note
     axes.grid(True, alpha=0.3)
     figure.legend(loc="outside right upper", fontsize=8)
     return figure
@@ -706,12 +845,13 @@ def _server_section(summary: Summary, requests: pd.DataFrame, metrics: pd.DataFr
     how = (
         "What the server said about itself at GET /metrics, scraped by the harness every --server-metrics-interval "
         "seconds: requests "
-        "running and waiting for a slot (left axis) and, when the server exposes it, the share of its KV cache in "
-        "use (right axis), on the timeline's time axis. Waiting requests are queueing the server does, not the harness."
+        "running, requests waiting for a slot and, when the server exposes it, the share of its KV cache in use, "
+        "each in its own panel on the timeline's time axis. Waiting requests are queueing the server does, not the "
+        "harness."
     )
     section = summary.server_metrics or {}
     series = concept_series(metrics) if metrics is not None and not metrics.empty else pd.DataFrame()
-    if not section.get("available") or series.empty:
+    if not section.get("available") or series.columns.intersection([panel[0] for panel in SERVER_PANELS]).empty:
         reason = section.get("reason") or "the run recorded no server metrics"
         return _section(title, how, _empty(f"No server metrics: {reason}."))
     rows = "".join(
@@ -735,28 +875,42 @@ def _server_section(summary: Summary, requests: pd.DataFrame, metrics: pd.DataFr
     return _section(title, how, table + _png(_server_figure(series, _run_axis(requests))))
 
 
+SERVER_PANELS = (
+    ("running", "running requests", "#1565c0"),
+    ("waiting", "waiting requests", "#ef6c00"),
+    ("kv_cache_usage", "KV-cache usage (share)", "#2e7d32"),
+)
+"""The server plot's panels, top to bottom: each series on its own axes, so none can hide another."""
+
+
 def _server_figure(series: pd.DataFrame, axis: RunAxis | None) -> Figure:
-    """Running and waiting requests, and KV-cache usage on a second axis, against the run's time."""
-    figure, axes = _figure()
+    """Running requests, waiting requests and KV-cache usage, each in its own panel over the run's
+    time (one shared axis): on one axes a queue as long as the slots drew ``waiting`` over ``running``."""
+    panels = [panel for panel in SERVER_PANELS if panel[0] in series]
+    figure = Figure(figsize=(FIGSIZE[0], 0.8 + 1.4 * len(panels)), dpi=DPI, layout="constrained")
     seconds = series.index.to_numpy() - (axis.origin if axis else float(series.index.min()))
-    lines = (("running", "#1565c0", 3.0), ("waiting", "#ef6c00", 1.2))  # waiting drawn thin over running: both show
-    for concept, colour, width in lines:
-        if concept in series:
-            axes.step(seconds, series[concept].to_numpy(), where="post", linewidth=width, color=colour, label=concept)
-    axes.set_ylim(bottom=0)
-    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("seconds since the first request")
-    axes.set_ylabel("requests")
-    axes.grid(True, alpha=0.3)
-    if "kv_cache_usage" in series:
-        usage = series["kv_cache_usage"].to_numpy()
-        right = axes.twinx()
-        right.plot(seconds, usage, linewidth=1.0, linestyle="--", color="#2e7d32", label="KV-cache usage")
-        right.set_ylim(0, max(1.0, float(np.nanmax(usage)) if len(usage) else 1.0))
-        right.set_ylabel("KV-cache usage (share)")
-    if axis is not None:
-        axes.set_xlim(axis.limits)
-    figure.legend(loc="outside right upper", fontsize=8)
+    first: Axes | None = None
+    for row, (concept, label, colour) in enumerate(panels, start=1):
+        axes = figure.add_subplot(len(panels), 1, row, sharex=first)
+        first = first or axes
+        values = series[concept].to_numpy()
+        present = values[~np.isnan(values)]
+        top = float(present.max()) if present.size else 0.0
+        if concept == "kv_cache_usage":
+            axes.plot(seconds, values, linewidth=1.2, color=colour, label=concept)
+            axes.set_ylim(0, max(1.0, top))
+        else:
+            axes.step(seconds, values, where="post", linewidth=1.5, color=colour, label=concept)
+            axes.set_ylim(0, max(1.0, top) * 1.1)
+            axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.set_ylabel(label.replace(" ", "\n", 1), fontsize=9)
+        axes.grid(True, alpha=0.3)
+        if row < len(panels):
+            axes.tick_params(labelbottom=False)
+    if first is not None:
+        figure.axes[-1].set_xlabel("seconds since the first request")
+        if axis is not None:
+            first.set_xlim(axis.limits)
     return figure
 
 

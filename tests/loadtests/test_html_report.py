@@ -7,6 +7,7 @@ the summary built by the harness's own functions; the assertions read the page's
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import json
 import re
@@ -17,15 +18,38 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests._gates import ALWAYS_ON, Expect, RunTables, evaluate
+from loadtests import _figures as figures
+from loadtests._gates import (
+    ALWAYS_ON,
+    FAIL,
+    INCONCLUSIVE,
+    UNJUDGED,
+    Expect,
+    GateResult,
+    HarnessKeptUp,
+    KeepAliveCovered,
+    NoProxyTimeouts,
+    RunTables,
+    TruncationHonoured,
+    evaluate,
+    gate_is_noise,
+)
 from loadtests._html_report import (
+    NO_LAG_LIMIT,
+    _gap_figure,
+    _gap_interval,
+    _gap_samples,
+    _keepalive_figure,
     _lag_figure,
+    _lag_limit,
+    _read_timeout,
     _run_axis,
     _server_figure,
     _timeline_figure,
     write_html_report,
     write_requests_csv,
 )
+from loadtests._lag import lag_summary
 from loadtests._outcome import RequestPlan, StreamTracker
 from loadtests._recorder import FRAME_COLUMNS, Recorder
 from loadtests._server_metrics import concept_series, parse_exposition, server_metrics_summary
@@ -174,7 +198,7 @@ def test_headline_shows_the_verdict_and_every_gate(
     page = render(tmp_path, summary, requests, frames)
     headline = page[: page.index("</section>")]
     assert "unit_run" in headline
-    assert '<div class="verdict fail">FAILED</div>' in headline and "PASSED</div>" not in headline
+    assert '<div class="verdict fail">FAIL</div>' in headline and "PASS</div>" not in headline
     assert f"<b>{len(requests)}</b> requests" in headline
     for gate in summary["gates"]:
         verdict = "PASS" if gate["passed"] else "FAIL"
@@ -185,7 +209,49 @@ def test_headline_shows_the_verdict_and_every_gate(
     assert causes[0].startswith("causes: ") and f"<h3>Causes</h3><p>{html.escape(causes[0])}</p>" in headline
 
     passing = {**summary, "passed": True, "gates": [{"name": "all_good", "passed": True, "detail": "fine"}]}
-    assert '<div class="verdict pass">PASSED</div>' in render(tmp_path, passing, requests, frames)
+    assert '<div class="verdict pass">PASS</div>' in render(tmp_path, passing, requests, frames)
+
+
+def test_the_page_speaks_the_consoles_words(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    point_unjudged = {"name": "keepalive_through_silence", "passed": False, "detail": "none silent", "skipped": True}
+    passed = [gate for gate in summary["gates"] if gate["passed"]]
+    inconclusive = {**summary, "point": ["keepalive_through_silence"], "gates": [*passed, point_unjudged]}
+    for data, word in ((summary, FAIL), (inconclusive, INCONCLUSIVE)):
+        loaded = Summary.from_json(data)
+        assert loaded.verdict == word and loaded.verdict_line().startswith(f"verdict: {word}")
+        headline = render(tmp_path, data, requests, frames).split("</section>")[0]
+        assert f'<div class="verdict {word.lower()}">{word}</div>' in headline
+        badges = re.findall(r'<span class="badge">([A-Z]+)</span> <b>([^<]+)</b>', headline)
+        assert badges and [(gate.word, gate.name) for gate in loaded.gates] == badges
+        console = [line.split()[1] for line in loaded.console_lines() if line.startswith("gate ")]
+        assert console == [word for word, _ in badges]
+        assert not re.search(r"PASSED|FAILED", headline)
+    assert UNJUDGED in {gate.word for gate in Summary.from_json(inconclusive).gates}
+
+
+def test_a_gate_with_nothing_to_judge_outside_the_runs_point_is_not_shown(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    untruncated = requests.assign(truncate_prompt_tokens=pd.NA)  # a scenario that never truncates
+    noise = TruncationHonoured().evaluate(figures.judged(untruncated))
+    assert noise.word == UNJUDGED and "0/0" in noise.detail
+    thin = GateResult("max_gap_within_interval", False, "2/2 judged; 3 of 5 unjudged", True, 3, 2)
+    point_gate = GateResult("keepalive_through_silence", False, "no stream was silent", True)
+    kept = [gate for gate in summary["gates"] if gate["passed"] and gate["name"] != noise.name]
+    gates = [*kept, *(dataclasses.asdict(gate) for gate in (noise, thin, point_gate))]
+    data = {**summary, "point": [point_gate.name], "gates": gates}
+    loaded = Summary.from_json(data)
+    assert [gate.name for gate in loaded.gates if gate_is_noise(gate, loaded.point_names)] == [noise.name]
+    assert loaded.verdict == INCONCLUSIVE  # the shown point gate, not the noise, makes it so
+    headline = render(tmp_path, data, requests, frames).split("</section>")[0]
+    shown = re.findall(r'<span class="badge">[A-Z]+</span> <b>([^<]+)</b>', headline)
+    assert noise.name not in shown and {thin.name, point_gate.name, "requests_completed"} <= set(shown)
+    assert f"kept in summary.json): {noise.name}</p>" in headline  # named once, quietly
+    assert noise.name in {gate["name"] for gate in loaded.to_json()["gates"]}
 
 
 def test_outcome_table_counts_equal_the_value_counts(
@@ -346,3 +412,130 @@ def test_the_servers_queue_is_plotted_on_the_timelines_axis_or_its_absence_expla
     unavailable = {**summary, "server_metrics": {"available": False, "reason": reason}}
     page = write_html_report(tmp_path, Summary.from_json(unavailable), requests, frames).read_text(encoding="utf-8")
     assert f"No server metrics: {reason}." in section(page, "Server: queue and KV cache")
+
+
+def keepalive_streams(requests: pd.DataFrame, silences: list[float], frames: list[int | None]) -> pd.DataFrame:
+    """Copies of the run's first ok stream, each silent for one of ``silences`` from its send and
+    counting ``frames`` keep-alives (None: an openai SDK stream, which cannot see comments)."""
+    template = requests[requests["outcome"] == "ok"].iloc[[0] * len(silences)].reset_index(drop=True)
+    return template.assign(
+        request_id=[f"ka-{index}" for index in range(len(silences))],
+        client=["raw" if count is not None else "openai" for count in frames],
+        silence_from_send_s=silences,
+        silence_before_first_token_s=silences,
+        keepalive_frames=pd.array(frames, dtype="Int64"),
+    )
+
+
+def test_the_keepalive_plot_draws_the_gates_own_stepped_minimum(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    # keep-alive every 1 s: the gate wants floor(silence / 1.2 s) frames; a silence/interval line
+    # would put every one of these passing streams under it
+    streams = keepalive_streams(requests, [1.0, 2.0, 3.9, 5.5, 6.0], [0, 1, 3, 4, None])
+    gate = KeepAliveCovered(1.0)
+    judged = gate.evaluate(streams)
+    assert judged.word == "PASS" and judged.judged_rows == 3
+    figure = _keepalive_figure(
+        pd.DataFrame(
+            {"x": streams["silence_from_send_s"], "y": streams["keepalive_frames"], "outcome": streams["outcome"]}
+        ).dropna(),
+        gate,
+    )
+    (step,) = [line for line in figure.axes[0].get_lines() if line.get_label().startswith("keepalive_covered")]
+    assert step.get_drawstyle() == "steps-post" and "floor(silence / 1.20 s)" in step.get_label()
+    xs, ys = np.asarray(step.get_xdata()), np.asarray(step.get_ydata())
+    assert np.array_equal(ys, gate.required_frames(pd.Series(xs)).to_numpy()) and set(ys) == {0, 1, 2, 3, 4}
+    dots = np.concatenate([collection.get_offsets() for collection in figure.axes[0].collections])
+    assert len(dots) == 4  # the SDK stream has no keep-alive count: not drawn
+    assert all(y >= gate.required_frames(pd.Series([x])).iloc[0] for x, y in dots)  # none under what passed
+
+    on_page = {**summary, "gate_specs": [KeepAliveCovered(1.0).spec()]}
+    page = render(tmp_path, on_page, streams, frames.iloc[0:0])
+    caption = section(page, "Keep-alive frames against silence before the first token")
+    assert "one per whole 1.20 s of silence" in caption and "1 SDK streams left out" in caption
+
+
+def test_the_gap_plot_keeps_sdk_streams_apart_and_draws_its_thresholds(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    raw = requests[requests["request_id"] == "ok-ka"]
+    sdk = raw.assign(request_id="sdk-1", client="openai", keepalive_frames=pd.array([None], dtype="Int64"))
+    sdk_frames = frames[(frames["request_id"] == "ok-ka") & (frames["kind"] != "keepalive")].assign(request_id="sdk-1")
+    sdk_frames.loc[sdk_frames.index[0], "gap_s"] = 2.5  # the SDK's first chunk: a wait full of unseen comments
+    requests, frames = pd.concat([requests, sdk], ignore_index=True), pd.concat([frames, sdk_frames])
+    samples = _gap_samples(frames, requests)
+    assert 2.5 in samples.sdk_chunks and samples.any_bytes.max() < 1.1  # a proxy saw no such silence
+    assert len(samples.sdk_chunks) == len(sdk_frames) and len(samples.any_bytes) == len(frames) - len(sdk_frames)
+
+    on_host = {**summary, "gate_specs": [NoProxyTimeouts(2.0, 1.0).spec()], "settings": {**SETTINGS, "proxy": "none"}}
+    loaded = Summary.from_json(on_host)
+    assert _read_timeout(loaded) == 2.0 and _gap_interval(loaded) == 1.0  # the gate's timeout, no proxy started
+    figure = _gap_figure(samples, _gap_interval(loaded), _read_timeout(loaded))
+    axes = figure.axes[0]
+    labels = [patch.get_label() for patch in axes.patches]
+    assert [label.split(" (")[0] for label in labels] == [
+        "raw streams, any bytes",
+        "raw streams, data only",
+        "openai SDK streams, chunks",
+    ]
+    assert labels[2].endswith(f"n={len(sdk_frames)}") and labels[0].endswith(f"n={len(samples.any_bytes)}")
+    orders = [patch.get_zorder() for patch in axes.patches]
+    assert orders == sorted(orders) and len(set(orders)) == 3  # each curve drawn over the one before
+    verticals = {line.get_label(): line.get_xdata()[0] for line in axes.get_lines()}
+    assert verticals == {"keep-alive interval 1 s": 1.0, "proxy read timeout 2 s": 2.0}
+    assert axes.get_xlim()[1] > 2.0  # the threshold is inside the plot
+
+    caption = section(render(tmp_path, on_host, requests, frames), "Gaps between frames")
+    assert "The openai SDK cannot see comments" in caption
+    without_proxy = Summary.from_json({**summary, "settings": {**SETTINGS, "proxy": "none"}})
+    assert _read_timeout(without_proxy) is None  # no proxy and no gate: no timer was in force
+
+
+def test_the_servers_running_and_waiting_requests_never_hide_each_other() -> None:
+    # a queue as long as the slots: on one axes, one step line lay exactly over the other
+    texts = [
+        f'vllm:num_requests_running{{engine="0"}} 4\nvllm:num_requests_waiting{{engine="0"}} 4\n'
+        f'vllm:kv_cache_usage_perc{{engine="0"}} 0.{second}\n'
+        for second in range(5)
+    ]
+    scrapes = pd.concat(
+        [pd.DataFrame(parse_exposition(text, RUN_START + second)) for second, text in enumerate(texts)],
+        ignore_index=True,
+    )
+    series = concept_series(scrapes)
+    figure = _server_figure(series, None)
+    drawn = {line.get_label(): (axes, line) for axes in figure.axes for line in axes.get_lines()}
+    assert set(drawn) == {"running", "waiting", "kv_cache_usage"}
+    assert len({id(axes) for axes, _ in drawn.values()}) == 3  # each series alone on its axes
+    for concept, (axes, line) in drawn.items():
+        assert list(line.get_ydata()) == list(series[concept]) and axes.get_ylim()[1] > max(series[concept])
+    assert len({axes.get_xlim() for axes in figure.axes}) == 1  # one time axis
+
+
+def test_the_lag_plot_draws_the_gates_limit_or_says_none_was_set(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    lag = pd.DataFrame({"worker": "local", "time": RUN_START + np.arange(0, 5, 0.01), "lag_s": 0.001})
+    judged = {**summary, "gate_specs": [HarnessKeptUp(20.0).spec()], "harness_lag_ms": lag_summary(lag, 20.0)}
+    unjudged = {**summary, "harness_lag_ms": lag_summary(lag)}
+    for data, limit in ((judged, 20.0), (unjudged, None)):
+        loaded = Summary.from_json(data)
+        assert _lag_limit(loaded) == limit
+        figure = _lag_figure(lag, _run_axis(requests), limit, {"local": 1.0})
+        axes = figure.axes[0]
+        lines = {line.get_label(): list(line.get_ydata()) for line in axes.get_lines()}
+        assert lines["local p99 1 ms"] == [1.0, 1.0]
+        notes = [text.get_text() for text in axes.texts]
+        if limit:
+            assert lines["harness_kept_up limit 20 ms"] == [20.0, 20.0] and not notes
+            assert axes.get_ylim()[1] > 20.0  # far above every sample, still inside the plot
+        else:
+            assert not any("limit" in label for label in lines) and notes == [NO_LAG_LIMIT]
+        page = write_html_report(tmp_path, loaded, requests, frames, lag).read_text(encoding="utf-8")
+        caption = section(page, "Harness lag")
+        said = "gate's limit of 20 ms" if limit else NO_LAG_LIMIT
+        assert html.escape(said) in caption
