@@ -15,9 +15,12 @@ haproxy, caddy, apache, squid) a proxy with ``--proxy-read-timeout`` goes in fro
 
 Each Locust test (headless: the whole run; web UI: each Start..Stop) is one run directory: made
 and printed (``run directory: <path>``) at ``test_start``, judged at ``test_stop`` by the process
-that holds all results: its last rows collected, ``summary.json`` written, each gate's line and
-the verdict printed, then ``report.html`` and ``report: <path>``; a failed or interrupted test
-sets a non-zero exit code (never zero: Locust's own failures keep theirs). Quitting while a test
+that holds all results: its last rows collected, ``summary.json`` written, a failed or
+interrupted test's non-zero exit code set (never zero: Locust's own failures keep theirs), then
+``report.html``. Its closing block (each gate's line, ``timing:``, ``ended:``, the verdict and
+``report: <path>``) is printed then, unless Locust quits after the test (headless, or the web UI's
+``--autoquit``): Locust prints its final tables on the way out, so the block waits for its ``quit``
+event, after them, and a run's last lines are its verdict and report. Quitting while a test
 runs stops and judges it; the judging runs once per test whoever asks (Locust's SIGTERM handler
 and its main greenlet can both enter ``shutdown()``). Ctrl-C and SIGTERM go through a
 ``SignalGuard``: they end the run the way Ctrl-C does, wait while the summary is written, and
@@ -287,6 +290,8 @@ class RunController:
         self._guard = SignalGuard()
         self._quitting = False
         self._quit_done = Event()
+        self._closing: list[list[str]] = []
+        """Judged tests' closing blocks (gate lines, verdict, ``report:``) not said yet (``_close``)."""
         self.run_id: str | None = None
         """``--run-id`` as this process was started with (``own_run_id``): never the master's copy."""
         self.process_defaults: dict[str, Any] = {}
@@ -353,7 +358,8 @@ class RunController:
         lifecycle.test_stopping.add_listener(self._on_test_stopping)
         lifecycle.test_stop.add_listener(self._on_test_stop)
         lifecycle.quitting.add_listener(self._on_quitting)
-        lifecycle.quit.add_listener(lambda **_: self._guard.restore())
+        lifecycle.quit.add_listener(self._on_quit)
+        atexit.register(self._say_closing)  # should Locust exit without firing quit
         # libev times a timer from its cached clock, stale by however long startup blocked (imports,
         # discovery): without this, Locust's -t timer, armed next, fires that much early.
         gevent.get_hub().loop.update_now()
@@ -593,6 +599,14 @@ class RunController:
             self._stop_stack()
             self._quit_done.set()
 
+    def _on_quit(self, **_: Any) -> None:
+        """Locust printed its final tables and is about to exit: the held closing blocks, then the
+        signal handlers as they were."""
+        try:
+            self._say_closing()
+        finally:
+            self._guard.restore()
+
     def _end_test(self, environment: Any) -> None:
         test = self._test
         if test is None or test.judged.is_set():
@@ -614,7 +628,8 @@ class RunController:
             "max_line_bytes": options.max_line_bytes,
             "max_unjudged_share": options.max_unjudged_share,
         }
-        with self._guard.deferred():  # the summary and the verdict line are never cut
+        closing: list[str] = []  # the test's closing block: said once all is recorded (``_close``)
+        with self._guard.deferred():  # the summary and the exit code are never cut
             gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
             summary = judge(
                 run,
@@ -629,17 +644,15 @@ class RunController:
                 html=False,
                 lost_rows=self._collector.lost if self._collector is not None else None,
             )
-            for line in summary.console_lines():
-                say(line)
+            closing += summary.console_lines()
             if test.writer.rows_unwritable or test.writer.rows_pending:
-                say(
+                closing.append(
                     f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "
                     f"{test.writer.rows_pending} rows not written (the disk refused them): not judged"
                 )
-            say(f"ended: {ended}")
-            say(summary.verdict_line())
+            closing += [f"ended: {ended}", summary.verdict_line()]
             if summary.unwritten is not None:
-                say(keep_elsewhere(run, summary))
+                closing.append(keep_elsewhere(run, summary))
                 environment.process_exit_code = summary.exit_code  # the record is incomplete, whatever the verdict
             elif not summary.passed and environment.process_exit_code in (None, 0, INCONCLUSIVE_EXIT_CODE):
                 environment.process_exit_code = summary.exit_code  # a FAIL outweighs an inconclusive test
@@ -649,11 +662,34 @@ class RunController:
                     write_html_files(run, summary)
             except KeyboardInterrupt:
                 again = f"python -m loadtests report {run}"
-                say(f"sse-soak: report.html was not written (interrupted); {again} writes it")
+                closing.append(f"sse-soak: report.html was not written (interrupted); {again} writes it")
             except OSError as exc:  # the disk filled up after the summary
-                say(f"sse-soak: report.html was not written in {run}: {exc.strerror or exc}")
+                closing.append(f"sse-soak: report.html was not written in {run}: {exc.strerror or exc}")
                 environment.process_exit_code = UNWRITTEN_EXIT_CODE
-        say(f"report: {run}")
+        closing.append(f"report: {run}")
+        self._close(environment, closing)
+
+    def _close(self, environment: Any, closing: list[str]) -> None:
+        """Say a judged test's closing block: now, unless Locust quits after this test and prints
+        its final tables on the way (headless; the web UI with ``--autoquit`` after ``-t``; any test
+        judged while quitting): then at ``quit``, after the tables, so the verdict is the last thing
+        a terminal or a CI log shows."""
+        self._closing.append(closing)
+        options = environment.parsed_options
+        autoquits = getattr(options, "autostart", False) and getattr(options, "autoquit", -1) != -1 and options.run_time
+        if not (self._quitting or getattr(options, "headless", False) or autoquits):
+            self._say_closing()
+
+    def _say_closing(self) -> None:
+        """Say every closing block not said yet, once each. Everything in them is recorded already:
+        an output that is gone (a closed pipe) loses only these lines."""
+        while self._closing:
+            lines = self._closing.pop(0)
+            try:
+                for line in lines:
+                    say(line)
+            except OSError:
+                self._closing.clear()
 
 
 register()  # importing the controller is how a locustfile's ``from loadtests import Scenario, SSEUser`` reaches Locust
