@@ -55,6 +55,7 @@ from gevent.event import Event
 from locust import FastHttpUser, events
 from locust.argument_parser import parse_locustfile_option
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
+from locust.util.timespan import parse_timespan
 
 from loadtests import _arrival_clock as arrival_clock
 from loadtests import _tls as tls
@@ -64,7 +65,7 @@ from loadtests._ending import how_it_ended
 from loadtests._judge import judge, keep_elsewhere, write_html_files
 from loadtests._litellm_gateway import litellm_available
 from loadtests._loop_hygiene import quiet_per_request_logging, settle_after_setup
-from loadtests._options import add_locust_options, check_locust_options
+from loadtests._options import add_locust_options, check_locust_options, check_run_time, given_run_time
 from loadtests._parent_watch import end_with_launcher, end_with_parent
 from loadtests._ports import own_master_port
 from loadtests._preflight import PreflightError, base_url, preflight
@@ -163,6 +164,7 @@ def _add_run_options(parser: Any) -> None:
         controller = None if scenario is None else RunController(scenario)
         _registered[:] = [controller]
         if controller is not None:
+            _refuse_a_run_time_of_zero(sys.argv[1:])
             controller.add_options(parser)
             own_master_port(parser, sys.argv[1:])
             controller.run_id = own_run_id(parser, sys.argv[1:])
@@ -172,6 +174,20 @@ def _add_run_options(parser: Any) -> None:
     if controller is not None:
         controller.add_options(parser)
         parser.set_defaults(**controller.process_defaults)
+
+
+def _refuse_a_run_time_of_zero(argv: Sequence[str]) -> None:
+    """``-t 0s`` on the command line, refused before Locust forks the workers of ``--processes`` (its
+    ``init`` comes after): read as Locust reads it. ``init`` checks the value Locust parsed, whatever
+    gave it (``LOCUST_RUN_TIME``, a config file)."""
+    given = given_run_time(argv)
+    if given is None:
+        return
+    try:
+        seconds = parse_timespan(given)
+    except ValueError:
+        return  # Locust refuses it in its own words
+    check_run_time(seconds, argv)
 
 
 @_refusing
@@ -314,6 +330,8 @@ class RunController:
         options = environment.parsed_options
         lines_to_stderr(bool(getattr(options, "json", False)))  # stdout is --json's
         check_locust_options(options)
+        if not isinstance(environment.runner, WorkerRunner):  # Locust ignores a worker's -t
+            check_run_time(options.run_time, sys.argv[1:])
         _trust_as_told(environment)
         self._given_host = options.host
         state = run_state(environment)
