@@ -71,6 +71,13 @@ PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 """The three verdicts: the server passed; the server did something wrong; the run could not judge."""
 
 
+def of_the_point(point: Collection[str]) -> set[str]:
+    """The gates a run's point holds: ``point`` and ``requests_completed``, of every run's point. An
+    unjudged gate among them makes the run INCONCLUSIVE; an unjudged gate outside them had nothing
+    to judge that the run set out to judge (``truncation_honoured`` where nothing truncates)."""
+    return {*point, RequestsCompleted.name}
+
+
 def verdict_of(
     results: Iterable[GateResult], point: Collection[str], requests_judged: int, interrupted: str | None = None
 ) -> str:
@@ -82,7 +89,7 @@ def verdict_of(
     results = list(results)
     if any(not result.passed and not result.skipped for result in results) or interrupted is not None:
         return FAIL
-    points = {*point, RequestsCompleted.name}
+    points = of_the_point(point)
     if requests_judged == 0 or any(result.skipped and result.name in points for result in results):
         return INCONCLUSIVE
     return PASS
