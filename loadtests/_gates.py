@@ -77,6 +77,13 @@ UNJUDGED = "UNJUDGED"
 """A gate's word when it had nothing (or too little) to judge (``GateResult.word``); never a verdict."""
 
 
+def of_the_point(point: Collection[str]) -> set[str]:
+    """The gates a run's point holds: ``point`` and ``requests_completed``, of every run's point. An
+    unjudged gate among them makes the run INCONCLUSIVE; an unjudged gate outside them had nothing
+    to judge that the run set out to judge (``truncation_honoured`` where nothing truncates)."""
+    return {*point, RequestsCompleted.name}
+
+
 def verdict_of(
     results: Iterable[GateResult], point: Collection[str], requests_judged: int, interrupted: str | None = None
 ) -> str:
@@ -88,22 +95,18 @@ def verdict_of(
     results = list(results)
     if any(not result.passed and not result.skipped for result in results) or interrupted is not None:
         return FAIL
-    if requests_judged == 0 or any(result.skipped and of_point(result.name, point) for result in results):
+    points = of_the_point(point)
+    if requests_judged == 0 or any(result.skipped and result.name in points for result in results):
         return INCONCLUSIVE
     return PASS
 
 
-def of_point(name: str, point: Collection[str]) -> bool:
-    """The gate named ``name`` is of the run's ``point`` (its scenario's gates, and
-    ``requests_completed``, of every run's): unjudged, it makes the verdict INCONCLUSIVE."""
-    return name == RequestsCompleted.name or name in point
-
-
 def gate_is_noise(result: GateResult, point: Collection[str]) -> bool:
     """A result a reader need not be shown: unjudged with no row left unjudged (it had nothing to
-    judge, not too little), and not of ``point`` (``of_point``), so the verdict ignores it too, as
-    ``truncation_honoured`` at 0/0 in a scenario that never truncates. ``summary.json`` keeps it."""
-    return result.skipped and not result.unjudged_rows and not of_point(result.name, point)
+    judge, not too little), and not of the run's point (``of_the_point``), so the verdict ignores it
+    too, as ``truncation_honoured`` at 0/0 in a scenario that never truncates. Neither the console
+    nor the page shows it; ``summary.json`` keeps it."""
+    return result.skipped and not result.unjudged_rows and result.name not in of_the_point(point)
 
 
 QUEUE_FOR_SILENCE = (

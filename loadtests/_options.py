@@ -23,7 +23,7 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -46,9 +46,12 @@ __all__ = [
     "argparse_type",
     "check_locust_options",
     "check_open_loop",
+    "check_run_time",
     "check_value",
+    "given_run_time",
     "keep_alive_interval",
     "locust_arguments",
+    "not_positive",
     "option",
     "parse_duration",
 ]
@@ -306,7 +309,7 @@ def parse_duration(text: str) -> int:
     if not stripped:
         raise ValueError(f"empty; {_EXPECTED_DURATION}")
     if stripped.startswith("-"):
-        raise ValueError(f"{text!r}: a duration must be positive")
+        raise ValueError(not_positive(text))
     parts, position = [], 0
     while position < len(stripped):
         match = _DURATION_PART.match(stripped, position)
@@ -332,9 +335,39 @@ def parse_duration(text: str) -> int:
     return _whole_seconds(text, total)
 
 
+def not_positive(text: str) -> str:
+    """The one wording for a duration of 0 or less, wherever one is given (``--duration``, Locust's
+    ``-t``, ``--sse-soak-duration``): ``must be positive (got '0s')``."""
+    return f"must be positive (got {text!r})"
+
+
+def check_run_time(seconds: int | None, argv: Sequence[str] = ()) -> None:
+    """Locust's ``-t/--run-time`` as Locust parsed it (command line, ``LOCUST_RUN_TIME`` or config
+    file). Locust reads 0 (``0``, ``0s``, ``0m``) as no limit at all: a run meant to be short would go
+    on until stopped, then pass. ``UsageError`` in one line, naming the value as given in ``argv``
+    when it is there; None (not given) is no limit, as asked."""
+    if seconds is None or seconds > 0:
+        return
+    given = given_run_time(argv) or os.environ.get("LOCUST_RUN_TIME") or f"{seconds}s"
+    raise UsageError(f"-t/--run-time {not_positive(given)}; omit it to run until stopped")
+
+
+def given_run_time(argv: Sequence[str]) -> str | None:
+    """The last ``-t``/``--run-time`` value in ``argv`` (``-t 0s``, ``-t0s``, ``--run-time=0s``), if any."""
+    given = None
+    for index, word in enumerate(argv):
+        if word in ("-t", "--run-time") and index + 1 < len(argv):
+            given = argv[index + 1]
+        elif word.startswith("--run-time="):
+            given = word.split("=", 1)[1]
+        elif word.startswith("-t") and not word.startswith("--"):
+            given = word[2:].removeprefix("=")
+    return given
+
+
 def _whole_seconds(text: str, total: Fraction) -> int:
     if total == 0:
-        raise ValueError(f"{text!r}: a duration must be positive")
+        raise ValueError(not_positive(text))
     if total < 1:
         raise ValueError(
             f"{text!r} is under 1 s, the resolution of Locust's -t (which reads 0s as no limit); use at least 1s"

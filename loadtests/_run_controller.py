@@ -15,9 +15,12 @@ haproxy, caddy, apache, squid) a proxy with ``--proxy-read-timeout`` goes in fro
 
 Each Locust test (headless: the whole run; web UI: each Start..Stop) is one run directory: made
 and printed (``run directory: <path>``) at ``test_start``, judged at ``test_stop`` by the process
-that holds all results: its last rows collected, ``summary.json`` written, each gate's line and
-the verdict printed, then ``report.html`` and ``report: <path>``; a failed or interrupted test
-sets a non-zero exit code (never zero: Locust's own failures keep theirs). Quitting while a test
+that holds all results: its last rows collected, ``summary.json`` written, a failed or
+interrupted test's non-zero exit code set (never zero: Locust's own failures keep theirs), then
+``report.html``. Its closing block (each gate's line, ``timing:``, ``ended:``, the verdict and
+``report: <path>``) is printed then, unless Locust quits after the test (headless, or the web UI's
+``--autoquit``): Locust prints its final tables on the way out, so the block waits for its ``quit``
+event, after them, and a run's last lines are its verdict and report. Quitting while a test
 runs stops and judges it; the judging runs once per test whoever asks (Locust's SIGTERM handler
 and its main greenlet can both enter ``shutdown()``). Ctrl-C and SIGTERM go through a
 ``SignalGuard``: they end the run the way Ctrl-C does, wait while the summary is written, and
@@ -52,6 +55,7 @@ from gevent.event import Event
 from locust import FastHttpUser, events
 from locust.argument_parser import parse_locustfile_option
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
+from locust.util.timespan import parse_timespan
 
 from loadtests import _arrival_clock as arrival_clock
 from loadtests import _tls as tls
@@ -61,7 +65,7 @@ from loadtests._ending import how_it_ended
 from loadtests._judge import judge, keep_elsewhere, write_html_files
 from loadtests._litellm_gateway import litellm_available
 from loadtests._loop_hygiene import quiet_per_request_logging, settle_after_setup
-from loadtests._options import add_locust_options, check_locust_options
+from loadtests._options import add_locust_options, check_locust_options, check_run_time, given_run_time
 from loadtests._parent_watch import end_with_launcher, end_with_parent
 from loadtests._ports import own_master_port
 from loadtests._preflight import PreflightError, base_url, preflight
@@ -160,6 +164,7 @@ def _add_run_options(parser: Any) -> None:
         controller = None if scenario is None else RunController(scenario)
         _registered[:] = [controller]
         if controller is not None:
+            _refuse_a_run_time_of_zero(sys.argv[1:])
             controller.add_options(parser)
             own_master_port(parser, sys.argv[1:])
             controller.run_id = own_run_id(parser, sys.argv[1:])
@@ -169,6 +174,20 @@ def _add_run_options(parser: Any) -> None:
     if controller is not None:
         controller.add_options(parser)
         parser.set_defaults(**controller.process_defaults)
+
+
+def _refuse_a_run_time_of_zero(argv: Sequence[str]) -> None:
+    """``-t 0s`` on the command line, refused before Locust forks the workers of ``--processes`` (its
+    ``init`` comes after): read as Locust reads it. ``init`` checks the value Locust parsed, whatever
+    gave it (``LOCUST_RUN_TIME``, a config file)."""
+    given = given_run_time(argv)
+    if given is None:
+        return
+    try:
+        seconds = parse_timespan(given)
+    except ValueError:
+        return  # Locust refuses it in its own words
+    check_run_time(seconds, argv)
 
 
 @_refusing
@@ -287,6 +306,8 @@ class RunController:
         self._guard = SignalGuard()
         self._quitting = False
         self._quit_done = Event()
+        self._closing: list[list[str]] = []
+        """Judged tests' closing blocks (gate lines, verdict, ``report:``) not said yet (``_close``)."""
         self.run_id: str | None = None
         """``--run-id`` as this process was started with (``own_run_id``): never the master's copy."""
         self.process_defaults: dict[str, Any] = {}
@@ -309,6 +330,8 @@ class RunController:
         options = environment.parsed_options
         lines_to_stderr(bool(getattr(options, "json", False)))  # stdout is --json's
         check_locust_options(options)
+        if not isinstance(environment.runner, WorkerRunner):  # Locust ignores a worker's -t
+            check_run_time(options.run_time, sys.argv[1:])
         _trust_as_told(environment)
         self._given_host = options.host
         state = run_state(environment)
@@ -353,7 +376,8 @@ class RunController:
         lifecycle.test_stopping.add_listener(self._on_test_stopping)
         lifecycle.test_stop.add_listener(self._on_test_stop)
         lifecycle.quitting.add_listener(self._on_quitting)
-        lifecycle.quit.add_listener(lambda **_: self._guard.restore())
+        lifecycle.quit.add_listener(self._on_quit)
+        atexit.register(self._say_closing)  # should Locust exit without firing quit
         # libev times a timer from its cached clock, stale by however long startup blocked (imports,
         # discovery): without this, Locust's -t timer, armed next, fires that much early.
         gevent.get_hub().loop.update_now()
@@ -593,6 +617,14 @@ class RunController:
             self._stop_stack()
             self._quit_done.set()
 
+    def _on_quit(self, **_: Any) -> None:
+        """Locust printed its final tables and is about to exit: the held closing blocks, then the
+        signal handlers as they were."""
+        try:
+            self._say_closing()
+        finally:
+            self._guard.restore()
+
     def _end_test(self, environment: Any) -> None:
         test = self._test
         if test is None or test.judged.is_set():
@@ -614,7 +646,8 @@ class RunController:
             "max_line_bytes": options.max_line_bytes,
             "max_unjudged_share": options.max_unjudged_share,
         }
-        with self._guard.deferred():  # the summary and the verdict line are never cut
+        closing: list[str] = []  # the test's closing block: said once all is recorded (``_close``)
+        with self._guard.deferred():  # the summary and the exit code are never cut
             gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
             summary = judge(
                 run,
@@ -629,17 +662,15 @@ class RunController:
                 html=False,
                 lost_rows=self._collector.lost if self._collector is not None else None,
             )
-            for line in summary.console_lines():
-                say(line)
+            closing += summary.console_lines()
             if test.writer.rows_unwritable or test.writer.rows_pending:
-                say(
+                closing.append(
                     f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "
                     f"{test.writer.rows_pending} rows not written (the disk refused them): not judged"
                 )
-            say(f"ended: {ended}")
-            say(summary.verdict_line())
+            closing += [f"ended: {ended}", summary.verdict_line()]
             if summary.unwritten is not None:
-                say(keep_elsewhere(run, summary))
+                closing.append(keep_elsewhere(run, summary))
                 environment.process_exit_code = summary.exit_code  # the record is incomplete, whatever the verdict
             elif not summary.passed and environment.process_exit_code in (None, 0, INCONCLUSIVE_EXIT_CODE):
                 environment.process_exit_code = summary.exit_code  # a FAIL outweighs an inconclusive test
@@ -649,11 +680,34 @@ class RunController:
                     write_html_files(run, summary)
             except KeyboardInterrupt:
                 again = f"python -m loadtests report {run}"
-                say(f"sse-soak: report.html was not written (interrupted); {again} writes it")
+                closing.append(f"sse-soak: report.html was not written (interrupted); {again} writes it")
             except OSError as exc:  # the disk filled up after the summary
-                say(f"sse-soak: report.html was not written in {run}: {exc.strerror or exc}")
+                closing.append(f"sse-soak: report.html was not written in {run}: {exc.strerror or exc}")
                 environment.process_exit_code = UNWRITTEN_EXIT_CODE
-        say(f"report: {run}")
+        closing.append(f"report: {run}")
+        self._close(environment, closing)
+
+    def _close(self, environment: Any, closing: list[str]) -> None:
+        """Say a judged test's closing block: now, unless Locust quits after this test and prints
+        its final tables on the way (headless; the web UI with ``--autoquit`` after ``-t``; any test
+        judged while quitting): then at ``quit``, after the tables, so the verdict is the last thing
+        a terminal or a CI log shows."""
+        self._closing.append(closing)
+        options = environment.parsed_options
+        autoquits = getattr(options, "autostart", False) and getattr(options, "autoquit", -1) != -1 and options.run_time
+        if not (self._quitting or getattr(options, "headless", False) or autoquits):
+            self._say_closing()
+
+    def _say_closing(self) -> None:
+        """Say every closing block not said yet, once each. Everything in them is recorded already:
+        an output that is gone (a closed pipe) loses only these lines."""
+        while self._closing:
+            lines = self._closing.pop(0)
+            try:
+                for line in lines:
+                    say(line)
+            except OSError:
+                self._closing.clear()
 
 
 register()  # importing the controller is how a locustfile's ``from loadtests import Scenario, SSEUser`` reaches Locust

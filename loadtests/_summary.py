@@ -24,7 +24,7 @@ import pandas as pd
 
 from loadtests._causes import keepalive_withheld, proxy_timeouts, run_proxy
 from loadtests._figures import PERCENTILES, count_500s, judged, quantiles
-from loadtests._gates import FAIL, INCONCLUSIVE, PASS, GateResult, verdict_of
+from loadtests._gates import FAIL, INCONCLUSIVE, PASS, GateResult, gate_is_noise, of_the_point, verdict_of
 from loadtests._lag import lag_summary
 from loadtests._outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests._run_dir import RunDir
@@ -108,7 +108,8 @@ class Summary:
     @property
     def unjudged_point(self) -> list[GateResult]:
         """The gates of the run's point that could not be judged."""
-        return [gate for gate in self.gates if gate.skipped and gate.name in self.point_names]
+        points = of_the_point(self.point_names)
+        return [gate for gate in self.gates if gate.skipped and gate.name in points]
 
     @property
     def point_names(self) -> set[str]:
@@ -163,7 +164,9 @@ class Summary:
 
     def console_lines(self) -> list[str]:
         """What a finished run prints before its ``ended`` and verdict lines: its requests by outcome,
-        its arrivals (open loop), the causes of failures, and each gate's line."""
+        its arrivals (open loop), the causes of failures, and each gate's line but those of gates
+        outside the run's point that had nothing to judge (``truncation_honoured: 0/0`` in a scenario
+        that never truncates): noise there, kept in summary.json and counted in the verdict line."""
         outcomes = ", ".join(f"{n} {outcome}" for outcome, n in self.outcomes.items() if n)
         lines = [f"requests: {self.requests} ({outcomes or 'none'})"]
         if self.arrival is not None:
@@ -176,7 +179,7 @@ class Summary:
                 f"max {lag['max']:.1f} ms; a request open during a stall longer than a gate's tolerance is "
                 "unjudged by it, not failed)"
             )
-        return lines + [gate.line() for gate in self.gates]
+        return lines + [gate.line() for gate in self.gates if not gate_is_noise(gate, self.point_names)]
 
     def windows_line(self) -> str | None:
         """A soak's windows by verdict in one line, naming the windows that did not pass and why

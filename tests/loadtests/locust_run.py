@@ -93,10 +93,41 @@ def run_locust(scenario: str, report_dir: Path, *args: str, users: int = 4, seco
         "--only-summary",
         *args,
     )
-    result = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=ROOT, stdin=subprocess.DEVNULL)
-    output = result.stdout + result.stderr
-    match = REPORT_LINE.search(result.stdout) or REPORT_LINE.search(result.stderr)  # stderr with --json
-    return LocustRun(result.returncode, output, Path(match["path"]) if match else None)
+    result = subprocess.run(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream, in the order a terminal shows it
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+    match = REPORT_LINE.search(result.stdout)
+    return LocustRun(result.returncode, result.stdout, Path(match["path"]) if match else None)
+
+
+LOCUST_OWN_LINE = re.compile(
+    r"^\[\d{4}-\d\d-\d\d |^Type +Name|^-+\||Aggregated|^Response time percentiles|^Error report"
+)
+"""A line of Locust's own: a log line, or a line of its statistics tables."""
+
+
+def assert_the_verdict_comes_last(output: str, after_tables: bool = True) -> list[str]:
+    """The run's closing block (``requests:``, gate lines, ``timing:``, ``ended:``, the verdict,
+    ``report:``) is the last thing in ``output``, with none of Locust's lines inside, and (unless
+    ``after_tables`` is False: Locust's ``--skip-log`` prints none) after Locust's final tables;
+    returns the block."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    tail = "\n".join(lines[-60:])
+    starts = [index for index, line in enumerate(lines) if line.startswith("requests: ")]
+    assert starts, tail
+    block = lines[starts[-1] :]
+    assert [line.split(":")[0] for line in block[-3:]] == ["ended", "verdict", "report"], tail
+    assert not [line for line in block if LOCUST_OWN_LINE.search(line)], tail
+    assert any(line.startswith("gate ") for line in block), tail
+    if after_tables:
+        assert any("Aggregated" in line for line in lines[: starts[-1]]), tail  # Locust's final tables came first
+    return block
 
 
 SERVICE_PID = re.compile(r"^(?:target server|embedded proxy|nginx|haproxy|caddy|apache|squid): \S+ \(pid (\d+)\)$")

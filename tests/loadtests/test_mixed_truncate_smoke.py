@@ -12,7 +12,7 @@ import pytest
 
 from loadtests._lag import while_streams_open
 from tests.conftest import StartServer
-from tests.loadtests.locust_run import ROOT, run_locust
+from tests.loadtests.locust_run import ROOT, assert_the_verdict_comes_last, run_locust
 
 pytestmark = pytest.mark.smoke
 
@@ -27,6 +27,11 @@ def test_mixed_truncate_passes_on_the_bundled_server(tmp_path: Path) -> None:
     # judged on the samples while streams were open: not the setup before the first, nor the end
     assert 0 < summary["harness_lag_ms"]["samples"] == len(while_streams_open(run.lag, run.requests)) < len(run.lag)
     assert "HTTP Request:" not in run.output  # httpx's line per request stays quiet (loop_hygiene)
+    block = assert_the_verdict_comes_last(run.output)  # where people look: after Locust's final tables
+    assert block[-2:] == ["verdict: PASS", f"report: {run.run_dir}"]
+    assert [line for line in block if line.startswith("gate ")] == [
+        f"gate PASS {g['name']}: {g['detail']}" for g in summary["gates"]
+    ]
     assert summary["settings"]["keep_alive_interval"] == 0.25  # from the profile's --sse-keep-alive-interval
     covered = run.gate("keepalive_covered")  # the main job exercises keep-alive: queueing and prefill are silent
     assert covered["passed"] and summary["keepalive_frames"] > 0, covered["detail"]

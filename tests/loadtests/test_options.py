@@ -19,6 +19,7 @@ from loadtests._options import (
     Surface,
     add_argparse_options,
     check_locust_options,
+    check_run_time,
     check_value,
     locust_arguments,
     on,
@@ -154,3 +155,42 @@ def test_an_api_key_that_cannot_be_a_header_value_is_refused_without_being_shown
 @pytest.mark.fast
 def test_a_bearer_token_is_accepted() -> None:
     assert check_value("api_key", "sk-Abc_123.x~+/=") == "sk-Abc_123.x~+/="
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("argv", "seconds", "got"),
+    [
+        (["--headless", "-t", "0s"], 0, "0s"),
+        (["-t", "10s", "-t0m"], 0, "0m"),  # the last one given counts, as for Locust
+        (["--run-time=0h"], 0, "0h"),
+        (["--run-time", "0"], 0, "0"),
+        ([], 0, "0s"),  # from LOCUST_RUN_TIME or a config file: as Locust parsed it
+    ],
+)
+def test_a_run_time_that_is_not_positive_is_refused_in_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], seconds: int, got: str
+) -> None:
+    """Locust reads ``-t 0s`` as no limit: the run went on until Ctrl-C, then passed."""
+    monkeypatch.delenv("LOCUST_RUN_TIME", raising=False)
+    with pytest.raises(UsageError) as refused:
+        check_run_time(seconds, argv)
+    assert str(refused.value) == f"-t/--run-time must be positive (got {got!r}); omit it to run until stopped"
+
+
+@pytest.mark.fast
+def test_a_positive_or_absent_run_time_is_taken() -> None:
+    check_run_time(None, [])  # no -t: until stopped, as asked
+    check_run_time(1, ["-t", "1s"])
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("surface", [Surface.SOAK, Surface.PYTEST])
+def test_a_duration_that_is_not_positive_is_refused_in_the_same_words_on_every_surface(surface: Surface) -> None:
+    parser = argparse.ArgumentParser()
+    add_argparse_options(parser, surface)
+    duration = next(action for action in parser._actions if action.dest == "duration")
+    assert duration.type is not None
+    for text in ("0s", "0m", "0", "-5s"):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"must be positive (got {text!r})")):
+            duration.type(text)  # type: ignore[operator]

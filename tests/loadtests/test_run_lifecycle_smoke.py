@@ -34,7 +34,7 @@ from loadtests._run_writer import RunWriter
 from loadtests._sse import Frame
 from loadtests._summary import Summary
 from tests.conftest import StartServer
-from tests.loadtests.locust_run import ROOT, LiveLocust, locust_command, run_locust
+from tests.loadtests.locust_run import ROOT, LiveLocust, assert_the_verdict_comes_last, locust_command, run_locust
 
 RUN_DIR = r"^run directory: (.+)$"
 REPORT = r"^report: (.+)$"
@@ -205,6 +205,7 @@ def test_with_locusts_json_stdout_is_the_stats_json_alone_and_the_run_lines_go_t
     lines = result.stderr.splitlines()
     assert f"run directory: {run_dir}" in lines and f"report: {run_dir}" in lines
     assert verdict_line(summary) in lines and result.returncode == (0 if summary["passed"] else 1)
+    assert assert_the_verdict_comes_last(result.stderr, after_tables=False)[-1] == f"report: {run_dir}"
 
 
 @pytest.mark.smoke
@@ -221,6 +222,7 @@ def test_a_signal_before_the_run_time_fails_the_run_as_interrupted(tmp_path: Pat
     assert match and 3 < float(match[1]) < 12, summary["interrupted"]
     assert summary["ended"] == summary["interrupted"] and summary["passed"] is False
     assert_one_verdict_per_run(locust, [summary])
+    assert_the_verdict_comes_last(locust.output)  # after Locust's final tables, as at the run time's end
     judged = summary["requests"] - summary["outcomes"]["stopped"]
     gates = len(summary["gates"])
     if summary["gates_passed"]:
@@ -282,6 +284,7 @@ def test_a_signal_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path, 
     assert len(locust.matching(FIRST_SIGNAL)) == 1  # said by the master alone, though its workers got it too
     assert len(locust.matching(r"^gate (PASS|FAIL|SKIP) ")) == len(summary["gates"])
     assert_one_verdict_per_run(locust, [summary])
+    assert_the_verdict_comes_last(locust.output)  # the master's, after its tables and its workers' last lines
     requests = pd.read_parquet(run_dir / "requests.parquet")
     assert set(requests["worker"]) == {"worker-0", "worker-1"}
     streamed = {json.loads(line)["request_id"] for line in trace.read_text().splitlines()}
@@ -352,6 +355,21 @@ def test_web_ui_each_start_stop_is_a_run_directory_and_ctrl_c_quits(tmp_path: Pa
     verdicts = {summary["verdict"] for summary in summaries}
     assert code == (1 if "FAIL" in verdicts else 3 if "INCONCLUSIVE" in verdicts else 0)  # the worst test's
     assert sorted(tmp_path.iterdir()) == sorted(run_dirs)  # quitting between tests judged nothing more
+
+
+@pytest.mark.smoke
+def test_web_ui_ended_by_autoquit_closes_with_the_verdict_after_locusts_tables(tmp_path: Path) -> None:
+    """``--autostart --autoquit``: the test is judged when its run time ends, Locust quits by itself
+    and prints its final tables; the verdict waits for them."""
+    web = ("--web-host", "127.0.0.1", "--web-port", str(free_port()), "--autostart", "--autoquit", "0")
+    with LiveLocust("mixed_truncate", tmp_path, *web, "-u", "3", "-r", "3", "-t", "3s") as locust:
+        code = locust.wait(90)
+    (run_dir,) = tmp_path.iterdir()
+    summary = complete(run_dir)
+    assert summary["ended"] == "run time of 3 s reached" and code == (0 if summary["passed"] else 1)
+    block = assert_the_verdict_comes_last(locust.output)
+    assert block[-2:] == [verdict_line(summary), f"report: {run_dir}"]
+    assert_one_verdict_per_run(locust, [summary])
 
 
 @pytest.mark.smoke

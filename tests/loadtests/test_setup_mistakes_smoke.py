@@ -172,6 +172,15 @@ def test_bad_option_values_are_refused_where_parsed(tmp_path: Path, args: tuple[
     assert "target server:" not in run.output  # refused before anything started
 
 
+@pytest.mark.parametrize("run_time", ["0s", "0"])
+def test_a_run_time_of_zero_is_refused_not_run_until_stopped(tmp_path: Path, run_time: str) -> None:
+    """Locust reads ``-t 0s`` as no limit: the run went on until Ctrl-C, then passed."""
+    run = run_locust("mixed_truncate", tmp_path / "r", "-t", run_time, users=1, seconds=2)
+    line = f"sse-soak: -t/--run-time must be positive (got {run_time!r}); omit it to run until stopped"
+    refused(run, line, tmp_path / "r")
+    assert run.output.strip() == line  # the one line: refused before Locust starts anything (or logs a word)
+
+
 def test_a_report_dir_that_is_a_file_or_unwritable_is_refused(tmp_path: Path) -> None:
     in_the_way = tmp_path / "reports"
     in_the_way.write_text("a file")

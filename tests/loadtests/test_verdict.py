@@ -63,6 +63,23 @@ def test_an_unjudged_gate_outside_the_point_leaves_a_pass_and_a_failure_outweigh
     assert summary(PASSED, interrupted="SIGTERM at 3.0 s of 10 s").verdict == FAIL
 
 
+def test_the_console_leaves_out_an_unjudged_gate_outside_the_point_and_summary_json_keeps_it() -> None:
+    """``gate UNJUDGED truncation_honoured: 0/0`` on every run of a scenario that never truncates was noise."""
+    nothing_truncated = unjudged("truncation_honoured", "0/0 truncated requests reported the kept token count")
+    run = summary(PASSED, nothing_truncated, POINT_UNJUDGED, point=["every_stream_ok"])
+    gate_lines = [line for line in run.console_lines() if line.startswith("gate ")]
+    assert gate_lines == ["gate PASS no_http_500: 0 HTTP 500", "gate UNJUDGED every_stream_ok: 0/0 rows"]
+    assert [gate["name"] for gate in run.to_json()["gates"]] == [
+        "no_http_500",
+        "truncation_honoured",
+        "every_stream_ok",
+    ]
+    assert run.verdict_line().endswith("1/3 gates passed on 10 requests judged, 2 unjudged)")  # counted, as before
+    assert summary(PASSED, nothing_truncated, point=["no_http_500"]).verdict == PASS
+    lost = unjudged("requests_completed", "10 requests finished; rows lost: ...")  # of every run's point
+    assert lost.line() in summary(lost, point=["no_http_500"]).console_lines()
+
+
 def test_no_request_judged_is_inconclusive_and_a_summary_without_a_point_takes_its_stored_gates() -> None:
     assert summary(PASSED, requests=0).verdict == INCONCLUSIVE
     assert summary(PASSED, POINT_UNJUDGED, specs=["every_stream_ok"]).verdict == INCONCLUSIVE
