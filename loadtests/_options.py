@@ -48,6 +48,7 @@ __all__ = [
     "check_open_loop",
     "check_value",
     "keep_alive_interval",
+    "label_form_fields",
     "locust_arguments",
     "option",
     "parse_duration",
@@ -384,6 +385,9 @@ class Option:
     """Shown and settable in Locust's web UI form, in force from the next test on. False for what is
     fixed for the whole run (its identity, the server it starts, TLS trust, the model and key its
     preflight checked, how rows travel): a form field for it would change nothing."""
+    label: str | None = None
+    """The web UI form's words for a ``form`` option: a few, shown beside its name (Locust labels a
+    field ``<Name> (<text>)`` on one line, cut with "…"); ``help`` stays the command line's."""
 
     @property
     def flag(self) -> str:
@@ -512,6 +516,7 @@ OPTIONS: tuple[Option, ...] = (
         "extra options for the bundled target server, e.g. --server-args='--failure-injection-rate 5' (ignored "
         "with --host); the scenario's profile comes first",
         "",
+        label="extra bundled-server options",
     ),
     Option(
         "server_bind",
@@ -534,6 +539,7 @@ OPTIONS: tuple[Option, ...] = (
         "mean off",
         None,
         frozenset({L, S, P, A}),
+        label="seconds; 0 = off",
     ),
     Option(
         "ca_cert",
@@ -560,6 +566,7 @@ OPTIONS: tuple[Option, ...] = (
         "seconds the target may take to answer GET /v1/models before the run starts; a target that does not is "
         "refused in one line",
         DEFAULT_PREFLIGHT_TIMEOUT,
+        label="s to answer /v1/models",
     ),
     Option(
         "proxy",
@@ -571,6 +578,7 @@ OPTIONS: tuple[Option, ...] = (
         "proxy of its own: name one to put it in front of the host)",
         None,  # given or not: a --host run adds no proxy it was not asked for (Scenario.proxy_of)
         frozenset({L, P, A}),
+        label="proxy in front of the server",
     ),
     Option(
         "proxy_read_timeout",
@@ -580,6 +588,7 @@ OPTIONS: tuple[Option, ...] = (
         "whole seconds, rounded up), LiteLLM's timeout and stream_timeout",
         60.0,
         scenario_field="proxy_read_timeout",
+        label="s of silence it allows",
     ),
     # -- how the client reads a stream ------------------------------------------------------------
     Option(
@@ -589,6 +598,7 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_CLIENT_IDLE_TIMEOUT,
         scenario_field="client_idle_timeout",
         group="stream",
+        label="s of silence, then give up",
     ),
     Option(
         "stream_deadline",
@@ -600,6 +610,7 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_STREAM_DEADLINE_S,
         scenario_field="stream_deadline",
         group="stream",
+        label="s a stream may stay open",
     ),
     Option(
         "max_line_bytes",
@@ -608,6 +619,7 @@ OPTIONS: tuple[Option, ...] = (
         "hostile server cannot grow its memory (1 MiB)",
         DEFAULT_MAX_LINE_BYTES,
         group="stream",
+        label="longest SSE line read",
     ),
     # -- what the run writes and how it measures ----------------------------------------------------
     Option(
@@ -618,6 +630,7 @@ OPTIONS: tuple[Option, ...] = (
         frozenset({L, S, P, A}),
         metavar="DIR",
         group="recording",
+        label="where run directories go",
     ),
     Option(
         "frame_sample_rate",
@@ -628,6 +641,7 @@ OPTIONS: tuple[Option, ...] = (
         frozenset({L, S}),
         defaults={S: 0.1},
         group="recording",
+        label="share of ok streams' frames",
     ),
     Option(
         "flush_interval",
@@ -647,6 +661,7 @@ OPTIONS: tuple[Option, ...] = (
         0.0,
         env_var="SSE_SOAK_HARNESS_LAG_LIMIT_MS",
         group="recording",
+        label="p99 loop lag limit; 0 = off",
     ),
     Option(
         "max_unjudged_share",
@@ -655,6 +670,7 @@ OPTIONS: tuple[Option, ...] = (
         "timing tolerance while they were open) before the gate as a whole is unjudged rather than passed",
         DEFAULT_MAX_UNJUDGED_SHARE,
         group="recording",
+        label="share a gate may leave unjudged",
     ),
     Option(
         "server_metrics_interval",
@@ -663,8 +679,16 @@ OPTIONS: tuple[Option, ...] = (
         "proxy's) into server_metrics.parquet: running and waiting requests, KV-cache usage, token counters",
         DEFAULT_SCRAPE_INTERVAL_S,
         group="recording",
+        label="s between /metrics scrapes",
     ),
-    Option("no_server_metrics", SWITCH, "do not scrape the server's /metrics during the run", False, group="recording"),
+    Option(
+        "no_server_metrics",
+        SWITCH,
+        "do not scrape the server's /metrics during the run",
+        False,
+        group="recording",
+        label="scrape no /metrics",
+    ),
     # -- open loop --------------------------------------------------------------------------------
     Option(
         "rate",
@@ -675,6 +699,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         frozenset({L, S}),
         group="arrival",
+        label="open loop: requests/s",
     ),
     Option(
         "arrival",
@@ -683,8 +708,16 @@ OPTIONS: tuple[Option, ...] = (
         "poisson",
         frozenset({L, S}),
         group="arrival",
+        label="open loop: spacing",
     ),
-    Option("arrival_seed", WHOLE, "open loop: the seed of a poisson schedule", 0, group="arrival"),
+    Option(
+        "arrival_seed",
+        WHOLE,
+        "open loop: the seed of a poisson schedule",
+        0,
+        group="arrival",
+        label="open loop: poisson seed",
+    ),
     Option(
         "max_in_flight",
         _whole(1),
@@ -693,6 +726,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         frozenset({L, S}),
         group="arrival",
+        label="open loop: at most open",
     ),
     # -- the soak's own ---------------------------------------------------------------------------
     Option(
@@ -780,6 +814,25 @@ def add_locust_options(parser: Any, title: str, scenario: Any) -> None:
         action.include_in_web_ui = item.form
         action.is_secret = item.secret
         action.is_required = action.is_multiple = False
+
+
+LABEL_MAX = 32
+"""The most characters a form label may have: Locust's field shows its name, then this, on one line."""
+
+
+def label_form_fields(fields: dict[str, dict[str, Any]], values: Mapping[str, Any]) -> None:
+    """Locust's form fields (``ui_extra_args_dict``: ``help_text`` and ``default_value`` by option
+    name), relabelled in place: each of ours gets its short ``label`` instead of its whole help, and
+    a field the command line left empty shows ``values[name]`` (the value the scenario runs) when
+    there is one."""
+    for name, shown in fields.items():
+        item = _BY_NAME.get(name)
+        if item is None or not item.form:
+            continue  # another plugin's option: left as Locust shows it
+        if item.label is not None:
+            shown["help_text"] = item.label
+        if shown.get("default_value") is None and values.get(name) is not None:
+            shown["default_value"] = values[name]
 
 
 def _locust_type(item: Option) -> Callable[[str], Any]:
