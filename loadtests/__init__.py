@@ -8,8 +8,8 @@ module is internal (``_name``), one concept each, and data flows one way through
 ``_outcome``, ``_wire_tap``, ``_users``, ``_recorder``, ``_collect``, ``_run_writer``, ``_lag``,
 ``_server_metrics``), judge (``_figures``, ``_summary``, ``_judge``, ``_html_report``, ``_compare``,
 ``_drift``), run (``_run_controller``, ``_run_state``, ``_stack``, ``_proxy``, ``_child_run``,
-``_soak``, ``_progress``, ``_resources``, ``_catalog``, ``_real_vllm``). docs/layout.md says what
-each holds.
+``_soak``, ``_progress``, ``_resources``, ``_catalog``, ``_real_vllm``, ``_web_tab``: the web UI's
+tab). docs/layout.md says what each holds.
 
 Everything a locustfile needs is exported here. Names are re-exported lazily: importing Locust
 monkey-patches the process for gevent, so only a locustfile that asks for ``SSEUser`` or

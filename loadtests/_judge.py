@@ -119,12 +119,9 @@ def judge(
     manifest = run.read_manifest()
     specs = _stored_specs(previous, manifest, gates)
     gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate.spec() not in specs)]
-    requests, lag = run.read_requests(), run.read_lag()
-    requests[STALLED_COLUMN] = stalled_while_open(requests, lag)
     if lost_rows is None and previous is not None:
         lost_rows = previous.lost_rows
-    open_lag = None if lag is None else while_streams_open(lag, requests)
-    tables = RunTables(requests, open_lag, run.read_resources(), lost_rows or None)
+    tables = _tables(run, lost_rows)
     lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None)
     # Only what the summary said is carried over: a field its file lacks falls back to the manifest.
     said = previous.said if previous is not None else frozenset()
@@ -171,6 +168,37 @@ def judge(
     if html:
         write_html_files(run, summary)
     return summary
+
+
+def judge_so_far(run: RunDir, gates: Sequence[Gate], settings: dict[str, Any], point: Sequence[str]) -> Summary:
+    """What ``judge`` would say of a run still going, on the rows it wrote so far, by the same gates
+    and figures (the web UI's tab shows it); it writes nothing and reads no frames unless the
+    keep-alive interval is to be inferred. ``settings`` are the run's as recorded, ``point`` its
+    gates' names that are its point."""
+    tables = _tables(run, None)
+    gates, settings = _with_inferred_interval(run, list(gates), settings)
+    results = evaluate(tables, gates, float(settings.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE)))
+    summary = summarize(
+        run.path.name.rsplit("-", 1)[0],
+        tables.requests,
+        results,
+        settings,
+        [gate.spec() for gate in gates],
+        lag=tables.lag,
+        lag_limit_ms=next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None),
+        read_timeout=next((gate.read_timeout for gate in gates if isinstance(gate, NoProxyTimeouts)), None),
+    )
+    summary.point = [*point, "requests_completed"]
+    return summary
+
+
+def _tables(run: RunDir, lost_rows: dict[str, dict[str, Any]] | None) -> RunTables:
+    """The run's tables as its gates read them: every request (with how long the harness stalled
+    while it was open), the lag samples taken while streams were open, the memory samples."""
+    requests, lag = run.read_requests(), run.read_lag()
+    requests[STALLED_COLUMN] = stalled_while_open(requests, lag)
+    open_lag = None if lag is None else while_streams_open(lag, requests)
+    return RunTables(requests, open_lag, run.read_resources(), lost_rows or None)
 
 
 def keep_elsewhere(run: RunDir, summary: Summary) -> str:

@@ -50,6 +50,7 @@ __all__ = [
     "check_value",
     "given_run_time",
     "keep_alive_interval",
+    "label_form_fields",
     "locust_arguments",
     "not_positive",
     "option",
@@ -420,6 +421,9 @@ class Option:
     short: str | None = None
     """One line for the generated option tables (docs/options.md) when the help's first sentence is
     too long for a table cell (``loadtests._option_docs.MAX_HELP``)."""
+    label: str | None = None
+    """The web UI form's words for a ``form`` option: a few, shown beside its name (Locust labels a
+    field ``<Name> (<text>)`` on one line, cut with "…"); ``help`` stays the command line's."""
 
     @property
     def flag(self) -> str:
@@ -552,6 +556,7 @@ OPTIONS: tuple[Option, ...] = (
         "with --host); the scenario's profile comes first",
         "",
         short="extra options for the bundled target server, after the scenario's profile (ignored with `--host`)",
+        label="extra bundled-server options",
     ),
     Option(
         "server_bind",
@@ -576,6 +581,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         frozenset({L, S, P, A}),
         short="keep-alive interval (s): the bundled server's (default: the scenario's), or what a `--host` runs",
+        label="seconds; 0 = off",
     ),
     Option(
         "ca_cert",
@@ -605,6 +611,7 @@ OPTIONS: tuple[Option, ...] = (
         "refused in one line",
         DEFAULT_PREFLIGHT_TIMEOUT,
         short="seconds the target may take to answer `GET /v1/models` before the run starts",
+        label="s to answer /v1/models",
     ),
     Option(
         "proxy",
@@ -617,6 +624,7 @@ OPTIONS: tuple[Option, ...] = (
         None,  # given or not: a --host run adds no proxy it was not asked for (Scenario.proxy_of)
         frozenset({L, P, A}),
         short="reverse proxy or gateway the run starts in front of the server (default: the scenario's own)",
+        label="proxy in front of the server",
     ),
     Option(
         "proxy_read_timeout",
@@ -627,6 +635,7 @@ OPTIONS: tuple[Option, ...] = (
         60.0,
         scenario_field="proxy_read_timeout",
         short="the proxy's read timeout: the longest silence from upstream (nginx's `proxy_read_timeout`)",
+        label="s of silence it allows",
     ),
     # -- how the client reads a stream ------------------------------------------------------------
     Option(
@@ -636,6 +645,7 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_CLIENT_IDLE_TIMEOUT,
         scenario_field="client_idle_timeout",
         group="stream",
+        label="s of silence, then give up",
     ),
     Option(
         "stream_deadline",
@@ -648,6 +658,7 @@ OPTIONS: tuple[Option, ...] = (
         scenario_field="stream_deadline",
         group="stream",
         short="seconds a stream may stay open from its send, however lively; past it, a `timeout`",
+        label="s a stream may stay open",
     ),
     Option(
         "max_line_bytes",
@@ -657,6 +668,7 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_MAX_LINE_BYTES,
         group="stream",
         short="longest SSE line the harness reads; a longer one is a `protocol_error` and the stream is closed",
+        label="longest SSE line read",
     ),
     # -- what the run writes and how it measures ----------------------------------------------------
     Option(
@@ -668,6 +680,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="DIR",
         group="recording",
         short="directory under which the run writes `<scenario>-<UTC time>/`",
+        label="where run directories go",
     ),
     Option(
         "frame_sample_rate",
@@ -679,6 +692,7 @@ OPTIONS: tuple[Option, ...] = (
         defaults={S: 0.1},
         group="recording",
         short="share of ok streams whose frames are kept; rows and every other outcome's frames always are",
+        label="share of ok streams' frames",
     ),
     Option(
         "flush_interval",
@@ -699,6 +713,7 @@ OPTIONS: tuple[Option, ...] = (
         env_var="SSE_SOAK_HARNESS_LAG_LIMIT_MS",
         group="recording",
         short="the `harness_kept_up` gate: each process's event-loop lag p99 at most this (0: no gate)",
+        label="p99 loop lag limit; 0 = off",
     ),
     Option(
         "max_unjudged_share",
@@ -708,6 +723,7 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_MAX_UNJUDGED_SHARE,
         group="recording",
         short="share of a gate's requests that may be unjudged (harness stalls) before the gate is unjudged",
+        label="share a gate may leave unjudged",
     ),
     Option(
         "server_metrics_interval",
@@ -717,8 +733,16 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_SCRAPE_INTERVAL_S,
         group="recording",
         short="seconds between scrapes of the server's `GET /metrics` into `server_metrics.parquet`",
+        label="s between /metrics scrapes",
     ),
-    Option("no_server_metrics", SWITCH, "do not scrape the server's /metrics during the run", False, group="recording"),
+    Option(
+        "no_server_metrics",
+        SWITCH,
+        "do not scrape the server's /metrics during the run",
+        False,
+        group="recording",
+        label="scrape no /metrics",
+    ),
     # -- open loop --------------------------------------------------------------------------------
     Option(
         "rate",
@@ -730,6 +754,7 @@ OPTIONS: tuple[Option, ...] = (
         frozenset({L, S}),
         group="arrival",
         short="open loop: requests a second, all users and processes together (default: Locust's closed loop)",
+        label="open loop: requests/s",
     ),
     Option(
         "arrival",
@@ -738,8 +763,16 @@ OPTIONS: tuple[Option, ...] = (
         "poisson",
         frozenset({L, S}),
         group="arrival",
+        label="open loop: spacing",
     ),
-    Option("arrival_seed", WHOLE, "open loop: the seed of a poisson schedule", 0, group="arrival"),
+    Option(
+        "arrival_seed",
+        WHOLE,
+        "open loop: the seed of a poisson schedule",
+        0,
+        group="arrival",
+        label="open loop: poisson seed",
+    ),
     Option(
         "max_in_flight",
         _whole(1),
@@ -749,6 +782,7 @@ OPTIONS: tuple[Option, ...] = (
         frozenset({L, S}),
         group="arrival",
         short="open loop: requests open at once, all processes together (default: the user count)",
+        label="open loop: at most open",
     ),
     # -- the soak's own ---------------------------------------------------------------------------
     Option(
@@ -836,6 +870,25 @@ def add_locust_options(parser: Any, title: str, scenario: Any) -> None:
         action.include_in_web_ui = item.form
         action.is_secret = item.secret
         action.is_required = action.is_multiple = False
+
+
+LABEL_MAX = 32
+"""The most characters a form label may have: Locust's field shows its name, then this, on one line."""
+
+
+def label_form_fields(fields: dict[str, dict[str, Any]], values: Mapping[str, Any]) -> None:
+    """Locust's form fields (``ui_extra_args_dict``: ``help_text`` and ``default_value`` by option
+    name), relabelled in place: each of ours gets its short ``label`` instead of its whole help, and
+    a field the command line left empty shows ``values[name]`` (the value the scenario runs) when
+    there is one."""
+    for name, shown in fields.items():
+        item = _BY_NAME.get(name)
+        if item is None or not item.form:
+            continue  # another plugin's option: left as Locust shows it
+        if item.label is not None:
+            shown["help_text"] = item.label
+        if shown.get("default_value") is None and values.get(name) is not None:
+            shown["default_value"] = values[name]
 
 
 def _locust_type(item: Option) -> Callable[[str], Any]:

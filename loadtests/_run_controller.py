@@ -81,6 +81,7 @@ from loadtests._server_metrics import OFF, ServerMetricsScraper
 from loadtests._signals import SignalGuard
 from loadtests._stack import ServerStartError, Stack, split_api_key
 from loadtests._users import OpenAISDKUser, SSEUser, StreamingUser
+from loadtests._web_tab import WebTab
 from loadtests._workload import PROBE_TIMEOUT, probe_prompt_sizing
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, RunFailed, SseSoakError, UsageError
 
@@ -312,6 +313,8 @@ class RunController:
         """``--run-id`` as this process was started with (``own_run_id``): never the master's copy."""
         self.process_defaults: dict[str, Any] = {}
         """``PROCESS_DEFAULTS`` as the process's first parser had them."""
+        self._web_tab: WebTab | None = None
+        """sse-soak's tab in Locust's web UI (``loadtests._web_tab``), when this process serves one."""
 
     @property
     def name(self) -> str:
@@ -371,6 +374,7 @@ class RunController:
             end_with_parent(self._collector.master_gone)  # forked by the master: gone with it, rows kept here
         self._guard.speaks = not isinstance(environment.runner, WorkerRunner)
         self._guard.install((signal.SIGINT,))  # an idle web UI's Ctrl-C quits, every time
+        self._open_web_tab(environment)
         lifecycle = environment.events
         lifecycle.test_start.add_listener(self._on_test_start)
         lifecycle.test_stopping.add_listener(self._on_test_stopping)
@@ -458,6 +462,7 @@ class RunController:
         self._test = _Test(writer, entered, getattr(options, "run_time", None) or None)
         self._collector.begin(writer)
         say(f"run directory: {run}")
+        self._show_in_web_tab(environment, run)
         if not options.no_server_metrics:
             self._test.scraper = self._scrape_server_metrics(environment, run)
         if environment.host and isinstance(environment.runner, MasterRunner):  # a master sizes no prompt itself
@@ -522,6 +527,27 @@ class RunController:
             say(printable(notice))
         environment.host = self._target_host = target.base_url
         state.model_option = target.model
+
+    def _open_web_tab(self, environment: Any) -> None:
+        """sse-soak's tab in Locust's web UI, when this process serves one (never a worker's)."""
+        if getattr(environment, "web_ui", None) is not None and not isinstance(environment.runner, WorkerRunner):
+            self._web_tab = WebTab.install(environment, lambda: self._form_values(environment))
+
+    def _form_values(self, environment: Any) -> dict[str, Any]:
+        """What the web UI's form shows for an option left empty: the value the scenario runs."""
+        as_given = copy.copy(environment.parsed_options)
+        as_given.host = self._given_host  # the form's host field is a test's target, not --host
+        return self.scenario.form_values(as_given)
+
+    def _show_in_web_tab(self, environment: Any, run: RunDir) -> None:
+        """The web UI's tab follows the test starting, judged by this run's gates."""
+        if self._web_tab is None:
+            return
+        options = environment.parsed_options
+        settings = self._settings or self.scenario.settings(options)
+        gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
+        recorded = {**settings.as_dict(), "max_unjudged_share": options.max_unjudged_share}
+        self._web_tab.show(run, gates, recorded, self.scenario.point_of(settings))
 
     def _scrape_server_metrics(self, environment: Any, run: RunDir) -> ServerMetricsScraper:
         """Start scraping the server itself for this test: the bundled one, else ``--host`` (never a proxy)."""
@@ -596,6 +622,8 @@ class RunController:
         finally:
             self._collector.end()
             test.judged.set()
+            if self._web_tab is not None:
+                self._web_tab.judged()
             self._guard.release()
 
     def _on_quitting(self, environment: Any, **_: Any) -> None:

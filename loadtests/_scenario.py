@@ -222,6 +222,18 @@ class Scenario:
             return str(given)
         return "none" if options.host is not None else self.proxy
 
+    def form_values(self, options: Any) -> dict[str, Any]:
+        """The values the web UI's form shows for options left empty on the command line: the ones
+        this scenario runs, each such that a test started with it unchanged runs the same stack.
+        The proxy is ``proxy_of`` (``none`` in front of ``--host``); the keep-alive interval is the
+        scenario's own in front of the bundled server, and none otherwise (it is never assumed of
+        ``--host``, and one the server arguments set is theirs to say)."""
+        values: dict[str, Any] = {"proxy": self.proxy_of(options)}
+        bundled = options.host is None and (getattr(options, "server", None) or "bundled") == "bundled"
+        if bundled and self.keep_alive_interval is not None:
+            values["keep_alive_interval"] = self.keep_alive_interval
+        return values
+
     def proxy_notice(self, options: Any) -> str | None:
         """The line a ``--host`` run prints when it leaves the scenario's own proxy out; None otherwise."""
         if options.host is None or getattr(options, "proxy", None) is not None or self.proxy == "none":

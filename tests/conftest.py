@@ -16,6 +16,7 @@ from loadtests import _real_vllm as real
 from loadtests._litellm_gateway import litellm_available
 from loadtests._real_proxies import REAL_PROXIES
 from loadtests._stack import TargetServerProcess
+from tests.browser import CHROMEDRIVER, CHROMIUM
 from tests.no_process import no_child_processes
 
 StartServer = Callable[..., TargetServerProcess]
@@ -120,6 +121,16 @@ def require_proxy(kind: str) -> None:
         if os.environ.get(variable) == "1":
             pytest.fail(f"{proxy.binary} is required ({variable}=1) but not on PATH")
         pytest.skip(f"{proxy.binary} is not installed (Debian: apt-get install {proxy.package})")
+
+
+def require_chromium() -> None:
+    """Skip without Debian's chromium and its chromedriver (``tests.browser``), unless
+    SSE_SOAK_REQUIRE_CHROMIUM=1 (CI installs them and sets that): then fail."""
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if shutil.which(path) is None]
+    if missing:
+        if os.environ.get("SSE_SOAK_REQUIRE_CHROMIUM") == "1":
+            pytest.fail(f"{', '.join(missing)} required (SSE_SOAK_REQUIRE_CHROMIUM=1) but not installed", pytrace=False)
+        pytest.skip(f"{', '.join(missing)} not installed (Debian: apt-get install chromium chromium-driver)")
 
 
 def require_litellm() -> None:
