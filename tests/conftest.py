@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import psutil
@@ -101,9 +102,32 @@ def client(default_server: TargetServerProcess) -> Iterator[httpx.Client]:
         yield http
 
 
+_RUNNING: list[pytest.Item] = []
+"""The test being run, noted before any of its fixtures is set up (``require`` reads it)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _RUNNING[:] = [item]
+
+
+def require(tier: str, missing: str | None, variable: str) -> None:
+    """What a test needs beyond the install (``missing``: what it lacks, or None) is there: else
+    a skip naming it, or a failure when ``variable`` is 1 (CI installs every tool and sets them all).
+    Such a test must be of the tool's heavy ``tier``, checked here: a bare ``python -m pytest`` (the
+    install tier) never skips for a missing tool, it has none to miss."""
+    item = _RUNNING[0] if _RUNNING else None
+    if item is not None and item.get_closest_marker(tier) is None:
+        pytest.fail(f"{item.nodeid} needs what the {tier} tier has: mark it pytest.mark.{tier}", pytrace=False)
+    if missing is None:
+        return
+    if os.environ.get(variable) == "1":
+        pytest.fail(f"{missing} (required here: {variable}=1)", pytrace=False)
+    pytest.skip(missing)
+
+
 def require_nginx() -> None:
-    """Skip without nginx on PATH, unless SSE_SOAK_REQUIRE_NGINX=1 (CI installs it and sets
-    that, so a missing nginx fails there instead of passing quietly)."""
+    """nginx on PATH (``require``; SSE_SOAK_REQUIRE_NGINX=1 makes its absence a failure)."""
     require_proxy("nginx")
 
 
@@ -113,34 +137,32 @@ REQUIRE_PROXY_ENV = {"nginx": "SSE_SOAK_REQUIRE_NGINX"}
 
 
 def require_proxy(kind: str) -> None:
-    """Skip when the real proxy ``kind`` (``loadtests._real_proxies``) is not on PATH, unless its
-    variable says it is required (1): then fail."""
+    """The real proxy ``kind`` (``loadtests._real_proxies``) on PATH, for a test of the ``proxies`` tier."""
     proxy = REAL_PROXIES[kind]
-    if shutil.which(proxy.binary) is None:
-        variable = REQUIRE_PROXY_ENV.get(kind, "SSE_SOAK_REQUIRE_PROXIES")
-        if os.environ.get(variable) == "1":
-            pytest.fail(f"{proxy.binary} is required ({variable}=1) but not on PATH")
-        pytest.skip(f"{proxy.binary} is not installed (Debian: apt-get install {proxy.package})")
+    absent = shutil.which(proxy.binary) is None
+    missing = f"{proxy.binary} is not installed (Debian: apt-get install {proxy.package})" if absent else None
+    require("proxies", missing, REQUIRE_PROXY_ENV.get(kind, "SSE_SOAK_REQUIRE_PROXIES"))
+
+
+def real_proxy_params(*kinds: str) -> list[Any]:
+    """``kinds`` as parameters, the real proxies among them marked of the ``proxies`` tier (the
+    embedded one is the package's own and runs in the install tier)."""
+    return [pytest.param(kind, marks=pytest.mark.proxies if kind in REAL_PROXIES else ()) for kind in kinds]
 
 
 def require_chromium() -> None:
-    """Skip without Debian's chromium and its chromedriver (``tests.browser``), unless
-    SSE_SOAK_REQUIRE_CHROMIUM=1 (CI installs them and sets that): then fail."""
-    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if shutil.which(path) is None]
-    if missing:
-        if os.environ.get("SSE_SOAK_REQUIRE_CHROMIUM") == "1":
-            pytest.fail(f"{', '.join(missing)} required (SSE_SOAK_REQUIRE_CHROMIUM=1) but not installed", pytrace=False)
-        pytest.skip(f"{', '.join(missing)} not installed (Debian: apt-get install chromium chromium-driver)")
+    """Debian's chromium and its chromedriver (``tests.browser``), for a test of the ``webui`` tier."""
+    absent = [path for path in (CHROMIUM, CHROMEDRIVER) if shutil.which(path) is None]
+    missing = (
+        f"{', '.join(absent)} not installed (Debian: apt-get install chromium chromium-driver)" if absent else None
+    )
+    require("webui", missing, "SSE_SOAK_REQUIRE_CHROMIUM")
 
 
 def require_litellm() -> None:
-    """Skip without a complete LiteLLM install (``python -m loadtests litellm setup``), unless
-    SSE_SOAK_REQUIRE_LITELLM=1 (CI installs it and sets that): then fail."""
+    """A complete LiteLLM install (``python -m loadtests litellm setup``), for the ``litellm`` tier."""
     available, reason = litellm_available()
-    if not available:
-        if os.environ.get("SSE_SOAK_REQUIRE_LITELLM") == "1":
-            pytest.fail(f"LiteLLM is required (SSE_SOAK_REQUIRE_LITELLM=1): {reason}", pytrace=False)
-        pytest.skip(reason)
+    require("litellm", None if available else reason, "SSE_SOAK_REQUIRE_LITELLM")
 
 
 VLLM_KEY = "sse-soak-test-key"
@@ -150,13 +172,9 @@ VLLM_KEEP_ALIVE = 1
 
 
 def require_vllm() -> real.Install:
-    """The complete real-vLLM install, or a skip naming what is missing (a failure under
-    SSE_SOAK_REQUIRE_VLLM=1, which CI sets after installing it)."""
+    """The complete real-vLLM install (``python -m loadtests vllm setup``), for the ``vllm`` tier."""
     available, reason = real.vllm_available()
-    if not available:
-        if os.environ.get("SSE_SOAK_REQUIRE_VLLM") == "1":
-            pytest.fail(f"real vLLM is required (SSE_SOAK_REQUIRE_VLLM=1): {reason}", pytrace=False)
-        pytest.skip(reason)
+    require("vllm", None if available else f"real vLLM: {reason}", "SSE_SOAK_REQUIRE_VLLM")
     return real.Install(real.vllm_home())
 
 

@@ -115,6 +115,7 @@ def test_a_wheel_installed_in_a_fresh_venv_ships_the_scenarios_and_the_plugin(in
     assert len(list((elsewhere / "reports").iterdir())) == 2  # the plugin's run beside the command's
 
 
+@pytest.mark.vllm
 def test_the_installed_wheel_starts_real_vllm_outside_the_clone(installed: Installed) -> None:
     """``--server vllm`` from the wheel: its watchdog, CPU confinement and the install it reuses."""
     require_vllm()

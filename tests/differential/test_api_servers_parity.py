@@ -34,6 +34,7 @@ def two_process_servers() -> Iterator[dict[str, str]]:
             bundled.stop()
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("name", ["vllm", "bundled"])
 def test_any_process_answers_for_the_whole_server(two_process_servers: dict[str, str], name: str) -> None:
     url = two_process_servers[name]

@@ -33,6 +33,7 @@ def test_a_host_runs_keepalive_interval_is_inferred_from_its_comments_not_the_sc
     assert "gate PASS keepalive_covered:" in run.output
 
 
+@pytest.mark.litellm
 def test_a_gateway_that_holds_headers_and_strips_comments_fails_keepalive_and_is_named(
     tmp_path: Path, start_server: StartServer
 ) -> None:

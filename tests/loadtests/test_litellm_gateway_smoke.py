@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import require_litellm
 from tests.loadtests.locust_run import run_locust
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.litellm]
 
 
 @pytest.fixture(autouse=True)

@@ -101,6 +101,7 @@ def test_the_master_starts_the_bundled_server_on_an_address_the_workers_reach(ho
     assert "--host" in run.summary["settings"]["server_args"]  # recorded as the server ran
 
 
+@pytest.mark.vllm
 def test_real_vllm_on_a_host_of_its_own_serves_the_cluster(hosts: Hosts, tmp_path: Path) -> None:
     """Real vLLM (``python -m loadtests vllm serve --host``) in the server's namespace, reached by the
     master (prompt sizing through its ``/tokenize``, metrics) and both workers across the link."""

@@ -23,7 +23,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import require_nginx
+from tests.conftest import real_proxy_params, require_nginx
 from tests.loadtests.locust_run import LiveLocust
 
 IDLE = re.compile(r"^vllm:num_requests_running(\{[^}]*\})? 0\.0$", re.MULTILINE)
@@ -62,7 +62,7 @@ def refuses_connections(url: str) -> bool:
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("proxy", ["embedded", "nginx"])
+@pytest.mark.parametrize("proxy", real_proxy_params("embedded", "nginx"))
 def test_kill_9_of_locust_stops_every_service_it_started(tmp_path: Path, proxy: str) -> None:
     if proxy == "nginx":
         require_nginx()

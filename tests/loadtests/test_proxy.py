@@ -31,7 +31,7 @@ from loadtests._real_proxies import (
     timeout_notes,
 )
 from loadtests._stack import ChildService, ServerStartError, start_embedded_proxy
-from tests.conftest import StartServer, require_nginx, require_proxy
+from tests.conftest import StartServer, real_proxy_params, require_nginx, require_proxy
 from tests.sse_stream import Streamed, stream
 
 StartProxy = Callable[[str, float], ChildService]
@@ -44,7 +44,7 @@ CLEAN_END_AFTER_A_TIMEOUT = {"caddy"}
 ``[DONE]`` shows the cut (the others close the connection without it, a broken body)."""
 
 
-@pytest.fixture(params=PROXIES)
+@pytest.fixture(params=real_proxy_params(*PROXIES))
 def start_proxy(request: pytest.FixtureRequest) -> Iterator[StartProxy]:
     """Starts the parametrized proxy kind; every one started is stopped at teardown."""
     started: list[ChildService] = []
@@ -163,6 +163,7 @@ def token_gaps(result: Streamed) -> list[float]:
     return [later - earlier for earlier, later in itertools.pairwise(token_times)]
 
 
+@pytest.mark.proxies
 def test_haproxy_with_http_no_delay_relays_frames_as_they_come(start_server: StartServer) -> None:
     require_proxy("haproxy")
     server = start_server("--inter-token-latency", "200")
@@ -256,6 +257,7 @@ def test_missing_nginx_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
         start_nginx("http://127.0.0.1:9", 1.0)
 
 
+@pytest.mark.proxies
 def test_nginx_leaves_no_files_behind(start_server: StartServer) -> None:
     require_nginx()
     server = start_server()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loadtests._real_proxies import REAL_PROXIES
-from tests.conftest import require_nginx, require_proxy
+from tests.conftest import real_proxy_params, require_nginx, require_proxy
 from tests.loadtests.locust_run import run_locust
 
 pytestmark = pytest.mark.smoke
@@ -26,14 +26,14 @@ SILENCE_BEFORE_THE_CUT = {"haproxy": (1.70, 2.0), "squid": (2.0, 4.0)}
 """Where a proxy's cut does not come after 2.0 s of silence as the client sees it: the range it came in."""
 
 
-@pytest.fixture(params=["embedded", "nginx"])
+@pytest.fixture(params=real_proxy_params("embedded", "nginx"))
 def proxy(request: pytest.FixtureRequest) -> str:
     if request.param == "nginx":
         require_nginx()
     return request.param
 
 
-@pytest.fixture(params=["embedded", *REAL_PROXIES])
+@pytest.fixture(params=real_proxy_params("embedded", *REAL_PROXIES))
 def any_proxy(request: pytest.FixtureRequest) -> str:
     if request.param in REAL_PROXIES:
         require_proxy(request.param)

@@ -18,7 +18,7 @@ from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_comm
 from tests.loadtests.test_soak_smoke import soak_command
 from tests.test_pytest_plugin_smoke import outcomes, user_pytest
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.vllm]
 
 
 @pytest.fixture(autouse=True)

@@ -11,10 +11,13 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from loadtests import _real_vllm as real
 from tests.conftest import VLLM_AUTH as AUTH
 from tests.conftest import require_vllm
+
+pytestmark = pytest.mark.vllm
 
 
 def test_the_api_key_guards_v1_but_not_health(vllm_server: real.VllmServer) -> None:

@@ -67,6 +67,7 @@ def gateway(start_server: StartServer, request: pytest.FixtureRequest) -> Iterat
             service.stop()
 
 
+@pytest.mark.proxies
 @pytest.mark.parametrize("gateway", ["haproxy"], indirect=True)
 def test_haproxys_cuts_after_1_8s_of_silence_are_its_read_timeout(tmp_path: Path, gateway: ChildService) -> None:
     """HAProxy holds each write ~0.2 s, so the client sees 1.8 s of silence before each 2 s cut (a
@@ -82,6 +83,8 @@ def test_haproxys_cuts_after_1_8s_of_silence_are_its_read_timeout(tmp_path: Path
     assert "other cuts" not in phrase
 
 
+@pytest.mark.proxies
+@pytest.mark.litellm
 @pytest.mark.parametrize("gateway", ["apache-before-litellm"], indirect=True)
 def test_apaches_502_after_its_timeout_is_named_and_fails_the_gate(tmp_path: Path, gateway: ChildService) -> None:
     """Apache answers a timeout before the upstream's headers with 502 Proxy Error (the gate looked
@@ -108,6 +111,7 @@ class RefusedUser(SSEUser):
 """
 
 
+@pytest.mark.litellm
 @pytest.mark.parametrize("gateway", ["litellm"], indirect=True)
 def test_litellms_408_is_a_gateway_timeout_never_the_rejection_a_mix_expects(
     tmp_path: Path, gateway: ChildService
