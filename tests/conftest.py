@@ -4,9 +4,11 @@ promise checked: a test marked ``fast`` that starts a process fails."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,7 +39,8 @@ newcomer needs to trust an install, in minutes. ``-m heavy`` runs every heavy ti
 def pytest_configure(config: pytest.Config) -> None:
     """A bare ``python -m pytest`` (no ``-m``, no paths) runs the install tier. Named files or a
     ``-m`` expression run what they name, heavy or not."""
-    if not config.option.markexpr and config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+    bare = config.args_source in (pytest.Config.ArgsSource.TESTPATHS, pytest.Config.ArgsSource.INVOCATION_DIR)
+    if not config.option.markexpr and bare:
         config.option.markexpr = "not heavy"
 
 
@@ -49,13 +52,15 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test of a heavy tier is marked ``heavy`` too; a test that uses the session's real vLLM
-    is of the ``vllm`` tier wherever it lives. Those run last, together: vLLM starts once, after
-    every other test, and stops with the session, so no other test shares the machine with it."""
+    """A test of a heavy tier is marked ``heavy`` too, unless it is ``fast``: a fast test is of the
+    install tier wherever it lives (its module's tier marker is for the module's other tests). A test
+    that uses the session's real vLLM is of the ``vllm`` tier wherever it lives; those run last,
+    together: vLLM starts once, after every other test, and stops with the session, so no other test
+    shares the machine with it."""
     for item in items:
         if "vllm_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.vllm)
-        if any(item.get_closest_marker(tier) for tier in HEAVY_TIERS):
+        if item.get_closest_marker("fast") is None and any(item.get_closest_marker(tier) for tier in HEAVY_TIERS):
             item.add_marker(pytest.mark.heavy)
     items.sort(key=lambda item: "vllm_server" in getattr(item, "fixturenames", ()))
 
@@ -100,6 +105,15 @@ def default_server() -> Iterator[TargetServerProcess]:
 def client(default_server: TargetServerProcess) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=default_server.url, timeout=30) as http:
         yield http
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With SSE_SOAK_TIER_LISTING=FILE, the selected tests and their markers go to FILE as JSON
+    (tests/test_tiers.py reads it to check the tiers)."""
+    listing = os.environ.get("SSE_SOAK_TIER_LISTING")
+    if listing:
+        markers = {item.nodeid: sorted({mark.name for mark in item.iter_markers()}) for item in session.items}
+        Path(listing).write_text(json.dumps(markers))
 
 
 _RUNNING: list[pytest.Item] = []

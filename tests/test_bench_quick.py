@@ -17,7 +17,7 @@ BENCH = ROOT / "bench"
 TIMEOUT_S = 120
 NUM = r"[-+]?(?:\d[\d,.]*|nan|inf)"  # a printed figure; nan is a figure too (a round too short to time)
 
-pytestmark = [pytest.mark.smoke, pytest.mark.timeout(TIMEOUT_S + 30)]
+pytestmark = [pytest.mark.smoke, pytest.mark.timeout(TIMEOUT_S + 30), pytest.mark.bench]
 
 
 def run_bench(script: str, *args: str) -> str:

@@ -12,6 +12,8 @@ import pytest
 import loadtests
 import target_server
 
+pytestmark = pytest.mark.extended
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import require_vllm
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "loadtests", "target_server", "scenarios")

@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import REPORT_LINE, ROOT
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 INTER_TOKEN_MS = 250
 BLOCK_S = 0.08

@@ -15,6 +15,8 @@ from loadtests._compare import Thresholds, compare
 from loadtests._summary import Summary, SummaryError
 from tests.loadtests.locust_run import ROOT, run_locust
 
+pytestmark = pytest.mark.extended
+
 
 def summary(**changes: Any) -> dict[str, Any]:
     base = {

@@ -9,7 +9,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.loadtests.locust_run import ROOT
+
+pytestmark = pytest.mark.extended
 
 
 def run(*command: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ from tests.conftest import StartServer
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
 from tests.server_gauges import RUNNING, gauge
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 SCENARIO = str(ROOT / "scenarios" / "mixed_truncate.py")
 
 

@@ -22,7 +22,7 @@ import pytest
 from loadtests.errors import UNWRITTEN_EXIT_CODE
 from tests.loadtests.locust_run import ROOT, locust_command
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 
 @pytest.fixture

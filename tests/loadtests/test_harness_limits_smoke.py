@@ -15,7 +15,7 @@ import pytest
 from loadtests._stack import TargetServerProcess
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 FILES = 128
 """The Locust process's file-descriptor limit: its own files and a few dozen sockets."""

@@ -11,7 +11,7 @@ from loadtests._litellm_gateway import start_litellm
 from tests.conftest import StartServer, require_litellm
 from tests.loadtests.locust_run import run_locust
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 PROXY_TIMEOUT_PROFILE = ("--max-num-seqs", "2", "--time-to-first-token", "5000", "--inter-token-latency", "20")
 """scenarios/proxy_timeout.py's server, started by the test: 5 s of silence before each first token."""

@@ -18,7 +18,7 @@ from loadtests._ports import free_loopback_port
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 
 def as_here(args: list[str], cluster: k8s.Cluster, port: int, report_dir: Path) -> list[str]:

@@ -128,6 +128,8 @@ CTRL_C_SCRIPT = """
 import sys
 from pathlib import Path
 from loadtests.launch import Launch, run
+
+pytestmark = pytest.mark.extended
 try:
     run(Launch("mixed_truncate", duration_s=60, report_dir=Path(sys.argv[1])))
 except KeyboardInterrupt:

@@ -23,7 +23,7 @@ import pytest
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, locust_command
 from tests.misbehaving_server import MODES
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 EXPECTED = {
     "ok": "ok",

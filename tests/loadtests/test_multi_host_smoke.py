@@ -21,7 +21,7 @@ from tests.conftest import require_vllm
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun
 from tests.loadtests.netns import Hosts, available
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 SCENARIO = str(ROOT / "scenarios" / "mixed_truncate.py")
 RUN_ID = "cluster-1"

@@ -26,6 +26,8 @@ import pytest
 from tests.conftest import real_proxy_params, require_nginx
 from tests.loadtests.locust_run import LiveLocust
 
+pytestmark = pytest.mark.extended
+
 IDLE = re.compile(r"^vllm:num_requests_running(\{[^}]*\})? 0\.0$", re.MULTILINE)
 """The server's running gauge at 0 (labelled, as vLLM's: ``engine``, ``model_name``)."""
 

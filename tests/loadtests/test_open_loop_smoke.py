@@ -10,7 +10,7 @@ import pytest
 
 from tests.loadtests.locust_run import run_locust
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 FAST = "--server-args=--prefill-time-per-token 0 --inter-token-latency 1"
 SLOW = "--server-args=--max-num-seqs 1 --time-to-first-token 700"

@@ -28,6 +28,8 @@ from loadtests._workload import (
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import run_locust
 
+pytestmark = pytest.mark.extended
+
 MODEL = "foreign/model"
 ESTIMATED_LINE = "sse-soak: prompt sizing estimated: "
 Answer = tuple[int, str, bytes]

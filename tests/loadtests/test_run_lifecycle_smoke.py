@@ -36,6 +36,8 @@ from loadtests._summary import Summary
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import ROOT, LiveLocust, assert_the_verdict_comes_last, locust_command, run_locust
 
+pytestmark = pytest.mark.extended
+
 RUN_DIR = r"^run directory: (.+)$"
 REPORT = r"^report: (.+)$"
 VERDICT = r"^verdict: .*$"

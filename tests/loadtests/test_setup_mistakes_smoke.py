@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import LiveLocust, LocustRun, run_locust
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 
 def refused(run: LocustRun, line: str, report_dir: Path) -> None:

@@ -16,7 +16,7 @@ from tests.conftest import StartServer
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, locust_command, run_locust
 from tests.loadtests.test_misbehaving_servers_smoke import MISBEHAVING_LOCUSTFILE, start_misbehaving_server
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 LIVE_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 """Control characters other than the newline that ends each line."""

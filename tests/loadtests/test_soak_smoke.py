@@ -16,7 +16,7 @@ import pytest
 
 from tests.loadtests.locust_run import ROOT, rejudged_alike
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.soak]
 
 
 def soak_command(report_dir: Path, *args: str) -> list[str]:

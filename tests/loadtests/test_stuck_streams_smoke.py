@@ -10,7 +10,7 @@ import pytest
 
 from tests.loadtests.locust_run import run_locust
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 STALLS = "--server-args=--failure-injection-rate 15 --failure-types stall --stall-seconds 60"
 

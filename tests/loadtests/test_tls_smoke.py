@@ -26,7 +26,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, locust_command
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 LOCUSTFILE = ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"
 SERVE_TLS = """

@@ -23,6 +23,8 @@ from target_server.faults import FaultInjector
 from target_server.share import SOLE, ProcessShare
 from tests.bench_scripts import load_bench_script
 
+pytestmark = pytest.mark.extended
+
 STREAMS = 60
 TOKENS = 12
 GONE_WITHIN_S = 10.0

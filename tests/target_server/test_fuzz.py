@@ -45,6 +45,8 @@ from target_server.protocol import (
 from target_server.tokenizer import VOCAB_SIZE
 from tests.target_server.hostile_http import RAW_HEADERS, answers_as_vllm, assert_healthy
 
+pytestmark = pytest.mark.extended
+
 MAX_EXAMPLES = 1000
 """Requests per run; about 20 s on a 2-core machine with a quiet server."""
 

@@ -1,0 +1,50 @@
+"""The test tiers as docs/testing.md states them: a bare ``python -m pytest`` runs the install tier,
+no heavy test; ``-m heavy`` runs every heavy tier; a file named on the command line runs whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HEAVY_TIERS
+
+pytestmark = pytest.mark.extended
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def collected(tmp_path: Path, *args: str) -> dict[str, set[str]]:
+    """The tests ``python -m pytest ARGS`` would run, each with its markers."""
+    listing = tmp_path / f"listing-{len(list(tmp_path.iterdir()))}.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SSE_SOAK_TIER_LISTING": str(listing)},
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    return {nodeid: set(markers) for nodeid, markers in json.loads(listing.read_text()).items()}
+
+
+def test_a_bare_run_is_the_install_tier_and_every_heavy_test_is_of_a_named_tier(tmp_path: Path) -> None:
+    everything = collected(tmp_path, "-m", "heavy or not heavy")
+    heavy = {nodeid for nodeid, markers in everything.items() if "heavy" in markers}
+    assert heavy and all(markers & set(HEAVY_TIERS) for nodeid, markers in everything.items() if nodeid in heavy)
+    install = set(collected(tmp_path))
+    assert install == set(everything) - heavy
+    assert {nodeid for nodeid, markers in everything.items() if "fast" in markers} <= install
+    for tier in HEAVY_TIERS:
+        assert any(tier in markers for markers in everything.values()), f"no test of the {tier} tier"
+
+
+def test_a_named_file_runs_whole_heavy_tests_included(tmp_path: Path) -> None:
+    named = collected(tmp_path, "tests/loadtests/test_proxy.py")
+    assert any("proxies" in markers for markers in named.values())
+    assert set(named) == set(collected(tmp_path, "tests/loadtests/test_proxy.py", "-m", "heavy or not heavy"))
