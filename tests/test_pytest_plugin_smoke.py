@@ -44,6 +44,7 @@ def summary_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+@pytest.mark.extended  # a minute: every shipped scenario in turn
 def test_smoke_mode_runs_every_shipped_scenario_with_one_test_per_gate(tmp_path: Path) -> None:
     result = user_pytest(tmp_path, "--pyargs", "loadtests.smoke", "--sse-soak-report-dir", "runs")
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]

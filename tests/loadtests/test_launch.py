@@ -19,6 +19,8 @@ from loadtests._options import locust_arguments as option_arguments
 from loadtests._run_dir import RunDir
 from loadtests.launch import Launch, gate_names, plan, run
 
+pytestmark = pytest.mark.extended
+
 
 @pytest.mark.fast
 def test_keywords_become_options() -> None:
@@ -128,8 +130,6 @@ CTRL_C_SCRIPT = """
 import sys
 from pathlib import Path
 from loadtests.launch import Launch, run
-
-pytestmark = pytest.mark.extended
 try:
     run(Launch("mixed_truncate", duration_s=60, report_dir=Path(sys.argv[1])))
 except KeyboardInterrupt:
