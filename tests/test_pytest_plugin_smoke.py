@@ -145,6 +145,7 @@ def test_bad_plugin_options_are_a_usage_error_and_help_lists_them(tmp_path: Path
 
 def test_the_plugin_leaves_trio_importable_in_pytests_process(tmp_path: Path) -> None:
     import trio  # noqa: F401  # the test extra declares it: sse-soak hides trio from httpcore where gevent runs, never here
+
     (tmp_path / "test_trio.py").write_text(
         "def test_plugin_loaded_and_trio_imports(request):\n"
         "    assert request.config.pluginmanager.has_plugin('sse_soak')\n"

@@ -71,6 +71,13 @@ def wait_for_rows(run_dir: Path, query: str, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+def wait_until_exists(path: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} was not written within {timeout:.0f} s"
+        time.sleep(0.02)
+
+
 def complete(run_dir: Path, html: bool = True) -> dict[str, Any]:
     """The run's summary, after checking it agrees with its rows (each once) and report.html is there."""
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -490,7 +497,8 @@ def test_web_ui_ctrl_c_at_any_moment_leaves_a_complete_run(tmp_path: Path, momen
             locust.wait_for(FIRST_SIGNAL)  # the first one is being acted on: the test stops and is judged
             locust.signal(signal.SIGINT)
         elif moment == "again_during_html":
-            locust.wait_for(VERDICT)  # summary written and verdict printed: report.html is next
+            # summary.json is written (atomically): report.html is next, the closing block after it
+            wait_until_exists(run_dir / "summary.json")
             locust.signal(signal.SIGINT)
         code = locust.wait(60)
         if stopping is not None:
