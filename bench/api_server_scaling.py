@@ -46,7 +46,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` 
 from common import zero_latency_server_args  # noqa: E402
 from keepalive_overhead import cpu_seconds  # noqa: E402
 
-from loadtests._stack import ChildService, TargetServerProcess  # noqa: E402
+from loadtests.services.stack import ChildService, TargetServerProcess  # noqa: E402
 
 COUNTS = (1, 2)
 QUICK = {"max_tokens": 100, "concurrency": 150, "streams_per_worker": 1, "rounds": 2, "warmup": 1}

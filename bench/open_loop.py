@@ -31,8 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from loadtests._figures import quantiles  # noqa: E402
 from loadtests.launch import Launch, ScenarioRun, run  # noqa: E402
+from loadtests.record.figures import quantiles  # noqa: E402
 
 WAITING = "vllm:num_requests_waiting"
 

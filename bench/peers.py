@@ -6,12 +6,12 @@ server's ``--trace-file`` (one line per SSE frame, stamped with CLOCK_MONOTONIC 
 send) as ground truth, instead of asserting it.
 
 Each peer is pip-installed at a pinned version into a venv of its own under
-``~/.cache/sse-soak/peers/<tool>-<version>`` (``loadtests._tool_venv``: every step logged to
+``~/.cache/sse-soak/peers/<tool>-<version>`` (``loadtests.services.tool_venv``: every step logged to
 ``install.log`` there, a stamp naming the recipe written last; a complete venv is reused, any other
 is remade): GuideLLM 0.8.1 (Python 3.11, with the local ``torch==2.13.0+cpu`` wheel: it requires
 torch), AIPerf 0.13.0 (3.11), inference-perf 0.7.0 (3.12: it requires it). They run offline
 (``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``) with the project's tiny tokenizer
-(``loadtests._real_vllm.make_model_dir``, trained by a peer venv's ``tokenizers``) copied into a
+(``loadtests.services.real_vllm.make_model_dir``, trained by a peer venv's ``tokenizers``) copied into a
 local Hugging Face cache as ``sse-soak/tiny-llama``, the name the server serves.
 
 Per tool, a fresh server (TTFT 500 ms, a token every 10 ms, keep-alive comments every 0.2 s of
@@ -116,7 +116,7 @@ and FastAPI at start-up (Locust's start-up CPU 1.85 -> 1.05 s): total 1.50, 1.59
 4.4-4.7 s, inference-perf's 4.1-5.4 s (most of the ratio's swing is the peer's).
 
 ``--rounds 3`` at 09:03 UTC, after raw bodies came to be read in the hub through one epoll
-(``loadtests._body_mux``); the first round's table, then the ratios of all three::
+(``loadtests.client.body_mux``); the first round's table, then the ratios of all three::
 
     tool             frames  cpu s frames/cpu s stream cpu s frames/stream cpu s ttft err ms p50/p99 gap err ms p50/p99
     sse-soak          86853    6.4       13,606          3.6              23,880         0.05 / 0.20        0.00 / 0.04
@@ -176,10 +176,10 @@ import pyarrow.json
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from loadtests._real_vllm import make_model_dir  # noqa: E402
-from loadtests._run_dir import RunDir  # noqa: E402
-from loadtests._stack import ServerStartError, TargetServerProcess  # noqa: E402
-from loadtests._tool_venv import ToolInstallError, ToolVenv, dump, run_step, stamp_matches  # noqa: E402
+from loadtests.record.run_dir import RunDir  # noqa: E402
+from loadtests.services.real_vllm import make_model_dir  # noqa: E402
+from loadtests.services.stack import ServerStartError, TargetServerProcess  # noqa: E402
+from loadtests.services.tool_venv import ToolInstallError, ToolVenv, dump, run_step, stamp_matches  # noqa: E402
 from target_server.faults import strike_index  # noqa: E402
 
 PEERS_HOME = Path("~/.cache/sse-soak/peers").expanduser()

@@ -74,10 +74,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from loadtests._outcome import frame_kind  # noqa: E402
-from loadtests._real_proxies import REAL_PROXIES, start_real_proxy  # noqa: E402
-from loadtests._sse import SSEParser  # noqa: E402
-from loadtests._stack import ChildService, ServerStartError, TargetServerProcess, start_embedded_proxy  # noqa: E402
+from loadtests.client.outcome import frame_kind  # noqa: E402
+from loadtests.client.sse import SSEParser  # noqa: E402
+from loadtests.services.real_proxies import REAL_PROXIES, start_real_proxy  # noqa: E402
+from loadtests.services.stack import ChildService, ServerStartError, TargetServerProcess, start_embedded_proxy  # noqa: E402
 
 QUICK = {"streams": 2, "tokens": 10, "ttft_ms": 600}
 """``--quick``: seconds, not minutes; the same figures."""

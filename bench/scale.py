@@ -25,7 +25,7 @@ Part A runs the server on the first CPU and the load generator on the others
 (``CapacitySettings.split_cpus``): on two cores, sharing a CPU with the server's processes put the
 scheduler's delays into the load generator's lag. Measured 2026-12-06 09:02 UTC on this 2-core
 machine, ``python bench/scale.py``, with raw bodies read in the hub through one epoll
-(``loadtests._body_mux``)::
+(``loadtests.client.body_mux``)::
 
      streams  exact peak open peak RSS MiB KiB/stream CPU ms/1k frames lag p99 ms lag max ms p99 after spawn
         1000    yes      1000          171       29.3             84.7        1.5       19.7             1.1

@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
     sys.path.insert(0, str(ROOT))
 
-from loadtests._options import parse_duration  # noqa: E402
-from loadtests._run_dir import RunDir  # noqa: E402
+from loadtests.declare.options import parse_duration  # noqa: E402
+from loadtests.record.run_dir import RunDir  # noqa: E402
 
 STOP_GRACE_S = 30.0
 QUICK = {"duration": "30s", "windows": 3, "users": 4}

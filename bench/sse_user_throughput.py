@@ -1,8 +1,8 @@
 """How much CPU does SSEUser spend per frame, and can one Locust process hold 2,000 slow streams?
 
-Why this exists: ``loadtests._users.SSEUser`` parses every SSE frame (``loadtests._sse``), records
-it with its arrival time and gap (``loadtests._outcome.StreamTracker``) and stores it column-wise
-(``loadtests._recorder.Recorder``). That work sits on the load generator's hot path: if it is too
+Why this exists: ``loadtests.load.users.SSEUser`` parses every SSE frame (``loadtests.client.sse``), records
+it with its arrival time and gap (``loadtests.client.outcome.StreamTracker``) and stores it column-wise
+(``loadtests.record.recorder.Recorder``). That work sits on the load generator's hot path: if it is too
 expensive, the load generator, not the server, becomes the bottleneck, and a soak run needs more
 worker processes than it should. This benchmark puts a number on both sides of that.
 
@@ -10,7 +10,7 @@ A) Parser/recorder cost. Two Locust user classes, run in-process with Locust's l
 (``Environment`` + ``create_local_runner``) against one bundled server at zero inter-token
 latency and keep-alive off: a bare loop that reads ``response._response.readline(b"\\n")`` and
 counts blank lines, and ``SSEUser`` exactly as a scenario uses it (it reads the body bytes each
-receive brings, ``loadtests._users.RawBody``, stamped with the kernel's arrival time, into
+receive brings, ``loadtests.load.users.RawBody``, stamped with the kernel's arrival time, into
 ``SSEParser.feed``; frames counted from the recorder's rows, ``data_frames + keepalive_frames``),
 with the harness's lag monitor running during its rounds as it does in every run. The process is
 settled once before any round (``loop_hygiene.settle_after_setup``, as a scenario does at
@@ -88,7 +88,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # for the checker only: importing them would patch this process for gevent
     from locust import FastHttpUser
 
-    from loadtests._users import SSEUser
+    from loadtests.load.users import SSEUser
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` importable
@@ -190,7 +190,7 @@ def loadgen_main(role: str, target: str, settings: dict[str, Any], result_path: 
 
     import locust  # noqa: F401 - first: Locust monkey-patches the process for gevent
 
-    from loadtests._loop_hygiene import settle_after_setup
+    from loadtests.load.loop_hygiene import settle_after_setup
 
     logging.getLogger("locust").setLevel(logging.ERROR)  # e.g. the "spawn rate > 100" warning
     settle_after_setup()
@@ -207,7 +207,7 @@ def loadgen_main(role: str, target: str, settings: dict[str, Any], result_path: 
 
 
 def request_mix(max_tokens: int) -> Any:
-    from loadtests._workload import RequestMix, RequestSpec
+    from loadtests.declare.workload import RequestMix, RequestSpec
 
     return RequestMix([RequestSpec("bench", "completions", PROMPT_TOKENS, max_tokens=max_tokens)])
 
@@ -217,7 +217,7 @@ def bounded_sse_user(mix: Any, streams: int) -> type[SSEUser]:
     from locust import task
     from locust.exception import StopUser
 
-    from loadtests._users import SSEUser
+    from loadtests.load.users import SSEUser
 
     class BenchSSEUser(SSEUser):
         def on_start(self) -> None:
@@ -239,7 +239,7 @@ def bounded_bare_user(mix: Any, streams: int, tally: Counter[str]) -> type[FastH
     from locust import FastHttpUser, task
     from locust.exception import StopUser
 
-    from loadtests._run_state import run_state
+    from loadtests.load.state import run_state
 
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
 
@@ -292,7 +292,7 @@ def new_environment(user_class: type[FastHttpUser], target: str) -> Any:
     """A fresh Environment with the harness's per-run state set up as ``Scenario._on_init`` does."""
     from locust.env import Environment
 
-    from loadtests._run_state import run_state
+    from loadtests.load.state import run_state
 
     environment = Environment(user_classes=[user_class], host=target)
     user_class.network_timeout = run_state(environment).client_idle_timeout  # the default, 130 s
@@ -319,7 +319,7 @@ def drive(
 def run_throughput_round(
     number: int, kind: str, warmup: bool, target: str, settings: ThroughputSettings
 ) -> dict[str, Any]:
-    from loadtests._run_state import run_state
+    from loadtests.load.state import run_state
 
     mix = request_mix(settings.max_tokens)
     tally: Counter[str] = Counter()
@@ -367,7 +367,7 @@ def tally_sse_rows(rows: list[dict[str, Any]]) -> Counter[str]:
 def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
     import psutil
 
-    from loadtests._run_state import run_state
+    from loadtests.load.state import run_state
 
     user_class = bounded_sse_user(request_mix(settings.max_tokens), 1)
     environment = new_environment(user_class, target)
@@ -454,7 +454,7 @@ def raise_fd_limit(needed: int) -> int:
 
 def start_server(args: list[str]) -> Any:
     """A started bundled server (a ``TargetServerProcess``), or ``BenchError``."""
-    from loadtests._stack import ServerStartError, TargetServerProcess
+    from loadtests.services.stack import ServerStartError, TargetServerProcess
 
     try:
         return TargetServerProcess.start(args, env=server_env())

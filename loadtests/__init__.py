@@ -13,7 +13,7 @@ tab). docs/layout.md says what each holds.
 
 Everything a locustfile needs is exported here. Names are re-exported lazily: importing Locust
 monkey-patches the process for gevent, so only a locustfile that asks for ``SSEUser`` or
-``Scenario`` pays for it, never ``loadtests._sse`` alone; type checkers and editors read the
+``Scenario`` pays for it, never ``loadtests.client.sse`` alone; type checkers and editors read the
 ``TYPE_CHECKING`` imports instead.
 """
 
@@ -22,30 +22,30 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from loadtests import _gevent_compat  # noqa: F401 - first: lets httpx import under Locust's gevent
+from loadtests.load import gevent_compat as _gevent_compat  # noqa: F401 - first: lets httpx import under Locust's gevent
 
 _EXPORTS = {
-    "OUTCOMES": "loadtests._outcome",
-    "Outcome": "loadtests._outcome",
-    "RequestRow": "loadtests._outcome",
+    "OUTCOMES": "loadtests.client.outcome",
+    "Outcome": "loadtests.client.outcome",
+    "RequestRow": "loadtests.client.outcome",
     "SseSoakError": "loadtests.errors",
     "UsageError": "loadtests.errors",
-    "Expect": "loadtests._gates",
-    "Gate": "loadtests._gates",
-    "GateResult": "loadtests._gates",
-    "NoProxyTimeouts": "loadtests._gates",
-    "QUEUE_FOR_SILENCE": "loadtests._gates",
-    "Unjudgeable": "loadtests._gates",
-    "Frame": "loadtests._sse",
-    "SSEParser": "loadtests._sse",
-    "RequestMix": "loadtests._workload",
-    "RequestSpec": "loadtests._workload",
-    "Route": "loadtests._workload",
+    "Expect": "loadtests.judge.gates",
+    "Gate": "loadtests.judge.gates",
+    "GateResult": "loadtests.judge.gates",
+    "NoProxyTimeouts": "loadtests.judge.gates",
+    "QUEUE_FOR_SILENCE": "loadtests.judge.gates",
+    "Unjudgeable": "loadtests.judge.gates",
+    "Frame": "loadtests.client.sse",
+    "SSEParser": "loadtests.client.sse",
+    "RequestMix": "loadtests.declare.workload",
+    "RequestSpec": "loadtests.declare.workload",
+    "Route": "loadtests.declare.workload",
     # What a locustfile runs comes through the run controller: importing it registers it with Locust.
-    "Scenario": "loadtests._run_controller",
-    "RunSettings": "loadtests._scenario",
-    "SSEUser": "loadtests._run_controller",
-    "OpenAISDKUser": "loadtests._run_controller",
+    "Scenario": "loadtests.run.controller",
+    "RunSettings": "loadtests.declare.scenario",
+    "SSEUser": "loadtests.run.controller",
+    "OpenAISDKUser": "loadtests.run.controller",
 }
 
 __all__ = [
@@ -73,13 +73,13 @@ __all__ = [
 assert sorted(__all__) == sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # what the lazy names are, for editors and type checkers; never run
-    from loadtests._gates import QUEUE_FOR_SILENCE, Expect, Gate, GateResult, NoProxyTimeouts, Unjudgeable
-    from loadtests._outcome import OUTCOMES, Outcome, RequestRow
-    from loadtests._scenario import RunSettings, Scenario
-    from loadtests._sse import Frame, SSEParser
-    from loadtests._users import OpenAISDKUser, SSEUser
-    from loadtests._workload import RequestMix, RequestSpec, Route
+    from loadtests.client.outcome import OUTCOMES, Outcome, RequestRow
+    from loadtests.client.sse import Frame, SSEParser
+    from loadtests.declare.scenario import RunSettings, Scenario
+    from loadtests.declare.workload import RequestMix, RequestSpec, Route
     from loadtests.errors import SseSoakError, UsageError
+    from loadtests.judge.gates import QUEUE_FOR_SILENCE, Expect, Gate, GateResult, NoProxyTimeouts, Unjudgeable
+    from loadtests.load.users import OpenAISDKUser, SSEUser
 
 
 def __getattr__(name: str) -> Any:

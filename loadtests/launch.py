@@ -25,15 +25,15 @@ from typing import Any, NoReturn
 
 import pandas as pd
 
-from loadtests import _catalog as catalog
-from loadtests import _figures as figures
-from loadtests._child_run import HeadlessRun, run_to_end
-from loadtests._gates import ALWAYS_ON, GateResult
-from loadtests._options import OPTIONS, Surface, check_value, option
-from loadtests._run_dir import PLAN_ONLY_ENV, Manifest, RunDir
-from loadtests._safe_text import printable
-from loadtests._summary import INCONCLUSIVE, Summary, SummaryError
+from loadtests.base.safe_text import printable
+from loadtests.declare import catalog
+from loadtests.declare.options import OPTIONS, Surface, check_value, option
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, SseSoakError
+from loadtests.judge.gates import ALWAYS_ON, GateResult
+from loadtests.judge.summary import INCONCLUSIVE, Summary, SummaryError
+from loadtests.record import figures
+from loadtests.record.run_dir import PLAN_ONLY_ENV, Manifest, RunDir
+from loadtests.run.child_run import HeadlessRun, run_to_end
 
 __all__ = [
     "STARTUP_AND_JUDGING_S",

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from loadtests import _gevent_compat
-from loadtests._options import Surface, add_pytest_options, on
-from loadtests._run_dir import Manifest
+from loadtests.declare.options import Surface, add_pytest_options, on
 from loadtests.launch import Launch, ScenarioRun, plan, run
+from loadtests.load import gevent_compat as _gevent_compat
+from loadtests.record.run_dir import Manifest
 
 __all__ = ["SoakRunner", "pytest_addoption", "pytest_configure", "sse_soak"]
 

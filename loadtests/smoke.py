@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from loadtests import _catalog as catalog
+from loadtests.declare import catalog
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE
 from loadtests.launch import ScenarioRun, gate_names
 from loadtests.pytest_plugin import SoakRunner

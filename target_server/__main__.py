@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from sse_soak_lifeline import READY_PREFIX, announce_refusal, exit_when_stdin_closes
 from target_server import api_servers
 from target_server.app import create_app
 from target_server.config import ServerConfig
 from target_server.faults import InjectedDisconnect
-from target_server.lifeline import READY_PREFIX, announce_refusal, exit_when_stdin_closes
 from target_server.share import SOLE, ProcessShare
 
 __all__ = ["READY_PREFIX", "listening_socket", "main", "serve"]

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
-from target_server.lifeline import GRACE_S, READY_PREFIX, announce_refusal, harness_environment, parse_refusal
+from sse_soak_lifeline import GRACE_S, READY_PREFIX, announce_refusal, harness_environment, parse_refusal
 from target_server.share import ProcessShare
 
 CHILD_ENV = "TARGET_SERVER_API_SERVER"

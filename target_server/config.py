@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
-from target_server.lifeline import announce_refusal
+from sse_soak_lifeline import announce_refusal
 
 API_KEY_ENV = "VLLM_API_KEY"
 FAILURE_TYPES = ("server_error", "inband_error", "stall", "disconnect", "rate_limit")

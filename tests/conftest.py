@@ -15,10 +15,10 @@ import httpx
 import psutil
 import pytest
 
-from loadtests import _real_vllm as real
-from loadtests._litellm_gateway import litellm_available
-from loadtests._real_proxies import REAL_PROXIES
-from loadtests._stack import TargetServerProcess
+from loadtests.services import real_vllm as real
+from loadtests.services.litellm_gateway import litellm_available
+from loadtests.services.real_proxies import REAL_PROXIES
+from loadtests.services.stack import TargetServerProcess
 from tests.browser import CHROMEDRIVER, CHROMIUM
 from tests.no_process import no_child_processes
 
@@ -151,7 +151,7 @@ REQUIRE_PROXY_ENV = {"nginx": "SSE_SOAK_REQUIRE_NGINX"}
 
 
 def require_proxy(kind: str) -> None:
-    """The real proxy ``kind`` (``loadtests._real_proxies``) on PATH, for a test of the ``proxies`` tier."""
+    """The real proxy ``kind`` (``loadtests.services.real_proxies``) on PATH, for a test of the ``proxies`` tier."""
     proxy = REAL_PROXIES[kind]
     absent = shutil.which(proxy.binary) is None
     missing = f"{proxy.binary} is not installed (Debian: apt-get install {proxy.package})" if absent else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from loadtests._server_metrics import fetch_samples
+from loadtests.record.server_metrics import fetch_samples
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from loadtests._outcome import frame_kind
-from loadtests._sse import Frame, SSEParser
+from loadtests.client.outcome import frame_kind
+from loadtests.client.sse import Frame, SSEParser
 
 
 @dataclass

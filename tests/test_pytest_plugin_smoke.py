@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadtests._catalog import shipped
+from loadtests.declare.catalog import shipped
 from tests.conftest import StartServer
 from tests.test_readme import readme_python_block
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._gates import ALWAYS_ON
-from loadtests._options import OPTIONS, PYTEST_PREFIX
+from loadtests.declare.options import OPTIONS, PYTEST_PREFIX
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, USAGE_EXIT_CODE
+from loadtests.judge.gates import ALWAYS_ON
 from target_server.config import ServerConfig
 
 pytestmark = pytest.mark.fast

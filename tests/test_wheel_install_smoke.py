@@ -87,7 +87,7 @@ def test_a_wheel_installed_in_a_fresh_venv_ships_the_scenarios_and_the_plugin(in
     python, sse_soak = installed.python, installed.sse_soak
 
     # what this venv imports, pytest's plugin included: the wheel's copy
-    where = "import loadtests, loadtests._soak as s; print(loadtests.__file__); print(s.DEFAULT_SCENARIO)"
+    where = "import loadtests, loadtests.run.soak as s; print(loadtests.__file__); print(s.DEFAULT_SCENARIO)"
     site = run(python, "-c", where)
     package, soak_default = (Path(line) for line in site.stdout.splitlines())
     assert package.is_relative_to(venv) and not package.is_relative_to(ROOT), site.stdout

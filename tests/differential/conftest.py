@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from loadtests import _real_vllm as real
-from loadtests._stack import ChildService, TargetServerProcess
+from loadtests.services import real_vllm as real
+from loadtests.services.stack import ChildService, TargetServerProcess
 from tests.conftest import VLLM_KEEP_ALIVE, VLLM_KEY
 from tests.differential.parity import Pair, Server
 

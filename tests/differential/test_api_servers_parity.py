@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from loadtests import _real_vllm as real
-from loadtests._stack import TargetServerProcess
+from loadtests.services import real_vllm as real
+from loadtests.services.stack import TargetServerProcess
 from tests.conftest import require_vllm
 from tests.target_server.test_api_server_count import scrape
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtests._server_metrics import CONCEPTS
+from loadtests.record.server_metrics import CONCEPTS
 from tests.differential.parity import MODEL, Answer, Pair, Server
 
 PROMPT = "hello world, said the load test"
@@ -121,7 +121,7 @@ def families(answer: Answer) -> dict[str, Any]:
 
 
 def scraped_names() -> list[str]:
-    """The sample names the harness reads (``loadtests._server_metrics.CONCEPTS``), the ones vLLM
+    """The sample names the harness reads (``loadtests.record.server_metrics.CONCEPTS``), the ones vLLM
     0.32 has (``vllm:gpu_cache_usage_perc`` is the name before 0.9)."""
     return [names[0] for names in CONCEPTS.values()]
 

@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from loadtests._outcome import frame_kind
-from loadtests._sse import Frame, SSEParser
+from loadtests.client.outcome import frame_kind
+from loadtests.client.sse import Frame, SSEParser
 from tests.conftest import VLLM_KEEP_ALIVE
 from tests.differential import shapes
 from tests.differential.parity import MODEL, Answer, Pair, Server

@@ -59,8 +59,8 @@ class LocustRun:
 def rejudged_alike(run_dir: Path) -> dict[str, Any]:
     """The summary ``run_dir`` holds, after checking that judging a copy of the run again (what
     ``python -m loadtests report`` does) gives the same summary: verdict, gates, figures, sections."""
-    from loadtests._judge import judge  # pandas: only for the tests that read a run
-    from loadtests._run_dir import RunDir
+    from loadtests.record.run_dir import RunDir
+    from loadtests.run.judging import judge  # pandas: only for the tests that read a run
 
     written = json.loads((run_dir / "summary.json").read_text())
     with tempfile.TemporaryDirectory(prefix="rejudged-") as scratch:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow as pa
 
-from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA, Recorder, to_pandas
+from loadtests.record.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, Recorder, to_pandas
 
 
 def requests_of(recorder: Recorder) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from loadtests._arrival_clock import SO_TIMESTAMPNS, keep_kernel_stamping_on, recv_stamped, stamp_arrivals
+from loadtests.client.kernel_stamps import SO_TIMESTAMPNS, keep_kernel_stamping_on, recv_stamped, stamp_arrivals
 
 pytestmark = pytest.mark.skipif(SO_TIMESTAMPNS is None, reason="no SO_TIMESTAMPNS on this platform")
 
@@ -99,7 +99,7 @@ def test_a_socket_never_asked_to_stamp_gives_no_stamp(sender: tuple[socket.socke
 
 FIRST_SEGMENTS = """
 import socket, sys, time
-from loadtests._arrival_clock import keep_kernel_stamping_on, recv_stamped, stamp_arrivals
+from loadtests.client.kernel_stamps import keep_kernel_stamping_on, recv_stamped, stamp_arrivals
 if sys.argv[1] == "held":
     keep_kernel_stamping_on()
     time.sleep(0.05)  # the kernel turns stamping on in deferred work

@@ -10,9 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from loadtests._arrivals import ArrivalPlan, ArrivalSchedule, ScheduleClosed, not_sent_row, share
-from loadtests._recorder import REQUEST_SCHEMA, Recorder
-from loadtests._summary import arrival, arrival_line
+from loadtests.judge.summary import arrival, arrival_line
+from loadtests.load.open_loop import ArrivalPlan, ArrivalSchedule, ScheduleClosed, not_sent_row, share
+from loadtests.record.recorder import REQUEST_SCHEMA, Recorder
 
 pytestmark = pytest.mark.fast
 

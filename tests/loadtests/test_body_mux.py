@@ -14,8 +14,8 @@ import gevent.socket
 import pytest
 from gevent.monkey import get_original
 
-from loadtests._arrival_clock import SO_TIMESTAMPNS, keep_kernel_stamping_on, stamp_arrivals
-from loadtests._body_mux import MuxedBody, TLSReads
+from loadtests.client.body_mux import MuxedBody, TLSReads
+from loadtests.client.kernel_stamps import SO_TIMESTAMPNS, keep_kernel_stamping_on, stamp_arrivals
 
 pytestmark = pytest.mark.fast
 

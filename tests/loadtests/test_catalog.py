@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._catalog import CatalogError, locate, scenario_dir, shipped
+from loadtests.declare.catalog import CatalogError, locate, scenario_dir, shipped
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,12 +10,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from loadtests._causes import keepalive_withheld, proxies_named, proxy_timeouts, window
-from loadtests._gates import KeepAliveCovered, NoProxyTimeouts, OutcomesAsExpected, RunTables, evaluate
-from loadtests._outcome import RequestPlan, RequestRow, StreamTracker
-from loadtests._recorder import Recorder
-from loadtests._sse import KEEP_ALIVE_TEXT, Frame
-from loadtests._summary import summarize
+from loadtests.client.outcome import RequestPlan, RequestRow, StreamTracker
+from loadtests.client.sse import KEEP_ALIVE_TEXT, Frame
+from loadtests.judge.causes import keepalive_withheld, proxies_named, proxy_timeouts, window
+from loadtests.judge.gates import KeepAliveCovered, NoProxyTimeouts, OutcomesAsExpected, RunTables, evaluate
+from loadtests.judge.summary import summarize
+from loadtests.record.recorder import Recorder
 from tests.loadtests.tables import requests_of
 
 pytestmark = pytest.mark.fast

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import psutil
 
-from loadtests import _catalog as catalog
-from loadtests._child_run import ChildRun
-from loadtests._parent_watch import LAUNCHER_ENV
-from loadtests._soak import SoakPlan
+from loadtests.declare import catalog
 from loadtests.launch import Launch
+from loadtests.run.child_run import ChildRun
+from loadtests.run.soak import SoakPlan
+from loadtests.services.parent_watch import LAUNCHER_ENV
 
 
 def test_a_soak_and_a_launch_of_the_same_run_build_the_same_command(tmp_path: Path) -> None:

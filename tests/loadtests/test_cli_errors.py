@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import _soak as soak
-from loadtests.__main__ import main
-from loadtests._soak import SoakPlan
+from loadtests.cli.commands import main
+from loadtests.run import soak
+from loadtests.run.soak import SoakPlan
 from tests.loadtests.locust_run import ROOT
 
 SOAK = "python -m loadtests soak: "

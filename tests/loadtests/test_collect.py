@@ -17,10 +17,10 @@ import json, sys
 from pathlib import Path
 import gevent
 from locust.env import Environment
-from loadtests._collect import Collector
-from loadtests._run_dir import RunDir
-from loadtests._run_state import run_state
-from loadtests._run_writer import RunWriter
+from loadtests.run.collect import Collector
+from loadtests.record.run_dir import RunDir
+from loadtests.load.state import run_state
+from loadtests.record.parts_writer import RunWriter
 
 environment = Environment()
 environment.create_local_runner()
@@ -54,9 +54,9 @@ ORPHANED_WORKER = """
 import gevent.monkey; gevent.monkey.patch_all()
 import argparse, sys, time
 from locust.env import Environment
-from loadtests._arrivals import Ticket, not_sent_row
-from loadtests._collect import TEST_RUN_DIR, Collector
-from loadtests._run_state import run_state
+from loadtests.load.open_loop import Ticket, not_sent_row
+from loadtests.run.collect import TEST_RUN_DIR, Collector
+from loadtests.load.state import run_state
 
 report_root, run_dir = sys.argv[1], sys.argv[2]
 options = argparse.Namespace(report_dir=report_root, **{TEST_RUN_DIR: run_dir})
@@ -78,8 +78,8 @@ def orphan_rows(tmp_path: Path, run_dir: Path) -> None:
 def test_a_worker_that_lost_its_master_writes_its_rows_into_the_run_else_beside_it(tmp_path: Path) -> None:
     import pandas as pd
 
-    from loadtests._run_dir import RunDir
-    from loadtests._run_writer import RunWriter
+    from loadtests.record.parts_writer import RunWriter
+    from loadtests.record.run_dir import RunDir
 
     run = RunWriter(tmp_path / "run").run  # the master made it at test start
     orphan_rows(tmp_path, run.path)

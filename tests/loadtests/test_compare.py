@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from loadtests._compare import Thresholds, compare
-from loadtests._summary import Summary, SummaryError
+from loadtests.judge.summary import Summary, SummaryError
+from loadtests.report.compare import Thresholds, compare
 from tests.loadtests.locust_run import ROOT, run_locust
 
 pytestmark = pytest.mark.extended

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtests._outcome import decode_json
+from loadtests.client.outcome import decode_json
 
 pytestmark = pytest.mark.fast
 

@@ -14,8 +14,8 @@ import pandas as pd
 import psutil
 import pytest
 
-from loadtests._ports import free_loopback_port
-from loadtests._run_identity import RUN_ID_ENV
+from loadtests.base.ports import free_loopback_port
+from loadtests.record.membership import RUN_ID_ENV
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
 from tests.server_gauges import RUNNING, gauge
@@ -215,7 +215,7 @@ def test_a_worker_of_another_run_is_refused_and_nothing_it_sends_is_written(tmp_
 def test_a_worker_joins_a_run_of_its_own_scenario_and_run_id_only(
     theirs: tuple[str, str | None], refused_because: str | None
 ) -> None:
-    from loadtests._run_identity import RunIdentity
+    from loadtests.record.membership import RunIdentity
 
     assert RunIdentity("mixed_truncate", "night-1").mismatch(RunIdentity(*theirs)) == refused_because
     assert RunIdentity("mixed_truncate", None).mismatch(RunIdentity("mixed_truncate", None)) is None
@@ -228,7 +228,7 @@ def test_a_worker_joins_a_run_of_its_own_scenario_and_run_id_only(
 def test_processes_give_the_master_and_its_workers_a_run_id_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from loadtests._run_identity import RUN_ID_ENV, own_run_id
+    from loadtests.record.membership import RUN_ID_ENV, own_run_id
 
     monkeypatch.delenv(RUN_ID_ENV, raising=False)
     parser = argparse.ArgumentParser()
@@ -255,7 +255,7 @@ def test_processes_give_the_master_and_its_workers_a_run_id_of_their_own(monkeyp
 def test_a_processes_run_binds_and_reaches_one_port_of_its_own(argv: list[str], port: int) -> None:
     import argparse
 
-    from loadtests._ports import own_master_port
+    from loadtests.base.ports import own_master_port
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--master-port", type=int, default=5557)

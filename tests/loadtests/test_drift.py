@@ -10,13 +10,13 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from loadtests._drift import DriftLimits, WindowJudge, drift_gates, latency_drift, memory_growth, windows_table
-from loadtests._gates import GATE_TYPES, Expect, Gate, HarnessKeptUp, RunTables
-from loadtests._options import parse_duration
-from loadtests._progress import ProgressPrinter, RunProgress
-from loadtests._recorder import REQUEST_SCHEMA, to_pandas
-from loadtests._run_dir import RunDir
-from loadtests._server_metrics import parse_exposition
+from loadtests.declare.options import parse_duration
+from loadtests.judge.drift import DriftLimits, WindowJudge, drift_gates, latency_drift, memory_growth, windows_table
+from loadtests.judge.gates import GATE_TYPES, Expect, Gate, HarnessKeptUp, RunTables
+from loadtests.record.recorder import REQUEST_SCHEMA, to_pandas
+from loadtests.record.run_dir import RunDir
+from loadtests.record.server_metrics import parse_exposition
+from loadtests.run.progress import ProgressPrinter, RunProgress
 
 pytestmark = pytest.mark.fast
 
@@ -148,9 +148,9 @@ def test_progress_refreshes_in_place_on_a_terminal_and_prints_lines_otherwise() 
 
 
 def test_progress_reads_only_new_parts(tmp_path: Path) -> None:
-    from loadtests._outcome import RequestPlan, StreamTracker
-    from loadtests._recorder import Recorder
-    from loadtests._run_writer import RunWriter
+    from loadtests.client.outcome import RequestPlan, StreamTracker
+    from loadtests.record.parts_writer import RunWriter
+    from loadtests.record.recorder import Recorder
 
     writer, progress = RunWriter(tmp_path), RunProgress(RunDir(tmp_path))
     for status in (200, 500):

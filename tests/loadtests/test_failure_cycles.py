@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from loadtests._failure_cycles import forget_failure, forget_traceback
+from loadtests.load.failure_cycles import forget_failure, forget_traceback
 
 pytestmark = pytest.mark.fast
 

@@ -9,7 +9,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from loadtests._gates import (
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.sse import KEEP_ALIVE_TEXT, Frame
+from loadtests.judge.gates import (
     GATE_TYPES,
     Expect,
     Gate,
@@ -26,9 +28,7 @@ from loadtests._gates import (
     evaluate,
     inferred_keep_alive_interval,
 )
-from loadtests._outcome import RequestPlan, StreamTracker
-from loadtests._recorder import Recorder
-from loadtests._sse import KEEP_ALIVE_TEXT, Frame
+from loadtests.record.recorder import Recorder
 from tests.loadtests.tables import frames_of, requests_of
 
 pytestmark = pytest.mark.fast

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._stack import TargetServerProcess
+from loadtests.services.stack import TargetServerProcess
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command
 
 pytestmark = [pytest.mark.smoke, pytest.mark.extended]

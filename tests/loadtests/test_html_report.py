@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests import _figures as figures
-from loadtests._gates import (
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.sse import Frame
+from loadtests.judge.gates import (
     ALWAYS_ON,
     FAIL,
     INCONCLUSIVE,
@@ -34,7 +35,12 @@ from loadtests._gates import (
     evaluate,
     gate_is_noise,
 )
-from loadtests._html_report import (
+from loadtests.judge.summary import Summary, summarize
+from loadtests.record import figures
+from loadtests.record.lag import lag_summary
+from loadtests.record.recorder import FRAME_COLUMNS, Recorder
+from loadtests.record.server_metrics import concept_series, parse_exposition, server_metrics_summary
+from loadtests.report.html_report import (
     NO_LAG_LIMIT,
     _gap_figure,
     _gap_interval,
@@ -49,12 +55,6 @@ from loadtests._html_report import (
     write_html_report,
     write_requests_csv,
 )
-from loadtests._lag import lag_summary
-from loadtests._outcome import RequestPlan, StreamTracker
-from loadtests._recorder import FRAME_COLUMNS, Recorder
-from loadtests._server_metrics import concept_series, parse_exposition, server_metrics_summary
-from loadtests._sse import Frame
-from loadtests._summary import Summary, summarize
 from tests.loadtests.tables import frames_of, requests_of
 
 pytestmark = pytest.mark.fast

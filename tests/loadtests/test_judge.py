@@ -8,11 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadtests._judge import judge
-from loadtests._outcome import RequestPlan, StreamTracker
-from loadtests._recorder import FRAME_SCHEMA, REQUEST_SCHEMA, Recorder
-from loadtests._run_dir import RunDir
-from loadtests._sse import KEEP_ALIVE_TEXT, Frame
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.sse import KEEP_ALIVE_TEXT, Frame
+from loadtests.record.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, Recorder
+from loadtests.record.run_dir import RunDir
+from loadtests.run.judging import judge
 from tests.loadtests.locust_run import rejudged_alike
 
 pytestmark = pytest.mark.fast
@@ -68,7 +68,7 @@ def test_a_given_interval_is_not_second_guessed(tmp_path: Path) -> None:
 
 
 def test_a_proxy_gate_told_no_interval_names_the_one_inferred(tmp_path: Path) -> None:
-    from loadtests._gates import NoProxyTimeouts
+    from loadtests.judge.gates import NoProxyTimeouts
 
     run = run_with(tmp_path, [[1.1, 2.1, 3.1], [1.1, 2.1]])
     settings = {**HOST_SETTINGS, "keep_alive_interval_source": "unknown", "proxy_read_timeout": 2.0}

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from loadtests.__main__ import main
+from loadtests.cli.commands import main
 from tests.loadtests.locust_run import ROOT
 
 pytestmark = pytest.mark.fast

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import _kubernetes as k8s
-from loadtests._ports import free_loopback_port
+from loadtests.base.ports import free_loopback_port
+from loadtests.cli import kubernetes as k8s
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun
 

@@ -9,15 +9,22 @@ import gevent
 import pandas as pd
 import pytest
 
-from loadtests._gates import Gate, HarnessKeptUp, RunTables, evaluate
-from loadtests._judge import judge
-from loadtests._lag import LAG_COLUMNS, STALL_FLOOR_S, LagMonitor, lag_summary, stalled_while_open, while_streams_open
-from loadtests._outcome import RequestPlan, StreamTracker
-from loadtests._recorder import Recorder
-from loadtests._run_dir import RunDir
-from loadtests._run_writer import RunWriter
-from loadtests._sse import Frame
-from loadtests._summary import Summary
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.sse import Frame
+from loadtests.judge.gates import Gate, HarnessKeptUp, RunTables, evaluate
+from loadtests.judge.summary import Summary
+from loadtests.record.lag import (
+    LAG_COLUMNS,
+    STALL_FLOOR_S,
+    LagMonitor,
+    lag_summary,
+    stalled_while_open,
+    while_streams_open,
+)
+from loadtests.record.parts_writer import RunWriter
+from loadtests.record.recorder import Recorder
+from loadtests.record.run_dir import RunDir
+from loadtests.run.judging import judge
 
 pytestmark = pytest.mark.fast
 

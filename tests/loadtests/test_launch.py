@@ -14,10 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadtests._gates import ALWAYS_ON
-from loadtests._options import locust_arguments as option_arguments
-from loadtests._run_dir import RunDir
+from loadtests.declare.options import locust_arguments as option_arguments
+from loadtests.judge.gates import ALWAYS_ON
 from loadtests.launch import Launch, gate_names, plan, run
+from loadtests.record.run_dir import RunDir
 
 pytestmark = pytest.mark.extended
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._litellm_gateway import (
+from loadtests.base.ports import free_loopback_port
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.services.litellm_gateway import (
     NO_KEY,
     UPSTREAM_KEY_ENV,
     LiteLLMError,
@@ -17,10 +19,8 @@ from loadtests._litellm_gateway import (
     litellm_available,
     upstream_models,
 )
-from loadtests._outcome import RequestPlan, StreamTracker
-from loadtests._ports import free_loopback_port
-from loadtests._real_proxies import Upstream
-from loadtests._stack import ServerStartError
+from loadtests.services.real_proxies import Upstream
+from loadtests.services.stack import ServerStartError
 
 pytestmark = pytest.mark.fast
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._loop_hygiene import FULL_COLLECTION_EVERY, SWITCH_INTERVAL_S
-from loadtests._tls import client_context
+from loadtests.client.tls import client_context
+from loadtests.load.loop_hygiene import FULL_COLLECTION_EVERY, SWITCH_INTERVAL_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def run_with(script: str, *args: str) -> dict[str, object]:
 FREEZE = """
 import gc, json, sys, weakref
 import pandas, pyarrow  # the bulk of a Locust process's objects, as far as the collector is concerned
-from loadtests._loop_hygiene import settle_after_setup
+from loadtests.load.loop_hygiene import settle_after_setup
 
 class Node:
     pass
@@ -68,7 +68,7 @@ def test_setup_objects_leave_every_later_collection_and_garbage_is_not_frozen() 
 
 WARM = """
 import json, platform
-from loadtests._loop_hygiene import settle_after_setup
+from loadtests.load.loop_hygiene import settle_after_setup
 
 settle_after_setup()
 
@@ -100,7 +100,7 @@ def test_one_verifying_tls_context_serves_every_client() -> None:
 STOP = """
 import inspect, json, os, sys
 import pandas, pyarrow  # many modules, as in a Locust process
-from loadtests._loop_hygiene import settle_after_setup
+from loadtests.load.loop_hygiene import settle_after_setup
 
 if sys.argv[1] == "settled":
     settle_after_setup()
@@ -126,7 +126,7 @@ def test_the_module_files_locust_looks_up_when_it_stops_are_resolved_at_setup() 
 CLOCK = """
 import json, time
 import gevent
-from loadtests._loop_hygiene import settle_after_setup
+from loadtests.load.loop_hygiene import settle_after_setup
 
 loop = gevent.get_hub().loop
 loop.update_now()
@@ -146,7 +146,7 @@ def test_per_request_loggers_are_quieted_unless_given_a_level() -> None:
     but a level someone set on purpose stays."""
     result = run(
         "import json, logging\n"
-        "from loadtests._loop_hygiene import quiet_per_request_logging\n"
+        "from loadtests.load.loop_hygiene import quiet_per_request_logging\n"
         "logging.getLogger('httpx2').setLevel(logging.DEBUG)\n"
         "quiet_per_request_logging()\n"
         "print(json.dumps({n: logging.getLogger(n).level for n in ('httpx', 'httpx2')}))"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._lag import while_streams_open
+from loadtests.record.lag import while_streams_open
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import ROOT, assert_the_verdict_comes_last, run_locust
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadtests._stack import ChildService
+from loadtests.services.stack import ChildService
 from tests.conftest import require_vllm
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun
 from tests.loadtests.netns import Hosts, available

@@ -107,11 +107,11 @@ def test_kill_9_of_locust_stops_every_service_it_started(tmp_path: Path, proxy: 
 
 @contextlib.contextmanager
 def watchdog(*command: str, cpus: int | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m loadtests._parent_watch [--cpus N] -- COMMAND`` with a stdin pipe from this test;
+    """``python -m loadtests.services.parent_watch [--cpus N] -- COMMAND`` with a stdin pipe from this test;
     ended by its id afterwards if a failed test left it running."""
     confined = [] if cpus is None else ["--cpus", str(cpus)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "loadtests._parent_watch", *confined, "--", *command],
+        [sys.executable, "-m", "loadtests.services.parent_watch", *confined, "--", *command],
         stdin=subprocess.PIPE,
         start_new_session=True,
     )
@@ -137,7 +137,7 @@ def test_the_watchdog_runs_its_command_on_the_cpus_it_is_given() -> None:
     with watchdog(sys.executable, "-c", script, str(cpu), cpus=cpu) as process:
         assert process.wait(30) == 0
     refused = subprocess.run(
-        [sys.executable, "-m", "loadtests._parent_watch", "--cpus", "x", "--", "true"],
+        [sys.executable, "-m", "loadtests.services.parent_watch", "--cpus", "x", "--", "true"],
         capture_output=True,
         text=True,
         timeout=60,

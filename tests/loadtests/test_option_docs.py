@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._option_docs import COMMAND, MAX_HELP, one_line_help, render
-from loadtests._options import OPTIONS, PYTEST_PREFIX, Surface, on
+from loadtests.cli.option_docs import COMMAND, MAX_HELP, one_line_help, render
+from loadtests.declare.options import OPTIONS, PYTEST_PREFIX, Surface, on
 
 pytestmark = pytest.mark.fast
 
@@ -46,7 +46,7 @@ def test_a_first_sentence_stops_at_its_full_stop_not_at_an_abbreviation() -> Non
 
 
 def test_the_docs_verb_prints_the_page(capsys: pytest.CaptureFixture[str]) -> None:
-    from loadtests.__main__ import main
+    from loadtests.cli.commands import main
 
     with pytest.raises(SystemExit) as exited:
         main(["docs", "options"])

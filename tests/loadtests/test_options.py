@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from loadtests.__main__ import parser as command_line
-from loadtests._options import (
+from loadtests.cli.commands import parser as command_line
+from loadtests.declare.options import (
     OPTIONS,
     Surface,
     add_argparse_options,

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadtests._outcome import OUTCOMES, Outcome, RequestPlan, StreamTracker, frame_kind
-from loadtests._recorder import Recorder
-from loadtests._run_dir import RunDir
-from loadtests._run_writer import RunWriter
-from loadtests._sse import Frame
+from loadtests.client.outcome import OUTCOMES, Outcome, RequestPlan, StreamTracker, frame_kind
+from loadtests.client.sse import Frame
+from loadtests.record.parts_writer import RunWriter
+from loadtests.record.recorder import Recorder
+from loadtests.record.run_dir import RunDir
 
 pytestmark = pytest.mark.fast
 
@@ -322,7 +322,7 @@ def test_the_clients_reason_is_the_message_of_rows_the_client_ended_only() -> No
 
 
 def test_a_stream_is_stuck_after_three_times_the_longest_finished_of_its_kind() -> None:
-    from loadtests._run_state import STUCK_MIN_S, RunState
+    from loadtests.load.state import STUCK_MIN_S, RunState
 
     state = RunState()
     assert state.stuck_after("chat:a") is None  # nothing finished: nothing to compare with
@@ -339,7 +339,7 @@ def test_a_stream_is_stuck_after_three_times_the_longest_finished_of_its_kind() 
 def test_a_stream_open_past_its_kind_is_stuck_only_when_its_tokens_stopped() -> None:
     """Seen against real vLLM: a slot holder lengthened mid-run streamed 1,578 tokens until the run
     ended 5.0 s after its send, past 3x its kind's first (short) ones, and was judged stuck."""
-    from loadtests._run_state import STUCK_MIN_S, RunState
+    from loadtests.load.state import STUCK_MIN_S, RunState
 
     state = RunState()
     state.note_finished(StreamTracker(RequestPlan("first", "chat:holder", "chat"), 0.0).finish(0.8))

@@ -16,8 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests._run_state import RunState
-from loadtests._workload import (
+from loadtests.declare.workload import (
     CHARS_PER_TOKEN,
     RequestMix,
     RequestSpec,
@@ -25,6 +24,7 @@ from loadtests._workload import (
     probe_prompt_sizing,
     sized_text,
 )
+from loadtests.load.state import RunState
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import run_locust
 

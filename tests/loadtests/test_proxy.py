@@ -20,8 +20,8 @@ import httpx
 import psutil
 import pytest
 
-from loadtests._options import PROXY_KINDS
-from loadtests._real_proxies import (
+from loadtests.declare.options import PROXY_KINDS
+from loadtests.services.real_proxies import (
     REAL_PROXIES,
     Setup,
     Upstream,
@@ -30,7 +30,7 @@ from loadtests._real_proxies import (
     start_real_proxy,
     timeout_notes,
 )
-from loadtests._stack import ChildService, ServerStartError, start_embedded_proxy
+from loadtests.services.stack import ChildService, ServerStartError, start_embedded_proxy
 from tests.conftest import StartServer, real_proxy_params, require_nginx, require_proxy
 from tests.sse_stream import Streamed, stream
 

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from loadtests._proxy import ProxySettings, ReverseProxy
-from loadtests._stack import ChildService, TargetServerProcess, start_embedded_proxy
+from loadtests.services.embedded_proxy import ProxySettings, ReverseProxy
+from loadtests.services.stack import ChildService, TargetServerProcess, start_embedded_proxy
 
 MARK = b"<b>sse-soak-marker</b>"  # what a reflected value would look like in an answer
 

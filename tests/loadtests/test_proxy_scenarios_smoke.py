@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._real_proxies import REAL_PROXIES
+from loadtests.services.real_proxies import REAL_PROXIES
 from tests.conftest import real_proxy_params, require_nginx, require_proxy
 from tests.loadtests.locust_run import run_locust
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.smoke
 
 GATE_NAMES_THE_CUTS = {"embedded", "nginx", "apache", "haproxy", "squid"}
 """The proxies whose every read-timeout cut in this scenario ``no_proxy_timeouts`` names
-(``loadtests._causes``): HAProxy's, after the 1.8 s of silence its ~0.2 s write delay leaves the
+(``loadtests.judge.causes``): HAProxy's, after the 1.8 s of silence its ~0.2 s write delay leaves the
 client, and Squid's, after 2.75 to 3.7 s (its whole-second timer). Caddy ends a cut stream with a
 clean final chunk (a ``cut``: no ``[DONE]``), named by the gate, but once in about fifteen runs
 ended one stream 5 ms after its headers (cause not found), which the gate counts as another cut."""

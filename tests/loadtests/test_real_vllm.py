@@ -11,9 +11,9 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from loadtests import _real_vllm as real
-from loadtests.__main__ import main
+from loadtests.cli.commands import main
 from loadtests.errors import UsageError
+from loadtests.services import real_vllm as real
 
 pytestmark = pytest.mark.fast
 

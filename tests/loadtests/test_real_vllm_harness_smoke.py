@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import _real_vllm as real
+from loadtests.services import real_vllm as real
 from tests.conftest import VLLM_KEEP_ALIVE, VLLM_KEY
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
 from tests.loadtests.test_soak_smoke import soak_command

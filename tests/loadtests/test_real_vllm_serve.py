@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from loadtests import _real_vllm as real
+from loadtests.services import real_vllm as real
 from tests.conftest import VLLM_AUTH as AUTH
 from tests.conftest import require_vllm
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from loadtests._outcome import RequestPlan, StreamTracker
-from loadtests._recorder import FRAME_COLUMNS, Recorder
-from loadtests._run_writer import UNWRITABLE_ROWS, RunWriter
-from loadtests._sse import Frame
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.sse import Frame
+from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
+from loadtests.record.recorder import FRAME_COLUMNS, Recorder
 from tests.loadtests.tables import requests_of
 
 pytestmark = pytest.mark.fast

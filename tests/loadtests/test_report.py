@@ -9,15 +9,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadtests._drift import DriftLimits, drift_gates
-from loadtests._gates import ALWAYS_ON, Expect
-from loadtests._judge import SoakState, judge, unfinished
-from loadtests._outcome import RequestPlan, StreamTracker
-from loadtests._recorder import FRAME_COLUMNS, Recorder
-from loadtests._run_dir import Manifest, RunDir, read_table
-from loadtests._run_writer import RunWriter
-from loadtests._sse import Frame
-from loadtests._summary import KEEPALIVE_COUNTED_ON, Summary, SummaryError
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.sse import Frame
+from loadtests.judge.drift import DriftLimits, drift_gates
+from loadtests.judge.gates import ALWAYS_ON, Expect
+from loadtests.judge.summary import KEEPALIVE_COUNTED_ON, Summary, SummaryError
+from loadtests.record.parts_writer import RunWriter
+from loadtests.record.recorder import FRAME_COLUMNS, Recorder
+from loadtests.record.run_dir import Manifest, RunDir, read_table
+from loadtests.run.judging import SoakState, judge, unfinished
 from tests.loadtests.tables import requests_of
 
 pytestmark = pytest.mark.fast

@@ -7,7 +7,7 @@ import socket
 import pytest
 from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
-from loadtests._response_end import FramedResponse
+from loadtests.client.response_end import FramedResponse
 
 pytestmark = pytest.mark.fast
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from loadtests._run_dir import parts_problem
+from loadtests.record.run_dir import parts_problem
 from tests.loadtests.locust_run import ROOT, run_locust
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import _run_dir as run_dir
-from loadtests._run_dir import RunDir, RunDirError, report_root_problem
+from loadtests.record import run_dir
+from loadtests.record.run_dir import RunDir, RunDirError, report_root_problem
 from tests.loadtests.locust_run import ROOT
 
 RUNS = 8
@@ -27,7 +27,7 @@ def new_run_dir(root: Path, scenario: str) -> Path:
 # A child that makes its run directory when told to (a line on stdin), all in the same UTC second.
 CHILD = """
 import sys, time
-from loadtests import _run_dir as run_dir
+from loadtests.record import run_dir
 run_dir.time.gmtime = lambda *_: time.struct_time((2026, 1, 1, 0, 0, 0, 3, 1, 0))
 print("ready", flush=True)
 sys.stdin.readline()

@@ -25,14 +25,14 @@ import httpx
 import pandas as pd
 import pytest
 
-from loadtests._gates import Expect
-from loadtests._judge import judge
-from loadtests._outcome import RequestPlan, StreamTracker
-from loadtests._recorder import Recorder
-from loadtests._run_dir import RunDir
-from loadtests._run_writer import RunWriter
-from loadtests._sse import Frame
-from loadtests._summary import Summary
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.sse import Frame
+from loadtests.judge.gates import Expect
+from loadtests.judge.summary import Summary
+from loadtests.record.parts_writer import RunWriter
+from loadtests.record.recorder import Recorder
+from loadtests.record.run_dir import RunDir
+from loadtests.run.judging import judge
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import ROOT, LiveLocust, assert_the_verdict_comes_last, locust_command, run_locust
 

@@ -17,11 +17,11 @@ from typing import Any
 import gevent
 import pytest
 
-from loadtests import _run_writer as run_writer
-from loadtests._outcome import RequestPlan, StreamTracker
-from loadtests._recorder import Recorder
-from loadtests._run_writer import RunWriter, _off_loop
-from loadtests._sse import Frame
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.sse import Frame
+from loadtests.record import parts_writer as run_writer
+from loadtests.record.parts_writer import RunWriter, _off_loop
+from loadtests.record.recorder import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -190,10 +190,10 @@ from gevent import monkey
 monkey.patch_all()
 from pathlib import Path
 import gevent
-from loadtests._outcome import RequestPlan, StreamTracker
-from loadtests._recorder import Recorder
-from loadtests._run_writer import UNWRITABLE_ROWS, RunWriter
-from loadtests._sse import Frame
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.record.recorder import Recorder
+from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
+from loadtests.client.sse import Frame
 
 def batch_of(*request_ids):
     recorder = Recorder()

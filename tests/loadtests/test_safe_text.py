@@ -1,10 +1,10 @@
-"""What the run shows a person: ``loadtests._safe_text``, pure functions."""
+"""What the run shows a person: ``loadtests.base.safe_text``, pure functions."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadtests._safe_text import plain_name, printable, redacted_url, url_has_credentials, without_header_values
+from loadtests.base.safe_text import plain_name, printable, redacted_url, url_has_credentials, without_header_values
 
 pytestmark = pytest.mark.fast
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from loadtests._real_vllm import VllmProfile
-from loadtests._scenario import Scenario
+from loadtests.declare.scenario import Scenario
 from loadtests.errors import UsageError
+from loadtests.services.real_vllm import VllmProfile
 
 pytestmark = pytest.mark.fast
 

@@ -17,8 +17,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from loadtests._run_dir import RunDir
-from loadtests._server_metrics import (
+from loadtests.record.run_dir import RunDir
+from loadtests.record.server_metrics import (
     NOT_RECORDED,
     SERVER_METRICS_SCHEMA,
     ServerMetricsScraper,
@@ -26,7 +26,7 @@ from loadtests._server_metrics import (
     parse_exposition,
     server_metrics_summary,
 )
-from loadtests._stack import TargetServerProcess
+from loadtests.services.stack import TargetServerProcess
 from tests.loadtests.locust_run import ROOT
 
 VLLM_LIKE = """\
@@ -286,7 +286,7 @@ monkey.patch_all()
 import gc, json, sys
 from pathlib import Path
 import gevent, gevent.hub
-from loadtests._server_metrics import ServerMetricsScraper, native_connection
+from loadtests.record.server_metrics import ServerMetricsScraper, native_connection
 url, directory = sys.argv[1], Path(sys.argv[2])
 scraper = ServerMetricsScraper(url, directory, interval=0.01, flush_interval=0.02)
 scraper.start()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadtests._drift import DriftLimits, soak_section
-from loadtests._gates import RunTables
-from loadtests._run_dir import RunDir
+from loadtests.judge.drift import DriftLimits, soak_section
+from loadtests.judge.gates import RunTables
+from loadtests.record.run_dir import RunDir
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, locust_command, rejudged_alike, run_locust
 from tests.loadtests.test_misbehaving_servers_smoke import MISBEHAVING_LOCUSTFILE, start_misbehaving_server
 

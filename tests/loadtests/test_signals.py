@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SECOND_CTRL_C_WHILE_THE_WRITER_WAITS = """
 import os, signal
 import gevent
-from loadtests._signals import SignalGuard
+from loadtests.run.signals import SignalGuard
 
 guard = SignalGuard()
 guard.install()
@@ -48,7 +48,7 @@ def test_a_second_ctrl_c_while_the_writer_waits_is_answered() -> None:
 CTRL_C_BEFORE_ANY_TEST = """
 import os, signal
 import gevent
-from loadtests._signals import SignalGuard
+from loadtests.run.signals import SignalGuard
 
 guard = SignalGuard()
 guard.install((signal.SIGINT,))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtests._sse import Frame, LineTooLong, SSEParser
+from loadtests.client.sse import Frame, LineTooLong, SSEParser
 
 pytestmark = pytest.mark.fast
 

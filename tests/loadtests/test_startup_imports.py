@@ -28,7 +28,7 @@ def test_a_raw_users_locustfile_loads_neither_the_sdk_nor_fastapi() -> None:
         "from loadtests import RequestMix, RequestSpec, Scenario, SSEUser\n"
         "class RawUser(SSEUser):\n"
         "    mix = RequestMix([RequestSpec('short', 'chat', 16, max_tokens=4)])\n"
-        "import loadtests._stack, loadtests._judge"
+        "import loadtests.services.stack, loadtests.run.judging"
     )
     assert _loaded_after(code) == "[]"
 

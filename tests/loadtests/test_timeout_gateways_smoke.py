@@ -1,6 +1,6 @@
 """Timeouts of proxies and gateways the run did not start (``--host`` at them): real HAProxy, Apache
 and LiteLLM, started by the test in front of a silent server. Each is attributed by the one rule of
-``loadtests._causes`` from what the client saw (the silence, the status, the ``Server`` header,
+``loadtests.judge.causes`` from what the client saw (the silence, the status, the ``Server`` header,
 the error body), and the verdict, the gate's line and the ``causes:`` line say the same."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests._litellm_gateway import start_litellm
-from loadtests._real_proxies import start_real_proxy
-from loadtests._stack import ChildService
+from loadtests.services.litellm_gateway import start_litellm
+from loadtests.services.real_proxies import start_real_proxy
+from loadtests.services.stack import ChildService
 from tests.conftest import StartServer, require_litellm, require_proxy
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
 

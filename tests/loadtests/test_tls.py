@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadtests import _tls as tls
+from loadtests.client import tls
 
 pytestmark = pytest.mark.fast
 

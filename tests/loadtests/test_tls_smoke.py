@@ -178,8 +178,8 @@ monkey.patch_all()  # as in a Locust process: the ssl module's sockets are geven
 import gc, json, sys
 from pathlib import Path
 import gevent, gevent.hub
-from loadtests import _tls
-from loadtests._server_metrics import ServerMetricsScraper
+from loadtests.client import tls as _tls
+from loadtests.record.server_metrics import ServerMetricsScraper
 url, directory, ca_cert = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 if ca_cert:
     _tls.configure(ca_cert=ca_cert)

@@ -9,12 +9,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from loadtests.__main__ import main
-from loadtests._ending import how_it_ended
-from loadtests._gates import Expect, GateResult, KeepAliveCovered, RunTables, evaluate, unjudged
-from loadtests._lag import STALLED_COLUMN, lag_summary
-from loadtests._summary import FAIL, INCONCLUSIVE, PASS, Summary
+from loadtests.cli.commands import main
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE
+from loadtests.judge.gates import Expect, GateResult, KeepAliveCovered, RunTables, evaluate, unjudged
+from loadtests.judge.summary import FAIL, INCONCLUSIVE, PASS, Summary
+from loadtests.record.lag import STALLED_COLUMN, lag_summary
+from loadtests.run.ending import how_it_ended
 from tests.loadtests.test_gates import raw_stream, table
 
 pytestmark = pytest.mark.fast
@@ -166,7 +166,7 @@ def test_compare_says_inconclusive_with_its_own_exit_code(tmp_path: Path, capsys
 
 
 def test_a_gate_a_scenario_cannot_form_is_unjudged_with_its_reason_and_stored_as_such() -> None:
-    from loadtests._gates import Gate, Unjudgeable
+    from loadtests.judge.gates import Gate, Unjudgeable
 
     gate = Unjudgeable("keepalive_through_silence", "the server's keep-alive interval is unknown")
     result = gate.evaluate(table(raw_stream(3.0, 0)))

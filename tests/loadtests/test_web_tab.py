@@ -13,12 +13,12 @@ from urllib.parse import urljoin
 import pytest
 from flask import Flask
 
-from loadtests._gates import GateResult
-from loadtests._options import LABEL_MAX, OPTIONS, Surface, label_form_fields, on, option
-from loadtests._run_dir import RunDir
-from loadtests._scenario import Scenario
-from loadtests._summary import summarize
-from loadtests._web_tab import TAB, WebTab, _Test, add_routes, view_of
+from loadtests.declare.options import LABEL_MAX, OPTIONS, Surface, label_form_fields, on, option
+from loadtests.declare.scenario import Scenario
+from loadtests.judge.gates import GateResult
+from loadtests.judge.summary import summarize
+from loadtests.record.run_dir import RunDir
+from loadtests.run.web_tab import TAB, WebTab, _Test, add_routes, view_of
 from tests.loadtests.test_gates import table
 
 

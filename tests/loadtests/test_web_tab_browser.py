@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests._gates import gate_is_noise
-from loadtests._options import Surface, on
-from loadtests._summary import Summary
+from loadtests.declare.options import Surface, on
+from loadtests.judge.gates import gate_is_noise
+from loadtests.judge.summary import Summary
 from tests.browser import Browser, distinct_colours, ink, pixels, wait_until
 from tests.conftest import require_chromium
 from tests.loadtests.locust_run import LiveLocust

@@ -9,7 +9,7 @@ import random
 import httpx
 import pytest
 
-from loadtests._workload import (
+from loadtests.declare.workload import (
     PreparedMix,
     PreparedRequest,
     RequestMix,
@@ -87,7 +87,7 @@ def test_an_empty_mix_is_refused() -> None:
 
 
 def test_a_slot_holder_streams_for_its_hold_at_the_servers_pace_within_the_context() -> None:
-    from loadtests._workload import HOLD_MAX_TOKENS, ServerPace
+    from loadtests.declare.workload import HOLD_MAX_TOKENS, ServerPace
 
     holder = RequestSpec("hold", "chat", 1500, max_tokens=8, hold_s=3.0)
     fast = ServerPace.of(ttft_s=0.01, duration_s=0.01 + 0.002 * 99, tokens=100)
@@ -110,9 +110,9 @@ def test_holders_are_sized_at_the_fastest_pace_seen_until_it_settles(capsys: pyt
     import dataclasses
     import random
 
-    from loadtests._outcome import Outcome, RequestPlan, StreamTracker
-    from loadtests._run_state import PACE_MAX_RESIZES, RunState
-    from loadtests._workload import PreparedMix, PreparedRequest, ServerFacts
+    from loadtests.client.outcome import Outcome, RequestPlan, StreamTracker
+    from loadtests.declare.workload import PreparedMix, PreparedRequest, ServerFacts
+    from loadtests.load.state import PACE_MAX_RESIZES, RunState
 
     holder = RequestSpec("holder", "completions", 100, max_tokens=8, hold_s=3.0)
 

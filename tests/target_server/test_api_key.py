@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests._stack import TargetServerProcess
+from loadtests.services.stack import TargetServerProcess
 
 KEY = "sekrit-key"
 UNAUTHORIZED = {"error": "Unauthorized"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadtests._stack import Stack, TargetServerProcess, split_api_key
+from loadtests.services.stack import Stack, TargetServerProcess, split_api_key
 from target_server.config import ServerConfig
 
 

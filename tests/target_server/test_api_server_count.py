@@ -15,8 +15,8 @@ import httpx
 import psutil
 import pytest
 
-from loadtests._server_metrics import fetch_samples
-from loadtests._stack import ChildService, TargetServerProcess
+from loadtests.record.server_metrics import fetch_samples
+from loadtests.services.stack import ChildService, TargetServerProcess
 from target_server.app import TargetServer
 from target_server.config import ServerConfig
 from target_server.faults import FaultInjector

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from loadtests._stack import ServerStartError, TargetServerProcess
+from loadtests.services.stack import ServerStartError, TargetServerProcess
 from target_server.__main__ import listening_socket
 from target_server.config import ServerConfig
 from tests.conftest import StartServer

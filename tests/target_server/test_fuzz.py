@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from loadtests._stack import TargetServerProcess
+from loadtests.services.stack import TargetServerProcess
 from target_server.protocol import (
     ChatCompletionRequest,
     ChatMessage,

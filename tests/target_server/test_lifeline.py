@@ -1,4 +1,4 @@
-"""``target_server.lifeline``: the refusal line a harness reads back, and who is told it."""
+"""``sse_soak_lifeline``: the refusal line a harness reads back, and who is told it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from target_server.lifeline import ENV_VAR, harness_environment, parse_refusal, refusal_line
+from sse_soak_lifeline import ENV_VAR, harness_environment, parse_refusal, refusal_line
 
 
 def test_a_refusal_line_is_one_line_that_parses_back_to_its_reason() -> None:
@@ -27,6 +27,6 @@ def test_the_refusal_line_is_printed_only_for_a_harness(launched: bool, printed:
     env = {name: value for name, value in os.environ.items() if name != ENV_VAR}
     if launched:
         env.update(harness_environment())
-    script = "from target_server.lifeline import announce_refusal; announce_refusal('port   taken')"
+    script = "from sse_soak_lifeline import announce_refusal; announce_refusal('port   taken')"
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout) == (0, printed), result.stderr

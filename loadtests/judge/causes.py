@@ -1,0 +1,335 @@
+"""Why streams failed between the harness and the server: one judgement that the ``causes:`` line,
+the summary's ``causes`` and the gates read, so that they never disagree.
+
+Proxy and gateway timeouts (``proxy_timeouts``). A failed request counts as one when
+
+- its answer says so, whatever its silence (the ``gateway_timeout`` outcome): HTTP 408, 504 or 524
+  (``loadtests.client.outcome.TIMEOUT_STATUSES``), an in-band error whose code is one of them, or a known
+  gateway's timeout message (LiteLLM's 500 on the chat route; it answers 0.1-0.5 s after its timer
+  fires, so its silences run past the window);
+- or it is a 502 before the headers (Apache's mod_proxy answers its timeout so, but a reset upstream
+  is a 502 too) or a stream cut after them (no ``[DONE]``), and its silence is in the read timeout's
+  window: at least ``timeout - early`` and at most ``timeout + late``.
+
+The silence is the time since the last byte the proxy could have received from upstream, as the
+harness saw it (``end_silence_s``): from the send to a status, from the last frame (or the headers)
+to a cut. The harness sees it later than the proxy does, never earlier, so the window reaches below
+the timeout: ``early = late = max(0.25 s, 15% of the timeout)``. Measured behind real proxies with a
+2 s timeout (docs/proxies.md): HAProxy without ``option http-no-delay`` holds each write ~200 ms,
+so its cuts follow 1.79-1.80 s of silence (in 1.70-2.30 s: counted); nginx and the embedded proxy
+cut at 2.00-2.01 s. Squid ticks its timers in whole seconds and cut after 1.37 to 3.7 s (by hand
+1.37-1.88 s; through ``--proxy squid`` 2.75-3.7 s): when the row (its ``Server`` or ``Via``
+header, its error body) or the run names Squid, ``early`` is 1 s and ``late`` 2 s (1.00-4.00 s); a
+proxy the run cannot name gets no such allowance, so an unnamed 1.37 s cut is counted as another
+cut (after a shorter silence): a server that drops idle connections after 1.4 s is not a 2 s proxy
+timeout, and ``outcomes_as_expected`` fails every cut anyway. A silence
+longer than ``timeout + late`` is not this proxy's timer either (it would have fired before).
+
+Keep-alive withheld (``keepalive_withheld``): when the server's keep-alive interval is known and raw
+streams were silent from their send for longer than it (plus ``keepalive_tolerance``) and none of
+them got any comment, something between strips comments or holds the headers (LiteLLM does both).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from loadtests.client.outcome import TIMEOUT_STATUSES, Outcome, is_timeout_code
+
+EARLY_FLOOR_S = 0.25
+"""The least a silence may fall short of the read timeout and still count: HAProxy's ~0.2 s hold."""
+EARLY_SHARE = 0.15
+"""...or this share of the read timeout, when larger (1.70 s for 2 s)."""
+COARSE_TICK_S = 1.0
+"""A whole-second timer's tick: a proxy that ticks so may cut up to one tick early and two late."""
+COARSE_TIMER_PROXIES = frozenset({"Squid"})
+"""Proxies measured to tick their read timeout in whole seconds (Squid 5.7: a 2 s timeout cut after
+1.4-3.7 s)."""
+
+KNOWN_PROXIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern, re.IGNORECASE))
+    for name, pattern in (
+        ("Squid", r"squid"),
+        ("HAProxy", r"haproxy"),
+        ("Apache", r"apache"),
+        ("nginx", r"nginx"),
+        ("Caddy", r"caddy"),
+        ("Envoy", r"envoy"),
+        ("Cloudflare", r"cloudflare"),
+        ("LiteLLM", r"litellm"),
+    )
+)
+"""Proxies and gateways a ``Server`` or ``Via`` header, or an error body, can name; a line only ever
+shows one of these names, never the header's own text."""
+RUN_PROXY_NAMES = {
+    "embedded": "the embedded proxy",
+    "nginx": "nginx",
+    "haproxy": "HAProxy",
+    "caddy": "Caddy",
+    "apache": "Apache",
+    "squid": "Squid",
+    "litellm": "LiteLLM",
+}
+"""How a line names the proxy the run started (``--proxy``); another value is shown as given."""
+WITHHOLDS_KEEP_ALIVE = frozenset({"litellm"})
+"""The ``--proxy`` kinds measured to strip SSE comments and hold the headers until the first token."""
+
+
+def proxies_named(rows: pd.DataFrame) -> pd.Series:
+    """Per row, the first of ``KNOWN_PROXIES`` its ``served_by`` names or, failing that, its error
+    message (a body such as LiteLLM's ``litellm.Timeout``); None where neither names one."""
+    names = pd.Series(None, index=rows.index, dtype="object")
+    for column in ("error_message", "served_by"):  # served_by last: it wins
+        text = _column(rows, column, "object").astype("object").fillna("").astype(str)
+        for name, pattern in reversed(KNOWN_PROXIES):  # the first pattern that matches wins
+            names = names.mask(text.str.contains(pattern), name)
+    return names.astype("object").where(names.notna(), None)
+
+
+def run_proxy(started: str | None) -> str | None:
+    """The proxy the run started, as a line names it; None for ``none`` or nothing recorded."""
+    if not started or started == "none":
+        return None
+    return RUN_PROXY_NAMES.get(started, started)
+
+
+def window(read_timeout: float, coarse: bool = False) -> tuple[float, float]:
+    """The silences that count as the read timeout firing: ``(low, high)`` (module docstring)."""
+    allowance = max(EARLY_FLOOR_S, EARLY_SHARE * read_timeout)
+    if coarse:
+        return read_timeout - max(allowance, COARSE_TICK_S), read_timeout + max(allowance, 2 * COARSE_TICK_S)
+    return read_timeout - allowance, read_timeout + allowance
+
+
+def _column(requests: pd.DataFrame, name: str, dtype: str = "float64") -> pd.Series:
+    """A column as floats (or as it is, for ``object``); nulls when the table predates it."""
+    if name not in requests.columns:
+        return pd.Series(None, index=requests.index, dtype=dtype)
+    column = requests[name]
+    return column if dtype == "object" else pd.to_numeric(column, errors="coerce").astype("float64")
+
+
+@dataclass(frozen=True)
+class ProxyTimeouts:
+    """A run's failures judged by the rule above, for a proxy read timeout of ``read_timeout``
+    seconds (None: no proxy timer known, so only statuses that say so count and no window is named)."""
+
+    read_timeout: float | None
+    before_headers: pd.DataFrame
+    """Answers that are a proxy's timeout: 408, 504, 524, and 502s whose silence is in the window."""
+    after_headers: pd.DataFrame
+    """Streams cut after their headers once silent for the read timeout, and in-band timeouts."""
+    other_cuts: pd.DataFrame
+    """Cuts after a silence outside the window: not this proxy's read timeout."""
+    unseen_cuts: pd.DataFrame
+    """Cuts of clients that cannot see comments (the SDK): their silence is unknown."""
+    started: str | None = None
+    """The proxy the run started (``--proxy``), as a line names it; None when it started none."""
+
+    @property
+    def rows(self) -> pd.DataFrame:
+        return pd.concat([self.before_headers, self.after_headers])
+
+    @property
+    def count(self) -> int:
+        return len(self.before_headers) + len(self.after_headers)
+
+    @property
+    def named(self) -> list[str]:
+        """The proxies and gateways the timed-out rows name, most frequent first."""
+        rows = self.rows
+        if rows.empty:
+            return []
+        return [str(name) for name in proxies_named(rows).dropna().value_counts().index]
+
+    def statuses(self) -> dict[str, int]:
+        """The statuses of the timeouts before the headers, by count (``{"504": 3, "502": 1}``)."""
+        counts = self.before_headers["status"].astype(int).value_counts()
+        return {str(code): int(n) for code, n in counts.items()}
+
+    def silences(self) -> pd.Series:
+        """The silence each timed-out row ended after, where known."""
+        return pd.concat([_silence(self.before_headers), _silence(self.after_headers)]).dropna()
+
+    def phrase(self) -> str:
+        """The one wording of these figures, for the ``causes:`` line and the gate's line alike:
+        ``1 proxy timeouts before the headers (1x 504), 36 streams cut after them, after 1.79-2.00 s of
+        silence (cuts and 502s count after 1.70-2.30 s for a 2 s read timeout); 2 other cuts after 0.30-0.41 s of
+        silence, outside it: not read timeouts; answered by HAProxy``."""
+        statuses = ", ".join(f"{n}x {code}" for code, n in self.statuses().items())
+        text = (
+            f"{len(self.before_headers)} proxy timeouts before the headers"
+            + (f" ({statuses})" if statuses else "")
+            + f", {len(self.after_headers)} streams cut after them"
+        )
+        silences = self.silences()
+        if len(silences):
+            text += f", after {_spread(silences)} of silence"
+        if self.read_timeout is not None:
+            low, high = window(self.read_timeout)
+            text += f" (cuts and 502s count after {low:.2f}-{high:.2f} s for a {self.read_timeout:g} s read timeout)"
+        if len(self.other_cuts):
+            other = _spread(_silence(self.other_cuts).dropna())
+            text += f"; {len(self.other_cuts)} other cuts after {other} of silence"
+            text += ", outside it: not read timeouts" if self.read_timeout is not None else ""
+        if len(self.unseen_cuts):
+            text += f"; {len(self.unseen_cuts)} cuts of SDK streams, whose silences are unknown"
+        named = self.named
+        if named:
+            text += f"; answered by {', '.join(named)}"
+        elif self.count and self.started:
+            text += f"; the run's proxy: {self.started}"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as ``summary.json``'s ``causes.proxy_timeouts`` holds them."""
+        silences = self.silences()
+        return {
+            "read_timeout_s": self.read_timeout,
+            "window_s": None if self.read_timeout is None else [round(v, 3) for v in window(self.read_timeout)],
+            "before_headers": len(self.before_headers),
+            "before_headers_statuses": self.statuses(),
+            "after_headers": len(self.after_headers),
+            "other_cuts": len(self.other_cuts),
+            "unseen_cuts": len(self.unseen_cuts),
+            "silence_s": None if silences.empty else [round(silences.min(), 3), round(silences.max(), 3)],
+            "named": self.named,
+            "run_proxy": self.started,
+        }
+
+
+def _spread(silences: pd.Series) -> str:
+    """``1.79-1.80 s``, or ``2.00 s`` when they are one value."""
+    low, high = float(silences.min()), float(silences.max())
+    return f"{low:.2f} s" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f} s"
+
+
+def _silence(rows: pd.DataFrame) -> pd.Series:
+    """Each row's silence before its end: ``end_silence_s``; for a row written before that column,
+    the time to its status (not 2xx) or its longest gap (a cut)."""
+    silence = _column(rows, "end_silence_s")
+    answered = ~rows["status"].between(200, 299).fillna(False).astype(bool)
+    older = answered.where(silence.isna(), False).astype(bool)
+    silence = silence.where(~older, _column(rows, "ttfb_s"))
+    return silence.fillna(_column(rows, "max_gap_s"))
+
+
+def proxy_timeouts(
+    requests: pd.DataFrame, read_timeout: float | None, run_proxy_kind: str | None = None
+) -> ProxyTimeouts:
+    """The run's failures by the rule of this module's docstring. ``run_proxy_kind`` is the run's
+    ``--proxy`` (``squid`` widens every row's window to Squid's tick)."""
+    status = requests["status"]
+    silence = _silence(requests)
+    cut = (requests["outcome"] == Outcome.CUT).astype(bool)
+    judged_by_silence = requests[cut | (status == 502).fillna(False).astype(bool)]  # only these need a name
+    coarse = pd.Series(run_proxy(run_proxy_kind) in COARSE_TIMER_PROXIES, index=requests.index)
+    ticking = proxies_named(judged_by_silence).isin(COARSE_TIMER_PROXIES)
+    coarse[ticking[ticking].index] = True
+    if read_timeout is None:
+        in_window = pd.Series(False, index=requests.index)
+    else:
+        low, high = window(read_timeout)
+        wide_low, wide_high = window(read_timeout, coarse=True)
+        low_s = pd.Series(low, index=requests.index).where(~coarse, wide_low)
+        high_s = pd.Series(high, index=requests.index).where(~coarse, wide_high)
+        in_window = ((silence >= low_s) & (silence <= high_s)).fillna(False).astype(bool)
+    streamed = status.between(200, 299).fillna(False).astype(bool)
+    said = (requests["outcome"] == Outcome.GATEWAY_TIMEOUT).astype(bool)  # and, in runs before that outcome:
+    said |= status.isin(TIMEOUT_STATUSES).fillna(False).astype(bool)
+    said |= streamed & _column(requests, "error_code", "object").map(is_timeout_code).astype(bool)
+    before = (said & ~streamed) | ((status == 502).fillna(False).astype(bool) & in_window)
+    unseen = cut & silence.isna()
+    after = (said & streamed) | (cut & in_window)
+    other = cut & ~in_window & ~unseen
+    return ProxyTimeouts(
+        read_timeout,
+        requests[before],
+        requests[after],
+        requests[other],
+        requests[unseen],
+        run_proxy(run_proxy_kind),
+    )
+
+
+def keepalive_tolerance(interval: float) -> float:
+    """How late a keep-alive comment may come: timers fire a little late, and the server's first timer
+    starts at its headers, a little after the send (about 0.1 s for vLLM and the bundled server)."""
+    return 0.1 + 0.1 * interval
+
+
+def raw_silences(requests: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """The raw 200 streams (the SDK cannot see comments) and the silence each endured before its
+    first token, from its send (from its headers in a run written before ``silence_from_send_s``)."""
+    raw = requests[(requests["status"] == 200).fillna(False).astype(bool) & requests["keepalive_frames"].notna()]
+    silence = raw["silence_before_first_token_s"].astype("float64")
+    if "silence_from_send_s" in raw.columns:
+        silence = pd.to_numeric(raw["silence_from_send_s"], errors="coerce").fillna(silence)
+    return raw, silence
+
+
+@dataclass(frozen=True)
+class KeepAliveWithheld:
+    """Raw streams silent over ``period_s`` that got no comment at all, while the server sends one
+    every ``interval``: the comments were stripped, or the headers held, on the way."""
+
+    streams: int
+    period_s: float
+    headers_held: int
+    """Of them, the streams whose headers came only with their first token (silent from the send,
+    not from the headers): a gateway held the headers."""
+    started: str | None
+    """The run's ``--proxy`` (``none`` when it started none); None when not recorded."""
+
+    def line(self) -> str:
+        """The one line the console, the summary and ``keepalive_covered`` say it with."""
+        held = f" ({self.headers_held} got their headers only with their first token)" if self.headers_held else ""
+        named = run_proxy(self.started)
+        between = (
+            f" (the run's proxy, {named}, which does both, measured)"
+            if self.started in WITHHOLDS_KEEP_ALIVE
+            else f" (the run's proxy, {named}, or something behind it)"
+            if named
+            else " (the run started no proxy: it stands in front of the server the run was given)"
+            if self.started == "none"
+            else ""
+        )
+        return (
+            f"sse-soak: {self.streams} raw streams were silent over {self.period_s:.2f} s and none got a keep-alive "
+            f"comment{held}: an intermediary that strips SSE comments or holds the response headers until the "
+            f"first token (a gateway such as LiteLLM) may stand between the harness and the server{between}, "
+            "or the server's keep-alive is off"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "streams": self.streams,
+            "period_s": round(self.period_s, 3),
+            "headers_held": self.headers_held,
+            "run_proxy": self.started,
+            "line": self.line(),
+        }
+
+
+def keepalive_withheld(
+    requests: pd.DataFrame, interval: float | None, run_proxy_kind: str | None = None
+) -> KeepAliveWithheld | None:
+    """The streams of the rule above when every raw stream silent over the interval plus its tolerance
+    got no comment at all (keep-alive or other); None when the interval is unknown or off, when no
+    stream was silent that long, or when any of them got a comment."""
+    if not interval:
+        return None
+    period = interval + keepalive_tolerance(interval)
+    raw, silence = raw_silences(requests)
+    silent = raw[silence > period]
+    if silent.empty:
+        return None
+    comments = silent["keepalive_frames"].astype("float64") + _column(silent, "comment_frames").fillna(0.0)
+    if comments.sum() > 0:
+        return None
+    held = int((silent["silence_before_first_token_s"].astype("float64") < interval).sum())
+    return KeepAliveWithheld(len(silent), period, held, run_proxy_kind)

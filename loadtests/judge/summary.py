@@ -1,0 +1,615 @@
+"""A run's summary: its figures, its gates' results and its verdict, as ``summary.json`` holds them.
+
+``Summary`` is the one typed object every reader and writer shares, and the only code that reads or
+writes ``summary.json``: ``Summary.read`` (a run's own file, whole or, for a re-judgement, as much of
+it as an older or cut-short file holds), ``Summary.load`` (what ``compare`` is given: a run directory
+or the file) and ``Summary.write``. Its verdict is computed in one place, ``Summary.passed``: every
+gate passed, at least one request was judged, and the run was not interrupted. The JSON form carries
+``passed`` and ``gates_passed`` for readers of the file (people, other versions), but reading it
+recomputes them: a file edited to say PASS does not; only ``compare``, which judges the verdict a run
+recorded, reads them back (``Summary.recorded_verdict``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from loadtests.client.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, UsageError
+from loadtests.judge.causes import keepalive_withheld, proxy_timeouts, run_proxy
+from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS, GateResult, gate_is_noise, of_the_point, verdict_of
+from loadtests.record.figures import PERCENTILES, count_500s, judged, quantiles
+from loadtests.record.lag import lag_summary
+from loadtests.record.run_dir import RunDir
+
+KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
+SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
+LATENCY_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
+
+
+class SummaryError(UsageError, ValueError):
+    """A summary file that cannot be read as one; the message is one line naming the file."""
+
+
+@dataclass
+class Summary:
+    scenario: str
+    settings: dict[str, Any]
+    frame_sample_rate: float
+    requests: int
+    outcomes: dict[str, int]
+    http_500: int
+    inband_500: int
+    keepalive_frames: int
+    causes: dict[str, Any]
+    latency: dict[str, dict[str, float | int | None]]
+    keepalive_per_stream: dict[str, Any]
+    gate_specs: list[dict[str, Any]]
+    gates: list[GateResult]
+    harness_lag_ms: dict[str, Any] | None = None
+    arrival: dict[str, Any] | None = None
+    """Open loop (``--rate``): the schedule asked for against what was sent (``arrival``)."""
+    server_metrics: dict[str, Any] | None = None
+    """The server's own figures from its ``/metrics`` (``loadtests.record.server_metrics.server_metrics_summary``),
+    or ``available: false`` and why."""
+    ended: str | None = None
+    interrupted: str | None = None
+    """Why the run ended before its planned end (a signal, or no summary of its own): it fails."""
+    soak: dict[str, Any] | None = None
+    """The soak job's section: ``partial`` (a checkpoint of a run still going), its planned
+    ``duration_s``, the drift ``limits`` and ``windows``."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys of the file this version does not know, kept as they were."""
+    said: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """The keys its file gave a value (not null): a re-judgement carries over only what was said.
+    Empty for a summary just computed."""
+    point: list[str] | None = None
+    """The names of the gates that are the run's point (its scenario's own): one of them unjudged
+    makes the run INCONCLUSIVE. None (not recorded): see ``point_names``."""
+    lost_rows: dict[str, dict[str, Any]] | None = None
+    """Workers whose rows never all reached the master, with their counts (``RunTables.lost_rows``)."""
+    parts: dict[str, int] | None = None
+    """Each parquet file of the run directory's tables and its rows, as judged (``RunDir.part_counts``):
+    a later ``report`` refuses a directory that lost or changed one. None: not recorded (older runs)."""
+    unwritten: str | None = field(default=None, compare=False)
+    """Why this summary could not be written into its run directory (``RecordNotWritten``'s line);
+    never in the file. A run with it exits ``UNWRITTEN_EXIT_CODE``."""
+    stated: tuple[bool, bool] | None = field(default=None, compare=False, repr=False)
+    stated_verdict: str | None = field(default=None, compare=False, repr=False)
+    """``verdict`` as its file stated it (PASS, FAIL or INCONCLUSIVE); None for an older file."""
+    """``(gates_passed, passed)`` as its file stated them (an older file: ``passed`` for both); None
+    for a summary just computed, or a file that stated no verdict."""
+
+    @property
+    def requests_judged(self) -> int:
+        """Requests the gates judged: every row but the streams the run itself stopped and the
+        scheduled requests it never sent."""
+        return self.requests - sum(self.outcomes.get(outcome, 0) for outcome in UNJUDGED_OUTCOMES)
+
+    @property
+    def gates_passed(self) -> bool:
+        """No gate failed (an unjudged gate is no failure)."""
+        return all(gate.passed or gate.skipped for gate in self.gates)
+
+    @property
+    def verdict(self) -> str:
+        """PASS, FAIL or INCONCLUSIVE by ``loadtests.judge.gates.verdict_of``, the one rule (a soak's
+        windows are judged by it too); never read back from a file."""
+        return verdict_of(self.gates, self.point_names, self.requests_judged, self.interrupted)
+
+    @property
+    def unjudged_point(self) -> list[GateResult]:
+        """The gates of the run's point that could not be judged."""
+        points = of_the_point(self.point_names)
+        return [gate for gate in self.gates if gate.skipped and gate.name in points]
+
+    @property
+    def point_names(self) -> set[str]:
+        """The run's point as recorded; for a summary that recorded none, the gates it stored (the
+        scenario's and the run's, not the always-on ones) and ``requests_completed``."""
+        if self.point is not None:
+            return set(self.point)
+        return {str(spec.get("name")) for spec in self.gate_specs} | {"requests_completed"}
+
+    @property
+    def passed(self) -> bool:
+        """The verdict is PASS."""
+        return self.verdict == PASS
+
+    @property
+    def exit_code(self) -> int:
+        """0 for PASS, 1 for FAIL, ``INCONCLUSIVE_EXIT_CODE`` for INCONCLUSIVE; ``UNWRITTEN_EXIT_CODE``
+        whatever the verdict when the summary could not be written where it belongs."""
+        if self.unwritten is not None:
+            return UNWRITTEN_EXIT_CODE
+        return {PASS: 0, FAIL: 1}.get(self.verdict, INCONCLUSIVE_EXIT_CODE)
+
+    @property
+    def recorded(self) -> str:
+        """The verdict as the run recorded it: its file's ``verdict``, else PASS or FAIL as its file's
+        ``passed`` said (an older file), else as computed."""
+        if self.stated_verdict is not None:
+            return self.stated_verdict
+        if self.stated is not None:
+            return PASS if self.stated[1] else FAIL
+        return self.verdict
+
+    @property
+    def recorded_verdict(self) -> tuple[bool, bool]:
+        """``(gates_passed, passed)`` as the run recorded them: as its file stated, else as computed."""
+        return self.stated if self.stated is not None else (self.gates_passed, self.passed)
+
+    def causes_lines(self) -> list[str]:
+        """The ``causes:`` line (``loadtests.judge.causes``'s one phrase, and the statuses) and, when the
+        run found keep-alive withheld, its line: what the console, and report.html, say of causes."""
+        causes = self.causes
+        timeouts = causes.get("proxy_timeouts") or {}
+        said = timeouts.get("line") or (  # a summary written before the one rule of loadtests.judge.causes
+            f"{causes.get('proxy_timeouts_before_headers', 0)} proxy 504s before headers, "
+            f"{causes.get('cut_after_headers', 0)} streams cut after headers"
+        )
+        lines = [f"causes: {said}; statuses {causes.get('status') or '{}'}"]
+        withheld = causes.get("keepalive_withheld")
+        if withheld:
+            lines.append(withheld["line"])
+        return lines
+
+    def console_lines(self) -> list[str]:
+        """What a finished run prints before its ``ended`` and verdict lines: its requests by outcome,
+        its arrivals (open loop), the causes of failures, and each gate's line but those of gates
+        outside the run's point that had nothing to judge (``truncation_honoured: 0/0`` in a scenario
+        that never truncates): noise there, kept in summary.json and counted in the verdict line."""
+        outcomes = ", ".join(f"{n} {outcome}" for outcome, n in self.outcomes.items() if n)
+        lines = [f"requests: {self.requests} ({outcomes or 'none'})"]
+        if self.arrival is not None:
+            lines.append(arrival_line(self.arrival))
+        lines += self.causes_lines()
+        lag = self.harness_lag_ms or {}
+        if lag.get("p99") is not None:
+            lines.append(
+                f"timing: good to {lag['p99']:.1f} ms (the harness's event-loop lag p99 while streams were open, "
+                f"max {lag['max']:.1f} ms; a request open during a stall longer than a gate's tolerance is "
+                "unjudged by it, not failed)"
+            )
+        return lines + [gate.line() for gate in self.gates if not gate_is_noise(gate, self.point_names)]
+
+    def windows_line(self) -> str | None:
+        """A soak's windows by verdict in one line, naming the windows that did not pass and why
+        (``windows: 8 PASS, 1 FAIL (4: no_http_500), 1 INCONCLUSIVE (10: unjudged covered)``);
+        None for a run without windows."""
+        windows = [window for window in (self.soak or {}).get("windows") or [] if window.get("verdict")]
+        if not windows:
+            return None
+        parts = []
+        for verdict in (PASS, FAIL, INCONCLUSIVE):
+            chosen = [window for window in windows if window["verdict"] == verdict]
+            if not chosen:
+                continue
+            why = [
+                f"{window['window']}: " + (window.get("failed") or f"unjudged {window.get('unjudged') or 'no request'}")
+                for window in chosen[:3]
+            ]
+            more = f", {len(chosen) - 3} more" if len(chosen) > 3 else ""
+            parts.append(f"{len(chosen)} {verdict}" + (f" ({'; '.join(why)}{more})" if verdict != PASS else ""))
+        return f"windows: {', '.join(parts)}"
+
+    def verdict_line(self) -> str:
+        """``verdict: PASS``, or ``verdict: FAIL (...)`` / ``verdict: INCONCLUSIVE (...)`` with why, in
+        one line: the interruption, what could not be judged, the gates passed on how many requests,
+        the failed gates."""
+        verdict = self.verdict
+        if verdict == PASS:
+            return "verdict: PASS"
+        passed = sum(1 for gate in self.gates if gate.passed and not gate.skipped)  # skipped: judged nothing
+        failed = [gate.name for gate in self.gates if not gate.passed and not gate.skipped]
+        unjudged = len(self.gates) - passed - len(failed)
+        reasons = [f"interrupted: {self.interrupted}"] if self.interrupted else []
+        if not self.requests_judged and not failed:
+            reasons.append("no request finished")
+        elif verdict == INCONCLUSIVE:
+            reasons.append("its point could not be judged: " + ", ".join(g.name for g in self.unjudged_point))
+        counted = f"{passed}/{len(self.gates)} gates passed on {self.requests_judged} requests judged"
+        reasons.append(counted + (f", {unjudged} unjudged" if unjudged else ""))
+        if failed:
+            reasons.append("failed: " + ", ".join(failed))
+        return f"verdict: {verdict} ({'; '.join(reasons)})"
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            **self.extra,
+            "scenario": self.scenario,
+            "settings": self.settings,
+            "frame_sample_rate": self.frame_sample_rate,
+            "requests": self.requests,
+            "outcomes": self.outcomes,
+            "http_500": self.http_500,
+            "inband_500": self.inband_500,
+            "keepalive_frames": self.keepalive_frames,
+            "causes": self.causes,
+            "latency": self.latency,
+            "keepalive_per_stream": self.keepalive_per_stream,
+        }
+        if self.harness_lag_ms is not None:
+            data["harness_lag_ms"] = self.harness_lag_ms
+        if self.arrival is not None:
+            data["arrival"] = self.arrival
+        if self.server_metrics is not None:
+            data["server_metrics"] = self.server_metrics
+        data["gate_specs"] = self.gate_specs
+        data["gates"] = [dataclasses.asdict(gate) for gate in self.gates]
+        if self.soak is not None:
+            data["soak"] = self.soak
+        if self.point is not None:
+            data["point"] = self.point
+        if self.lost_rows:
+            data["lost_rows"] = self.lost_rows
+        if self.parts is not None:
+            data["parts"] = self.parts
+        data.update(
+            ended=self.ended,
+            interrupted=self.interrupted,
+            gates_passed=self.gates_passed,
+            passed=self.passed,
+            verdict=self.verdict,
+        )
+        return data
+
+    @classmethod
+    def from_json(
+        cls, data: dict[str, Any], source: str = "summary.json", required: Sequence[str] | None = None
+    ) -> Summary:
+        """The summary in ``data``; raises ``SummaryError`` naming ``source`` when a field is of the wrong
+        type or one of ``required`` (by default those of a whole summary) is missing. A figure a file
+        does not hold is zero or empty: ``said`` tells which it held."""
+        check_fields(data, source, _FIELDS, required=_REQUIRED if required is None else required)
+        try:
+            gates = [_gate_result(gate) for gate in data.get("gates", [])]
+        except (KeyError, TypeError) as exc:
+            raise SummaryError(f"{source}: not a run summary (a gate without {exc})") from None
+        fields = {field.name for field in dataclasses.fields(cls)}
+        passed = data.get("passed")
+        return cls(
+            scenario=data.get("scenario", ""),
+            settings=data.get("settings") or {},
+            frame_sample_rate=data.get("frame_sample_rate", 1.0),
+            requests=data.get("requests", 0),
+            outcomes=dict(data.get("outcomes", {})),
+            http_500=data.get("http_500", 0),
+            inband_500=data.get("inband_500", 0),
+            keepalive_frames=data.get("keepalive_frames", 0),
+            causes=data.get("causes", {}),
+            latency=data.get("latency", {}),
+            keepalive_per_stream=data.get("keepalive_per_stream", {}),
+            gate_specs=data.get("gate_specs", []),
+            gates=gates,
+            harness_lag_ms=data.get("harness_lag_ms"),
+            arrival=data.get("arrival"),
+            server_metrics=data.get("server_metrics"),
+            ended=data.get("ended"),
+            interrupted=data.get("interrupted"),
+            soak=data.get("soak"),
+            point=data.get("point"),
+            parts=data.get("parts"),
+            lost_rows=data.get("lost_rows"),
+            extra={key: value for key, value in data.items() if key not in fields | _COMPUTED},
+            said=frozenset(key for key, value in data.items() if value is not None),
+            stated=None if passed is None else (data.get("gates_passed", passed), passed),
+            stated_verdict=data.get("verdict") if data.get("verdict") in (PASS, FAIL, INCONCLUSIVE) else None,
+        )
+
+    @classmethod
+    def read(cls, file: Path, *, whole: bool = True) -> Summary:
+        """The summary in ``file``; ``whole=False`` for a re-judgement, which needs no field (it
+        recomputes the figures and carries over what the file ``said``). Raises ``SummaryError``."""
+        return cls.from_json(_read_object(file), str(file), required=_REQUIRED if whole else ())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Summary:
+        """A run directory's summary, or the summary file itself, as ``compare`` reads it: with its
+        counts and its stated verdict. Raises ``SummaryError`` naming the path and what is wrong."""
+        path = Path(path)
+        if not path.exists():
+            raise SummaryError(f"{path}: no such file or directory")
+        file = RunDir(path).summary if path.is_dir() else path
+        if path.is_dir() and not file.exists():
+            raise SummaryError(f"{path}: no summary.json in this directory (not a run directory, or one still running)")
+        data = _read_object(file)
+        problem = _comparable_problem(data)
+        if problem is not None:
+            raise SummaryError(f"{file}: {problem}")
+        return cls.from_json(data, str(file), required=_COMPARED)
+
+    def write(self, run: RunDir) -> Path:
+        """Write ``summary.json`` into ``run`` (the file ``read`` reads back equal) and return its path."""
+        return run.write_json(RunDir.SUMMARY, self.to_json())
+
+
+_COMPUTED = {"passed", "gates_passed", "verdict"}
+"""Written for readers of the file, never read back: ``Summary`` computes them."""
+
+
+def _gate_result(gate: dict[str, Any]) -> GateResult:
+    judged = gate.get("judged_rows")
+    return GateResult(
+        str(gate["name"]),
+        bool(gate["passed"]),
+        str(gate["detail"]),
+        bool(gate.get("skipped", False)),
+        int(gate.get("unjudged_rows") or 0),
+        None if judged is None else int(judged),
+    )
+
+
+def check_fields(data: dict[str, Any], source: str, keys: Iterable[str], required: Iterable[str] = ()) -> None:
+    """Raise ``SummaryError`` naming ``source`` for the first of ``keys`` present with a value of the
+    wrong type, then for the first of ``required`` missing."""
+    for key in keys:
+        valid, expected = _FIELDS[key]
+        if key in data and not valid(data[key]):
+            raise SummaryError(f"{source}: not a run summary ({key!r} must be {expected})")
+    for key in required:
+        if key not in data:
+            raise SummaryError(f"{source}: not a run summary (no {key!r})")
+
+
+def _comparable_problem(data: dict[str, Any]) -> str | None:
+    """Why ``data`` is no summary ``compare`` can read, or None; every missing field, then every one
+    of the wrong type it reads, named at once (a file of hand-edited figures gets one answer)."""
+    missing = [key for key in _COMPARED if key not in data]
+    if missing:
+        return f"not a run summary (no {', '.join(repr(key) for key in missing)})"
+    wrong = [key for key in _COMPARED_TYPES if key in data and not _FIELDS[key][0](data[key])]
+    if wrong:
+        return f"not a run summary ({', '.join(repr(key) for key in wrong)} of the wrong type)"
+    return None
+
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _read_object(file: Path) -> dict[str, Any]:
+    """The JSON object in ``file``; raises ``SummaryError`` naming it when it cannot be read, is not
+    JSON, or holds anything but an object."""
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SummaryError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise SummaryError(f"{file}: not a run summary (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise SummaryError(f"{file}: not a run summary (not JSON: {exc.msg} at line {exc.lineno})") from None
+    if not isinstance(value, dict):
+        kind = _JSON_TYPES.get(type(value), "null")
+        raise SummaryError(f"{file}: not a run summary (a JSON {kind}, expected an object)")
+    return value
+
+
+def _optional(kind: type | tuple[type, ...]) -> Callable[[Any], bool]:
+    return lambda value: value is None or isinstance(value, kind)
+
+
+def is_count(value: Any) -> bool:
+    """A JSON count: a non-negative integer, not a boolean."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _share(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+def _number_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+
+
+def _optional_objects(value: Any) -> bool:
+    """None, or an object whose values are objects (``lost_rows``' figures by worker)."""
+    return value is None or (isinstance(value, dict) and all(isinstance(entry, dict) for entry in value.values()))
+
+
+def _figures(value: Any) -> bool:
+    """An object of figures by name: ``latency``'s ``{"ttft_s": {"p50": 0.2, ...}, ...}``."""
+    return isinstance(value, dict) and all(
+        isinstance(entry, dict) and all(map(_number_or_none, entry.values())) for entry in value.values()
+    )
+
+
+_REQUIRED = ("scenario", "requests", "outcomes", "http_500", "inband_500")
+_COMPARED = ("requests", "http_500", "inband_500", "outcomes", "passed", "latency", "keepalive_per_stream")
+"""What ``compare`` needs of a file (no ``scenario``: a baseline kept by hand may lack it)."""
+_COMPARED_TYPES = (*_COMPARED, "gates_passed")
+_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "scenario": (lambda v: isinstance(v, str), "a string"),
+    "requests": (is_count, "a count"),
+    "outcomes": (lambda v: isinstance(v, dict) and all(map(is_count, v.values())), "an object of counts"),
+    "http_500": (is_count, "a count"),
+    "inband_500": (is_count, "a count"),
+    "gate_specs": (lambda v: isinstance(v, list) and all(isinstance(s, dict) for s in v), "a list of objects"),
+    "gates": (lambda v: isinstance(v, list) and all(isinstance(g, dict) for g in v), "a list of objects"),
+    "settings": (_optional(dict), "an object"),
+    "frame_sample_rate": (_share, "a number from 0 to 1"),
+    "ended": (_optional(str), "a string"),
+    "interrupted": (_optional(str), "a string"),
+    "soak": (_optional(dict), "an object"),
+    "point": (lambda v: v is None or (isinstance(v, list) and all(isinstance(n, str) for n in v)), "a list of names"),
+    "parts": (lambda v: v is None or (isinstance(v, dict) and all(map(is_count, v.values()))), "an object of counts"),
+    "lost_rows": (
+        lambda v: v is None or (isinstance(v, dict) and all(isinstance(w, dict) for w in v.values())),
+        "an object",
+    ),
+    "arrival": (_optional(dict), "an object"),
+    "server_metrics": (_optional(dict), "an object"),
+    "passed": (lambda v: isinstance(v, bool), "true or false"),
+    "gates_passed": (lambda v: isinstance(v, bool), "true or false"),
+    "latency": (_figures, "an object of figures"),
+    "keepalive_per_stream": (lambda v: isinstance(v, dict) and _number_or_none(v.get("mean")), "an object"),
+}
+
+
+def causes(
+    requests: pd.DataFrame, settings: dict[str, Any] | None = None, read_timeout: float | None = None
+) -> dict[str, Any]:
+    """Failures by cause: status codes, proxy and gateway timeouts before the headers versus streams
+    cut after them (``proxy_timeouts``: the rule ``no_proxy_timeouts`` judges by, with its line), keep-
+    alive comments withheld on the way (``keepalive_withheld``, the line ``keepalive_covered`` says),
+    protocol and harness errors by message, and keep-alive frames per stream against the silence each
+    stream endured (raw streams only: the SDK cannot see comments). ``settings`` are the run's: its
+    ``proxy``, ``keep_alive_interval`` and ``proxy_read_timeout``. A read timeout is judged (and
+    named) only where one was in force: ``read_timeout``, the ``no_proxy_timeouts`` gate's, when the
+    scenario declares that gate (its line and this one never disagree), else the settings' when the
+    run started a proxy; a run without either had no proxy timer, and no window is named."""
+    settings = settings or {}
+    proxy = settings.get("proxy")
+    if read_timeout is None and run_proxy(proxy) is not None:
+        read_timeout = settings.get("proxy_read_timeout")
+    verdict_rows = judged(requests)  # the rows the gates read: their lines and these never disagree
+    found = proxy_timeouts(verdict_rows, read_timeout, proxy)
+    withheld = keepalive_withheld(verdict_rows, settings.get("keep_alive_interval"), proxy)
+    statuses = requests["status"].dropna().astype(int).value_counts().sort_index()
+    streamed = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]  # raw streams only
+    bins = pd.cut(streamed["silence_before_first_token_s"], SILENCE_BINS_S, right=False)
+    by_silence = streamed.groupby(bins, observed=True)["keepalive_frames"].agg(["size", "mean", "min", "max"])
+    return {
+        "status": {str(code): int(n) for code, n in statuses.items()},
+        "proxy_timeouts_before_headers": len(found.before_headers),
+        "cut_after_headers": int((requests["outcome"] == Outcome.CUT).sum()),
+        "proxy_timeouts": {**found.as_dict(), "line": found.phrase()},
+        "keepalive_withheld": None if withheld is None else withheld.as_dict(),
+        "protocol_errors": _messages(requests[requests["outcome"] == Outcome.PROTOCOL_ERROR]),
+        "harness_errors": _messages(requests[requests["outcome"] == Outcome.HARNESS_ERROR]),
+        "malformed_usage": int(requests["raw_usage"].notna().sum()),
+        "keepalive_vs_silence": [
+            {
+                "silence_s": f"{interval.left:g}-{interval.right:g}",
+                "streams": int(row["size"]),
+                "keepalive_mean": round(float(row["mean"]), 3),
+                "keepalive_min": int(row["min"]),
+                "keepalive_max": int(row["max"]),
+            }
+            for interval, row in by_silence.iterrows()
+        ],
+    }
+
+
+def _messages(rows: pd.DataFrame) -> dict[str, int]:
+    """Count of rows per ``error_message``, most frequent first."""
+    return {str(message): int(n) for message, n in rows["error_message"].fillna("").value_counts().items()}
+
+
+def latency(requests: pd.DataFrame) -> dict[str, dict[str, float | int | None]]:
+    """p50/p90/p95/p99/max of each timing over the requests that have it."""
+    figures: dict[str, dict[str, float | int | None]] = {}
+    for column in LATENCY_COLUMNS:
+        values = requests[column].dropna()
+        entry: dict[str, float | int | None] = {"count": len(values)}
+        entry.update({f"p{p}": q for p, q in zip(PERCENTILES, quantiles(values, PERCENTILES), strict=True)})
+        entry["max"] = round(float(values.max()), 6) if len(values) else None
+        figures[column] = entry
+    return figures
+
+
+def keepalive_per_stream(requests: pd.DataFrame) -> dict[str, Any]:
+    """Keep-alive frames per 200 stream, over the streams whose client sees comments (raw)."""
+    streamed = requests.loc[requests["status"] == 200, "keepalive_frames"].dropna()
+    if streamed.empty:
+        return {"streams": 0, "mean": None, "max": None, "counted_on": KEEPALIVE_COUNTED_ON}
+    mean, most = round(float(streamed.mean()), 4), int(streamed.max())
+    return {"streams": len(streamed), "mean": mean, "max": most, "counted_on": KEEPALIVE_COUNTED_ON}
+
+
+def summarize(
+    scenario: str,
+    requests: pd.DataFrame,
+    gates: Sequence[GateResult],
+    settings: dict[str, Any] | None = None,
+    gate_specs: Sequence[dict[str, Any]] = (),
+    frame_sample_rate: float = 1.0,
+    lag: pd.DataFrame | None = None,
+    lag_limit_ms: float | None = None,
+    read_timeout: float | None = None,
+) -> Summary:
+    """The summary of a run's request table and its gates' results; ``harness_lag_ms`` condenses
+    ``lag`` (the harness's own lag samples) against ``lag_limit_ms``, absent without samples;
+    ``read_timeout`` is the ``no_proxy_timeouts`` gate's, for the causes (else the settings')."""
+    counts = requests["outcome"].value_counts()
+    http_500, inband_500 = count_500s(requests)
+    return Summary(
+        scenario=scenario,
+        settings=settings or {},
+        frame_sample_rate=frame_sample_rate,
+        requests=len(requests),
+        outcomes={outcome.value: int(counts.get(outcome, 0)) for outcome in OUTCOMES},
+        http_500=http_500,
+        inband_500=inband_500,
+        keepalive_frames=int(requests["keepalive_frames"].sum()),
+        causes=causes(requests, settings, read_timeout),
+        latency=latency(requests),
+        keepalive_per_stream=keepalive_per_stream(requests),
+        gate_specs=list(gate_specs),
+        gates=list(gates),
+        harness_lag_ms=None if lag is None else lag_summary(lag, lag_limit_ms),
+        arrival=arrival((settings or {}).get("open_loop"), requests),
+    )
+
+
+LATE_S = 0.010
+"""A scheduled request that started later than this started late (``late`` in the arrival section)."""
+
+
+def arrival(open_loop: dict[str, Any] | None, requests: pd.DataFrame) -> dict[str, Any] | None:
+    """Open loop: the rate asked for, how many requests the schedule made due and how many were sent,
+    the rate achieved over the schedule's span, how late requests started, and TTFT measured from the
+    scheduled time (what a user arriving then waited) beside TTFT from the send. None in a closed loop."""
+    if not open_loop:
+        return None
+    rate = float(open_loop["rate"])
+    scheduled = requests[requests["scheduled_time"].notna()]
+    sent = scheduled[scheduled["outcome"] != Outcome.NOT_SENT]
+    span = (
+        float(scheduled["scheduled_time"].max() - scheduled["scheduled_time"].min()) + 1 / rate
+        if len(scheduled)
+        else 0.0
+    )
+    lateness = sent["start_lateness_s"].dropna()
+    from_schedule = (sent["start_lateness_s"] + sent["ttft_s"]).dropna()
+    return {
+        **open_loop,
+        "scheduled": len(scheduled),
+        "sent": len(sent),
+        Outcome.NOT_SENT.value: len(scheduled) - len(sent),
+        "span_s": round(span, 3),
+        "rate_achieved": round(len(sent) / span, 3) if span else None,
+        "late": int((lateness > LATE_S).sum()),
+        "start_lateness_s": _spread(lateness),
+        "ttft_from_schedule_s": _spread(from_schedule),
+        "ttft_from_send_s": _spread(sent["ttft_s"].dropna()),
+    }
+
+
+def _spread(values: pd.Series) -> dict[str, float | None]:
+    """p50, p99 and max, rounded to the microsecond; None each when there are no values."""
+    p50, p99 = quantiles(values, (50, 99))
+    return {"p50": p50, "p99": p99, "max": round(float(values.max()), 6) if len(values) else None}
+
+
+def arrival_line(section: dict[str, Any]) -> str:
+    """The arrival section in one console line."""
+    achieved = "-" if section["rate_achieved"] is None else f"{section['rate_achieved']:g}"
+    lateness = section["start_lateness_s"]
+    spread = f"p99 {_seconds(lateness['p99'])}, max {_seconds(lateness['max'])}"
+    return (
+        f"arrivals: asked {section['rate']:g}/s ({section['arrival']}), {section['scheduled']} scheduled, "
+        f"{section['sent']} sent ({achieved}/s), {section['not_sent']} not sent; "
+        f"{section['late']} started over {LATE_S * 1000:g} ms late ({spread})"
+    )
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} s"

@@ -1,0 +1,258 @@
+"""The per-process state of one Locust run, reachable from its ``Environment``.
+
+Users need the recorder, the model, the worker's name and the prepared request mixes; the
+scenario hooks need the same objects at the end. Keeping them in one ``RunState`` per
+``Environment`` (not in module globals) lets tests run several environments in one process.
+Mixes are prepared (prompts built and measured against the target) once per process, by the
+first user that needs them, while the others wait on a gevent lock. Under the same lock the
+target is discovered once: its model and how prompts are sized (``/tokenize`` or estimates);
+when sizing is estimated, the process prints one line saying why.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from gevent.lock import Semaphore
+
+from loadtests.base.lines import say
+from loadtests.base.safe_text import printable
+from loadtests.client.outcome import Outcome, RequestRow, StreamTracker
+from loadtests.client.sse import DEFAULT_MAX_LINE_BYTES
+from loadtests.client.tls import client_context
+from loadtests.declare.options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S
+from loadtests.declare.workload import (
+    PROBE_TIMEOUT,
+    PreparedMix,
+    RequestMix,
+    ServerFacts,
+    ServerPace,
+    discover,
+    milliseconds,
+    probe_prompt_sizing,
+)
+from loadtests.load.open_loop import ArrivalSchedule
+from loadtests.record.lag import LagMonitor
+from loadtests.record.membership import Admission
+from loadtests.record.recorder import Recorder
+
+STUCK_FACTOR = 3.0
+STUCK_MIN_S = 5.0
+"""A stream still open when the run ends is stuck (judged a ``timeout``) when it was open over
+``STUCK_FACTOR`` times the longest stream of its kind that finished, and over ``STUCK_MIN_S``, and
+no data frame came for its last ``STUCK_MIN_S``."""
+
+
+PACE_CHECK_MIN_TOKENS = 32
+"""A finished stream checks the pace in use only when it asked for and streamed at least this many
+tokens: a lengthened slot holder."""
+PACE_TOLERANCE = 0.25
+"""How much faster than the pace in use a holder must stream for the holders to be sized again."""
+PACE_MAX_RESIZES = 3
+"""Re-sizings before the pace is settled whatever the holders show."""
+
+
+@dataclass
+class RunState:
+    model_option: str | None = None
+    api_key: str | None = None
+    client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
+    stream_deadline: float = DEFAULT_STREAM_DEADLINE_S
+    """Seconds a stream may stay open from its send, however lively (``--stream-deadline``)."""
+    frame_sample_rate: float = 1.0
+    """Share of ``ok`` streams whose frame records are kept; other outcomes always keep theirs."""
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    """Longest SSE line a user reads; a longer one is a protocol error and ends that stream."""
+    probe_timeout: float = PROBE_TIMEOUT
+    """Seconds the first ``/tokenize`` request may take before prompt sizing turns to estimates."""
+    hold_slots: bool = False
+    """The target is a server the run did not start (``--host``): once a stream shows its pace,
+    requests with ``hold_s`` are lengthened to it so that streams queue (``learn_pace``)."""
+    runner: Any = None
+    recorder: Recorder = field(default_factory=Recorder)
+    lag: LagMonitor = field(default_factory=LagMonitor)
+    """This process's lag monitor; started by the scenario for the whole run."""
+    admission: Admission = field(default_factory=Admission)
+    """Whether this process may send: a worker waits for its master to admit it (``loadtests.record.membership``)."""
+    facts: ServerFacts | None = None
+    sizing_host: str | None = None
+    """Where prompts are sized (``/v1/models``, ``/tokenize``) when not at the load's target: the
+    server behind a proxy or gateway the run started (LiteLLM forwards no ``/tokenize``); sizing is
+    set-up, never load, so it need not pass the proxy. None: at the target."""
+    arrivals: ArrivalSchedule | None = None
+    """Open loop (``--rate``): this process's schedule for the test under way; None in a closed loop."""
+    _mixes: dict[int, PreparedMix] = field(default_factory=dict)
+    _lock: Semaphore = field(default_factory=Semaphore)
+    _announced_estimate: bool = False
+    _resizes: int = 0
+    """How often the holders were sized again (``learn_pace``); only the first is said."""
+    _pace_settled: bool = False
+    """The pace is confirmed (or was resized ``PACE_MAX_RESIZES`` times): holders are sized for good."""
+    _longest: dict[str, float] = field(default_factory=dict)
+    """The longest stream of each name that finished (any outcome but ``stopped``): one float per name."""
+    _worker: str | None = None
+
+    @property
+    def worker(self) -> str:
+        """``worker-N`` on a Locust worker (its index is known only once it joined the master),
+        ``local`` in a standalone run (whose runner has a ``worker_index`` of 0 too). Asked for every
+        request: remembered once it can no longer change."""
+        if self._worker is None:
+            name, final = self._worker_name()
+            if not final:
+                return name
+            self._worker = name
+        return self._worker
+
+    def _worker_name(self) -> tuple[str, bool]:
+        if self.runner is None:
+            return "local", False  # the runner is set at init
+        from locust.runners import WorkerRunner  # here: importing Locust monkey-patches the process
+
+        if not isinstance(self.runner, WorkerRunner):
+            return "local", True
+        index = getattr(self.runner, "worker_index", None)
+        return (f"worker-{index}", True) if index is not None and index >= 0 else ("local", False)
+
+    def keeps_frames(self, request_id: str, outcome: str) -> bool:
+        """Frame sampling, decided per request (the same request id always decides the same way)."""
+        if outcome != Outcome.OK or self.frame_sample_rate >= 1.0:
+            return True
+        return int(request_id[:8], 16) / 0x1_0000_0000 < self.frame_sample_rate
+
+    @property
+    def model(self) -> str:
+        if self.facts is None:
+            raise RuntimeError("the target server was not discovered yet")
+        return self.facts.model
+
+    @property
+    def prompt_sizing(self) -> str | None:
+        """``"exact"`` or ``"estimated (<reason>)"`` once this process discovered the target, else None."""
+        return None if self.facts is None else self.facts.prompt_sizing
+
+    def prompt_sizing_for(self, host: str) -> str:
+        """How this run sizes prompts: what this process found while preparing its mixes, or, in a
+        process that prepared none (a master), one probe of ``host`` with this run's key and model."""
+        if self.facts is not None:
+            return self.facts.prompt_sizing
+        return probe_prompt_sizing(self.sizing_host or host, self.api_key, self.model_option, self.probe_timeout)
+
+    def http(self, host: str) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.Client(base_url=host, headers=headers, timeout=self.client_idle_timeout, verify=client_context())
+
+    def prepared_mix(self, mix: RequestMix, host: str) -> PreparedMix:
+        """``mix`` built against this run's target; the first caller builds it, others wait."""
+        prepared = self._mixes.get(id(mix))
+        if prepared is None:
+            with self._lock:
+                prepared = self._mixes.get(id(mix))
+                if prepared is None:
+                    with self.http(self.sizing_host or host) as client:
+                        if self.facts is None:
+                            self.facts = discover(client, self.model_option, self.probe_timeout)
+                            self._announce_estimate()
+                        prepared = self._mixes[id(mix)] = mix.prepare(client, self.facts)
+                        self._announce_estimate()
+                        if self.facts.pace is not None:  # a mix prepared after the pace was learnt
+                            prepared.hold_slots(self.facts.pace, self.facts.max_model_len)
+        return prepared
+
+    def note_finished(self, row: RequestRow) -> None:
+        """Remember how long a stream the server ended took, for ``stuck_after``."""
+        if row.outcome not in (Outcome.STOPPED, Outcome.NOT_SENT) and row.duration_s > self._longest.get(row.name, 0.0):
+            self._longest[row.name] = row.duration_s
+
+    def stuck_after(self, name: str) -> tuple[float, str] | None:
+        """How long a stream named ``name`` may be open at the run's end before it is stuck, and
+        what that was measured against; None when no stream finished yet (nothing to compare)."""
+        if name in self._longest:
+            longest, kind = self._longest[name], f"{name} stream"
+        elif self._longest:
+            longest, kind = max(self._longest.values()), "stream"
+        else:
+            return None
+        return max(
+            STUCK_MIN_S, STUCK_FACTOR * longest
+        ), f"{STUCK_FACTOR:g}x the longest finished {kind} ({longest:.1f} s)"
+
+    def ended_by_the_run(self, tracker: StreamTracker, open_s: float) -> Outcome:
+        """The outcome of a stream the run's end closed ``open_s`` seconds after its send, its reason
+        told to ``tracker``: ``stopped`` (no verdict), unless it was open far longer than streams of
+        its kind take to finish (``stuck_after``) and no data frame came for ``STUCK_MIN_S``; then it
+        is stuck, a ``timeout`` saying so. A stream whose tokens still flowed is making progress, not
+        stuck, however long it ran (a slot holder lengthened mid-run outlasts its kind's first ones)."""
+        stuck = self.stuck_after(tracker.plan.name)
+        silent = tracker.data_silence(open_s)
+        if stuck is None or open_s <= stuck[0] or silent <= STUCK_MIN_S:
+            tracker.client_ended(f"the run ended {open_s:.1f} s after it was sent")
+            return Outcome.STOPPED
+        tracker.client_ended(
+            f"stuck: still open when the run ended, {open_s:.1f} s after it was sent, over {stuck[1]}, "
+            f"with no data for its last {silent:.1f} s"
+        )
+        return Outcome.TIMEOUT
+
+    def learn_pace(self, row: RequestRow) -> None:
+        """With ``hold_slots``, the first ``ok`` stream with tokens sets the server's pace and
+        lengthens every prepared mix's slot holders to it, said in one line. The pace depends on
+        the load (vLLM's holders streamed at 3 to 20 ms a token as long prefills came and went),
+        so holders are sized at the fastest pace seen, to hold their slot at least ``hold_s``: a
+        lengthened holder that streamed faster by more than ``PACE_TOLERANCE`` sizes them again
+        (said in one more line the first time). The pace settles at the first holder that was not
+        faster, or after ``PACE_MAX_RESIZES``: from then on the workload is fixed, so a server that
+        slows down shows as longer waits (latency drift), never as shorter holders."""
+        if not self.hold_slots or self.facts is None or row.outcome != Outcome.OK:
+            return
+        tokens = row.usage_completion_tokens or row.data_frames - 1
+        pace = ServerPace.of(row.ttft_s, row.duration_s, tokens)
+        if pace is None:
+            return
+        current = self.facts.pace
+        if current is None:
+            self.facts.pace = pace
+            self._lengthen_holders(f"{pace.describe()}: to make silence by queueing")
+            return
+        if self._pace_settled or min(row.max_tokens or 0, tokens) < PACE_CHECK_MIN_TOKENS:
+            return  # settled, or not a lengthened holder: too short to show the pace holders stream at
+        if pace.per_token_s >= current.per_token_s * (1.0 - PACE_TOLERANCE):
+            self._pace_settled = True  # none faster: from here on the workload is fixed, its TTFT the server's
+            return
+        self._resizes += 1
+        self._pace_settled = self._resizes >= PACE_MAX_RESIZES
+        self.facts.pace = ServerPace(current.first_token_s, pace.per_token_s)  # its first token waited in the queue
+        was, now = milliseconds(current.per_token_s), milliseconds(pace.per_token_s)
+        why = f"the slot holders streamed a token every {now} ms, not {was}: sized again"
+        self._lengthen_holders(why if self._resizes == 1 else None)
+
+    def _lengthen_holders(self, why: str | None) -> None:
+        """Size every prepared mix's slot holders at the pace in use; say so, with ``why``, unless None."""
+        assert self.facts is not None and self.facts.pace is not None
+        pace, room = self.facts.pace, self.facts.max_model_len
+        raised = sorted({what for mix in self._mixes.values() for what in mix.hold_slots(pace, room)})
+        if raised and why is not None:
+            say(
+                f"sse-soak: {why}, {'; '.join(raised)}, each holding a slot; streams queue only with more users "
+                "(-u) than the server's concurrent slots"
+            )
+
+    def _announce_estimate(self) -> None:
+        """One line per process, the first time sizing is (or turns) estimated."""
+        if self.facts is not None and self.facts.estimate_reason is not None and not self._announced_estimate:
+            self._announced_estimate = True
+            say(printable(f"sse-soak: prompt sizing estimated: {self.facts.estimate_reason}"))
+
+
+_STATES: weakref.WeakKeyDictionary[Any, RunState] = weakref.WeakKeyDictionary()
+
+
+def run_state(environment: Any) -> RunState:
+    """The ``RunState`` of ``environment``, created on first use."""
+    state = _STATES.get(environment)
+    if state is None:
+        state = _STATES[environment] = RunState()
+    return state

@@ -1,0 +1,673 @@
+"""Locust users that stream and tell the truth about each stream.
+
+``SSEUser`` (on Locust's ``FastHttpUser``) reads the raw event stream as its bytes arrive,
+timestamps each frame with the time its last byte reached the machine (the kernel's receive stamp,
+so a busy event loop does not move it; ``loadtests.client.kernel_stamps``), and reports the request to Locust when the
+stream ENDS, with its real duration and outcome (Locust itself would report a stream at header
+time and count a cut stream as a success). ``OpenAISDKUser`` sends the same requests through the
+official ``openai`` client, to show that a real client survives the same streams; it records what
+the SDK handed over (keep-alive comments are invisible to it: its comment counts are null) and,
+through a ``WireTap`` below the SDK, whether the stream really ended with ``[DONE]``. For the same
+bytes both users give the same outcome. A request counts as a success in Locust's statistics
+when its outcome is the one its spec expects; the run's gates judge the rest.
+
+A user class is its mix: ``class U(SSEUser): mix = MIX`` sends ``MIX``'s requests one after the
+other through the default task (``send_next``). A class that declares tasks of its own (``@task``
+or ``tasks``) runs those instead: its tasks replace the default (Locust alone would add them to it).
+
+No request is lost to the harness: an exception of ours in a request's path becomes a row with
+outcome ``harness_error`` (logged once per distinct message), never a traceback per task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import gevent
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from locust import FastHttpUser, User
+from locust.exception import StopUser
+
+from loadtests.base.safe_text import printable, without_header_values
+from loadtests.client import kernel_stamps as arrival_clock
+from loadtests.client import response_end
+from loadtests.client.body_mux import MuxedBody, TLSReads
+from loadtests.client.outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
+from loadtests.client.sse import LineTooLong, SSEParser
+from loadtests.client.tls import client_context, raw_client_context
+from loadtests.client.wire_tap import StreamBroken, WireTap
+from loadtests.declare.workload import PreparedRequest, RequestMix
+from loadtests.errors import SseSoakError, exception_chain
+from loadtests.load.failure_cycles import forget_failure, forget_traceback
+from loadtests.load.open_loop import ScheduleClosed, Ticket
+from loadtests.load.state import RunState, run_state
+
+REQUEST_TYPE = "SSE"
+SDK_PARAMETERS = frozenset({"model", "prompt", "messages", "max_tokens", "stream", "stream_options"})
+"""Body fields the openai SDK's ``create`` takes as keywords; it sends any other as ``extra_body``."""
+HARNESS_ERROR_PAUSE_S = 1.0
+"""A user whose request failed inside sse-soak waits this long before its next one: a harness bug
+must not turn into a tight loop of failing rows."""
+CONNECT_ERROR_PAUSE_S = 0.5
+"""A user that got no HTTP response at all (the server died or refuses connections) waits this long
+before its next request: one row per user per pause says the server is gone, without a loop of
+thousands of refused connections a second burning the load generator's CPU."""
+logger = logging.getLogger(__name__)
+_harness_errors_logged: set[str] = set()
+"""Messages already logged with their traceback in this process: each is logged once, counted in rows."""
+
+
+class UnexpectedOutcome(SseSoakError):
+    """The failure Locust's statistics show for a request whose outcome was not the expected one."""
+
+
+CLOSED_BEFORE_ANY_BYTE = "the server closed or reset the connection before any response"
+MAX_HEADER_BYTES = 100 * 1024
+"""The largest response head either client takes: httpcore's limit below the openai client."""
+HEADERS_TOO_LARGE = "malformed HTTP response: headers over 100 KiB"
+BOTH_LENGTHS = "malformed HTTP response: both Content-Length and Transfer-Encoding (RFC 9112 6.1)"
+IDLE_BEFORE_HEADERS = "no response headers within the client's idle timeout (--client-idle-timeout)"
+IDLE_IN_BODY = "no byte for the client's idle timeout (--client-idle-timeout) after the headers"
+"""The ``error_message`` of rows the client ended (``StreamTracker.client_ended``): the two clients
+word the same cause alike."""
+
+
+_OUR_LIMITS = {
+    errno.EMFILE: "sse-soak ran out of file descriptors (this process's limit, `ulimit -n`): raise it, or run "
+    "fewer users per process (--processes)",
+    errno.ENFILE: "the machine ran out of file descriptors (the system's limit, fs.file-max): run fewer users",
+    errno.ENOBUFS: "the machine ran out of socket buffers: run fewer users",
+    errno.ENOMEM: "sse-soak's machine ran out of memory: run fewer users, or keep fewer frames (--frame-sample-rate)",
+    errno.EADDRNOTAVAIL: "the machine ran out of local ports for new connections: run fewer users, or reuse "
+    "connections",
+}
+"""The load generator's own limits, by errno, each with its fix: a request that failed on one is a
+``harness_error``, never the server's ``connect_error``."""
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    return any(isinstance(link, kind) for link in exception_chain(exc))
+
+
+def harness_cause(exc: BaseException) -> str | None:
+    """The load generator's own limit behind ``exc`` (it or any exception it was raised from), said
+    with its fix; None when the failure is the network's or the server's."""
+    for link in exception_chain(exc):
+        if isinstance(link, MemoryError):
+            return _OUR_LIMITS[errno.ENOMEM]
+        if isinstance(link, OSError) and link.errno in _OUR_LIMITS:
+            return f"{_OUR_LIMITS[link.errno]} ({os.strerror(link.errno)})"
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    """The exception in one line for a row's ``error_message``: never a header value it quotes."""
+    return without_header_values(f"{type(exc).__name__}: {exc}")
+
+
+def _send_next(user: StreamingUser) -> None:
+    """The default task: the next request of the user's mix, at once (closed loop) or when the run's
+    arrival schedule says (open loop, ``loadtests.load.open_loop``)."""
+    user.harness.admission.wait()  # a worker sends nothing until its master admitted it to the run
+    schedule = user.harness.arrivals
+    if schedule is None:
+        user.send_next()
+        return
+    try:
+        user._ticket = schedule.acquire()
+    except ScheduleClosed:
+        raise StopUser from None  # the user's test is stopping; Locust ends the user as it ends any other
+    try:
+        user.send_next()
+    finally:
+        user._ticket = None
+        schedule.release()
+
+
+class StreamingUser:
+    """What both users share: the mix they draw from, the default task, the life of one request,
+    and its report. A subclass says how it streams, in ``_stream_into``."""
+
+    mix: ClassVar[RequestMix]
+    client_kind: ClassVar[str]
+    sees_comments: ClassVar[bool] = True
+    tasks: ClassVar[list[Any]] = [_send_next]
+    """Locust collects a user class's tasks from its bases' ``tasks``: every subclass starts with this."""
+    environment: Any
+    host: str | None
+    _ticket: Ticket | None = None
+    """The open-loop ticket of the request under way, if any."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Invariant: a class's tasks are the default task alone, or only the tasks it (or a base
+        below ``SSEUser``/``OpenAISDKUser``) declared."""
+        super().__init_subclass__(**kwargs)
+        own = [declared for declared in cls.tasks if declared is not _send_next]
+        if own:
+            cls.tasks = own
+
+    def send_next(self) -> RequestRow:
+        """Send the next request of the mix and return its row (already recorded and reported)."""
+        try:
+            request = self.next_request()
+        except Exception as exc:  # ours: the request could not even be built
+            return self._harness_failure(self._unprepared_plan(), exc)
+        return self.send(request)
+
+    def send(self, request: PreparedRequest) -> RequestRow:
+        plan = self.plan(request)
+        harness = self.harness
+        tracker = StreamTracker(plan, time.time(), harness.worker, self.sees_comments)
+        harness.recorder.note_started()
+        started = time.monotonic()
+        deadline = harness.stream_deadline
+        timer = gevent.Timeout(deadline)  # a BaseException raised into this greenlet: no except Exception stops it
+        try:
+            with timer:
+                failure = self._stream_into(request, tracker, started)
+        except gevent.Timeout as fired:
+            if fired is not timer:
+                raise
+            tracker.client_ended(
+                f"still open {deadline:g} s after it was sent (--stream-deadline): the server neither ended nor "
+                "failed it"
+            )
+            failure = Outcome.TIMEOUT
+        except gevent.GreenletExit:  # the run is stopping this user mid-stream
+            open_s = time.monotonic() - started
+            ended = self.harness.ended_by_the_run(tracker, open_s)
+            self.report(tracker.finish(open_s, ended), tracker.frames, request.path)
+            raise
+        except Exception as exc:
+            return self._harness_failure(plan, exc, tracker, started)
+        row = tracker.finish(time.monotonic() - started, failure)
+        self.report(row, tracker.frames, request.path)
+        if row.outcome == Outcome.CONNECT_ERROR:
+            gevent.sleep(CONNECT_ERROR_PAUSE_S)
+        return row
+
+    def _harness_failure(
+        self, plan: RequestPlan, exc: Exception, tracker: StreamTracker | None = None, started: float | None = None
+    ) -> RequestRow:
+        """Record a request that failed inside sse-soak, log the first of each kind, and pause."""
+        message = _describe(exc)
+        if message not in _harness_errors_logged:
+            _harness_errors_logged.add(message)
+            logger.error(
+                "sse-soak: harness error (logged once, counted as harness_error rows): %s",
+                printable(message),
+                exc_info=exc,
+            )
+        if tracker is None:  # a request that could not even be built: started and ended here
+            self.harness.recorder.note_started()
+            tracker = StreamTracker(plan, time.time(), self.harness.worker, self.sees_comments)
+        tracker.harness_error(message)
+        row = tracker.finish(0.0 if started is None else time.monotonic() - started)
+        self.report(row, tracker.frames, plan.route)
+        gevent.sleep(HARNESS_ERROR_PAUSE_S)
+        return row
+
+    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> Outcome | None:
+        """Send ``request`` and feed ``tracker``; return ``"timeout"``/``"connect_error"`` when the
+        client, not the server, ended it (times are ``time.monotonic() - started``)."""
+        raise NotImplementedError
+
+    @property
+    def harness(self) -> RunState:
+        return run_state(self.environment)
+
+    @property
+    def target(self) -> str:
+        """The run's base URL (Locust's ``host``), never None here: the scenario's preflight refuses
+        a run without one before any user starts."""
+        assert self.host is not None
+        return self.host
+
+    def next_request(self) -> PreparedRequest:
+        return self.harness.prepared_mix(self.mix, self.target).draw()
+
+    def plan(self, request: PreparedRequest) -> RequestPlan:
+        spec = request.spec
+        return RequestPlan(
+            request_id=uuid.uuid4().hex,
+            name=f"{spec.route}:{spec.label}",
+            route=spec.route,
+            client=self.client_kind,
+            prompt_tokens=request.prompt_tokens,
+            max_tokens=request.max_tokens,
+            truncate_prompt_tokens=spec.truncate_prompt_tokens,
+            expected=spec.expected,
+        )
+
+    def _unprepared_plan(self) -> RequestPlan:
+        """The plan of a request that could not be built: named after the mix's first spec."""
+        spec = self.mix.specs[0]
+        return RequestPlan(
+            uuid.uuid4().hex,
+            f"{spec.route}:{spec.label}",
+            spec.route,
+            self.client_kind,
+            max_tokens=spec.max_tokens,
+            truncate_prompt_tokens=spec.truncate_prompt_tokens,
+            expected=spec.expected,
+        )
+
+    def report(self, row: RequestRow, frames: list[Any] | None, url: str) -> None:
+        """Record the row and report it to Locust: success iff the outcome is the expected one."""
+        harness = self.harness
+        row.harness_lag_max_s = harness.lag.worst_since(time.monotonic() - row.duration_s)
+        if self._ticket is not None:
+            row.scheduled_time = self._ticket.due_epoch
+            row.start_lateness_s = max(0.0, row.start_time - self._ticket.due_epoch)
+        harness.recorder.add(row, frames if harness.keeps_frames(row.request_id, row.outcome) else None)
+        harness.note_finished(row)
+        harness.learn_pace(row)
+        if row.outcome == Outcome.STOPPED:
+            return  # the run ended it; no verdict for Locust's statistics either
+        exception = None
+        if row.outcome != (row.expected or Outcome.OK):
+            what = f" {row.error_code}/{row.error_param}" if row.error_code else ""
+            quoted = row.outcome in (Outcome.PROTOCOL_ERROR, Outcome.HARNESS_ERROR)
+            why = f": {printable(row.error_message)}" if quoted else ""  # the server's words, shown by Locust
+            exception = UnexpectedOutcome(f"{row.outcome} (HTTP {row.status}{what}), expected {row.expected}{why}")
+        self.environment.events.request.fire(
+            request_type=REQUEST_TYPE,
+            name=row.name,
+            response_time=row.duration_s * 1000.0,
+            response_length=row.bytes,
+            response=None,
+            exception=exception,
+            url=url,
+            start_time=row.start_time,
+            context={"request_id": row.request_id, "outcome": row.outcome},
+        )
+
+
+response_end.install()  # a response ends where its framing says, as it does for the openai client
+
+
+class SSEUser(StreamingUser, FastHttpUser):
+    """Streams over raw HTTP; a subclass sets ``mix`` (and ``weight``, as any Locust user)."""
+
+    abstract = True
+    client_kind = "raw"
+    max_retries = 0  # a retried POST would be a second stream, counted as one
+    max_redirects = 0  # a 3xx is the row's answer: following it sends the stream (and the key) elsewhere
+    ssl_context_factory = staticmethod(raw_client_context)  # the run's trust, as every client's (loadtests.client.tls)
+    insecure = False  # Locust's default verifies nothing; --insecure sets it per run
+    connection_timeout = 10.0
+    # network_timeout (the client idle timeout) is set per run from --client-idle-timeout.
+
+    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> Outcome | None:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            "Accept-Encoding": "identity",
+            "X-Request-Id": tracker.plan.request_id,
+        }
+        if self.harness.api_key:
+            headers["Authorization"] = f"Bearer {self.harness.api_key}"
+        payload = request.stream_payload(self.harness.model)
+        # catch_response without a with-block: Locust reports nothing; report() does, at the end.
+        response = self.client.request(
+            "POST",
+            request.path,
+            data=payload,  # type: ignore[arg-type]  # Locust annotates str | dict; its docstring and client take bytes
+            headers=headers,
+            stream=True,
+            catch_response=True,
+            name=tracker.plan.name,
+        )
+        return self._read(response, tracker, started, self.harness.max_line_bytes)
+
+    @staticmethod
+    def _read(response: Any, tracker: StreamTracker, started: float, max_line_bytes: int) -> Outcome | None:
+        """Read the response into ``tracker``; returns ``"timeout"``/``"connect_error"`` when the
+        client, not the server, ended it. Stops at a protocol error and closes the connection."""
+        status = getattr(response, "status_code", 0) or 0
+        if not status:
+            error = getattr(response, "error", None)
+            if isinstance(error, HTTPConnectionClosed):  # closed or reset before a single byte came back
+                tracker.client_ended(CLOSED_BEFORE_ANY_BYTE)
+                return Outcome.CONNECT_ERROR
+            if isinstance(error, HTTPParseError):  # bytes came back, but not an HTTP response
+                tracker.protocol_error(malformed_response(str(error)))
+                return Outcome.PROTOCOL_ERROR
+            if isinstance(error, TimeoutError):
+                tracker.client_ended(IDLE_BEFORE_HEADERS)
+                return Outcome.TIMEOUT
+            if error is not None and (ours := harness_cause(error)) is not None:
+                tracker.harness_error(ours)  # never charged to the server
+                return None
+            tracker.client_ended(_describe(error) if error is not None else "no response and no error to say why")
+            return Outcome.CONNECT_ERROR
+        raw = response._response  # geventhttpclient's response: the only handle on the live socket
+        if header_bytes(raw.items()) > MAX_HEADER_BYTES:  # the openai client's parser refuses them unread
+            tracker.protocol_error(HEADERS_TOO_LARGE)
+            raw.release()
+            return Outcome.PROTOCOL_ERROR
+        headers = response.headers
+        tracker.headers(
+            status,
+            time.monotonic() - started,
+            headers.get("content-type"),
+            content_encoding=headers.get("content-encoding"),
+            location=headers.get("location"),
+            server=headers.get("server"),
+            via=headers.get("via"),
+        )
+        body: RawBody | None = None
+        try:
+            if not 200 <= status < 300:
+                tracker.error_body(response.content or b"")  # Locust has read it (raise_for_status)
+                return None
+            if tracker.broken:
+                return None  # not an event stream: nothing in it to read
+            body = RawBody(raw, SSEParser(max_line_bytes), tracker, started)
+            try:
+                if body.read_to_end():
+                    return None  # the stream broke the protocol at a frame: read no further
+            except gevent.GreenletExit as ending:  # the run ends: what had arrived is the stream's, not lost
+                with contextlib.suppress(HTTPParseError, OSError, LineTooLong):  # never keeps the user alive
+                    body.take_arrived_already()
+                raise ending
+            if body.parser.invalid_utf8:  # in a frame the body ended before completing
+                tracker.protocol_error(INVALID_UTF8)
+        except LineTooLong as exc:
+            assert body is not None  # only the body's parser raises it
+            body.take_whole_frames(exc.frames)
+            tracker.protocol_error(str(exc))
+        except TimeoutError:
+            tracker.client_ended(IDLE_IN_BODY)
+            return Outcome.TIMEOUT
+        except (HTTPParseError, OSError):
+            return None  # the connection ended mid-body: the tracker sees no [DONE] and says "cut"
+        finally:
+            raw.release()  # back to the pool only when the body was read to its end; closed otherwise
+            forget_failure(response)
+        return None
+
+
+class RawBody:
+    """One raw response's body as its bytes arrive: split into frames, each timed (its read's kernel
+    arrival stamp, ``loadtests.client.kernel_stamps``, never before the headers or the previous read) and
+    judged by the tracker. Every body is read in the hub with every other one
+    (``loadtests.client.body_mux``); a TLS body's bytes are decrypted above the OS socket, so they come
+    unstamped, timed as the hub reads them.
+
+    (geventhttpclient's ``readline()`` would wait for a whole line however long it grows, and its
+    ``read(n)`` for ``n`` bytes; this takes what each receive brought, so frames are timed as they
+    arrive and the parser bounds the line length.)"""
+
+    __slots__ = ("_feed", "_frame", "_started", "parser", "raw", "t", "tracker", "wait")
+
+    def __init__(self, raw: Any, parser: SSEParser, tracker: StreamTracker, started: float) -> None:
+        self.raw = raw
+        self.parser = parser
+        self.tracker = tracker
+        self._feed, self._frame = parser.feed, tracker.frame
+        self._started = started
+        self.t = tracker.ttfb or 0.0
+        """Seconds after the send at which the last read arrived."""
+        self.wait: float | None = None
+        """How long the last read's bytes lay in the kernel before they were read (None: unknown)."""
+
+    def read_to_end(self) -> bool:
+        """Read and judge the body to its end; True when the stream broke the protocol at a frame
+        (nothing after it is read). Raises ``TimeoutError`` after the client's idle timeout without a
+        byte, ``OSError`` or ``HTTPParseError`` when the connection ends mid-body, ``LineTooLong``."""
+        raw = self.raw
+        if raw._body_buffer and self.take(_buffered(raw), None, time.monotonic()):  # came with the headers
+            return True
+        if raw.message_complete:
+            return False
+        sock = raw._sock
+        if sock is None:
+            raise ConnectionResetError("connection released mid-body")
+        if isinstance(sock, arrival_clock.TLS_SOCKETS):
+            return self._read_tls(sock)
+        muxed = MuxedBody(sock._sock, arrival_clock.stamp_arrivals(sock), raw.block_size, sock.timeout, self.take_read)
+        muxed.read()
+        return self.tracker.broken
+
+    def _read_tls(self, sock: Any) -> bool:
+        with TLSReads(sock) as reads:
+            MuxedBody(reads, False, self.raw.block_size, reads.idle_timeout, self.take_read).read(read_first=True)
+        return self.tracker.broken
+
+    def take_read(self, data: bytes, arrived: float | None, read_at: float) -> bool:
+        """One receive (``b""``: the peer closed) through the HTTP parser; True when the body needs
+        no more: it ended, or the stream broke the protocol at a frame."""
+        raw = self.raw
+        raw.feed(data)
+        if not data and not raw.message_complete:
+            raise ConnectionResetError("connection closed mid-body")
+        if raw._body_buffer and self.take(_buffered(raw), arrived, read_at):
+            return True
+        return raw.message_complete
+
+    def take(self, chunk: bytes, arrived: float | None, read_at: float) -> bool:
+        """Body bytes that arrived at ``arrived`` (None: unknown) and were read at ``read_at``; True
+        when the stream broke the protocol at one of their frames (however the reads were split)."""
+        self.wait = None if arrived is None else read_at - arrived
+        t = self.t = max(self.t, (read_at if arrived is None else arrived) - self._started)
+        on_frame, wait, tracker = self._frame, self.wait, self.tracker
+        for frame in self._feed(chunk, t):
+            on_frame(frame, t, wait)
+            if tracker.broken:
+                return True
+        return False
+
+    def take_whole_frames(self, frames: list[Any]) -> None:
+        """Frames that came whole in the read that also brought a line over the limit."""
+        for frame in frames:
+            self._frame(frame, self.t, self.wait)
+
+    def take_arrived_already(self) -> None:
+        """The run stopped the reader: what had arrived is the stream's (the frames still on the wire
+        are not waited for), timed now."""
+        self.t = max(self.t, time.monotonic() - self._started)
+        for frame in self._feed(_arrived_already(self.raw), self.t):
+            self._frame(frame, self.t, None)
+
+
+_PARSER_WORDS = (
+    (("Expected HTTP/", "illegal status line"), "malformed HTTP response: not an HTTP status line"),
+    (
+        (
+            "Content-Length can't be present with Transfer-Encoding",
+            "Transfer-Encoding can't be present with Content-Length",
+        ),
+        BOTH_LENGTHS,
+    ),
+    (("Receive buffer too long",), HEADERS_TOO_LARGE),  # h11: a head over httpcore's 100 KiB
+)
+"""What geventhttpclient's parser (llhttp) and the openai client's (h11) say of the same fault,
+in one wording: both clients give the same reason for the same bytes."""
+
+
+def malformed_response(detail: str) -> str:
+    """The ``error_message`` of a response either client's HTTP parser refused."""
+    for said, wording in _PARSER_WORDS:
+        if any(words in detail for words in said):
+            return wording
+    return f"malformed HTTP response: {detail}"
+
+
+def header_bytes(items: Iterable[tuple[str, str]]) -> int:
+    """The size of a response's header lines as sent (``name: value`` and CRLF each)."""
+    return sum(len(name) + len(value) + 4 for name, value in items)
+
+
+def _arrived_already(raw: Any) -> bytes:
+    """The body bytes that had arrived when the run stopped the reader: read but not parsed yet, or
+    waiting in the socket's receive buffer (read without waiting: gevent's socket wraps the OS one,
+    which is non-blocking; a TLS one is read decrypted, through ``TLSReads``, never its OS socket's
+    ciphertext). Frames still on the wire are not waited for."""
+    gevent_socket = raw._sock
+    if gevent_socket is None:
+        return _buffered(raw)
+    tls = isinstance(gevent_socket, arrival_clock.TLS_SOCKETS)
+    reading = TLSReads(gevent_socket) if tls else contextlib.nullcontext(gevent_socket._sock)
+    with reading as sock, contextlib.suppress(OSError):  # BlockingIOError: nothing more has arrived
+        while not raw.message_complete:
+            data = sock.recv(raw.block_size)
+            if not data:
+                break
+            raw.feed(data)
+    return _buffered(raw)
+
+
+def _buffered(raw: Any) -> bytes:
+    """The body bytes the HTTP parser has decoded and nobody has taken yet; taken now."""
+    buffer = raw._body_buffer
+    chunk = bytes(buffer)
+    del buffer[:]
+    return chunk
+
+
+def _sdk() -> Any:
+    """The ``openai`` package, imported on first use: it and pydantic cost about 0.5 s of CPU at
+    start-up, which a run with only raw users never needs. A locustfile that defines an
+    ``OpenAISDKUser`` imports it while it loads, before the test starts (never on the event loop)."""
+    import openai
+
+    return openai
+
+
+class OpenAISDKUser(StreamingUser, User):
+    """Streams through the official ``openai`` client; a subclass sets ``mix``."""
+
+    abstract = True
+    client_kind = "openai"
+    sees_comments = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _sdk()  # while the locustfile loads: the first SDK user must not import it mid-run
+
+    def on_start(self) -> None:
+        openai = _sdk()
+        self.wire = WireTap(self.harness.max_line_bytes)
+        # one TLS context per process: each client building its own costs ~30 ms on the loop. The SDK's
+        # client follows redirects unless told not to; a 3xx is the row's answer, as for the raw user.
+        http_client = openai.DefaultHttpxClient(
+            verify=client_context(),
+            follow_redirects=False,
+            event_hooks={"response": [self.wire]},
+            headers={"Accept-Encoding": "identity"},  # as the raw client asks: a compressed stream is refused
+        )
+        self.sdk = openai.OpenAI(
+            base_url=f"{self.target}/v1",
+            api_key=self.harness.api_key or "unused",
+            max_retries=0,
+            timeout=openai.Timeout(self.harness.client_idle_timeout, connect=10.0),
+            http_client=http_client,
+        )
+
+    def on_stop(self) -> None:
+        self.sdk.close()
+
+    def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> Outcome | None:
+        body = request.stream_body(self.harness.model)
+        create = self.sdk.chat.completions.create if request.spec.route == "chat" else self.sdk.completions.create
+        self.wire.last = None
+        try:
+            return self._read(create, body, tracker, started)
+        finally:
+            wire = self.wire.last
+            if wire is not None and tracker.status is not None and 200 <= tracker.status < 300:
+                tracker.wire_ended(wire.done, wire.bytes, wire.problem, wire.data_frames)
+
+    @staticmethod
+    def _read(create: Any, body: dict[str, Any], tracker: StreamTracker, started: float) -> Outcome | None:
+        openai = _sdk()
+        # The SDK's own parameters as keywords; the rest (truncate_prompt_tokens, a spec's extra_body) as
+        # extra_body, sent as they are, as the raw client sends them.
+        extra = {key: body.pop(key) for key in list(body) if key not in SDK_PARAMETERS}
+        try:
+            with create(
+                **body, extra_body=extra or None, extra_headers={"X-Request-Id": tracker.plan.request_id}
+            ) as stream:
+                response = stream.response
+                headers = response.headers
+                if "content-length" in headers and "transfer-encoding" in headers:
+                    tracker.protocol_error(BOTH_LENGTHS)  # the raw client's parser refuses it before the status
+                    return Outcome.PROTOCOL_ERROR
+                tracker.headers(
+                    response.status_code,
+                    time.monotonic() - started,
+                    headers.get("content-type"),
+                    content_encoding=headers.get("content-encoding"),
+                    server=headers.get("server"),
+                    via=headers.get("via"),
+                )
+                if tracker.broken:
+                    return None  # not an event stream: the SDK would find no events in it
+                for chunk in stream:
+                    tracker.payload(_handed_over(chunk), time.monotonic() - started)
+                    if tracker.broken:
+                        return None
+        except (openai.APIError, json.JSONDecodeError, UnicodeDecodeError, LineTooLong, StreamBroken) as exc:
+            failure = _sdk_failure(exc, tracker, time.monotonic() - started)
+            forget_traceback(exc)
+            return failure
+        return None
+
+
+def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | None:
+    """Record what the SDK raised ``t`` seconds into the request; returns ``"timeout"``,
+    ``"connect_error"`` or ``"protocol_error"`` when the client, not the server, ended it."""
+    openai = _sdk()
+    if isinstance(exc, openai.APIStatusError):
+        answered = exc.response.headers
+        server, via = answered.get("server"), answered.get("via")
+        tracker.headers(exc.status_code, t, location=answered.get("location"), server=server, via=via)
+        tracker.error_body(exc.response.content)
+    elif isinstance(exc, openai.APITimeoutError):
+        tracker.client_ended(IDLE_IN_BODY if tracker.status else IDLE_BEFORE_HEADERS)
+        return Outcome.TIMEOUT
+    elif isinstance(exc, openai.APIConnectionError):
+        if tracker.status:
+            return None  # after the headers: a cut stream
+        cause = exc.__cause__
+        if type(cause).__name__ == "RemoteProtocolError":  # httpx's or httpx2's
+            if "without sending a response" in str(cause):  # closed or reset before a single byte
+                tracker.client_ended(CLOSED_BEFORE_ANY_BYTE)
+                return Outcome.CONNECT_ERROR
+            tracker.protocol_error(malformed_response(str(cause)))
+            return Outcome.PROTOCOL_ERROR
+        ours = harness_cause(exc)
+        if ours is not None:
+            tracker.harness_error(ours)  # never charged to the server
+            return None
+        if _caused_by(exc, ConnectionResetError):  # reset before the headers: as the raw client words it
+            tracker.client_ended(CLOSED_BEFORE_ANY_BYTE)
+            return Outcome.CONNECT_ERROR
+        tracker.client_ended(_describe(cause) if cause is not None else _describe(exc))
+        return Outcome.CONNECT_ERROR
+    elif isinstance(exc, openai.APIError):  # an in-band error frame
+        error = exc.body if isinstance(exc.body, dict) else {"message": str(exc.body or exc.message)}
+        tracker.payload({"error": error}, t)
+    elif isinstance(exc, json.JSONDecodeError):  # the SDK could not decode a data frame
+        tracker.undecodable_payload(t, exc.doc)
+    elif isinstance(exc, UnicodeDecodeError):
+        tracker.protocol_error(INVALID_UTF8)
+    else:  # LineTooLong or StreamBroken, raised by the wire tap below the SDK
+        tracker.protocol_error(str(exc))
+    return None
+
+
+def _handed_over(chunk: Any) -> Any:
+    """What the SDK handed over, as plain data: its model's fields as sent (the SDK builds models
+    without validation, so a count sent as ``"abc"`` stays a string), or the value itself when the
+    frame was not an object (the SDK hands over lists and strings unchanged)."""
+    return chunk.model_dump(exclude_unset=True, warnings=False) if isinstance(chunk, _sdk().BaseModel) else chunk

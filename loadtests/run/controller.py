@@ -1,0 +1,767 @@
+"""The run controller: one Locust run of a scenario, from its options to its exit code.
+
+A locustfile declares a ``Scenario`` (``loadtests.declare.scenario``: a frozen declaration). Importing
+sse-soak's Locust-facing names (``from loadtests import Scenario, SSEUser, OpenAISDKUser``) imports
+this module, whose ``register()`` hands Locust two listeners, once per process: at
+``init_command_line_parser`` the controller finds the locustfile's scenario (as Locust finds its
+users, among the names the locustfile's module defines: exactly one ``Scenario`` there, or the run
+is refused in one line) and declares its options (``loadtests.declare.options``); at ``init`` it checks
+them and takes over the run's lifecycle.
+
+Without ``--host``, the master (or the single process) starts the bundled target server with the
+scenario's profile on a free loopback port; with ``--proxy`` (embedded, or a real one: nginx,
+haproxy, caddy, apache, squid) a proxy with ``--proxy-read-timeout`` goes in front of it (or of
+``--host``). It prints what it started and stops it all by pid at the end.
+
+Each Locust test (headless: the whole run; web UI: each Start..Stop) is one run directory: made
+and printed (``run directory: <path>``) at ``test_start``, judged at ``test_stop`` by the process
+that holds all results: its last rows collected, ``summary.json`` written, a failed or
+interrupted test's non-zero exit code set (never zero: Locust's own failures keep theirs), then
+``report.html``. Its closing block (each gate's line, ``timing:``, ``ended:``, the verdict and
+``report: <path>``) is printed then, unless Locust quits after the test (headless, or the web UI's
+``--autoquit``): Locust prints its final tables on the way out, so the block waits for its ``quit``
+event, after them, and a run's last lines are its verdict and report. Quitting while a test
+runs stops and judges it; the judging runs once per test whoever asks (Locust's SIGTERM handler
+and its main greenlet can both enter ``shutdown()``). Ctrl-C and SIGTERM go through a
+``SignalGuard``: they end the run the way Ctrl-C does, wait while the summary is written, and
+may only cut report.html. In the web UI, each test re-reads the options its form may have changed.
+
+The controller's Locust hooks are an entry point: an ``SseSoakError`` raised below them becomes one
+line on stderr and exit 2 here (``_refusing``), and nowhere else.
+
+``locust -f scenarios/x.py --help`` cannot list our options: Locust 2.x prints its help before it
+loads the locustfile (locust issue #2917). ``python scenarios/x.py --help`` goes through Locust's
+parser after the scenario is loaded, so it lists Locust's options and ours.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import functools
+import os
+import signal
+import ssl
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ParamSpec
+
+import gevent
+from gevent.event import Event
+from locust import FastHttpUser, events
+from locust.argument_parser import parse_locustfile_option
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
+from locust.util.timespan import parse_timespan
+
+from loadtests.base.lines import lines_to_stderr, say
+from loadtests.base.ports import own_master_port
+from loadtests.base.safe_text import printable, redacted_url
+from loadtests.client import kernel_stamps as arrival_clock
+from loadtests.client import tls
+from loadtests.client.preflight import PreflightError, base_url, preflight
+from loadtests.declare.options import add_locust_options, check_locust_options, check_run_time, given_run_time
+from loadtests.declare.scenario import RunSettings, Scenario
+from loadtests.declare.workload import PROBE_TIMEOUT, probe_prompt_sizing
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, RunFailed, SseSoakError, UsageError
+from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
+from loadtests.load.open_loop import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
+from loadtests.load.state import run_state
+from loadtests.load.users import OpenAISDKUser, SSEUser, StreamingUser
+from loadtests.record.membership import Admission, RunIdentity, own_run_id
+from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
+from loadtests.record.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
+from loadtests.record.server_metrics import OFF, ServerMetricsScraper
+from loadtests.run.collect import Collector
+from loadtests.run.ending import how_it_ended
+from loadtests.run.judging import judge, keep_elsewhere, write_html_files
+from loadtests.run.signals import SignalGuard
+from loadtests.run.web_tab import WebTab
+from loadtests.services.litellm_gateway import litellm_available
+from loadtests.services.parent_watch import end_with_launcher, end_with_parent
+from loadtests.services.real_vllm import VllmError, vllm_available
+from loadtests.services.stack import ServerStartError, Stack, split_api_key
+
+__all__ = ["OpenAISDKUser", "RunController", "SSEUser", "Scenario", "find_scenario", "register"]
+
+_Params = ParamSpec("_Params")
+
+
+def _refusing(hook: Callable[_Params, None]) -> Callable[_Params, None]:
+    """A Locust hook as an entry point: an ``SseSoakError`` is one line on stderr and its exit code."""
+
+    @functools.wraps(hook)
+    def refusing(*args: _Params.args, **kwargs: _Params.kwargs) -> None:
+        try:
+            hook(*args, **kwargs)
+        except SseSoakError as exc:
+            print(printable(f"sse-soak: {exc}"), file=sys.stderr, flush=True)
+            sys.exit(exc.exit_code)
+
+    return refusing
+
+
+def _locustfile_modules() -> list[ModuleType]:
+    """The modules this process loaded as locustfiles: those of ``-f`` (as Locust reads it: argument,
+    environment, config file; Locust names each module after its file) and the script run as
+    ``__main__`` (``python scenarios/x.py``)."""
+    args = [arg for arg in sys.argv[1:] if arg not in ("-h", "--help", "-V", "--version")]  # those would print
+    given: Any = parse_locustfile_option(args)  # a Namespace: Locust's annotation (a tuple) is wrong
+    paths = {str(Path(path.strip()).resolve()) for path in str(given.locustfile).split(",")}
+    modules = []
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and (module.__name__ == "__main__" or str(Path(file).resolve()) in paths):
+            modules.append(module)
+    return modules
+
+
+def find_scenario(modules: Iterable[ModuleType]) -> Scenario | None:
+    """The one ``Scenario`` the locustfile modules define (a module imported by a locustfile, for its
+    mixes or gates, is not one of them); None when they define none; ``UsageError`` for several."""
+    found = {id(value): (value, module) for module in modules for value in vars(module).values()}
+    declared = [(value, module) for value, module in found.values() if isinstance(value, Scenario)]
+    if len(declared) > 1:
+        names = ", ".join(f"{scenario.name} ({module.__file__})" for scenario, module in declared)
+        raise UsageError(
+            f"{len(declared)} scenarios in the locustfile(s) given: {names}; a run runs exactly one Scenario: "
+            "give one locustfile that declares one"
+        )
+    return declared[0][0] if declared else None
+
+
+_registered: list[RunController | None] = []
+"""The run's controller once Locust's command line asked for it (None: the locustfile declares no scenario)."""
+PROCESS_DEFAULTS = ("master_port", "master_bind_port", "run_id")
+"""Option defaults made once per process (``own_master_port``, ``own_run_id``), the same in every parser."""
+
+
+_hooked = False
+"""Whether ``register`` handed the listeners to Locust (a process imports this module once, but say so)."""
+
+
+def register() -> None:
+    """Hand the controller to Locust, once per process: its options at ``init_command_line_parser``,
+    the run at ``init``."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    events.init_command_line_parser.add_listener(_add_run_options)
+    events.init.add_listener(_init_run)
+
+
+@_refusing
+def _add_run_options(parser: Any) -> None:
+    """The first parser of the process makes the controller, and with it the master port and run id
+    the forked workers inherit. Locust builds its parser again after that (its web UI does, for the
+    form, before ``init`` and on every page it serves): each later one gets the same controller's
+    options and the same defaults, never a run id of its own, or the master refuses its workers."""
+    if not _registered:
+        scenario = find_scenario(_locustfile_modules())
+        controller = None if scenario is None else RunController(scenario)
+        _registered[:] = [controller]
+        if controller is not None:
+            _refuse_a_run_time_of_zero(sys.argv[1:])
+            controller.add_options(parser)
+            own_master_port(parser, sys.argv[1:])
+            controller.run_id = own_run_id(parser, sys.argv[1:])
+            controller.process_defaults = {name: parser.get_default(name) for name in PROCESS_DEFAULTS}
+        return
+    controller = _registered[0]
+    if controller is not None:
+        controller.add_options(parser)
+        parser.set_defaults(**controller.process_defaults)
+
+
+def _refuse_a_run_time_of_zero(argv: Sequence[str]) -> None:
+    """``-t 0s`` on the command line, refused before Locust forks the workers of ``--processes`` (its
+    ``init`` comes after): read as Locust reads it. ``init`` checks the value Locust parsed, whatever
+    gave it (``LOCUST_RUN_TIME``, a config file)."""
+    given = given_run_time(argv)
+    if given is None:
+        return
+    try:
+        seconds = parse_timespan(given)
+    except ValueError:
+        return  # Locust refuses it in its own words
+    check_run_time(seconds, argv)
+
+
+@_refusing
+def _init_run(environment: Any, **kwargs: Any) -> None:
+    controller = _registered[0] if _registered else None
+    if controller is None:
+        ours = sorted(user.__name__ for user in environment.user_classes if issubclass(user, StreamingUser))
+        if ours:
+            raise UsageError(
+                f"{', '.join(ours)} run in no scenario: declare one in the locustfile, e.g. "
+                'scenario = Scenario(name="my_scenario") (declaring it installs it)'
+            )
+        return
+    controller.on_init(environment, **kwargs)
+
+
+ARRIVAL_PROCESSES = "sse_soak_arrival_processes"
+ARRIVAL_START = "sse_soak_arrival_start"
+"""Set on the master's parsed options at test start; Locust sends them to the workers with the spawn."""
+
+
+def _start_arrivals(environment: Any) -> None:
+    """Open loop: this process's schedule for the test starting. The master (or the single process)
+    fixes the shared start and the number of processes; each worker takes its part by its index."""
+    options = environment.parsed_options
+    state = run_state(environment)
+    state.arrivals = None
+    if options.rate is None:
+        return
+    runner = environment.runner
+    if isinstance(runner, MasterRunner):
+        setattr(options, ARRIVAL_PROCESSES, max(1, runner.worker_count))
+        setattr(options, ARRIVAL_START, time.time() + START_DELAY_S)
+        return  # the master sends no request
+    if isinstance(runner, WorkerRunner):
+        processes, start = getattr(options, ARRIVAL_PROCESSES), getattr(options, ARRIVAL_START)
+        index = runner.worker_index
+    else:
+        processes, start, index = 1, time.time(), 0
+    plan = ArrivalPlan(options.rate, options.arrival, options.arrival_seed, options.max_in_flight, processes, index)
+    state.arrivals = ArrivalSchedule(plan, start)
+
+
+def _close_arrivals(environment: Any) -> None:
+    """Open loop, as the test stops: the scheduled requests no user took are recorded as ``not_sent``."""
+    state = run_state(environment)
+    schedule = state.arrivals
+    if schedule is None or schedule.closed:
+        return
+    for ticket in schedule.unsent():
+        state.recorder.add(not_sent_row(ticket, state.worker), None)
+
+
+def _stack_of(settings: RunSettings) -> tuple[Any, ...]:
+    """What the stack a run starts depends on."""
+    return settings.proxy, settings.proxy_read_timeout, settings.keep_alive_interval, settings.server_args
+
+
+STOP_WAIT_S = 120.0
+"""How long quitting waits for a stop already under way elsewhere to judge the test itself."""
+
+
+@dataclass
+class _Test:
+    """One Locust test (headless: the run; web UI: one Start..Stop) and its run directory."""
+
+    writer: RunWriter
+    started: float
+    """``time.monotonic()`` as test_start fired: when Locust armed its ``-t`` timer (it arms it as it
+    spawns the greenlet that fires test_start), so the run time is counted from here."""
+    planned_s: float | None
+    """The planned duration (``-t``, or the web UI's run time), if any."""
+    stopping_at: float | None = None
+    judging: bool = False
+    judged: Event = field(default_factory=Event)
+    scraper: ServerMetricsScraper | None = None
+    """Scraping the server's ``/metrics`` while the test runs; None when turned off."""
+    load_started: float | None = None
+    """``time.monotonic()`` once the test's start-up (the test_start hooks) was over and users spawned."""
+
+    @property
+    def server_metrics_unavailable(self) -> str | None:
+        """Why the test has no server metrics; None when it has some."""
+        return OFF if self.scraper is None else self.scraper.unavailable
+
+    def how_it_ended(self, signals: Sequence[tuple[str, float]]) -> tuple[str, str | None]:
+        """``(ended, interrupted)`` (``_ending.how_it_ended``) as of its stop, or now."""
+        end = self.stopping_at or time.monotonic()
+        return how_it_ended(self.started, self.load_started, end, self.planned_s, signals)
+
+
+def _server_url(host: str | None) -> str | None:
+    """The given ``--host`` as a base URL, where a proxy the run started in front of it forwards."""
+    if host is None:
+        return None
+    try:
+        return base_url(host)[0]
+    except PreflightError:
+        return None  # the preflight refuses it in its own words
+
+
+class RunController:
+    """One Locust run of ``scenario`` in this process: its options, the stack, the tests, the verdict."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._stack: Stack | None = None
+        self._settings: RunSettings | None = None
+        self._collector: Collector | None = None
+        self._test: _Test | None = None
+        self._sizing_probe: gevent.Greenlet | None = None
+        self._given_host: str | None = None
+        """``--host`` as the command line gave it (None: the bundled stack)."""
+        self._target_host: str | None = None
+        """The URL the preflight accepted; a test the web UI starts with no host targets it."""
+        self._guard = SignalGuard()
+        self._quitting = False
+        self._quit_done = Event()
+        self._closing: list[list[str]] = []
+        """Judged tests' closing blocks (gate lines, verdict, ``report:``) not said yet (``_close``)."""
+        self.run_id: str | None = None
+        """``--run-id`` as this process was started with (``own_run_id``): never the master's copy."""
+        self.process_defaults: dict[str, Any] = {}
+        """``PROCESS_DEFAULTS`` as the process's first parser had them."""
+        self._web_tab: WebTab | None = None
+        """sse-soak's tab in Locust's web UI (``loadtests.run.web_tab``), when this process serves one."""
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name
+
+    def add_options(self, parser: Any) -> None:
+        """The scenario's options (``loadtests.declare.options``), checked first: its gates' queries."""
+        self.scenario.check()
+        # Loopback unless told otherwise: Locust's master and web UI bind every interface by default.
+        parser.set_defaults(master_bind_host="127.0.0.1", web_host="127.0.0.1")
+        add_locust_options(parser, f"Options of the sse-soak scenario '{self.name}'.", self.scenario)
+
+    def on_init(self, environment: Any, **_: Any) -> None:
+        quiet_per_request_logging()
+        end_with_launcher()  # a soak or launch() that dies, even by SIGKILL, leaves no run behind
+        options = environment.parsed_options
+        lines_to_stderr(bool(getattr(options, "json", False)))  # stdout is --json's
+        check_locust_options(options)
+        if not isinstance(environment.runner, WorkerRunner):  # Locust ignores a worker's -t
+            check_run_time(options.run_time, sys.argv[1:])
+        _trust_as_told(environment)
+        self._given_host = options.host
+        state = run_state(environment)
+        state.model_option = options.model
+        state.api_key = options.api_key
+        if state.api_key is None and options.host is None:  # the bundled server's own key, if it was given one
+            state.api_key = split_api_key(self.scenario.settings(options).server_args)[1]
+        _read_streams_as_told(environment)
+        # the server is not the bundled one running the profile: silence must come from queueing
+        state.hold_slots = options.host is not None or getattr(options, "server", "bundled") != "bundled"
+        state.runner = environment.runner
+        for user_class in environment.user_classes:
+            if issubclass(user_class, FastHttpUser):
+                user_class.insecure = options.insecure
+        # first: a master answers the hellos of workers that connect while its stack starts
+        state.admission = Admission(environment, RunIdentity(self.name, self.run_id))
+        state.admission.start()
+        if not isinstance(environment.runner, WorkerRunner):
+            self._settings = self.scenario.settings(options)
+            self.scenario.check(self._settings)  # a function's gates: checked once known
+            notice = self.scenario.proxy_notice(options)
+            if notice is not None:
+                say(notice)
+            plan_only = os.environ.get(PLAN_ONLY_ENV)
+            if plan_only:
+                RunDir(plan_only).write_manifest(self._manifest(environment))
+                sys.exit(0)
+            self._start_stack(environment, self._settings)
+            self._preflight(environment, state)
+        arrival_clock.keep_kernel_stamping_on()  # before the first stream, so its first frames are stamped
+        if environment.runner is None:
+            return  # run_single_user (debugging): Locust prints each request; no run directory
+        state.lag.start()  # for the whole run, in every process: its samples travel with the rows
+        self._collector = Collector(environment, options.flush_interval, state.admission.refused)
+        self._collector.start()
+        if isinstance(environment.runner, WorkerRunner) and getattr(options, "processes", None):
+            end_with_parent(self._collector.master_gone)  # forked by the master: gone with it, rows kept here
+        self._guard.speaks = not isinstance(environment.runner, WorkerRunner)
+        self._guard.install((signal.SIGINT,))  # an idle web UI's Ctrl-C quits, every time
+        self._open_web_tab(environment)
+        lifecycle = environment.events
+        lifecycle.test_start.add_listener(self._on_test_start)
+        lifecycle.test_stopping.add_listener(self._on_test_stopping)
+        lifecycle.test_stop.add_listener(self._on_test_stop)
+        lifecycle.quitting.add_listener(self._on_quitting)
+        lifecycle.quit.add_listener(self._on_quit)
+        atexit.register(self._say_closing)  # should Locust exit without firing quit
+        # libev times a timer from its cached clock, stale by however long startup blocked (imports,
+        # discovery): without this, Locust's -t timer, armed next, fires that much early.
+        gevent.get_hub().loop.update_now()
+
+    def _start_stack(self, environment: Any, settings: RunSettings) -> None:
+        if settings.host is not None and settings.proxy == "none":
+            return  # the server is given and nothing stands in front of it
+        if settings.starts_server == "vllm":
+            available, reason = vllm_available()
+            if not available:
+                raise UsageError(f"--server vllm: {reason}")
+        if settings.proxy == "litellm":
+            available, reason = litellm_available()
+            if not available:
+                raise UsageError(f"--proxy litellm: {reason}")
+        try:
+            self._stack = Stack.start(
+                settings.host,
+                settings.server_args,
+                settings.proxy,
+                settings.proxy_read_timeout,
+                settings.server,
+                run_state(environment).api_key,
+            )
+        except (ServerStartError, VllmError, ValueError) as exc:
+            raise RunFailed(f"the stack did not start: {exc}") from None
+        atexit.register(self._stop_stack)  # run_single_user never fires quitting
+        environment.host = self._stack.url
+        run_state(environment).sizing_host = self._stack.server_url or _server_url(settings.host)
+        for line in self._stack.describe():
+            say(line)
+
+    def _preflight(self, environment: Any, state: Any) -> None:
+        """Refuse, in one line and before any user starts, a target the run cannot use."""
+        host = environment.host
+        if host is None:
+            raise UsageError("no target: pass --host http://HOST:PORT (or leave it out to start the bundled server)")
+        try:
+            target = preflight(host, state.api_key, state.model_option, environment.parsed_options.preflight_timeout)
+        except PreflightError as exc:
+            self._stop_stack()
+            raise UsageError(str(exc)) from None
+        for notice in target.notices:
+            say(printable(notice))
+        environment.host = self._target_host = target.base_url
+        state.model_option = target.model
+
+    def _stop_stack(self) -> None:
+        if self._stack is not None:
+            self._stack.stop()
+            self._stack = None
+
+    # -- one test: run directory at test_start, judged at test_stop ------------------------------
+    def _on_test_start(self, environment: Any, **_: Any) -> None:
+        entered = time.monotonic()  # Locust's -t timer was armed as this hook's greenlet was spawned
+        self._guard.test_started = True
+        self._guard.install()  # SIGTERM here, not at init: Locust installs its own after init
+        settle_after_setup()  # before any user spawns: one-time costs paid while no stream is open
+        run_state(environment).lag.excuse_current_wait()
+        if not isinstance(environment.runner, WorkerRunner) and not self._take_form_options(environment):
+            return
+        _read_streams_as_told(environment)  # the form's values (a worker has them from its spawn message)
+        _start_arrivals(environment)
+        if isinstance(environment.runner, WorkerRunner):
+            return
+        assert self._collector is not None
+        options = environment.parsed_options
+        self._use_host_of_this_test(environment)
+        try:
+            run = self._next_run_dir(options.report_dir)
+        except RunDirError as exc:  # checked at start; something changed the directory since
+            print(printable(f"sse-soak: {exc}: the test is not run"), file=sys.stderr, flush=True)
+            environment.process_exit_code = 2
+            gevent.spawn(environment.runner.quit)
+            return
+        writer = RunWriter(run)
+        run.write_manifest(self._manifest(environment))
+        self._test = _Test(writer, entered, getattr(options, "run_time", None) or None)
+        self._collector.begin(writer)
+        say(f"run directory: {run}")
+        self._show_in_web_tab(environment, run)
+        if not options.no_server_metrics:
+            self._test.scraper = self._scrape_server_metrics(environment, run)
+        if environment.host and isinstance(environment.runner, MasterRunner):  # a master sizes no prompt itself
+            state = run_state(environment)
+            self._sizing_probe = gevent.spawn(
+                probe_prompt_sizing,
+                state.sizing_host or environment.host,
+                state.api_key,
+                state.model_option,
+                state.probe_timeout,
+            )
+        self._test.load_started = time.monotonic()
+
+    def _take_form_options(self, environment: Any) -> bool:
+        """The web UI's form may change any option for each test (as text): check them as the command
+        line's are, and when the stack's settings changed (the proxy, its read timeout, the keep-alive
+        interval, the server's arguments) restart the stack with them. A bad value stops this test in
+        one line and leaves the run waiting for the next; False then."""
+        options = environment.parsed_options
+        try:
+            check_locust_options(options)
+            as_given = copy.copy(options)
+            as_given.host = self._given_host  # the form's host field is the test's target, not --host
+            settings = self.scenario.settings(as_given)
+            if self._settings is not None and _stack_of(settings) != _stack_of(self._settings):
+                self._restart_stack(environment, settings)
+            self._settings = settings
+        except SseSoakError as exc:
+            print(printable(f"sse-soak: {exc}: the test is not run"), file=sys.stderr, flush=True)
+            gevent.spawn(environment.runner.stop)
+            return False
+        return True
+
+    def _restart_stack(self, environment: Any, settings: RunSettings) -> None:
+        say("sse-soak: the form changed the stack's settings: restarting it")
+        self._stop_stack()
+        environment.host = settings.host
+        self._target_host = None
+        self._start_stack(environment, settings)
+        self._preflight(environment, run_state(environment))
+
+    def _use_host_of_this_test(self, environment: Any) -> None:
+        """The web UI's form sets the host for each test (before the users, or the workers' spawn
+        messages, read it): left empty, the test targets the run's own target (the bundled stack,
+        or ``--host``); another URL is checked as ``--host`` is and, if the check fails, still
+        used after one line that says why: its requests fail and are recorded, none is lost."""
+        host = environment.host
+        if host == self._target_host or self._target_host is None:
+            return
+        if not host:
+            environment.host = self._target_host
+            say(f"sse-soak: no host given for this test: it targets {redacted_url(self._target_host)}")
+            return
+        state = run_state(environment)
+        options = environment.parsed_options
+        try:
+            target = preflight(host, state.api_key, options.model, options.preflight_timeout)
+        except PreflightError as exc:
+            print(printable(f"sse-soak: {exc}: this test's requests will fail"), file=sys.stderr, flush=True)
+            return
+        for notice in target.notices:
+            say(printable(notice))
+        environment.host = self._target_host = target.base_url
+        state.model_option = target.model
+
+    def _open_web_tab(self, environment: Any) -> None:
+        """sse-soak's tab in Locust's web UI, when this process serves one (never a worker's)."""
+        if getattr(environment, "web_ui", None) is not None and not isinstance(environment.runner, WorkerRunner):
+            self._web_tab = WebTab.install(environment, lambda: self._form_values(environment))
+
+    def _form_values(self, environment: Any) -> dict[str, Any]:
+        """What the web UI's form shows for an option left empty: the value the scenario runs."""
+        as_given = copy.copy(environment.parsed_options)
+        as_given.host = self._given_host  # the form's host field is a test's target, not --host
+        return self.scenario.form_values(as_given)
+
+    def _show_in_web_tab(self, environment: Any, run: RunDir) -> None:
+        """The web UI's tab follows the test starting, judged by this run's gates."""
+        if self._web_tab is None:
+            return
+        options = environment.parsed_options
+        settings = self._settings or self.scenario.settings(options)
+        gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
+        recorded = {**settings.as_dict(), "max_unjudged_share": options.max_unjudged_share}
+        self._web_tab.show(run, gates, recorded, self.scenario.point_of(settings))
+
+    def _scrape_server_metrics(self, environment: Any, run: RunDir) -> ServerMetricsScraper:
+        """Start scraping the server itself for this test: the bundled one, else ``--host`` (never a proxy)."""
+        options = environment.parsed_options
+        bundled = self._stack.server_url if self._stack is not None else None
+        key = run_state(environment).api_key
+        scraper = ServerMetricsScraper(
+            bundled or base_url(options.host)[0],
+            run.server_metrics,
+            options.server_metrics_interval,
+            options.flush_interval,
+            {"Authorization": f"Bearer {key}"} if key else None,
+        )
+        scraper.start()
+        return scraper
+
+    def _next_run_dir(self, report_dir: str) -> RunDir:
+        """The directory the soak job made for this run (``SSE_SOAK_RUN_DIR``, its first test only),
+        else a new one under ``report_dir``."""
+        given = os.environ.pop(RUN_DIR_ENV, None)
+        return RunDir(given) if given else RunDir.create(report_dir, self.name)
+
+    def _manifest(self, environment: Any) -> Manifest:
+        settings = self._settings or self.scenario.settings(environment.parsed_options)
+        gates = self.scenario.gate_list(settings, environment.parsed_options.harness_lag_limit_ms)
+        services = [] if self._stack is None else [Service(s.name, s.url, s.pid) for s in self._stack.services]
+        workers = environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        recorded = settings.as_dict()
+        specs = [gate.spec() for gate in gates]
+        return Manifest(
+            self.name, started, recorded, specs, services, workers, versions(), self.scenario.point_of(settings)
+        )
+
+    def _prompt_sizing(self, environment: Any) -> str | None:
+        """What this process's users found about prompt sizing, else (on a master, which prepares
+        no mix) what its probe at test start found, else None."""
+        facts = run_state(environment).facts
+        if facts is not None:
+            return facts.prompt_sizing
+        probe, self._sizing_probe = self._sizing_probe, None
+        if probe is None:
+            return None
+        probe.join(timeout=PROBE_TIMEOUT + 5)
+        probe.kill(block=False)
+        return probe.value if probe.successful() else None
+
+    def _on_test_stopping(self, environment: Any, **_: Any) -> None:
+        if self._test is not None and self._test.stopping_at is None:
+            self._test.stopping_at = time.monotonic()
+        _close_arrivals(environment)
+
+    def _on_test_stop(self, environment: Any, **_: Any) -> None:
+        if not isinstance(environment.runner, WorkerRunner):
+            self._judge_test(environment)
+
+    def _judge_test(self, environment: Any) -> None:
+        """Collect the test's last rows and judge it, once; a second caller waits for the first."""
+        test = self._test
+        if test is None:
+            return
+        if test.judging:
+            test.judged.wait()
+            return
+        test.judging = True
+        assert self._collector is not None
+        try:
+            self._collector.finish()
+            if test.scraper is not None:
+                test.scraper.stop()  # its last rows written before the judging reads them
+            self._write_report(environment, test)
+        finally:
+            self._collector.end()
+            test.judged.set()
+            if self._web_tab is not None:
+                self._web_tab.judged()
+            self._guard.release()
+
+    def _on_quitting(self, environment: Any, **_: Any) -> None:
+        """Locust is quitting: end the test under way (its rows, its verdict) and the stack, once."""
+        if self._quitting:
+            self._quit_done.wait()
+            return
+        self._quitting = self._guard.quitting = True
+        try:
+            if isinstance(environment.runner, WorkerRunner):
+                assert self._collector is not None
+                self._collector.stop_and_ship()
+            else:
+                self._end_test(environment)
+            if self._collector is not None:
+                self._collector.stop()
+            run_state(environment).lag.stop()
+        finally:
+            self._stop_stack()
+            self._quit_done.set()
+
+    def _on_quit(self, **_: Any) -> None:
+        """Locust printed its final tables and is about to exit: the held closing blocks, then the
+        signal handlers as they were."""
+        try:
+            self._say_closing()
+        finally:
+            self._guard.restore()
+
+    def _end_test(self, environment: Any) -> None:
+        test = self._test
+        if test is None or test.judged.is_set():
+            return  # no test ever started (web UI), or it is judged already
+        if environment.runner.state in (STATE_SPAWNING, STATE_RUNNING):
+            environment.runner.stop()  # fires test_stop, which judges the test
+        elif not test.judging:
+            test.judged.wait(STOP_WAIT_S)  # a stop under way elsewhere fires test_stop when done
+        self._judge_test(environment)  # waits for the judging under way, or judges if none came
+
+    def _write_report(self, environment: Any, test: _Test) -> None:
+        settings = self._settings or self.scenario.settings(environment.parsed_options)
+        run = test.writer.run
+        ended, interrupted = test.how_it_ended(self._guard.received)
+        options = environment.parsed_options
+        recorded = {
+            **settings.as_dict(),
+            "prompt_sizing": self._prompt_sizing(environment),
+            "max_line_bytes": options.max_line_bytes,
+            "max_unjudged_share": options.max_unjudged_share,
+        }
+        closing: list[str] = []  # the test's closing block: said once all is recorded (``_close``)
+        with self._guard.deferred():  # the summary and the exit code are never cut
+            gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
+            summary = judge(
+                run,
+                gates,
+                scenario=self.name,
+                settings=recorded,
+                frame_sample_rate=options.frame_sample_rate,
+                ended=ended,
+                interrupted=interrupted,
+                server_metrics_unavailable=test.server_metrics_unavailable,
+                point=self.scenario.point_of(settings),
+                html=False,
+                lost_rows=self._collector.lost if self._collector is not None else None,
+            )
+            closing += summary.console_lines()
+            if test.writer.rows_unwritable or test.writer.rows_pending:
+                closing.append(
+                    f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "
+                    f"{test.writer.rows_pending} rows not written (the disk refused them): not judged"
+                )
+            closing += [f"ended: {ended}", summary.verdict_line()]
+            if summary.unwritten is not None:
+                closing.append(keep_elsewhere(run, summary))
+                environment.process_exit_code = summary.exit_code  # the record is incomplete, whatever the verdict
+            elif not summary.passed and environment.process_exit_code in (None, 0, INCONCLUSIVE_EXIT_CODE):
+                environment.process_exit_code = summary.exit_code  # a FAIL outweighs an inconclusive test
+        if summary.unwritten is None:
+            try:
+                with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
+                    write_html_files(run, summary)
+            except KeyboardInterrupt:
+                again = f"python -m loadtests report {run}"
+                closing.append(f"sse-soak: report.html was not written (interrupted); {again} writes it")
+            except OSError as exc:  # the disk filled up after the summary
+                closing.append(f"sse-soak: report.html was not written in {run}: {exc.strerror or exc}")
+                environment.process_exit_code = UNWRITTEN_EXIT_CODE
+        closing.append(f"report: {run}")
+        self._close(environment, closing)
+
+    def _close(self, environment: Any, closing: list[str]) -> None:
+        """Say a judged test's closing block: now, unless Locust quits after this test and prints
+        its final tables on the way (headless; the web UI with ``--autoquit`` after ``-t``; any test
+        judged while quitting): then at ``quit``, after the tables, so the verdict is the last thing
+        a terminal or a CI log shows."""
+        self._closing.append(closing)
+        options = environment.parsed_options
+        autoquits = getattr(options, "autostart", False) and getattr(options, "autoquit", -1) != -1 and options.run_time
+        if not (self._quitting or getattr(options, "headless", False) or autoquits):
+            self._say_closing()
+
+    def _say_closing(self) -> None:
+        """Say every closing block not said yet, once each. Everything in them is recorded already:
+        an output that is gone (a closed pipe) loses only these lines."""
+        while self._closing:
+            lines = self._closing.pop(0)
+            try:
+                for line in lines:
+                    say(line)
+            except OSError:
+                self._closing.clear()
+
+
+register()  # importing the controller is how a locustfile's ``from loadtests import Scenario, SSEUser`` reaches Locust
+
+
+def _read_streams_as_told(environment: Any) -> None:
+    """The options by which this process's users read and record a stream, as they stand: at init,
+    and again as each test starts, where the web UI's form may have changed them (``Option.form``)."""
+    options = environment.parsed_options
+    state = run_state(environment)
+    state.client_idle_timeout = options.client_idle_timeout
+    state.stream_deadline = options.stream_deadline
+    state.frame_sample_rate = options.frame_sample_rate
+    state.max_line_bytes = options.max_line_bytes
+    for user_class in environment.user_classes:
+        if issubclass(user_class, FastHttpUser):
+            user_class.network_timeout = options.client_idle_timeout
+
+
+def _trust_as_told(environment: Any) -> None:
+    """Every client of this process trusts what ``--ca-cert`` and ``--insecure`` say (``loadtests.client.tls``);
+    ``--insecure`` is said loudly, once, by the process that prints the run's lines."""
+    options = environment.parsed_options
+    try:
+        tls.configure(options.ca_cert, options.insecure)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"--ca-cert {options.ca_cert}: not a PEM file of certificates ({exc})") from None
+    if options.insecure and not isinstance(environment.runner, WorkerRunner):
+        print(tls.INSECURE_WARNING, file=sys.stderr, flush=True)

@@ -1,0 +1,223 @@
+"""The nightly soak job: one long Locust run, watched, checkpointed, judged for drift and baseline.
+
+``python -m loadtests soak`` runs ``locust -f <scenario> --headless`` as a child, started as
+``launch`` starts one (``_child_run``: its own session, so Ctrl-C reaches only us, and we end
+Locust with SIGTERM, which makes it stop its users and write its report). While it runs we refresh
+a progress line from the run directory's parquet parts, sample the memory of the harness and of the
+bundled server into ``resources.csv``, and rewrite ``summary.json`` every checkpoint interval, so a
+run killed after hours still leaves a usable report. At the end we add the drift windows and gates,
+compare with ``--baseline`` when given, and print the verdict as the last line; the exit code says
+the same (0 pass, 1 fail). When Locust or the scenario refuses an option before any run starts
+(exit 2), we say so in one line on stderr and exit 2 too: a usage error, not a failed run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtests.declare import catalog
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE
+from loadtests.judge.drift import DRIFT_GATES, DriftLimits
+from loadtests.judge.summary import FAIL, INCONCLUSIVE, Summary
+from loadtests.record.run_dir import ManifestError, RunDir
+from loadtests.report import compare
+from loadtests.run.child_run import ChildRun, HeadlessRun
+from loadtests.run.progress import ProgressPrinter, RunProgress
+from loadtests.run.resources import ResourceSampler
+from loadtests.services.stack import SERVER_NAMES
+
+SAMPLE_INTERVAL_S = 5.0
+DEFAULT_SCENARIO = catalog.locate("soak")
+
+
+_SHOWN_LINES = ("gate ", "arrivals: ", "sse-soak:", "Traceback", "run directory:", *(f"{n}:" for n in SERVER_NAMES))
+"""The Locust run's lines the soak passes on: gates, notices, tracebacks, the run directory, the server."""
+
+
+@dataclass
+class SoakPlan:
+    scenario: Path = DEFAULT_SCENARIO
+    duration_s: float = 300.0
+    users: int = 12
+    spawn_rate: float = 12.0
+    processes: int | None = None
+    host: str | None = None
+    report_dir: str = "reports"
+    baseline: str | None = None
+    progress_interval: float | None = None
+    checkpoint_interval: float = 60.0
+    limits: DriftLimits = field(default_factory=DriftLimits)
+    thresholds: compare.Thresholds = field(default_factory=compare.Thresholds)
+    locust_args: list[str] = field(default_factory=list)
+
+    def headless(self) -> HeadlessRun:
+        """This soak's Locust run, as ``launch`` would describe the same run, plus ``--stop-timeout``:
+        at the end each user gets 5 s to finish the stream in hand before Locust stops it."""
+        if not (self.duration_s >= 1 and float(self.duration_s).is_integer()):  # Locust reads -t 0s as no limit
+            raise ValueError(f"the duration must be a whole number of seconds, at least 1, got {self.duration_s}")
+        return HeadlessRun(
+            self.scenario,
+            self.users,
+            int(self.duration_s),
+            self.spawn_rate,
+            self.report_dir,
+            self.host or None,
+            self.processes or None,
+            {"stop_timeout": 5},
+            self.locust_args,
+        )
+
+    def command(self) -> list[str]:
+        return self.headless().command()
+
+
+class Soak:
+    """The soak job: the Locust run started by ``_child_run`` (which makes the run directory and
+    hands it over), and its watcher. It learns what the run started (the server's pid, for its
+    memory) from the run's manifest: nothing depends on the wording of Locust's output."""
+
+    def __init__(self, plan: SoakPlan, printer: ProgressPrinter | None = None) -> None:
+        self.plan = plan
+        self.printer = printer or ProgressPrinter()
+        self.run_dir: RunDir | None = None
+        self.interrupted_by: str | None = None
+        self._locust: ChildRun | None = None
+        self._sampler: ResourceSampler | None = None
+        self._services_known = False
+        self._last_error: str | None = None
+
+    def run(self) -> int:
+        started = time.monotonic()
+        headless = self.plan.headless()
+        self.run_dir = headless.make_run_dir()
+        with ChildRun.start(headless, self.run_dir, on_line=self._on_line) as self._locust:
+            self._sampler = ResourceSampler(self._locust.pid)
+            self._sampler.path = self.run_dir.resources
+            # SIGTERM, not SIGINT, for either: Locust then stops its users and writes its report
+            with self._locust.forwarding((signal.SIGINT, signal.SIGTERM), signal.SIGTERM):
+                self._watch(started)
+            locust_code, _, _ = self._locust.wait()
+        self.interrupted_by = self._locust.interrupted_by
+        return self._finish(locust_code)
+
+    def _on_line(self, line: str) -> None:
+        """Pass on the lines worth seeing; remember the last error, for a refusal before any run."""
+        if line.startswith("sse-soak: ") or "error: " in line:
+            self._last_error = line
+        if line.startswith(_SHOWN_LINES):
+            self.printer.print(line)
+
+    def _learn_services(self) -> None:
+        """Once the run has written its manifest: sample the server's memory apart from the harness's."""
+        assert self.run_dir is not None and self._sampler is not None
+        try:
+            manifest = self.run_dir.read_manifest()
+        except ManifestError as exc:
+            self.printer.print(f"sse-soak: {exc}; the server's memory is not sampled")
+            self._services_known = True
+            return
+        if manifest is None:
+            return
+        self._sampler.service_pids.update(service.pid for service in manifest.services)
+        server = next(filter(None, (manifest.service(name) for name in SERVER_NAMES)), None)
+        self._sampler.server_pid = server.pid if server else None
+        self._services_known = True
+
+    def _watch(self, started: float) -> None:
+        """Sample memory every ``SAMPLE_INTERVAL_S`` (each drift window needs samples), show progress
+        every progress interval, checkpoint every checkpoint interval, until Locust exits."""
+        assert self._locust is not None and self._sampler is not None and self.run_dir is not None
+        interval = self.plan.progress_interval or (1.0 if self.printer.in_place else 10.0)
+        tick = min(interval, SAMPLE_INTERVAL_S, self.plan.duration_s / self.plan.limits.windows / 3)
+        next_checkpoint = started + self.plan.checkpoint_interval
+        next_progress = started
+        progress = RunProgress(self.run_dir)
+        while self._locust.running():
+            time.sleep(tick if self._services_known else min(tick, 0.5))
+            if not self._services_known:
+                self._learn_services()
+                if not self._services_known:
+                    continue
+            _, harness_mb, server_mb = self._sampler.sample()
+            if time.monotonic() >= next_progress:
+                progress.refresh()
+                elapsed = time.monotonic() - started
+                self.printer.show(progress.line(elapsed, self.plan.duration_s - elapsed, harness_mb, server_mb))
+                next_progress += interval
+            if time.monotonic() >= next_checkpoint:
+                self._judge(partial=True)
+                next_checkpoint += self.plan.checkpoint_interval
+
+    def _judge(self, partial: bool) -> Any:
+        """The run judged from what is on disk, its drift gates added: at a checkpoint (``partial``:
+        summary.json only; the HTML report reads every frame) or at the end."""
+        from loadtests.judge.drift import drift_gates  # pandas, only when needed
+        from loadtests.run.judging import SoakState, judge
+
+        assert self.run_dir is not None
+        state = SoakState(partial, self.plan.duration_s)
+        return judge(self.run_dir, add_gates=drift_gates(self.plan.limits), soak=state, html=not partial)
+
+    def _finish(self, locust_code: int) -> int:
+        assert self.run_dir is not None
+        self.printer.print(f"locust exited with {locust_code}")
+        if not self.run_dir.manifest.exists() and locust_code == USAGE_EXIT_CODE:  # an option refused: no run
+            with contextlib.suppress(OSError):
+                self.run_dir.path.rmdir()
+            print(
+                f"python -m loadtests soak: locust refused to start: {self._last_error or 'see its output above'}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return USAGE_EXIT_CODE
+        if not self.run_dir.holds_results():
+            self.printer.print("verdict: FAIL (the run wrote no results)")
+            return 1
+        summary = self._judge(partial=False)
+        for gate in summary.gates:
+            if gate.name in DRIFT_GATES:
+                self.printer.print(gate.line())
+        windows = summary.windows_line()
+        if windows is not None:
+            self.printer.print(windows)
+        regressions = self._compare_with_baseline(summary)
+        self.printer.print(f"report: {self.run_dir}")
+        reasons = [gate.name for gate in summary.gates if not gate.passed and not gate.unjudged] + regressions
+        if self.interrupted_by:
+            reasons.insert(0, f"interrupted by {self.interrupted_by}")
+        if locust_code not in (0, 1, INCONCLUSIVE_EXIT_CODE):
+            reasons.append(f"locust exit code {locust_code}")
+        elif locust_code == 1 and summary.verdict != FAIL:
+            reasons.append("locust reported unexpected outcomes")
+        if reasons:
+            self.printer.print(f"verdict: FAIL ({', '.join(reasons)})")
+            return 1
+        if summary.verdict == INCONCLUSIVE:  # nothing against the server, but its point went unjudged
+            self.printer.print(summary.verdict_line())
+            return INCONCLUSIVE_EXIT_CODE
+        self.printer.print("verdict: PASS")
+        return 0
+
+    def _compare_with_baseline(self, summary: Summary) -> list[str]:
+        if not self.plan.baseline:
+            return []
+        try:
+            base = Summary.load(self.plan.baseline)
+        except (OSError, ValueError) as exc:
+            self.printer.print(f"baseline: cannot read {self.plan.baseline}: {exc}")
+            return ["baseline unreadable"]
+        lacking = compare.missing_figures(base)
+        different = compare.incomparable(base, summary)
+        if lacking or different:
+            why = different or f"it lacks {', '.join(lacking)}"
+            self.printer.print(f"baseline: {self.plan.baseline} is no comparison for this run: {why}")
+            return ["baseline not comparable"]
+        rows = compare.compare(base, summary, self.plan.thresholds)
+        self.printer.print(compare.render(rows, str(self.plan.baseline), str(self.run_dir)))
+        return [f"regression in {row.metric}" for row in rows if row.regressed]
