@@ -2,7 +2,7 @@
 to read in five minutes, and every link from it or from docs/ resolves to a file and heading; CI and
 the workflows run exactly its two commands; what the docs say of the code (the always-on gates, the
 exit codes, mypy's folders, the target server's extensions) is what the code says. Option tables
-are generated (docs/options.md, ``tests/loadtests/test_option_docs.py``), never copied by hand."""
+are generated (docs/options.md, ``tests/loadtests/cli/test_option_docs.py``), never copied by hand."""
 
 from __future__ import annotations
 

@@ -45,6 +45,8 @@ def test_a_bare_run_is_the_install_tier_and_every_heavy_test_is_of_a_named_tier(
 
 
 def test_a_named_file_runs_whole_heavy_tests_included(tmp_path: Path) -> None:
-    named = collected(tmp_path, "tests/loadtests/test_proxy.py")
+    named = collected(tmp_path, "tests/loadtests/services/test_proxies.py")
     assert any("proxies" in markers for markers in named.values())
-    assert set(named) == set(collected(tmp_path, "tests/loadtests/test_proxy.py", "-m", "heavy or not heavy"))
+    assert set(named) == set(
+        collected(tmp_path, "tests/loadtests/services/test_proxies.py", "-m", "heavy or not heavy")
+    )

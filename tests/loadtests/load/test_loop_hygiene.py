@@ -16,7 +16,7 @@ import pytest
 from loadtests.client.tls import client_context
 from loadtests.load.loop_hygiene import FULL_COLLECTION_EVERY, SWITCH_INTERVAL_S
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run(script: str) -> dict[str, object]:

@@ -23,7 +23,7 @@ from loadtests.record import parts_writer as run_writer
 from loadtests.record.parts_writer import RunWriter, _off_loop
 from loadtests.record.recorder import Recorder
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def batch_of(*request_ids: str, frames: int = 3) -> dict[str, Any]:

@@ -206,7 +206,7 @@ def tls_connection(connection: Pair, tmp_path: Path) -> Iterator[tuple[Any, Any]
     ours at timeout 0 as ``RawBody`` holds it while the hub reads (``TLSReads``)."""
     import gevent.ssl
 
-    from tests.loadtests.test_tls_smoke import self_signed
+    from tests.loadtests.client.test_tls_smoke import self_signed
 
     cert, key = self_signed(tmp_path)
     server = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_SERVER)

@@ -123,7 +123,7 @@ def test_held_stamping_stamps_the_first_segment_of_every_connection() -> None:
 
 def first_segments_unstamped(holder: str, connections: int) -> int:
     argv = [sys.executable, "-c", FIRST_SEGMENTS, holder, str(connections)]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2], check=True)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[3], check=True)
     return int(result.stdout)
 
 

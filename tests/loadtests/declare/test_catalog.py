@@ -11,7 +11,7 @@ import pytest
 
 from loadtests.declare.catalog import CatalogError, locate, scenario_dir, shipped
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.fast

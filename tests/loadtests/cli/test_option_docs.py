@@ -11,7 +11,7 @@ from loadtests.declare.options import OPTIONS, PYTEST_PREFIX, Surface, on
 
 pytestmark = pytest.mark.fast
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "options.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "options.md"
 
 
 def test_docs_options_md_is_the_generators_output() -> None:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 LOADED = "print(sorted(name for name in ('openai', 'pydantic', 'fastapi') if name in sys.modules))"
 
