@@ -570,8 +570,9 @@ def _run_compare(options: argparse.Namespace) -> int:
 def _run_report(options: argparse.Namespace) -> int:
     """Re-judge a run directory: exit 0 only on a PASS; a run that never wrote its summary (killed,
     or still going) is judged as interrupted, so FAIL; not a run directory (or unreadable): 2."""
-    from loadtests.record.run_dir import RunDir
+    from loadtests.record.run_dir import RunDir, RunRecord
     from loadtests.run.judging import (  # pandas, matplotlib: only here
+        JudgeOptions,
         judge,
         keep_elsewhere,
         previous_summary,
@@ -580,11 +581,13 @@ def _run_report(options: argparse.Namespace) -> int:
 
     run = RunDir(options.run_dir)
     try:
-        summary = judge(run, interrupted=unfinished(previous_summary(run)))
+        summary = judge(RunRecord(run), JudgeOptions(interrupted=unfinished(previous_summary(run))))
     except SseSoakError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:  # a file of the run that cannot be read
         raise UsageError(str(exc)) from None
+    for line in summary.unrebuilt:  # a user's gate this process cannot load: unjudged, and why
+        print(f"report: {line}")
     print(summary.verdict_line())
     if summary.unwritten is not None:  # a read-only or full disk: the verdict stands, the file went elsewhere
         print(keep_elsewhere(run, summary))

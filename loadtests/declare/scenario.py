@@ -22,7 +22,7 @@ from loadtests.base.ports import LOOPBACK
 from loadtests.base.safe_text import plain_name, redacted_url
 from loadtests.declare.options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S, keep_alive_interval
 from loadtests.errors import UsageError
-from loadtests.judge.gates import BUNDLED, GIVEN, REAL_VLLM, UNKNOWN, Gate, HarnessKeptUp, KeepAliveCovered
+from loadtests.judge.gates import BUNDLED, GIVEN, REAL_VLLM, UNKNOWN, Gate, HarnessKeptUp, KeepAliveCovered, run_point
 from loadtests.services.real_vllm import VllmProfile
 from loadtests.services.stack import split_api_key
 
@@ -245,11 +245,10 @@ class Scenario:
         )
 
     def point_of(self, settings: RunSettings) -> list[str]:
-        """The names of the gates that are this run's point (``point``, or every declared gate)."""
-        if self.point is not None:
-            return list(self.point)
+        """The names of the gates that are this run's point, by ``loadtests.judge.gates.run_point``:
+        ``point``, or every declared gate; ``requests_completed`` always."""
         declared = self.gates(settings) if callable(self.gates) else self.gates
-        return [gate.name for gate in declared] or ["requests_completed"]
+        return run_point(self.point, [gate.name for gate in declared])
 
     def gate_list(self, settings: RunSettings, harness_lag_limit_ms: float = 0.0) -> list[Gate]:
         """The scenario's gates with the run's settings filled in (so each is stored with concrete

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from loadtests.client.outcome import Outcome
-from loadtests.judge.gates import Gate, GateResult, RunTables, evaluate, unjudged, verdict_of
+from loadtests.judge.gates import Gate, GateResult, RunTables, evaluate, run_point, unjudged, verdict_of
 from loadtests.record import figures
 from loadtests.record.server_metrics import concept_series
 
@@ -64,7 +64,8 @@ class WindowJudge:
         gates = [gate for gate in self.gates if gate.judges_requests]
         results = evaluate(RunTables(chunk), gates, self.max_unjudged_share)
         failed = [result.name for result in results if not result.passed and not result.skipped]
-        unjudged = [result.name for result in results if result.skipped and result.name in self.point]
+        point = run_point(self.point)  # the verdict's own rule: the unjudged named are those it counts
+        unjudged = [result.name for result in results if result.skipped and result.name in point]
         return {
             "verdict": verdict_of(results, self.point, len(figures.judged(chunk))),
             "failed": ", ".join(failed) or None,

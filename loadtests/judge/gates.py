@@ -22,18 +22,25 @@ its gates by class and old summaries load as long as the class keeps its name an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import importlib
+import importlib.machinery
+import importlib.util
 import re
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import pandas as pd
 
 from loadtests.base.safe_text import printable
 from loadtests.client.outcome import Outcome
+from loadtests.errors import UsageError
 from loadtests.judge.causes import keepalive_tolerance, keepalive_withheld, proxy_timeouts, raw_silences
 from loadtests.record import figures
 from loadtests.record.lag import DEFAULT_LAG_LIMIT_MS, STALLED_COLUMN, lag_summary
@@ -79,11 +86,14 @@ UNJUDGED = "UNJUDGED"
 """A gate's word when it had nothing (or too little) to judge (``GateResult.word``); never a verdict."""
 
 
-def of_the_point(point: Collection[str]) -> set[str]:
-    """The gates a run's point holds: ``point`` and ``requests_completed``, of every run's point. An
-    unjudged gate among them makes the run INCONCLUSIVE; an unjudged gate outside them had nothing
-    to judge that the run set out to judge (``truncation_honoured`` where nothing truncates)."""
-    return {*point, RequestsCompleted.name}
+def run_point(declared: Iterable[str] | None, gates: Iterable[str] = ()) -> list[str]:
+    """The one rule for the run's point, wherever it is computed: the gates ``declared`` to be it,
+    else every one of ``gates`` (the names of the gates the scenario or the run added, never the
+    always-on ones), and always ``requests_completed``, of every run's point; each once, in that
+    order. An unjudged gate among them makes the run INCONCLUSIVE; an unjudged gate outside them had
+    nothing to judge that the run set out to judge (``truncation_honoured`` where nothing truncates)."""
+    chosen = gates if declared is None else declared
+    return list(dict.fromkeys([*chosen, RequestsCompleted.name]))
 
 
 def verdict_of(
@@ -97,7 +107,7 @@ def verdict_of(
     results = list(results)
     if any(not result.passed and not result.skipped for result in results) or interrupted is not None:
         return FAIL
-    points = of_the_point(point)
+    points = run_point(point)
     if requests_judged == 0 or any(result.skipped and result.name in points for result in results):
         return INCONCLUSIVE
     return PASS
@@ -105,10 +115,10 @@ def verdict_of(
 
 def gate_is_noise(result: GateResult, point: Collection[str]) -> bool:
     """A result a reader need not be shown: unjudged with no row left unjudged (it had nothing to
-    judge, not too little), and not of the run's point (``of_the_point``), so the verdict ignores it
+    judge, not too little), and not of the run's point (``run_point``), so the verdict ignores it
     too, as ``truncation_honoured`` at 0/0 in a scenario that never truncates. Neither the console
     nor the page shows it; ``summary.json`` keeps it."""
-    return result.skipped and not result.unjudged_rows and result.name not in of_the_point(point)
+    return result.skipped and not result.unjudged_rows and result.name not in run_point(point)
 
 
 QUEUE_FOR_SILENCE = (
@@ -212,6 +222,91 @@ class Gate(ABC):
         if kind not in GATE_TYPES:
             raise ValueError(f"unknown gate type {kind!r}; known: {', '.join(GATE_TYPES)}")
         return GATE_TYPES[kind](**fields)
+
+
+SHIPPED_PACKAGE = "loadtests"
+"""The package whose gate types every sse-soak process defines: their specs need no source."""
+
+
+def gate_sources(gates: Iterable[Gate]) -> dict[str, dict[str, str]]:
+    """Where each stored gate type that sse-soak does not ship is defined (a gate class in a user's
+    locustfile): its module's name and, when it has one, its file, by type name, so a later judgement
+    in another process (``python -m loadtests report``, the soak job) can load it. A gate that could
+    not be rebuilt keeps the source it was stored with. Empty for a run of shipped gates only."""
+    sources: dict[str, dict[str, str]] = {}
+    for gate in gates:
+        if isinstance(gate, _Unrebuilt):
+            if gate.source:
+                sources[gate.kind] = dict(gate.source)
+            continue
+        kind = type(gate)
+        if kind.__module__.partition(".")[0] == SHIPPED_PACKAGE:
+            continue
+        file = getattr(sys.modules.get(kind.__module__), "__file__", None)
+        sources[kind.__name__] = {"module": kind.__module__, **({"file": str(Path(file).resolve())} if file else {})}
+    return sources
+
+
+def rebuild_gates(specs: Iterable[dict[str, Any]], sources: dict[str, dict[str, str]]) -> tuple[list[Gate], list[str]]:
+    """The gates stored as ``specs``, and one line for each that could not be rebuilt. A type no loaded
+    module defines is looked for where ``sources`` says it is defined (its module by name, else its
+    file). A user's gate (one with a source) that still cannot be rebuilt is judged unjudged, its line
+    saying why, its spec stored again as it was; any other spec that cannot be rebuilt raises
+    ``UnknownGateSpec`` (the summary is not one this harness can read), naming the spec by number."""
+    gates: list[Gate] = []
+    refused: list[str] = []
+    for number, spec in enumerate(specs, 1):
+        kind = str(spec.get("type"))
+        source = sources.get(kind)
+        why = _load_source(kind, source) if source is not None and kind not in GATE_TYPES else None
+        try:
+            gates.append(Gate.from_spec(spec))
+            continue
+        except (KeyError, TypeError, ValueError) as exc:
+            if source is None:
+                raise UnknownGateSpec(f"gate spec {number} cannot be rebuilt ({type(exc).__name__}: {exc})") from None
+            why = why or f"{type(exc).__name__}: {exc}"
+        name = str(spec.get("name") or kind)
+        line = f"gate {name} ({kind}) cannot be rebuilt: {why}; the other gates are judged, {name} is unjudged"
+        refused.append(line)
+        gates.append(_Unrebuilt(name, f"cannot be rebuilt in this process: {why}", dict(spec), kind, dict(source)))
+    return gates, refused
+
+
+class UnknownGateSpec(UsageError, ValueError):
+    """A stored gate spec of a type no module defines, and no record of where one would: the file
+    that holds it is no summary this harness can read (its message names the spec by number)."""
+
+
+def _load_source(kind: str, source: dict[str, str]) -> str | None:
+    """Load the module ``source`` names, so the gate classes it defines join ``GATE_TYPES``: from its
+    file when it is still there, as Locust loads a locustfile (its folder first on ``sys.path``), else
+    by its module's name. None when ``kind`` is then known; else why not, in a few words."""
+    module, file = source.get("module", ""), source.get("file")
+    path = Path(file) if file else None
+    if path is None or not path.is_file():
+        if module and module != "__main__":
+            with contextlib.suppress(Exception):  # a user's module: whatever it raises, it is not found
+                importlib.import_module(module)
+        if kind in GATE_TYPES:
+            return None
+        where = "summary.json names no file for it" if path is None else f"its file {path} is gone"
+        return f"its module {module!r} cannot be imported here and {where}"
+    name = module if module and module != "__main__" and module not in sys.modules else f"_sse_soak_{path.stem}"
+    folder = str(path.parent)
+    try:
+        loader = importlib.machinery.SourceFileLoader(name, str(path))
+        loaded = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))  # type: ignore[arg-type]
+        sys.modules[name] = loaded
+        sys.path.insert(0, folder)
+        try:
+            loader.exec_module(loaded)
+        finally:
+            sys.path.remove(folder)
+    except (Exception, SystemExit) as exc:  # a user's file: whatever it raises is why, never a crash
+        sys.modules.pop(name, None)
+        return f"loading {path} failed ({type(exc).__name__}: {exc})"
+    return None if kind in GATE_TYPES else f"{path} defines no gate class {kind!r}"
 
 
 def _examples(rows: pd.DataFrame, limit: int = 3) -> str:
@@ -603,6 +698,25 @@ class Unjudgeable(Gate):
 
     name: str
     reason: str
+
+    def evaluate(self, requests: pd.DataFrame) -> GateResult:
+        return unjudged(self.name, self.reason)
+
+
+@dataclass(frozen=True)
+class _Unrebuilt(Gate):
+    """A user's gate this process cannot rebuild (its class not found, or not taking its stored
+    fields): always unjudged, ``reason`` saying why; stored again exactly as it was (``stored``, and
+    its ``source``), so a judgement that can load its class judges it. Never stored as itself."""
+
+    name: str
+    reason: str
+    stored: dict[str, Any]
+    kind: str
+    source: dict[str, str] | None = None
+
+    def spec(self) -> dict[str, Any]:
+        return dict(self.stored)
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         return unjudged(self.name, self.reason)

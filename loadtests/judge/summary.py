@@ -25,7 +25,7 @@ import pandas as pd
 from loadtests.client.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, UsageError
 from loadtests.judge.causes import keepalive_withheld, proxy_timeouts, run_proxy
-from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS, GateResult, gate_is_noise, of_the_point, verdict_of
+from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS, GateResult, gate_is_noise, run_point, verdict_of
 from loadtests.record.figures import PERCENTILES, count_500s, judged, quantiles
 from loadtests.record.lag import lag_summary
 from loadtests.record.run_dir import RunDir
@@ -79,6 +79,12 @@ class Summary:
     parts: dict[str, int] | None = None
     """Each parquet file of the run directory's tables and its rows, as judged (``RunDir.part_counts``):
     a later ``report`` refuses a directory that lost or changed one. None: not recorded (older runs)."""
+    gate_sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Where each stored gate type sse-soak does not ship is defined (``loadtests.judge.gates.gate_sources``),
+    so a later ``report`` can load a user's gate class; in the file only when there is one."""
+    unrebuilt: tuple[str, ...] = field(default=(), compare=False)
+    """One line for each stored gate this judgement could not rebuild (judged unjudged instead); never
+    in the file: ``report`` says them."""
     unwritten: str | None = field(default=None, compare=False)
     """Why this summary could not be written into its run directory (``RecordNotWritten``'s line);
     never in the file. A run with it exits ``UNWRITTEN_EXIT_CODE``."""
@@ -108,16 +114,14 @@ class Summary:
     @property
     def unjudged_point(self) -> list[GateResult]:
         """The gates of the run's point that could not be judged."""
-        points = of_the_point(self.point_names)
+        points = self.point_names
         return [gate for gate in self.gates if gate.skipped and gate.name in points]
 
     @property
     def point_names(self) -> set[str]:
-        """The run's point as recorded; for a summary that recorded none, the gates it stored (the
-        scenario's and the run's, not the always-on ones) and ``requests_completed``."""
-        if self.point is not None:
-            return set(self.point)
-        return {str(spec.get("name")) for spec in self.gate_specs} | {"requests_completed"}
+        """The run's point by ``run_point``: as recorded; for a summary that recorded none, the gates
+        it stored (the scenario's and the run's, not the always-on ones); ``requests_completed`` always."""
+        return set(run_point(self.point, [str(spec.get("name")) for spec in self.gate_specs]))
 
     @property
     def passed(self) -> bool:
@@ -253,6 +257,8 @@ class Summary:
             data["lost_rows"] = self.lost_rows
         if self.parts is not None:
             data["parts"] = self.parts
+        if self.gate_sources:
+            data["gate_sources"] = self.gate_sources
         data.update(
             ended=self.ended,
             interrupted=self.interrupted,
@@ -299,6 +305,7 @@ class Summary:
             point=data.get("point"),
             parts=data.get("parts"),
             lost_rows=data.get("lost_rows"),
+            gate_sources=dict(data.get("gate_sources") or {}),
             extra={key: value for key, value in data.items() if key not in fields | _COMPUTED},
             said=frozenset(key for key, value in data.items() if value is not None),
             stated=None if passed is None else (data.get("gates_passed", passed), passed),
@@ -445,6 +452,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "an object",
     ),
     "arrival": (_optional(dict), "an object"),
+    "gate_sources": (_optional_objects, "an object of objects"),
     "server_metrics": (_optional(dict), "an object"),
     "passed": (lambda v: isinstance(v, bool), "true or false"),
     "gates_passed": (lambda v: isinstance(v, bool), "true or false"),

@@ -13,6 +13,7 @@ renamed into place, so a reader never sees half a file.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -121,6 +122,9 @@ class Manifest:
     versions: dict[str, str] = field(default_factory=dict)
     point: list[str] | None = None
     """The names of the gates that are the scenario's point (``Summary.point``); None: every gate."""
+    gate_sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Where each gate type of ``gate_specs`` that sse-soak does not ship is defined (a user's
+    locustfile), by type name (``loadtests.judge.gates.gate_sources``): how another process loads it."""
 
     def service(self, name: str) -> Service | None:
         return next((service for service in self.services if service.name == name), None)
@@ -144,6 +148,7 @@ class Manifest:
             int(data.get("workers", 0)),
             dict(data.get("versions", {})),
             None if data.get("point") is None else [str(name) for name in data["point"]],
+            {str(kind): dict(source) for kind, source in (data.get("gate_sources") or {}).items()},
         )
 
 
@@ -339,3 +344,54 @@ class RunDir:
             return Manifest.from_json(data)
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ManifestError(f"{self.manifest}: not a run manifest ({type(exc).__name__}: {exc})") from None
+
+
+class RunRecord:
+    """Everything a judgement reads of one run directory, each part read from disk at most once, when
+    first asked for, then shared by the gates, the summary and the report: the manifest, the parquet
+    parts' row counts, the requests, frames, lag and server-metrics tables and the memory samples.
+    Invariant: a part is read once per record, so a judgement reads the directory once; a record is
+    of the directory as it was when each part was first read."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+
+    def __repr__(self) -> str:
+        return f"RunRecord({str(self.run.path)!r})"
+
+    @functools.cached_property
+    def manifest(self) -> Manifest | None:
+        return self.run.read_manifest()
+
+    @functools.cached_property
+    def parts(self) -> dict[str, int]:
+        return self.run.part_counts()
+
+    @functools.cached_property
+    def requests(self) -> pd.DataFrame:
+        """Every request row as written (``requests.csv`` and report.html show these)."""
+        return self.run.read_requests()
+
+    @functools.cached_property
+    def frames(self) -> pd.DataFrame:
+        return self.run.read_frames()
+
+    @functools.cached_property
+    def lag(self) -> pd.DataFrame:
+        """Every lag sample, not only those taken while streams were open."""
+        return self.run.read_lag()
+
+    @functools.cached_property
+    def server_metrics(self) -> pd.DataFrame:
+        return self.run.read_server_metrics()
+
+    @functools.cached_property
+    def resources(self) -> pd.DataFrame:
+        return self.run.read_resources()
+
+    def frame_columns(self, columns: list[str]) -> pd.DataFrame:
+        """``columns`` of the frames: of the table already read, else only those columns (a judgement
+        without a report never reads every frame)."""
+        if "frames" in self.__dict__:
+            return self.frames[columns]
+        return self.run.read_frames(columns)

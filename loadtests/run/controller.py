@@ -67,17 +67,27 @@ from loadtests.declare.options import add_locust_options, check_locust_options, 
 from loadtests.declare.scenario import RunSettings, Scenario
 from loadtests.declare.workload import PROBE_TIMEOUT, probe_prompt_sizing
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, RunFailed, SseSoakError, UsageError
+from loadtests.judge.gates import gate_sources
 from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.load.open_loop import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
 from loadtests.load.state import run_state
 from loadtests.load.users import OpenAISDKUser, SSEUser, StreamingUser
 from loadtests.record.membership import Admission, RunIdentity, own_run_id
 from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
-from loadtests.record.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunDirError, Service, versions
+from loadtests.record.run_dir import (
+    PLAN_ONLY_ENV,
+    RUN_DIR_ENV,
+    Manifest,
+    RunDir,
+    RunDirError,
+    RunRecord,
+    Service,
+    versions,
+)
 from loadtests.record.server_metrics import OFF, ServerMetricsScraper
 from loadtests.run.collect import Collector
 from loadtests.run.ending import how_it_ended
-from loadtests.run.judging import judge, keep_elsewhere, write_html_files
+from loadtests.run.judging import JudgeOptions, judge, keep_elsewhere, write_html_files
 from loadtests.run.signals import SignalGuard
 from loadtests.run.web_tab import WebTab
 from loadtests.services.litellm_gateway import litellm_available
@@ -579,7 +589,15 @@ class RunController:
         recorded = settings.as_dict()
         specs = [gate.spec() for gate in gates]
         return Manifest(
-            self.name, started, recorded, specs, services, workers, versions(), self.scenario.point_of(settings)
+            self.name,
+            started,
+            recorded,
+            specs,
+            services,
+            workers,
+            versions(),
+            self.scenario.point_of(settings),
+            gate_sources(gates),
         )
 
     def _prompt_sizing(self, environment: Any) -> str | None:
@@ -677,8 +695,7 @@ class RunController:
         closing: list[str] = []  # the test's closing block: said once all is recorded (``_close``)
         with self._guard.deferred():  # the summary and the exit code are never cut
             gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
-            summary = judge(
-                run,
+            told = JudgeOptions(
                 gates,
                 scenario=self.name,
                 settings=recorded,
@@ -687,9 +704,10 @@ class RunController:
                 interrupted=interrupted,
                 server_metrics_unavailable=test.server_metrics_unavailable,
                 point=self.scenario.point_of(settings),
-                html=False,
                 lost_rows=self._collector.lost if self._collector is not None else None,
             )
+            record = RunRecord(run)
+            summary = judge(record, told, html=False)
             closing += summary.console_lines()
             if test.writer.rows_unwritable or test.writer.rows_pending:
                 closing.append(
@@ -705,7 +723,7 @@ class RunController:
         if summary.unwritten is None:
             try:
                 with self._guard.interruptible():  # a second Ctrl-C may cut the HTML, nothing else
-                    write_html_files(run, summary)
+                    write_html_files(record, summary)
             except KeyboardInterrupt:
                 again = f"python -m loadtests report {run}"
                 closing.append(f"sse-soak: report.html was not written (interrupted); {again} writes it")

@@ -1,14 +1,19 @@
 """One judgement of a run directory, whoever asks: the end of a scenario, each soak checkpoint, the
 end of a soak, and ``python -m loadtests report``.
 
-``judge(run)`` reads what the run wrote (requests, lag and memory samples), evaluates the
-always-on gates and the run's own, and writes ``summary.json`` (and, with ``html``, report.html and
-requests.csv). The run's gates are stored with it as plain data (``Gate.spec``): given to
-``judge`` by the scenario, else those of the summary it already has, else those of its manifest
-(a soak checkpoint, a run killed before its summary), plus any ``add_gates`` not stored yet (the
-soak's drift gates). How it ended, its soak section and why it has no server metrics (if so) are
-carried over the same way. So a re-judgement of any run, a failing soak included, gives the
-verdict, gates and sections it had.
+``judge(RunRecord(run), JudgeOptions(...))`` flows one way: the run's record (its manifest and
+tables, each read from the directory once: ``loadtests.record.run_dir.RunRecord``), then what the run
+is (``_account``: the one place that falls back from what the caller says to what the run said),
+then its gates, its summary, and (with ``html``) report.html and requests.csv from the same record.
+The run's gates are stored with it as plain data (``Gate.spec``): given by the scenario, else those
+of the summary it already has, else those of its manifest (a soak checkpoint, a run killed before
+its summary), plus any ``add_gates`` not stored yet (the soak's drift gates). How it ended, its soak
+section and why it has no server metrics (if so) are carried over the same way. So a re-judgement of
+any run, a failing soak included, gives the verdict, gates and sections it had.
+
+A gate class defined in a user's locustfile is stored with where it is defined (``gate_sources``):
+a re-judgement in another process loads it from there. One it cannot load is judged unjudged, its
+line saying why (``Summary.unrebuilt``: ``report`` prints it), and the rest are judged as ever.
 
 A run against ``--host`` whose server's keep-alive interval was not given records it as ``unknown``:
 its judgement infers the interval from the keep-alive comments in frames.parquet, records it in the
@@ -40,13 +45,17 @@ from loadtests.judge.gates import (
     KeepAliveCovered,
     NoProxyTimeouts,
     RunTables,
+    UnknownGateSpec,
     evaluate,
+    gate_sources,
     inferred_keep_alive_interval,
+    rebuild_gates,
+    run_point,
 )
 from loadtests.judge.summary import Summary, SummaryError, summarize
 from loadtests.record import figures
 from loadtests.record.lag import STALLED_COLUMN, stalled_while_open, while_streams_open
-from loadtests.record.run_dir import Manifest, RunDir, RunDirChanged, parts_problem
+from loadtests.record.run_dir import RunDir, RunDirChanged, RunRecord, parts_problem
 from loadtests.record.server_metrics import server_metrics_summary
 
 NO_SUMMARY = "the run ended before writing its summary"
@@ -85,101 +94,155 @@ class SoakState:
     duration_s: float | None
 
 
-def judge(
-    run: RunDir,
-    gates: Sequence[Gate] | None = None,
-    *,
-    add_gates: Sequence[Gate] = (),
-    scenario: str | None = None,
-    settings: dict[str, Any] | None = None,
-    frame_sample_rate: float | None = None,
-    ended: str | None = None,
-    interrupted: str | None = None,
-    soak: SoakState | None = None,
-    server_metrics_unavailable: str | None = None,
-    point: Sequence[str] | None = None,
-    html: bool = True,
-    lost_rows: dict[str, dict[str, Any]] | None = None,
-) -> Summary:
-    """Judge ``run`` and write its summary; whatever is not given is what the run already said
-    (module docstring); ``server_metrics_unavailable`` is why a run without server metrics has none
-    (its scraper's finding). Raises ``NotARunDirectory`` or ``SummaryError``."""
-    previous = previous_summary(run)
-    parts = run.part_counts()
-    if previous is not None and previous.parts is not None:
-        growing = bool((previous.soak or {}).get("partial"))  # a soak's checkpoint: the run went on writing
-        problem = parts_problem(previous.parts, parts, growing)
-        if problem is not None:
-            raise RunDirChanged(
-                f"{run.path}: {problem} since its summary.json was written: judging it again would judge "
-                "other rows than the run recorded (summary.json left as it was)"
-            )
-    if point is None and gates is not None:  # judged by the caller's gates: those are its point
-        point = [*(gate.name for gate in gates), "requests_completed"]
-    manifest = run.read_manifest()
-    specs = _stored_specs(previous, manifest, gates)
-    gates = [*_gates_from(specs, run), *(gate for gate in add_gates if gate.spec() not in specs)]
-    if lost_rows is None and previous is not None:
-        lost_rows = previous.lost_rows
-    tables = _tables(run, lost_rows)
-    lag_limit = next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None)
-    # Only what the summary said is carried over: a field its file lacks falls back to the manifest.
+@dataclasses.dataclass(frozen=True)
+class JudgeOptions:
+    """What the caller of ``judge`` knows of the run that its directory may not say yet; whatever is
+    left None (or empty) is what the run already said (module docstring)."""
+
+    gates: Sequence[Gate] | None = None
+    """The run's own gates (its scenario's, at its end); None: those the run stored."""
+    add_gates: Sequence[Gate] = ()
+    """Gates judged beside the run's own and stored with them unless stored already (the soak's drift gates)."""
+    scenario: str | None = None
+    settings: dict[str, Any] | None = None
+    frame_sample_rate: float | None = None
+    point: Sequence[str] | None = None
+    """The names of the gates declared to be the run's point (``run_point``)."""
+    ended: str | None = None
+    interrupted: str | None = None
+    soak: SoakState | None = None
+    server_metrics_unavailable: str | None = None
+    """Why a run without server metrics has none (its scraper's finding)."""
+    lost_rows: dict[str, dict[str, Any]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Account:
+    """What the run is and how it ended, each taken once from the first source that says it: the
+    caller (``JudgeOptions``), else the summary the run holds (only what its file said), else its
+    manifest, else a default. The one place judging falls back."""
+
+    scenario: str
+    settings: dict[str, Any]
+    gates: list[Gate]
+    refused: list[str]
+    point: list[str] | None
+    frame_sample_rate: float
+    ended: str | None
+    interrupted: str | None
+    soak: SoakState | None
+    metrics_reason: str | None
+    lost_rows: dict[str, dict[str, Any]] | None
+
+
+def _account(record: RunRecord, previous: Summary | None, told: JudgeOptions) -> _Account:
+    manifest = record.manifest
     said = previous.said if previous is not None else frozenset()
-    recorded = _first(
-        settings, previous.settings if previous and "settings" in said else None, manifest and manifest.settings, {}
-    )
-    gates, recorded = _with_inferred_interval(run, gates, recorded)
-    share = float(recorded.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE))
-    results = evaluate(tables, gates, share)
-    summary = summarize(
-        _first(
-            scenario,
-            previous.scenario if previous and "scenario" in said else None,
-            manifest and manifest.scenario,
-            run.path.name.rsplit("-", 1)[0],
+
+    def carried(key: str) -> Any:
+        return getattr(previous, key) if previous is not None and key in said else None
+
+    if told.gates is not None:
+        specs, sources = [gate.spec() for gate in told.gates], gate_sources(told.gates)
+    elif previous is not None:
+        specs, sources = previous.gate_specs, previous.gate_sources
+    else:
+        specs, sources = (manifest.gate_specs, manifest.gate_sources) if manifest is not None else ([], {})
+    try:
+        stored, refused = rebuild_gates(specs, sources)
+    except UnknownGateSpec as exc:
+        raise SummaryError(f"{record.run.summary}: {exc}") from None
+    point = told.point
+    if point is None and told.gates is not None:  # judged by the caller's gates: those are its point
+        point = run_point(None, [gate.name for gate in told.gates])
+    if point is None:
+        point = carried("point") if "point" in said else manifest.point if manifest is not None else None
+    before = previous.soak if previous is not None else None
+    return _Account(
+        scenario=_first(
+            told.scenario, carried("scenario"), manifest and manifest.scenario, record.run.path.name.rsplit("-", 1)[0]
         ),
+        settings=_first(told.settings, carried("settings"), manifest and manifest.settings, {}),
+        gates=[*stored, *(gate for gate in told.add_gates if gate.spec() not in specs)],
+        refused=refused,
+        point=None if point is None else run_point(point),
+        frame_sample_rate=_first(told.frame_sample_rate, previous.frame_sample_rate if previous else None, 1.0),
+        ended=told.ended if told.ended is not None else previous.ended if previous else None,
+        interrupted=told.interrupted or (previous.interrupted if previous else None),
+        soak=told.soak
+        or (None if before is None else SoakState(bool(before.get("partial")), before.get("duration_s"))),
+        metrics_reason=told.server_metrics_unavailable
+        or ((previous.server_metrics if previous else None) or {}).get("reason"),
+        lost_rows=told.lost_rows if told.lost_rows is not None else previous.lost_rows if previous else None,
+    )
+
+
+def judge(record: RunRecord, options: JudgeOptions | None = None, *, html: bool = True) -> Summary:
+    """Judge the run ``record`` holds and write its summary; whatever ``options`` leave out is what
+    the run already said (module docstring). One way through: the record (each table read once),
+    then the gates, the summary, the report. Raises ``NotARunDirectory``, ``SummaryError`` or
+    ``RunDirChanged``."""
+    told = options or JudgeOptions()
+    previous = _previous_checked(record)
+    account = _account(record, previous, told)
+    tables = _tables(record, account.lost_rows)
+    gates, settings = _with_inferred_interval(record, account.gates, account.settings)
+    share = float(settings.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE))
+    summary = summarize(
+        account.scenario,
         tables.requests,
-        results,
-        recorded,
+        evaluate(tables, gates, share),
+        settings,
         [gate.spec() for gate in gates],
-        _first(frame_sample_rate, previous.frame_sample_rate if previous else None, 1.0),
+        account.frame_sample_rate,
         tables.lag,
-        lag_limit,
+        next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None),
         next((gate.read_timeout for gate in gates if isinstance(gate, NoProxyTimeouts)), None),
     )
-    summary.point = _point(point, previous if previous and "point" in said else None, manifest)
-    if summary.point is None:  # nothing said: the gates it stored (its own, not the always-on ones) are its point
-        stored = [str(spec.get("name")) for spec in summary.gate_specs]
-        summary.point = list(dict.fromkeys([*stored, "requests_completed"]))
-    summary.ended = ended if ended is not None else previous.ended if previous else None
-    summary.interrupted = interrupted or (previous.interrupted if previous else None)
-    summary.parts = parts
-    summary.lost_rows = lost_rows or None
-    server_metrics = run.read_server_metrics()
-    judge_window = WindowJudge(gates, summary.point_names, share)
-    summary.soak = _soak_section(tables, gates, soak, previous, server_metrics, judge_window)
-    reason = ((previous.server_metrics if previous else None) or {}).get("reason")
-    summary.server_metrics = server_metrics_summary(server_metrics, server_metrics_unavailable or reason)
+    summary.gate_sources = gate_sources(gates)
+    summary.unrebuilt = tuple(account.refused)
+    # nothing said: the gates it stored (its own, not the always-on ones) are its point
+    summary.point = account.point or run_point(None, [str(spec.get("name")) for spec in summary.gate_specs])
+    summary.ended, summary.interrupted = account.ended, account.interrupted
+    summary.parts = record.parts
+    summary.lost_rows = account.lost_rows or None
+    summary.soak = _soak_section(tables, gates, account.soak, record.server_metrics, summary, share)
+    summary.server_metrics = server_metrics_summary(record.server_metrics, account.metrics_reason)
     try:
-        summary.write(run)
+        summary.write(record.run)
     except RecordNotWritten as exc:  # the verdict stands; where the summary went is the caller's to say
         summary.unwritten = str(exc)
         return summary
     if html:
-        write_html_files(run, summary)
+        write_html_files(record, summary)
     return summary
 
 
-def judge_so_far(run: RunDir, gates: Sequence[Gate], settings: dict[str, Any], point: Sequence[str]) -> Summary:
+def _previous_checked(record: RunRecord) -> Summary | None:
+    """The summary the run holds (``previous_summary``), once its directory is checked to hold the
+    rows that summary judged (``RunDirChanged`` when it lost or changed a part)."""
+    previous = previous_summary(record.run)
+    if previous is not None and previous.parts is not None:
+        growing = bool((previous.soak or {}).get("partial"))  # a soak's checkpoint: the run went on writing
+        problem = parts_problem(previous.parts, record.parts, growing)
+        if problem is not None:
+            raise RunDirChanged(
+                f"{record.run.path}: {problem} since its summary.json was written: judging it again would judge "
+                "other rows than the run recorded (summary.json left as it was)"
+            )
+    return previous
+
+
+def judge_so_far(record: RunRecord, gates: Sequence[Gate], settings: dict[str, Any], point: Sequence[str]) -> Summary:
     """What ``judge`` would say of a run still going, on the rows it wrote so far, by the same gates
     and figures (the web UI's tab shows it); it writes nothing and reads no frames unless the
     keep-alive interval is to be inferred. ``settings`` are the run's as recorded, ``point`` its
-    gates' names that are its point."""
-    tables = _tables(run, None)
-    gates, settings = _with_inferred_interval(run, list(gates), settings)
+    gates' names declared to be its point."""
+    tables = _tables(record, None)
+    gates, settings = _with_inferred_interval(record, list(gates), settings)
     results = evaluate(tables, gates, float(settings.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE)))
     summary = summarize(
-        run.path.name.rsplit("-", 1)[0],
+        record.run.path.name.rsplit("-", 1)[0],
         tables.requests,
         results,
         settings,
@@ -188,17 +251,16 @@ def judge_so_far(run: RunDir, gates: Sequence[Gate], settings: dict[str, Any], p
         lag_limit_ms=next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None),
         read_timeout=next((gate.read_timeout for gate in gates if isinstance(gate, NoProxyTimeouts)), None),
     )
-    summary.point = [*point, "requests_completed"]
+    summary.point = run_point(point)
     return summary
 
 
-def _tables(run: RunDir, lost_rows: dict[str, dict[str, Any]] | None) -> RunTables:
+def _tables(record: RunRecord, lost_rows: dict[str, dict[str, Any]] | None) -> RunTables:
     """The run's tables as its gates read them: every request (with how long the harness stalled
     while it was open), the lag samples taken while streams were open, the memory samples."""
-    requests, lag = run.read_requests(), run.read_lag()
-    requests[STALLED_COLUMN] = stalled_while_open(requests, lag)
-    open_lag = None if lag is None else while_streams_open(lag, requests)
-    return RunTables(requests, open_lag, run.read_resources(), lost_rows or None)
+    requests, lag = record.requests, record.lag
+    stalled = requests.assign(**{STALLED_COLUMN: stalled_while_open(requests, lag)})
+    return RunTables(stalled, while_streams_open(lag, requests), record.resources, lost_rows or None)
 
 
 def keep_elsewhere(run: RunDir, summary: Summary) -> str:
@@ -214,18 +276,8 @@ def keep_elsewhere(run: RunDir, summary: Summary) -> str:
     return f"sse-soak: {summary.unwritten}; the summary is in {fallback}"
 
 
-def _point(given: Sequence[str] | None, previous: Summary | None, manifest: Manifest | None) -> list[str] | None:
-    """The gates that are the run's point: as given, else as its summary said, else as its manifest
-    said; None when nothing said (every gate is)."""
-    if given is not None:
-        return list(given)
-    if previous is not None:
-        return previous.point
-    return manifest.point if manifest is not None else None
-
-
 def _with_inferred_interval(
-    run: RunDir, gates: list[Gate], settings: dict[str, Any]
+    record: RunRecord, gates: list[Gate], settings: dict[str, Any]
 ) -> tuple[list[Gate], dict[str, Any]]:
     """The gates and settings of a run whose server's keep-alive interval was ``unknown`` when it
     started (``--host`` without ``--keep-alive-interval``): ``keepalive_covered`` at the interval the
@@ -234,7 +286,7 @@ def _with_inferred_interval(
     if settings.get("keep_alive_interval_source") != UNKNOWN:
         return gates, settings
     others = [gate for gate in gates if not isinstance(gate, KeepAliveCovered)]
-    found = inferred_keep_alive_interval(run.read_frames(INFERENCE_COLUMNS))
+    found = inferred_keep_alive_interval(record.frame_columns(INFERENCE_COLUMNS))
     proxy = settings.get("proxy")
     if found is None:
         return [*others, KeepAliveCovered(None, proxy=proxy)], settings
@@ -254,52 +306,30 @@ def _first(*values: Any) -> Any:
     return next(value for value in values if value is not None)
 
 
-def _stored_specs(
-    previous: Summary | None, manifest: Manifest | None, gates: Sequence[Gate] | None
-) -> list[dict[str, Any]]:
-    if gates is not None:
-        return [gate.spec() for gate in gates]
-    if previous is not None:
-        return previous.gate_specs
-    return manifest.gate_specs if manifest is not None else []
-
-
-def _gates_from(specs: list[dict[str, Any]], run: RunDir) -> list[Gate]:
-    """The gates stored as ``specs``; a spec this harness cannot rebuild is a ``SummaryError``."""
-    gates = []
-    for number, spec in enumerate(specs, 1):
-        try:
-            gates.append(Gate.from_spec(spec))
-        except (KeyError, TypeError, ValueError) as exc:
-            message = f"gate spec {number} cannot be rebuilt ({type(exc).__name__}: {exc})"
-            raise SummaryError(f"{run.summary}: {message}") from None
-    return gates
-
-
 def _soak_section(
     tables: RunTables,
     gates: Sequence[Gate],
     soak: SoakState | None,
-    previous: Summary | None,
     server_metrics: pd.DataFrame,
-    judge: WindowJudge,
+    summary: Summary,
+    share: float,
 ) -> dict[str, Any] | None:
-    """The drift windows, each judged by ``judge``, when the run has drift gates; the soak's state
-    as told, else as before."""
+    """The drift windows, each judged as the run is (its gates that judge requests alone, its point,
+    its unjudged share), when the run has drift gates; the soak's state as told, else as before."""
     drift = next((gate for gate in gates if isinstance(gate, (MemoryGrowth, LatencyDrift))), None)
     if drift is None:
         return None
-    before = (previous.soak if previous else None) or {}
-    state = soak or SoakState(bool(before.get("partial", False)), before.get("duration_s"))
+    state = soak or SoakState(False, None)
     limits: DriftLimits = drift.limits
     judged = dataclasses.replace(tables, requests=figures.judged(tables.requests))
-    return soak_section(judged, limits, state.partial, state.duration_s, server_metrics, judge)
+    window_judge = WindowJudge(gates, summary.point_names, share)
+    return soak_section(judged, limits, state.partial, state.duration_s, server_metrics, window_judge)
 
 
-def write_html_files(run: RunDir, summary: Summary) -> None:
-    """``requests.csv`` and ``report.html`` (which reads every frame) beside the summary."""
+def write_html_files(record: RunRecord, summary: Summary) -> None:
+    """``requests.csv`` and ``report.html`` (which reads every frame) beside the summary, from the
+    record the summary was judged from."""
     from loadtests.report.html_report import write_html_report, write_requests_csv  # matplotlib: only here
 
-    requests = run.read_requests()
-    write_requests_csv(run.path, requests)
-    write_html_report(run.path, summary, requests, run.read_frames(), run.read_lag(), run.read_server_metrics())
+    write_requests_csv(record.run.path, record.requests)
+    write_html_report(record.run.path, summary, record.requests, record.frames, record.lag, record.server_metrics)

@@ -158,11 +158,12 @@ class Soak:
         """The run judged from what is on disk, its drift gates added: at a checkpoint (``partial``:
         summary.json only; the HTML report reads every frame) or at the end."""
         from loadtests.judge.drift import drift_gates  # pandas, only when needed
-        from loadtests.run.judging import SoakState, judge
+        from loadtests.record.run_dir import RunRecord
+        from loadtests.run.judging import JudgeOptions, SoakState, judge
 
         assert self.run_dir is not None
-        state = SoakState(partial, self.plan.duration_s)
-        return judge(self.run_dir, add_gates=drift_gates(self.plan.limits), soak=state, html=not partial)
+        told = JudgeOptions(add_gates=drift_gates(self.plan.limits), soak=SoakState(partial, self.plan.duration_s))
+        return judge(RunRecord(self.run_dir), told, html=not partial)
 
     def _finish(self, locust_code: int) -> int:
         assert self.run_dir is not None

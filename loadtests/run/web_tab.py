@@ -154,13 +154,14 @@ class WebTab:
 
     def _refresh(self, test: _Test) -> None:
         from loadtests.record.parts_writer import _off_loop
+        from loadtests.record.run_dir import RunRecord
         from loadtests.run.judging import judge_so_far  # pandas: only once a test runs
 
         while not test.judged.is_set():
             began = time.monotonic()
             if began - self._watched_at < WATCHED_S:
                 try:
-                    test.summary = _off_loop(judge_so_far, test.run, test.gates, test.settings, test.point)
+                    test.summary = _off_loop(judge_so_far, RunRecord(test.run), test.gates, test.settings, test.point)
                     test.problem = None
                 except Exception as exc:  # a part read as it was renamed, say: the next refresh tries again
                     test.problem = f"{type(exc).__name__}: {exc}"

@@ -59,14 +59,14 @@ class LocustRun:
 def rejudged_alike(run_dir: Path) -> dict[str, Any]:
     """The summary ``run_dir`` holds, after checking that judging a copy of the run again (what
     ``python -m loadtests report`` does) gives the same summary: verdict, gates, figures, sections."""
-    from loadtests.record.run_dir import RunDir
+    from loadtests.record.run_dir import RunDir, RunRecord
     from loadtests.run.judging import judge  # pandas: only for the tests that read a run
 
     written = json.loads((run_dir / "summary.json").read_text())
     with tempfile.TemporaryDirectory(prefix="rejudged-") as scratch:
         copy = Path(scratch) / run_dir.name
         shutil.copytree(run_dir, copy)
-        again = json.loads(json.dumps(judge(RunDir(copy), html=False).to_json()))
+        again = json.loads(json.dumps(judge(RunRecord(RunDir(copy)), html=False).to_json()))
     differing = sorted(key for key in written.keys() | again.keys() if written.get(key) != again.get(key))
     assert not differing, f"re-judged {run_dir} differs in {differing}: {[again.get(k) for k in differing]}"
     return written

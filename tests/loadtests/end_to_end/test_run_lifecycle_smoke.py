@@ -31,8 +31,8 @@ from loadtests.judge.gates import Expect
 from loadtests.judge.summary import Summary
 from loadtests.record.parts_writer import RunWriter
 from loadtests.record.recorder import Recorder
-from loadtests.record.run_dir import RunDir
-from loadtests.run.judging import judge
+from loadtests.record.run_dir import RunDir, RunRecord
+from loadtests.run.judging import JudgeOptions, judge
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import ROOT, LiveLocust, assert_the_verdict_comes_last, locust_command, run_locust
 
@@ -119,7 +119,10 @@ def test_report_passes_a_run_whose_gates_passed(tmp_path: Path) -> None:
     directory = tmp_path / "demo-20260101T000000Z"
     writer = RunWriter(directory)
     writer.write_batch(ok_rows(3).take_batch())
-    judge(RunDir(directory), [Expect("all_ok", None, "outcome == 'ok'")], ended="run time of 5 s reached")
+    judge(
+        RunRecord(RunDir(directory)),
+        JudgeOptions([Expect("all_ok", None, "outcome == 'ok'")], ended="run time of 5 s reached"),
+    )
     result = report_command(directory)
     assert (result.returncode, result.stdout) == (0, f"verdict: PASS\nreport: {directory}\n")
 
@@ -146,7 +149,7 @@ def test_report_keeps_an_interrupted_run_failed(tmp_path: Path) -> None:
     writer = RunWriter(directory)
     writer.write_batch(ok_rows(2).take_batch())
     interrupted = "SIGTERM at 5.0 s of 15 s"
-    judge(RunDir(directory), [], ended=interrupted, interrupted=interrupted)
+    judge(RunRecord(RunDir(directory)), JudgeOptions([], ended=interrupted, interrupted=interrupted))
     result = report_command(directory)
     assert result.returncode == 1
     assert result.stdout.startswith(f"verdict: FAIL (interrupted: {interrupted}; ")
@@ -159,7 +162,7 @@ def test_report_never_passes_a_run_without_requests(tmp_path: Path, with_summary
     directory = tmp_path / "demo-20260101T000000Z"
     RunWriter(directory)  # the tables, empty
     if with_summary:
-        judge(RunDir(directory), [], ended="stopped at 0.5 s")
+        judge(RunRecord(RunDir(directory)), JudgeOptions([], ended="stopped at 0.5 s"))
     result = report_command(directory)
     verdict = "INCONCLUSIVE" if with_summary else "FAIL"
     assert result.returncode == (3 if with_summary else 1)

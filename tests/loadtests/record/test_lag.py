@@ -23,8 +23,8 @@ from loadtests.record.lag import (
 )
 from loadtests.record.parts_writer import RunWriter
 from loadtests.record.recorder import Recorder
-from loadtests.record.run_dir import RunDir
-from loadtests.run.judging import judge
+from loadtests.record.run_dir import RunDir, RunRecord
+from loadtests.run.judging import JudgeOptions, judge
 
 pytestmark = pytest.mark.fast
 
@@ -225,14 +225,14 @@ def test_a_stall_before_the_first_request_does_not_fail_the_run(tmp_path: Path) 
     in_run = [("local", start + 0.01 * i, 0.0, 0.001) for i in range(1, 60)]
     setup_stall = ("local", start - 0.5, 0.0, 0.250)
     run = run_with_lag(tmp_path / "demo-20260101T000000Z", start, [setup_stall, *in_run])
-    summary = judge(run, [HarnessKeptUp(5.0)], scenario="demo")
+    summary = judge(RunRecord(run), JudgeOptions([HarnessKeptUp(5.0)], scenario="demo"))
     assert kept_up(summary)
     assert summary.harness_lag_ms is not None and summary.harness_lag_ms["max"] == pytest.approx(1.0)
     assert len(run.read_lag()) == 60  # the file keeps every sample; the report plots them all
 
     stall_in_run = ("local", start + 0.5, 0.0, 0.250)
     run = run_with_lag(tmp_path / "demo-20260101T000001Z", start, [stall_in_run, *in_run])
-    assert not kept_up(judge(run, [HarnessKeptUp(5.0)], scenario="demo"))
+    assert not kept_up(judge(RunRecord(run), JudgeOptions([HarnessKeptUp(5.0)], scenario="demo")))
 
 
 def kept_up(summary: Summary) -> bool:

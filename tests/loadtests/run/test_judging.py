@@ -11,8 +11,8 @@ import pytest
 from loadtests.client.outcome import RequestPlan, StreamTracker
 from loadtests.client.sse import KEEP_ALIVE_TEXT, Frame
 from loadtests.record.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, Recorder
-from loadtests.record.run_dir import RunDir
-from loadtests.run.judging import judge
+from loadtests.record.run_dir import RunDir, RunRecord
+from loadtests.run.judging import JudgeOptions, judge
 from tests.loadtests.locust_run import rejudged_alike
 
 pytestmark = pytest.mark.fast
@@ -42,7 +42,7 @@ def run_with(tmp_path: Path, comments_at: list[list[float]]) -> RunDir:
 def test_an_unknown_interval_is_inferred_from_the_comments_and_recorded_as_inferred(tmp_path: Path) -> None:
     run = run_with(tmp_path, [[1.1, 2.1, 3.1], [1.1, 2.102], [1.1]])
     settings = {**HOST_SETTINGS, "keep_alive_interval_source": "unknown"}
-    summary = judge(run, [], scenario="s", settings=settings, html=False)
+    summary = judge(RunRecord(run), JudgeOptions([], scenario="s", settings=settings), html=False)
     assert summary.settings["keep_alive_interval"] == 1.0
     assert summary.settings["keep_alive_interval_source"] == "inferred"
     covered = next(gate for gate in summary.gates if gate.name == "keepalive_covered")
@@ -53,7 +53,10 @@ def test_an_unknown_interval_is_inferred_from_the_comments_and_recorded_as_infer
 
 def test_with_no_comments_to_infer_from_the_keepalive_gate_is_skipped_and_the_run_passes(tmp_path: Path) -> None:
     run = run_with(tmp_path, [[], []])
-    summary = judge(run, [], scenario="s", settings={**HOST_SETTINGS, "keep_alive_interval_source": "unknown"})
+    summary = judge(
+        RunRecord(run),
+        JudgeOptions([], scenario="s", settings={**HOST_SETTINGS, "keep_alive_interval_source": "unknown"}),
+    )
     assert summary.settings["keep_alive_interval_source"] == "unknown" and summary.passed
     (covered,) = [gate for gate in summary.gates if gate.name == "keepalive_covered"]
     assert covered.skipped and "pass --keep-alive-interval S" in covered.detail
@@ -63,7 +66,7 @@ def test_with_no_comments_to_infer_from_the_keepalive_gate_is_skipped_and_the_ru
 def test_a_given_interval_is_not_second_guessed(tmp_path: Path) -> None:
     run = run_with(tmp_path, [[1.1, 2.1, 3.1]])
     settings = {**HOST_SETTINGS, "keep_alive_interval": 0.5, "keep_alive_interval_source": "given"}
-    summary = judge(run, [], scenario="s", settings=settings, html=False)
+    summary = judge(RunRecord(run), JudgeOptions([], scenario="s", settings=settings), html=False)
     assert summary.settings == settings and "keepalive_covered" not in [gate.name for gate in summary.gates]
 
 
@@ -72,6 +75,8 @@ def test_a_proxy_gate_told_no_interval_names_the_one_inferred(tmp_path: Path) ->
 
     run = run_with(tmp_path, [[1.1, 2.1, 3.1], [1.1, 2.1]])
     settings = {**HOST_SETTINGS, "keep_alive_interval_source": "unknown", "proxy_read_timeout": 2.0}
-    summary = judge(run, [NoProxyTimeouts(2.0, None)], scenario="s", settings=settings, html=False)
+    summary = judge(
+        RunRecord(run), JudgeOptions([NoProxyTimeouts(2.0, None)], scenario="s", settings=settings), html=False
+    )
     (stored,) = [spec for spec in summary.gate_specs if spec["type"] == "NoProxyTimeouts"]
     assert stored["keep_alive_interval"] == 1.0
