@@ -153,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             ("open", "after", open_after),
         ]
     )
-    arrival = opened.summary.arrival or {}
+    arrival = opened.summary.arrival
     print(
-        f"open loop: asked {rate:g}/s, achieved {arrival.get('rate_achieved')}/s, "
-        f"{arrival.get('not_sent')} not sent, {arrival.get('late')} started late"
+        f"open loop: asked {rate:g}/s, achieved {arrival and arrival.rate_achieved}/s, "
+        f"{arrival and arrival.not_sent} not sent, {arrival and arrival.late} started late"
     )
     closed_ratio, open_ratio = closed_after.rate / closed_before.rate, open_after.rate / open_before.rate
     print(f"sent/s after/before: closed {closed_ratio:.2f}, open {open_ratio:.2f}")

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -39,6 +39,153 @@ class SummaryError(UsageError, ValueError):
     """A summary file that cannot be read as one; the message is one line naming the file."""
 
 
+_S = TypeVar("_S", bound="Section")
+
+
+@dataclass
+class Section:
+    """A section of summary.json as a typed record. Its known keys are its fields; a key this version
+    does not know is kept in ``extra``. Invariant: ``from_json(data).to_json() == data``, key order
+    included (a section read from a file writes back the keys it held, in their order; one built here
+    writes its fields in order, then ``extra``), so summary.json is written as it always was and an
+    older file reads. A key an older file lacks reads as its field's default."""
+
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
+    """Keys of the file this version does not know, kept as they were."""
+    keys: tuple[str, ...] | None = field(default=None, kw_only=True, compare=False, repr=False)
+    """The keys its JSON held, in order; None for a section built here (every field, in order)."""
+
+    @classmethod
+    def known(cls) -> list[str]:
+        return [item.name for item in dataclasses.fields(cls) if item.name not in ("extra", "keys")]
+
+    @classmethod
+    def from_json(cls: type[_S], data: dict[str, Any]) -> _S:
+        names = cls.known()
+        given = {key: value for key, value in data.items() if key in names}
+        others = {key: value for key, value in data.items() if key not in names}
+        return cls(**given, extra=others, keys=tuple(data))
+
+    def __bool__(self) -> bool:
+        """False for a section read from an empty object, as the object was."""
+        return self.keys != ()
+
+    def to_json(self) -> dict[str, Any]:
+        names = self.known()
+        order = self.keys if self.keys is not None else (*names, *self.extra)
+        return {
+            key: self.extra[key] if key in self.extra else getattr(self, key)
+            for key in order
+            if key in names or key in self.extra
+        }
+
+
+@dataclass
+class Causes(Section):
+    """Failures by cause (``causes``): statuses, proxy and gateway timeouts, keep-alive withheld,
+    protocol and harness errors by message, keep-alive frames against silence."""
+
+    status: dict[str, int] = field(default_factory=dict)
+    proxy_timeouts_before_headers: int = 0
+    cut_after_headers: int = 0
+    proxy_timeouts: dict[str, Any] | None = None
+    """The rule ``no_proxy_timeouts`` judges by (``loadtests.judge.causes``' ``as_dict``), with its ``line``."""
+    keepalive_withheld: dict[str, Any] | None = None
+    """Keep-alive withheld on the way (``KeepAliveWithheld.as_dict``), with its ``line``; None when not."""
+    protocol_errors: dict[str, int] = field(default_factory=dict)
+    harness_errors: dict[str, int] = field(default_factory=dict)
+    malformed_usage: int = 0
+    keepalive_vs_silence: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class KeepalivePerStream(Section):
+    """Keep-alive frames per 200 stream, over the raw streams (``keepalive_per_stream``)."""
+
+    streams: int = 0
+    mean: float | None = None
+    max: int | None = None
+    counted_on: str = KEEPALIVE_COUNTED_ON
+
+
+@dataclass
+class HarnessLag(Section):
+    """The harness's event-loop lag in milliseconds (``harness_lag_ms``,
+    ``loadtests.record.lag.lag_summary``): over every sample and ``by_worker``; ``limit_ms`` and
+    ``seconds_above_limit`` only when the run set a limit."""
+
+    limit_ms: float | None = None
+    samples: int = 0
+    p50: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    seconds_above_limit: float | None = None
+    by_worker: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class Arrival(Section):
+    """Open loop (``--rate``): the schedule asked for (the settings' ``open_loop``) against what was
+    sent (``arrival``, ``loadtests.judge.summary.arrival``)."""
+
+    rate: float = 0.0
+    arrival: str = ""
+    seed: int | None = None
+    max_in_flight: int | None = None
+    scheduled: int = 0
+    sent: int = 0
+    not_sent: int = 0
+    span_s: float = 0.0
+    rate_achieved: float | None = None
+    late: int = 0
+    start_lateness_s: dict[str, float | None] = field(default_factory=dict)
+    ttft_from_schedule_s: dict[str, float | None] = field(default_factory=dict)
+    ttft_from_send_s: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class ServerMetrics(Section):
+    """The server's own figures from its ``/metrics`` (``server_metrics``,
+    ``loadtests.record.server_metrics.server_metrics_summary``), or ``available: false`` and why."""
+
+    available: bool = False
+    reason: str | None = None
+    scrapes: int = 0
+    names: dict[str, str] = field(default_factory=dict)
+    running: dict[str, float] | None = None
+    waiting: dict[str, float] | None = None
+    kv_cache_usage: dict[str, float] | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+
+    def concept(self, name: str) -> Any:
+        """The figures of one concept (``running``, ``waiting``, ..., ``prompt_tokens``), None when
+        the section has none."""
+        return getattr(self, name, None) if name in self.known() else self.extra.get(name)
+
+
+@dataclass
+class Soak(Section):
+    """The soak job's section (``soak``): ``partial`` (a checkpoint of a run still going), its planned
+    ``duration_s``, the drift ``limits`` and its ``windows``, each a row of figures and its verdict."""
+
+    partial: bool = False
+    duration_s: float | None = None
+    limits: dict[str, Any] = field(default_factory=dict)
+    windows: list[dict[str, Any]] = field(default_factory=list)
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "causes": Causes,
+    "keepalive_per_stream": KeepalivePerStream,
+    "harness_lag_ms": HarnessLag,
+    "arrival": Arrival,
+    "server_metrics": ServerMetrics,
+    "soak": Soak,
+}
+"""Each typed section of summary.json by its key."""
+
+
 @dataclass
 class Summary:
     scenario: str
@@ -49,21 +196,21 @@ class Summary:
     http_500: int
     inband_500: int
     keepalive_frames: int
-    causes: dict[str, Any]
+    causes: Causes
     latency: dict[str, dict[str, float | int | None]]
-    keepalive_per_stream: dict[str, Any]
+    keepalive_per_stream: KeepalivePerStream
     gate_specs: list[dict[str, Any]]
     gates: list[GateResult]
-    harness_lag_ms: dict[str, Any] | None = None
-    arrival: dict[str, Any] | None = None
+    harness_lag_ms: HarnessLag | None = None
+    arrival: Arrival | None = None
     """Open loop (``--rate``): the schedule asked for against what was sent (``arrival``)."""
-    server_metrics: dict[str, Any] | None = None
+    server_metrics: ServerMetrics | None = None
     """The server's own figures from its ``/metrics`` (``loadtests.record.server_metrics.server_metrics_summary``),
     or ``available: false`` and why."""
     ended: str | None = None
     interrupted: str | None = None
     """Why the run ended before its planned end (a signal, or no summary of its own): it fails."""
-    soak: dict[str, Any] | None = None
+    soak: Soak | None = None
     """The soak job's section: ``partial`` (a checkpoint of a run still going), its planned
     ``duration_s``, the drift ``limits`` and ``windows``."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -93,6 +240,12 @@ class Summary:
     """``verdict`` as its file stated it (PASS, FAIL or INCONCLUSIVE); None for an older file."""
     """``(gates_passed, passed)`` as its file stated them (an older file: ``passed`` for both); None
     for a summary just computed, or a file that stated no verdict."""
+
+    def __post_init__(self) -> None:
+        for key, kind in SECTIONS.items():  # a section given as its JSON (summarize, a hand-built summary)
+            value = getattr(self, key)
+            if isinstance(value, dict):
+                setattr(self, key, kind.from_json(value))
 
     @property
     def requests_judged(self) -> int:
@@ -155,15 +308,14 @@ class Summary:
         """The ``causes:`` line (``loadtests.judge.causes``'s one phrase, and the statuses) and, when the
         run found keep-alive withheld, its line: what the console, and report.html, say of causes."""
         causes = self.causes
-        timeouts = causes.get("proxy_timeouts") or {}
+        timeouts = causes.proxy_timeouts or {}
         said = timeouts.get("line") or (  # a summary written before the one rule of loadtests.judge.causes
-            f"{causes.get('proxy_timeouts_before_headers', 0)} proxy 504s before headers, "
-            f"{causes.get('cut_after_headers', 0)} streams cut after headers"
+            f"{causes.proxy_timeouts_before_headers} proxy 504s before headers, "
+            f"{causes.cut_after_headers} streams cut after headers"
         )
-        lines = [f"causes: {said}; statuses {causes.get('status') or '{}'}"]
-        withheld = causes.get("keepalive_withheld")
-        if withheld:
-            lines.append(withheld["line"])
+        lines = [f"causes: {said}; statuses {causes.status or '{}'}"]
+        if causes.keepalive_withheld:
+            lines.append(causes.keepalive_withheld["line"])
         return lines
 
     def console_lines(self) -> list[str]:
@@ -176,11 +328,11 @@ class Summary:
         if self.arrival is not None:
             lines.append(arrival_line(self.arrival))
         lines += self.causes_lines()
-        lag = self.harness_lag_ms or {}
-        if lag.get("p99") is not None:
+        lag = self.harness_lag_ms
+        if lag is not None and lag.p99 is not None:
             lines.append(
-                f"timing: good to {lag['p99']:.1f} ms (the harness's event-loop lag p99 while streams were open, "
-                f"max {lag['max']:.1f} ms; a request open during a stall longer than a gate's tolerance is "
+                f"timing: good to {lag.p99:.1f} ms (the harness's event-loop lag p99 while streams were open, "
+                f"max {lag.max or 0.0:.1f} ms; a request open during a stall longer than a gate's tolerance is "
                 "unjudged by it, not failed)"
             )
         return lines + [gate.line() for gate in self.gates if not gate_is_noise(gate, self.point_names)]
@@ -189,7 +341,7 @@ class Summary:
         """A soak's windows by verdict in one line, naming the windows that did not pass and why
         (``windows: 8 PASS, 1 FAIL (4: no_http_500), 1 INCONCLUSIVE (10: unjudged covered)``);
         None for a run without windows."""
-        windows = [window for window in (self.soak or {}).get("windows") or [] if window.get("verdict")]
+        windows = [window for window in (self.soak.windows if self.soak else []) if window.get("verdict")]
         if not windows:
             return None
         parts = []
@@ -237,20 +389,20 @@ class Summary:
             "http_500": self.http_500,
             "inband_500": self.inband_500,
             "keepalive_frames": self.keepalive_frames,
-            "causes": self.causes,
+            "causes": self.causes.to_json(),
             "latency": self.latency,
-            "keepalive_per_stream": self.keepalive_per_stream,
+            "keepalive_per_stream": self.keepalive_per_stream.to_json(),
         }
         if self.harness_lag_ms is not None:
-            data["harness_lag_ms"] = self.harness_lag_ms
+            data["harness_lag_ms"] = self.harness_lag_ms.to_json()
         if self.arrival is not None:
-            data["arrival"] = self.arrival
+            data["arrival"] = self.arrival.to_json()
         if self.server_metrics is not None:
-            data["server_metrics"] = self.server_metrics
+            data["server_metrics"] = self.server_metrics.to_json()
         data["gate_specs"] = self.gate_specs
         data["gates"] = [dataclasses.asdict(gate) for gate in self.gates]
         if self.soak is not None:
-            data["soak"] = self.soak
+            data["soak"] = self.soak.to_json()
         if self.point is not None:
             data["point"] = self.point
         if self.lost_rows:
@@ -291,17 +443,17 @@ class Summary:
             http_500=data.get("http_500", 0),
             inband_500=data.get("inband_500", 0),
             keepalive_frames=data.get("keepalive_frames", 0),
-            causes=data.get("causes", {}),
+            causes=_section(Causes, data.get("causes", {}), source),
             latency=data.get("latency", {}),
-            keepalive_per_stream=data.get("keepalive_per_stream", {}),
+            keepalive_per_stream=_section(KeepalivePerStream, data.get("keepalive_per_stream", {}), source),
             gate_specs=data.get("gate_specs", []),
             gates=gates,
-            harness_lag_ms=data.get("harness_lag_ms"),
-            arrival=data.get("arrival"),
-            server_metrics=data.get("server_metrics"),
+            harness_lag_ms=_optional_section(HarnessLag, data.get("harness_lag_ms"), source),
+            arrival=_optional_section(Arrival, data.get("arrival"), source),
+            server_metrics=_optional_section(ServerMetrics, data.get("server_metrics"), source),
             ended=data.get("ended"),
             interrupted=data.get("interrupted"),
-            soak=data.get("soak"),
+            soak=_optional_section(Soak, data.get("soak"), source),
             point=data.get("point"),
             parts=data.get("parts"),
             lost_rows=data.get("lost_rows"),
@@ -337,6 +489,17 @@ class Summary:
     def write(self, run: RunDir) -> Path:
         """Write ``summary.json`` into ``run`` (the file ``read`` reads back equal) and return its path."""
         return run.write_json(RunDir.SUMMARY, self.to_json())
+
+
+def _section(kind: type[_S], data: Any, source: str) -> _S:
+    """The section ``data`` holds; ``SummaryError`` naming ``source`` when it is not an object."""
+    if not isinstance(data, dict):
+        raise SummaryError(f"{source}: not a run summary (the {kind.__name__} section is not an object)")
+    return kind.from_json(data)
+
+
+def _optional_section(kind: type[_S], data: Any, source: str) -> _S | None:
+    return None if data is None else _section(kind, data, source)
 
 
 _COMPUTED = {"passed", "gates_passed", "verdict"}
@@ -557,13 +720,13 @@ def summarize(
         http_500=http_500,
         inband_500=inband_500,
         keepalive_frames=int(requests["keepalive_frames"].sum()),
-        causes=causes(requests, settings, read_timeout),
+        causes=Causes.from_json(causes(requests, settings, read_timeout)),
         latency=latency(requests),
-        keepalive_per_stream=keepalive_per_stream(requests),
+        keepalive_per_stream=KeepalivePerStream.from_json(keepalive_per_stream(requests)),
         gate_specs=list(gate_specs),
         gates=list(gates),
-        harness_lag_ms=None if lag is None else lag_summary(lag, lag_limit_ms),
-        arrival=arrival((settings or {}).get("open_loop"), requests),
+        harness_lag_ms=None if lag is None else HarnessLag.from_json(lag_summary(lag, lag_limit_ms)),
+        arrival=_optional_section(Arrival, arrival((settings or {}).get("open_loop"), requests), "arrival"),
     )
 
 
@@ -607,15 +770,24 @@ def _spread(values: pd.Series) -> dict[str, float | None]:
     return {"p50": p50, "p99": p99, "max": round(float(values.max()), 6) if len(values) else None}
 
 
-def arrival_line(section: dict[str, Any]) -> str:
-    """The arrival section in one console line."""
-    achieved = "-" if section["rate_achieved"] is None else f"{section['rate_achieved']:g}"
-    lateness = section["start_lateness_s"]
-    spread = f"p99 {_seconds(lateness['p99'])}, max {_seconds(lateness['max'])}"
+ARRIVAL_LINE_KEYS = ("rate", "arrival", "scheduled", "sent", "not_sent", "late", "rate_achieved", "start_lateness_s")
+
+
+def arrival_line(section: Arrival | dict[str, Any]) -> str:
+    """The arrival section (or its JSON, as ``arrival`` makes it) in one console line; ``KeyError`` for
+    a section (a file's) that lacks a key it says."""
+    if isinstance(section, dict):
+        section = Arrival.from_json(section)
+    absent = [key for key in ARRIVAL_LINE_KEYS if section.keys is not None and key not in section.keys]
+    if absent:
+        raise KeyError(absent[0])
+    achieved = "-" if section.rate_achieved is None else f"{section.rate_achieved:g}"
+    lateness = section.start_lateness_s
+    spread = f"p99 {_seconds(lateness.get('p99'))}, max {_seconds(lateness.get('max'))}"
     return (
-        f"arrivals: asked {section['rate']:g}/s ({section['arrival']}), {section['scheduled']} scheduled, "
-        f"{section['sent']} sent ({achieved}/s), {section['not_sent']} not sent; "
-        f"{section['late']} started over {LATE_S * 1000:g} ms late ({spread})"
+        f"arrivals: asked {section.rate:g}/s ({section.arrival}), {section.scheduled} scheduled, "
+        f"{section.sent} sent ({achieved}/s), {section.not_sent} not sent; "
+        f"{section.late} started over {LATE_S * 1000:g} ms late ({spread})"
     )
 
 

@@ -156,7 +156,7 @@ def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> l
             and now > old * (1 + limits.max_latency_increase)
         )
         rows.append(Row(f"{column} {stat}", old, now, grew, f"> +{limits.max_latency_increase:.0%}"))
-    old_ka, new_ka = (s.keepalive_per_stream.get("mean") for s in (base, new))
+    old_ka, new_ka = (s.keepalive_per_stream.mean for s in (base, new))
     dropped = old_ka is not None and old_ka >= 1 and (new_ka or 0) < old_ka * (1 - limits.max_keepalive_drop)
     rows.append(Row("keep-alive frames per raw stream", old_ka, new_ka, dropped, f"< -{limits.max_keepalive_drop:.0%}"))
     for concept, stat in SERVER_FIGURES:
@@ -187,7 +187,7 @@ def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> l
 
 def _server_figure(summary: Summary, concept: str, stat: str) -> float | None:
     """``summary``'s server figure, None when it has none (or not a finite number)."""
-    figures = (summary.server_metrics or {}).get(concept)
+    figures = summary.server_metrics.concept(concept) if summary.server_metrics is not None else None
     value = figures.get(stat) if isinstance(figures, dict) else None
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)

@@ -51,7 +51,7 @@ from loadtests.judge.gates import (
     NoProxyTimeouts,
     gate_is_noise,
 )
-from loadtests.judge.summary import LATENCY_COLUMNS, Summary, arrival_line
+from loadtests.judge.summary import LATENCY_COLUMNS, HarnessLag, ServerMetrics, Soak, Summary, arrival_line
 from loadtests.record import figures
 from loadtests.record.recorder import FRAME_COLUMNS
 from loadtests.record.run_dir import RunDir
@@ -753,7 +753,7 @@ def _lag_limit(summary: Summary) -> float | None:
             limit = _number(spec.get("limit_ms"))
             if limit is not None and limit > 0:
                 return limit
-    limit = _number((summary.harness_lag_ms or {}).get("limit_ms"))
+    limit = _number(summary.harness_lag_ms.limit_ms if summary.harness_lag_ms is not None else None)
     return limit if limit is not None and limit > 0 else None
 
 
@@ -762,7 +762,7 @@ NO_LAG_LIMIT = "no limit set: harness_kept_up is off (--harness-lag-limit-ms)"
 
 def _lag_section(summary: Summary, requests: pd.DataFrame, lag: pd.DataFrame | None) -> str:
     title = "Harness lag"
-    lag_figures = summary.harness_lag_ms or {}
+    lag_figures = summary.harness_lag_ms or HarnessLag()
     limit = _lag_limit(summary)
     threshold = (
         f"the dashed red line is the harness_kept_up gate's limit of {limit:g} ms, which each process's p99 (its "
@@ -780,7 +780,7 @@ def _lag_section(summary: Summary, requests: pd.DataFrame, lag: pd.DataFrame | N
     if lag is None or lag.empty:
         return _section(title, how, _empty("No lag samples were recorded."))
     over = ("seconds_above_limit",) if limit else ()
-    by_worker = lag_figures.get("by_worker") or {}
+    by_worker = lag_figures.by_worker or {}
     rows = "".join(
         f'<tr><td>{_text(worker)}</td><td class="num">{_integer(f["samples"])}</td>'
         + "".join(f'<td class="num">{_text(f.get(key))}</td>' for key in ("p50", "p99", "max", *over))
@@ -849,27 +849,27 @@ def _server_section(summary: Summary, requests: pd.DataFrame, metrics: pd.DataFr
         "each in its own panel on the timeline's time axis. Waiting requests are queueing the server does, not the "
         "harness."
     )
-    section = summary.server_metrics or {}
+    section = summary.server_metrics or ServerMetrics()
     series = concept_series(metrics) if metrics is not None and not metrics.empty else pd.DataFrame()
-    if not section.get("available") or series.columns.intersection([panel[0] for panel in SERVER_PANELS]).empty:
-        reason = section.get("reason") or "the run recorded no server metrics"
+    if not section.available or series.columns.intersection([panel[0] for panel in SERVER_PANELS]).empty:
+        reason = section.reason or "the run recorded no server metrics"
         return _section(title, how, _empty(f"No server metrics: {reason}."))
     rows = "".join(
         f"<tr><td>{_text(label)}</td>"
         + "".join(
-            f'<td class="num">{_text((section.get(concept) or {}).get(key))}</td>' for key in ("mean", "p95", "max")
+            f'<td class="num">{_text((section.concept(concept) or {}).get(key))}</td>' for key in ("mean", "p95", "max")
         )
         + "</tr>"
         for concept, label in _SERVER_FIGURES
-        if section.get(concept)
+        if section.concept(concept)
     )
     tokens = ", ".join(
-        f"{label} {section[concept]:g}"
+        f"{label} {section.concept(concept):g}"
         for concept, label in (("prompt_tokens", "prompt tokens"), ("generation_tokens", "generated tokens"))
-        if section.get(concept) is not None
+        if section.concept(concept) is not None
     )
     table = (
-        f"<p>{_text(section.get('scrapes'))} scrapes{_text(f'; during the run: {tokens}') if tokens else ''}</p>"
+        f"<p>{_text(section.scrapes)} scrapes{_text(f'; during the run: {tokens}') if tokens else ''}</p>"
         f"<table><thead><tr><th>figure</th><th>mean</th><th>p95</th><th>max</th></tr></thead>{rows}</table>"
     )
     return _section(title, how, table + _png(_server_figure(series, _run_axis(requests))))
@@ -1001,8 +1001,8 @@ _WINDOW_COLUMNS = (
 )
 
 
-def _soak_section(soak: dict[str, Any]) -> str:
-    windows = pd.DataFrame(soak.get("windows") or [])
+def _soak_section(soak: Soak) -> str:
+    windows = pd.DataFrame(soak.windows or [])
     how = (
         "The run cut into equal windows by request start time: drift shows as a trend down the table, and the "
         "memory plot shows whether harness or server memory keeps growing after the first window."
@@ -1015,8 +1015,8 @@ def _soak_section(soak: dict[str, Any]) -> str:
         "<tr>" + "".join(f"<td class='num'>{_window_cell(row.get(column))}</td>" for column, _ in shown) + "</tr>"
         for row in windows.to_dict(orient="records")
     )
-    partial = " (checkpoint: the run was still going)" if soak.get("partial") else ""
-    duration = float(soak.get("duration_s") or 0)
+    partial = " (checkpoint: the run was still going)" if soak.partial else ""
+    duration = float(soak.duration_s or 0)
     table = f"<p>{_text(f'{len(windows)} windows over {duration:g} s{partial}')}</p>"
     table += f"<table><tr>{header}</tr>{body}</table>"
     return _section("Soak windows", how, table + _memory_plot(windows))

@@ -52,7 +52,7 @@ from loadtests.judge.gates import (
     rebuild_gates,
     run_point,
 )
-from loadtests.judge.summary import Summary, SummaryError, summarize
+from loadtests.judge.summary import ServerMetrics, Soak, Summary, SummaryError, summarize
 from loadtests.record import figures
 from loadtests.record.lag import STALLED_COLUMN, stalled_while_open, while_streams_open
 from loadtests.record.run_dir import RunDir, RunDirChanged, RunRecord, parts_problem
@@ -81,7 +81,7 @@ def unfinished(summary: Summary | None) -> str | None:
     the soak job's checkpoint of a run still going (or killed before its end)."""
     if summary is None:
         return NO_SUMMARY
-    if (summary.soak or {}).get("partial"):
+    if summary.soak is not None and summary.soak.partial:
         return f"{NO_SUMMARY} (summary.json is a soak checkpoint)"
     return None
 
@@ -169,10 +169,9 @@ def _account(record: RunRecord, previous: Summary | None, told: JudgeOptions) ->
         frame_sample_rate=_first(told.frame_sample_rate, previous.frame_sample_rate if previous else None, 1.0),
         ended=told.ended if told.ended is not None else previous.ended if previous else None,
         interrupted=told.interrupted or (previous.interrupted if previous else None),
-        soak=told.soak
-        or (None if before is None else SoakState(bool(before.get("partial")), before.get("duration_s"))),
+        soak=told.soak or (None if before is None else SoakState(before.partial, before.duration_s)),
         metrics_reason=told.server_metrics_unavailable
-        or ((previous.server_metrics if previous else None) or {}).get("reason"),
+        or (previous.server_metrics.reason if previous and previous.server_metrics else None),
         lost_rows=told.lost_rows if told.lost_rows is not None else previous.lost_rows if previous else None,
     )
 
@@ -207,7 +206,9 @@ def judge(record: RunRecord, options: JudgeOptions | None = None, *, html: bool 
     summary.parts = record.parts
     summary.lost_rows = account.lost_rows or None
     summary.soak = _soak_section(tables, gates, account.soak, record.server_metrics, summary, share)
-    summary.server_metrics = server_metrics_summary(record.server_metrics, account.metrics_reason)
+    summary.server_metrics = ServerMetrics.from_json(
+        server_metrics_summary(record.server_metrics, account.metrics_reason)
+    )
     try:
         summary.write(record.run)
     except RecordNotWritten as exc:  # the verdict stands; where the summary went is the caller's to say
@@ -223,7 +224,7 @@ def _previous_checked(record: RunRecord) -> Summary | None:
     rows that summary judged (``RunDirChanged`` when it lost or changed a part)."""
     previous = previous_summary(record.run)
     if previous is not None and previous.parts is not None:
-        growing = bool((previous.soak or {}).get("partial"))  # a soak's checkpoint: the run went on writing
+        growing = previous.soak is not None and previous.soak.partial  # a soak's checkpoint: the run went on writing
         problem = parts_problem(previous.parts, record.parts, growing)
         if problem is not None:
             raise RunDirChanged(
@@ -313,7 +314,7 @@ def _soak_section(
     server_metrics: pd.DataFrame,
     summary: Summary,
     share: float,
-) -> dict[str, Any] | None:
+) -> Soak | None:
     """The drift windows, each judged as the run is (its gates that judge requests alone, its point,
     its unjudged share), when the run has drift gates; the soak's state as told, else as before."""
     drift = next((gate for gate in gates if isinstance(gate, (MemoryGrowth, LatencyDrift))), None)
@@ -323,7 +324,7 @@ def _soak_section(
     limits: DriftLimits = drift.limits
     judged = dataclasses.replace(tables, requests=figures.judged(tables.requests))
     window_judge = WindowJudge(gates, summary.point_names, share)
-    return soak_section(judged, limits, state.partial, state.duration_s, server_metrics, window_judge)
+    return Soak.from_json(soak_section(judged, limits, state.partial, state.duration_s, server_metrics, window_judge))
 
 
 def write_html_files(record: RunRecord, summary: Summary) -> None:

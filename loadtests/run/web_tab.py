@@ -43,7 +43,7 @@ from gevent.event import Event
 from loadtests.base.safe_text import printable
 from loadtests.declare.options import label_form_fields
 from loadtests.judge.gates import Gate, GateResult, gate_is_noise, verdict_of
-from loadtests.judge.summary import Summary
+from loadtests.judge.summary import HarnessLag, Summary
 from loadtests.record.run_dir import RunDir
 
 TAB = "sse-soak"
@@ -231,10 +231,8 @@ def _gate(result: GateResult) -> dict[str, str]:
 
 def _figures(summary: Summary) -> dict[str, Any]:
     outcomes = summary.outcomes
-    lag = summary.harness_lag_ms or {}
-    by_process = {
-        name: {"p99": each.get("p99"), "max": each.get("max")} for name, each in lag.get("by_worker", {}).items()
-    }
+    lag = summary.harness_lag_ms or HarnessLag()
+    by_process = {name: {"p99": each.get("p99"), "max": each.get("max")} for name, each in lag.by_worker.items()}
     return {
         "requests": summary.requests,
         "requests_judged": summary.requests_judged,
@@ -245,8 +243,8 @@ def _figures(summary: Summary) -> dict[str, Any]:
         "inband_500": summary.inband_500,
         "http_500": summary.http_500,
         "harness_lag_ms": {
-            "p99": lag.get("p99"),
-            "max": lag.get("max"),
+            "p99": lag.p99,
+            "max": lag.max,
             "by_process": by_process,
         },
     }

@@ -137,7 +137,7 @@ def test_a_run_without_a_proxy_names_no_read_timeout_on_its_causes_line() -> Non
     assert "for a 60 s read timeout" in proxied and "1 streams cut after them" in proxied
     gate = NoProxyTimeouts(60.0, 0.0, proxy="none")  # declared: a proxy before --host, whose timeout it judges
     summary = summarize("s", requests, [gate.evaluate(requests)], {"proxy": "none"}, read_timeout=60.0)
-    assert summary.causes["proxy_timeouts"]["read_timeout_s"] == 60.0
+    assert (summary.causes.proxy_timeouts or {})["read_timeout_s"] == 60.0
 
 
 def test_caddys_valid_final_chunk_without_done_is_a_cut_and_a_read_timeout() -> None:
@@ -236,7 +236,7 @@ def test_keepalive_withheld_fails_keepalive_covered_and_the_summary_says_the_sam
     gate = KeepAliveCovered(0.5, proxy="embedded").evaluate(requests)
     assert not gate.passed and gate.detail.endswith(line)
     summary = summarize("s", requests, [gate], {"keep_alive_interval": 0.5, "proxy": "embedded"})
-    assert summary.causes["keepalive_withheld"]["line"] == line and line in summary.console_lines()
+    assert (summary.causes.keepalive_withheld or {})["line"] == line and line in summary.console_lines()
     assert "the run started no proxy" in (keepalive_withheld(requests, 0.5, "none") or withheld).line()
     assert keepalive_withheld(requests, None) is None and keepalive_withheld(requests, 0.0) is None
     with_comment = table(held_silent(0), stream([keepalive(1.0), token(5.0)], 5.1, index=1))
@@ -252,7 +252,7 @@ def test_a_stream_the_run_stopped_counts_in_neither_the_withheld_line_nor_the_ga
     settings = {"keep_alive_interval": 0.5, "proxy": "litellm"}
     gate = evaluate(RunTables(requests), [KeepAliveCovered(0.5, proxy="litellm")])[-1]
     summary = summarize("s", requests, [gate], settings)
-    withheld = summary.causes["keepalive_withheld"]
+    withheld = summary.causes.keepalive_withheld
     assert withheld["streams"] == 2 and gate.detail.endswith(withheld["line"])
 
 

@@ -227,7 +227,7 @@ def test_a_stall_before_the_first_request_does_not_fail_the_run(tmp_path: Path) 
     run = run_with_lag(tmp_path / "demo-20260101T000000Z", start, [setup_stall, *in_run])
     summary = judge(RunRecord(run), JudgeOptions([HarnessKeptUp(5.0)], scenario="demo"))
     assert kept_up(summary)
-    assert summary.harness_lag_ms is not None and summary.harness_lag_ms["max"] == pytest.approx(1.0)
+    assert summary.harness_lag_ms is not None and summary.harness_lag_ms.max == pytest.approx(1.0)
     assert len(run.read_lag()) == 60  # the file keeps every sample; the report plots them all
 
     stall_in_run = ("local", start + 0.5, 0.0, 0.250)

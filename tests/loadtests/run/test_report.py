@@ -123,7 +123,7 @@ def test_a_failing_soak_rebuilt_keeps_its_verdict_gates_and_sections(tmp_path: P
     ended = judge(RunRecord(run), JudgeOptions(add_gates=drift_gates(limits), soak=SoakState(False, 30.0)), html=False)
     again = judge(RunRecord(run), html=False)  # python -m loadtests report
     assert again == ended
-    assert again.soak is not None and again.soak["duration_s"] == 30.0 and not again.soak["partial"]
+    assert again.soak is not None and again.soak.duration_s == 30.0 and not again.soak.partial
     assert [g.name for g in again.gates][-2:] == ["memory_growth", "latency_drift"]
     assert not again.passed
     assert Summary.from_json(json.loads(run.summary.read_text())) == again
@@ -134,7 +134,7 @@ def test_a_checkpoint_stays_partial_until_the_soak_ends(tmp_path: Path) -> None:
     checkpoint = judge(
         RunRecord(run), JudgeOptions(add_gates=drift_gates(DriftLimits()), soak=SoakState(True, 60.0)), html=False
     )
-    assert checkpoint.soak is not None and checkpoint.soak["partial"]
+    assert checkpoint.soak is not None and checkpoint.soak.partial
     assert unfinished(checkpoint) == "the run ended before writing its summary (summary.json is a soak checkpoint)"
     assert judge(RunRecord(run), html=False).soak == checkpoint.soak  # a report does not pretend the soak finished
 
