@@ -185,6 +185,8 @@ def judge(record: RunRecord, options: JudgeOptions | None = None, *, html: bool 
     previous = _previous_checked(record)
     account = _account(record, previous, told)
     tables = _tables(record, account.lost_rows)
+    if html:  # the report reads every frame: an inferred keep-alive interval reads them from the same table
+        record.frames  # noqa: B018
     gates, settings = _with_inferred_interval(record, account.gates, account.settings)
     share = float(settings.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE))
     summary = summarize(
