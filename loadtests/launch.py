@@ -1,7 +1,7 @@
 """Run a scenario headless in a child process and read back its judged run.
 
 For Python callers that must not import Locust (it patches the process that imports it for
-gevent): the pytest plugin, a user's own script. The child is started by ``_child_run``, as the
+gevent): the pytest plugin, a user's own script. The child is started by ``run.child_run``, as the
 soak job's is: ``python -m locust -f <locustfile> --headless ...`` in its own session, handed the
 run directory made for it, the API key in its environment, never on its command line. So the
 result is read from the directory (manifest, summary, tables) and never from what the child

@@ -1,7 +1,7 @@
 """The nightly soak job: one long Locust run, watched, checkpointed, judged for drift and baseline.
 
 ``python -m loadtests soak`` runs ``locust -f <scenario> --headless`` as a child, started as
-``launch`` starts one (``_child_run``: its own session, so Ctrl-C reaches only us, and we end
+``launch`` starts one (``run.child_run``: its own session, so Ctrl-C reaches only us, and we end
 Locust with SIGTERM, which makes it stop its users and write its report). While it runs we refresh
 a progress line from the run directory's parquet parts, sample the memory of the harness and of the
 bundled server into ``resources.csv``, and rewrite ``summary.json`` every checkpoint interval, so a
@@ -78,7 +78,7 @@ class SoakPlan:
 
 
 class Soak:
-    """The soak job: the Locust run started by ``_child_run`` (which makes the run directory and
+    """The soak job: the Locust run started by ``run.child_run`` (which makes the run directory and
     hands it over), and its watcher. It learns what the run started (the server's pid, for its
     memory) from the run's manifest: nothing depends on the wording of Locust's output."""
 
