@@ -28,6 +28,9 @@ longer than ``timeout + late`` is not this proxy's timer either (it would have f
 Keep-alive withheld (``keepalive_withheld``): when the server's keep-alive interval is known and raw
 streams were silent from their send for longer than it (plus ``keepalive_tolerance``) and none of
 them got any comment, something between strips comments or holds the headers (LiteLLM does both).
+
+What is known of each proxy the run can start (the name a line gives it, the pattern that finds it
+in a response, a whole-second timer, withheld keep-alive) is its kind's (``loadtests.services.proxies``).
 """
 
 from __future__ import annotations
