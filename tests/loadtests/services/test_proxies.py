@@ -31,7 +31,7 @@ from tests.sse_stream import Streamed, stream
 
 StartProxy = Callable[[str, float], ChildService]
 REAL_PROXIES = real_proxies()
-PROXY_KINDS = option("proxy").kind.choices
+PROXY_KINDS = option("proxy").kind.choices or ()
 """``--proxy``'s choices."""
 PROXIES = ["embedded", *REAL_PROXIES]
 TIMEOUT_BEFORE_HEADERS = {"apache": 502}
