@@ -41,7 +41,7 @@ from loadtests.declare.options import Surface as _Surface
 from loadtests.declare.options import http_url as _http_url
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, SseSoakError, UsageError
 from loadtests.report import compare as compare_module
-from loadtests.services.embedded_proxy import ProxySettings, serve
+from loadtests.services.proxies.embedded import ProxySettings, serve
 
 SOAK_, LOCUST_ = _Surface.SOAK, _Surface.LOCUST
 
@@ -291,7 +291,7 @@ def _add_vllm_parser(commands: Any) -> None:
 
 
 def _add_litellm_parser(commands: Any) -> None:
-    from loadtests.services import litellm_gateway as gateway
+    from loadtests.services.proxies import litellm as gateway
 
     litellm = commands.add_parser(
         "litellm",
@@ -422,7 +422,7 @@ def _run_kubernetes(options: argparse.Namespace) -> int:
 def _run_litellm(options: argparse.Namespace) -> int | None:
     import time
 
-    from loadtests.services import litellm_gateway as gateway
+    from loadtests.services.proxies import litellm as gateway
 
     began = time.monotonic()
     install = gateway.ensure_installed()

@@ -35,7 +35,7 @@ from loadtests.client.preflight import DEFAULT_PREFLIGHT_TIMEOUT
 from loadtests.client.sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.errors import UsageError
 from loadtests.judge.gates import DEFAULT_MAX_UNJUDGED_SHARE
-from loadtests.services.stack import PROXY_KINDS
+from loadtests.services import proxies
 
 __all__ = [
     "OPTIONS",
@@ -612,7 +612,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "proxy",
-        choice(*PROXY_KINDS),
+        choice(*proxies.names()),
         "reverse proxy the run starts in front of the server: none, embedded (asyncio, nginx's read-timeout "
         "semantics), real nginx, haproxy, caddy, apache or squid (Debian's packages), or litellm (LiteLLM's "
         "gateway, in its own venv: 'python -m loadtests litellm setup' first; it strips keep-alive comments) "

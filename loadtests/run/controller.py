@@ -80,7 +80,7 @@ from loadtests.run.ending import how_it_ended
 from loadtests.run.judging import judge, keep_elsewhere, write_html_files
 from loadtests.run.signals import SignalGuard
 from loadtests.run.web_tab import WebTab
-from loadtests.services.litellm_gateway import litellm_available
+from loadtests.services import proxies
 from loadtests.services.parent_watch import end_with_launcher, end_with_parent
 from loadtests.services.real_vllm import VllmError, vllm_available
 from loadtests.services.stack import ServerStartError, Stack, split_api_key
@@ -393,10 +393,11 @@ class RunController:
             available, reason = vllm_available()
             if not available:
                 raise UsageError(f"--server vllm: {reason}")
-        if settings.proxy == "litellm":
-            available, reason = litellm_available()
+        proxy = proxies.find(settings.proxy)
+        if proxy is not None:
+            available, reason = proxy.available()
             if not available:
-                raise UsageError(f"--proxy litellm: {reason}")
+                raise UsageError(f"--proxy {proxy.name}: {reason}")
         try:
             self._stack = Stack.start(
                 settings.host,

@@ -10,7 +10,7 @@ import pytest
 
 from loadtests.base.ports import free_loopback_port
 from loadtests.client.outcome import RequestPlan, StreamTracker
-from loadtests.services.litellm_gateway import (
+from loadtests.services.proxies.litellm import (
     NO_KEY,
     UPSTREAM_KEY_ENV,
     LiteLLMError,
@@ -19,7 +19,7 @@ from loadtests.services.litellm_gateway import (
     litellm_available,
     upstream_models,
 )
-from loadtests.services.real_proxies import Upstream
+from loadtests.services.proxies.real import Upstream
 from loadtests.services.stack import ServerStartError
 
 pytestmark = pytest.mark.fast
