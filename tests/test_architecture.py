@@ -39,15 +39,18 @@ def _placed(stage: str) -> list[str]:
     """The modules the page lists under the stage's heading, as paths below the stage package."""
     section = re.search(rf"^### `{stage}`\n(.*?)(?=^#|\Z)", _page(), re.MULTILINE | re.DOTALL)
     assert section, f"docs/architecture.md has no section for {stage}"
-    return re.findall(r"^- `([a-z_/]+)`:", section[1], re.MULTILINE)
+    items = re.findall(r"^- ((?:`[a-z_/]+`(?:, | and )?)+):", section[1], re.MULTILINE)
+    return [name for item in items for name in re.findall(r"`([a-z_/]+)`", item)]
 
 
 def _modules(stage: str) -> list[str]:
+    """The stage's modules as paths below it; a package inside it is named by its folder."""
     folder = PACKAGE / stage
+    modules = {path.relative_to(folder).with_suffix("") for path in folder.rglob("*.py")}
     return sorted(
-        str(path.relative_to(folder).with_suffix(""))
-        for path in folder.rglob("*.py")
-        if path.name != "__init__.py" or path.parent != folder
+        str(module.parent if module.name == "__init__" else module)
+        for module in modules
+        if module.parent.name or module.name != "__init__"
     )
 
 
