@@ -34,7 +34,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from loadtests.base.ports import free_loopback_port
-from loadtests.services.stack import ChildService, ServerStartError
+from loadtests.errors import InvalidValue, ServerStartError
+from loadtests.services.stack import ChildService
 
 APACHE_MODULES = Path("/usr/lib/apache2/modules")
 """Where Debian's apache2 keeps its loadable modules (the mpm and the proxy)."""
@@ -362,7 +363,7 @@ def start_real_proxy(
     removed when it stops."""
     proxy = REAL_PROXIES[kind]
     if no_delay and kind != "haproxy":
-        raise ValueError("no_delay is HAProxy's option http-no-delay")
+        raise InvalidValue("no_delay is HAProxy's option http-no-delay")
     binary = shutil.which(proxy.binary)
     if binary is None:
         raise ServerStartError(

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
-from loadtests.errors import RunFailed
+from loadtests.errors import InvalidValue, ServerStartError
 from loadtests.services.real_vllm import VllmProfile
 from sse_soak_lifeline import harness_environment, parse_refusal
 
@@ -41,10 +41,6 @@ API_KEY_ENV = "VLLM_API_KEY"  # vLLM's name; the bundled server reads it too
 PROXY_KINDS = ("none", "embedded", "nginx", "haproxy", "caddy", "apache", "squid", "litellm")
 """``none``, the embedded proxy, the real ones ``real_proxies`` starts, then LiteLLM's gateway
 (``litellm_gateway``)."""
-
-
-class ServerStartError(RunFailed, RuntimeError):
-    """A service exited, or stayed silent, before it was ready."""
 
 
 @dataclass
@@ -252,7 +248,7 @@ class Stack:
         api_key: str | None = None,
     ) -> Stack:
         if proxy not in PROXY_KINDS:
-            raise ValueError(f"proxy must be one of {', '.join(PROXY_KINDS)}, got {proxy!r}")
+            raise InvalidValue(f"proxy must be one of {', '.join(PROXY_KINDS)}, got {proxy!r}")
         stack = cls(url=host or "")
         try:
             if host is None and server == "vllm":

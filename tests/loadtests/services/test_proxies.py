@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from loadtests.declare.options import PROXY_KINDS
+from loadtests.errors import ServerStartError
 from loadtests.services.real_proxies import (
     REAL_PROXIES,
     Setup,
@@ -30,7 +31,7 @@ from loadtests.services.real_proxies import (
     start_real_proxy,
     timeout_notes,
 )
-from loadtests.services.stack import ChildService, ServerStartError, start_embedded_proxy
+from loadtests.services.stack import ChildService, start_embedded_proxy
 from tests.conftest import StartServer, real_proxy_params, require_nginx, require_proxy
 from tests.sse_stream import Streamed, stream
 
