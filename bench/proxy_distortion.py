@@ -76,9 +76,10 @@ if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` 
 
 from loadtests.client.outcome import frame_kind  # noqa: E402
 from loadtests.client.sse import SSEParser  # noqa: E402
+from loadtests.errors import ServerStartError  # noqa: E402
 from loadtests.services.proxies import real_proxies, start_real_proxy  # noqa: E402
 from loadtests.services.proxies.embedded import start_embedded_proxy  # noqa: E402
-from loadtests.services.stack import ChildService, ServerStartError, TargetServerProcess  # noqa: E402
+from loadtests.services.stack import ChildService, TargetServerProcess  # noqa: E402
 
 QUICK = {"streams": 2, "tokens": 10, "ttft_ms": 600}
 """``--quick``: seconds, not minutes; the same figures."""

@@ -34,6 +34,7 @@ import pandas as pd
 
 from loadtests.base.safe_text import printable
 from loadtests.client.outcome import Outcome
+from loadtests.errors import InvalidValue, WrongType
 from loadtests.judge.causes import keepalive_tolerance, keepalive_withheld, proxy_timeouts, raw_silences
 from loadtests.record import figures
 from loadtests.record.lag import DEFAULT_LAG_LIMIT_MS, STALLED_COLUMN, lag_summary
@@ -200,7 +201,7 @@ class Gate(ABC):
         only concrete gates (settings filled in by ``for_run``) can be stored."""
         kind = type(self).__name__
         if GATE_TYPES.get(kind) is not type(self) or not dataclasses.is_dataclass(self):
-            raise TypeError(f"{kind} is not a gate type sse-soak can store")
+            raise WrongType(f"{kind} is not a gate type sse-soak can store")
         return {"type": kind, **dataclasses.asdict(self)}
 
     @staticmethod
@@ -210,7 +211,7 @@ class Gate(ABC):
         fields = dict(spec)
         kind = fields.pop("type")
         if kind not in GATE_TYPES:
-            raise ValueError(f"unknown gate type {kind!r}; known: {', '.join(GATE_TYPES)}")
+            raise InvalidValue(f"unknown gate type {kind!r}; known: {', '.join(GATE_TYPES)}")
         return GATE_TYPES[kind](**fields)
 
 
@@ -378,11 +379,11 @@ class Expect(Gate):
                 name = found[1] if found else str(exc)
                 close = difflib.get_close_matches(name, list(empty.columns), n=1)
                 hint = f" (did you mean {close[0]}?)" if close else ""
-                raise ValueError(
+                raise InvalidValue(
                     f"gate {self.name}: {part} names {name}, which is no column of the request table{hint}: {query}"
                 ) from None
             except (SyntaxError, ValueError, TypeError) as exc:
-                raise ValueError(f"gate {self.name}: {part} is not a valid query ({exc}): {query}") from None
+                raise InvalidValue(f"gate {self.name}: {part} is not a valid query ({exc}): {query}") from None
 
     def spec(self) -> dict[str, Any]:
         spec = super().spec()
@@ -445,7 +446,7 @@ class NoProxyTimeouts(Gate):
 
     def spec(self) -> dict[str, Any]:
         if self.read_timeout is None:
-            raise TypeError(
+            raise WrongType(
                 "NoProxyTimeouts() without its read timeout cannot be stored: store for_run(settings) of it"
             )
         stored = super().spec()
@@ -455,7 +456,7 @@ class NoProxyTimeouts(Gate):
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         if self.read_timeout is None:
-            raise ValueError("NoProxyTimeouts() has no read timeout yet: judge for_run(settings) of it")
+            raise InvalidValue("NoProxyTimeouts() has no read timeout yet: judge for_run(settings) of it")
         found = proxy_timeouts(requests, self.read_timeout, self.proxy)  # what the causes: line says too
         detail = found.phrase()
         if not found.count:

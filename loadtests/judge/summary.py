@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from loadtests.client.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, UsageError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, SummaryError
 from loadtests.judge.causes import keepalive_withheld, proxy_timeouts, run_proxy
 from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS, GateResult, gate_is_noise, of_the_point, verdict_of
 from loadtests.record.figures import PERCENTILES, count_500s, judged, quantiles
@@ -33,10 +33,6 @@ from loadtests.record.run_dir import RunDir
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
 LATENCY_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
-
-
-class SummaryError(UsageError, ValueError):
-    """A summary file that cannot be read as one; the message is one line naming the file."""
 
 
 @dataclass

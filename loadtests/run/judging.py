@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from loadtests.base.lines import say
-from loadtests.errors import RecordNotWritten, UsageError
+from loadtests.errors import NotARunDirectory, RecordNotWritten, RunDirChanged, SummaryError, error_kind
 from loadtests.judge.drift import DriftLimits, LatencyDrift, MemoryGrowth, WindowJudge, soak_section
 from loadtests.judge.gates import (
     DEFAULT_MAX_UNJUDGED_SHARE,
@@ -43,17 +43,13 @@ from loadtests.judge.gates import (
     evaluate,
     inferred_keep_alive_interval,
 )
-from loadtests.judge.summary import Summary, SummaryError, summarize
+from loadtests.judge.summary import Summary, summarize
 from loadtests.record import figures
 from loadtests.record.lag import STALLED_COLUMN, stalled_while_open, while_streams_open
-from loadtests.record.run_dir import Manifest, RunDir, RunDirChanged, parts_problem
+from loadtests.record.run_dir import Manifest, RunDir, parts_problem
 from loadtests.record.server_metrics import server_metrics_summary
 
 NO_SUMMARY = "the run ended before writing its summary"
-
-
-class NotARunDirectory(UsageError, FileNotFoundError):
-    """The path holds no ``requests.parquet``: nothing a run wrote."""
 
 
 def previous_summary(run: RunDir) -> Summary | None:
@@ -271,7 +267,7 @@ def _gates_from(specs: list[dict[str, Any]], run: RunDir) -> list[Gate]:
         try:
             gates.append(Gate.from_spec(spec))
         except (KeyError, TypeError, ValueError) as exc:
-            message = f"gate spec {number} cannot be rebuilt ({type(exc).__name__}: {exc})"
+            message = f"gate spec {number} cannot be rebuilt ({error_kind(exc)}: {exc})"
             raise SummaryError(f"{run.summary}: {message}") from None
     return gates
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.declare import catalog
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, InvalidValue, ManifestError
 from loadtests.judge.drift import DRIFT_GATES, DriftLimits
 from loadtests.judge.summary import FAIL, INCONCLUSIVE, Summary
-from loadtests.record.run_dir import ManifestError, RunDir
+from loadtests.record.run_dir import RunDir
 from loadtests.report import compare
 from loadtests.run.child_run import ChildRun, HeadlessRun
 from loadtests.run.progress import ProgressPrinter, RunProgress
@@ -60,7 +60,7 @@ class SoakPlan:
         """This soak's Locust run, as ``launch`` would describe the same run, plus ``--stop-timeout``:
         at the end each user gets 5 s to finish the stream in hand before Locust stops it."""
         if not (self.duration_s >= 1 and float(self.duration_s).is_integer()):  # Locust reads -t 0s as no limit
-            raise ValueError(f"the duration must be a whole number of seconds, at least 1, got {self.duration_s}")
+            raise InvalidValue(f"the duration must be a whole number of seconds, at least 1, got {self.duration_s}")
         return HeadlessRun(
             self.scenario,
             self.users,

@@ -24,14 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from loadtests.errors import RunFailed
+from loadtests.errors import ServerStartError
 from sse_soak_lifeline import harness_environment, parse_refusal
 
 READY_LINE = re.compile(r"^(?:target_server|proxy|vllm) ready: (?P<url>http://\S+)")
-
-
-class ServerStartError(RunFailed, RuntimeError):
-    """A service exited, or stayed silent, before it was ready."""
 
 
 @dataclass

@@ -16,8 +16,8 @@ refusal line are spoken as ``sse_soak_lifeline`` states them. The bundled server
 travels in its environment (``VLLM_API_KEY``), never on its command line, where ``ps`` would show it.
 
 The proxy is a kind of ``loadtests.services.proxies`` (the registry ``--proxy`` names): the stack
-only asks its kind for the notes on its read timeout and to start it. ``ChildService`` and
-``ServerStartError`` live in ``loadtests.services.child`` and are re-exported here.
+only asks its kind for the notes on its read timeout and to start it. ``ChildService`` lives in
+``loadtests.services.child`` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from loadtests.errors import InvalidValue
 from loadtests.services import proxies
-from loadtests.services.child import ChildService, ServerStartError
+from loadtests.services.child import ChildService
 from loadtests.services.proxies.base import Front
 from loadtests.services.real_vllm import VllmProfile
 
@@ -38,7 +39,6 @@ __all__ = [
     "API_KEY_ENV",
     "SERVER_NAMES",
     "ChildService",
-    "ServerStartError",
     "Service",
     "Stack",
     "TargetServerProcess",
@@ -128,7 +128,7 @@ class Stack:
     ) -> Stack:
         kinds = proxies.names()
         if proxy not in kinds:
-            raise ValueError(f"proxy must be one of {', '.join(kinds)}, got {proxy!r}")
+            raise InvalidValue(f"proxy must be one of {', '.join(kinds)}, got {proxy!r}")
         kind = proxies.kind(proxy)
         stack = cls(url=host or "")
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from loadtests.errors import InvalidValue, UnknownName
 from loadtests.services.child import ChildService
 from loadtests.services.proxies.base import Front, ProxyKind
 from loadtests.services.proxies.real import RealProxy
@@ -55,11 +56,11 @@ def _discover() -> None:
 
 
 def register(new: ProxyKind) -> ProxyKind:
-    """Add ``new`` to the kinds; a name or order already taken is a ``ValueError``."""
+    """Add ``new`` to the kinds; a name or order already taken is an ``InvalidValue``."""
     _discover()
     for known in _registered.values():
         if known.name == new.name or known.order == new.order:
-            raise ValueError(f"proxy kind {new.name!r} (order {new.order}) clashes with {known.name!r}")
+            raise InvalidValue(f"proxy kind {new.name!r} (order {new.order}) clashes with {known.name!r}")
     _registered[new.name] = new
     return new
 
@@ -87,10 +88,10 @@ def find(name: str | None) -> ProxyKind | None:
 
 
 def kind(name: str) -> ProxyKind:
-    """The kind ``--proxy name`` starts; a ``KeyError`` for a name no kind has."""
+    """The kind ``--proxy name`` starts; an ``UnknownName`` (a ``KeyError``) for a name no kind has."""
     found = find(name)
     if found is None:
-        raise KeyError(name)
+        raise UnknownName(f"no proxy kind {name!r}; known: {', '.join(names())}")
     return found
 
 

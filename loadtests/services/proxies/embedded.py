@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from loadtests.errors import SseSoakError
+from loadtests.errors import BadRequest, InvalidValue
 from loadtests.services.child import ChildService
 from loadtests.services.parent_watch import exit_when_stdin_closes
 from loadtests.services.proxies.base import Front, ProxyKind
@@ -65,7 +65,7 @@ class ProxySettings:
     def upstream_address(self) -> tuple[str, int]:
         parts = urlsplit(self.upstream)
         if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"--upstream must be an http:// URL, got {self.upstream!r}")
+            raise InvalidValue(f"--upstream must be an http:// URL, got {self.upstream!r}")
         return parts.hostname, parts.port or 80
 
 
@@ -85,16 +85,6 @@ class ProxyStats:
             f"{self.cuts_after_headers} after headers (cut), {self.bad_gateway} bad gateway (502), "
             f"{self.refused} bad requests answered by the proxy"
         )
-
-
-class BadRequest(SseSoakError):
-    """A request the proxy answers itself. ``reason`` is the proxy's own words: it never quotes the
-    request, so nothing a client sends is reflected back."""
-
-    def __init__(self, status: str, reason: str) -> None:
-        super().__init__(f"{status}: {reason}")
-        self.status = status
-        self.reason = reason
 
 
 def _error_response(status: str, detail: str) -> bytes:

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadtests.base.ports import free_loopback_port
-from loadtests.services.child import ChildService, ServerStartError
+from loadtests.errors import LiteLLMError, ServerStartError
+from loadtests.services.child import ChildService
 from loadtests.services.proxies.base import Front, ProxyKind
 from loadtests.services.proxies.real import Upstream, start_watched
-from loadtests.services.tool_venv import ToolInstallError, ToolVenv, dump, run_step, stamp_matches
+from loadtests.services.tool_venv import ToolVenv, dump, run_step, stamp_matches
 
 LITELLM_VERSION = "1.108.7"
 PACKAGE = f"litellm[proxy]=={LITELLM_VERSION}"
@@ -58,10 +59,6 @@ GATEWAY_ENV = {
 }
 """The gateway's environment on top of this process's own."""
 MODELS_TIMEOUT_S = 10.0
-
-
-class LiteLLMError(ToolInstallError):
-    """LiteLLM could not be installed; the message names the step and its log."""
 
 
 def litellm_home() -> Path:
@@ -201,7 +198,6 @@ __all__ = [
     "LITELLM_VERSION",
     "PACKAGE",
     "Install",
-    "LiteLLMError",
     "ensure_installed",
     "gateway_config",
     "litellm_available",

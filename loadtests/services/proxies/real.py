@@ -36,7 +36,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from loadtests.base.ports import free_loopback_port
-from loadtests.services.child import ChildService, ServerStartError
+from loadtests.errors import InvalidValue, ServerStartError
+from loadtests.services.child import ChildService
 from loadtests.services.proxies.base import Front, ProxyKind
 
 CLIENT_SIDE_TIMEOUT_S = 3600
@@ -124,7 +125,7 @@ class RealProxy(ProxyKind):
         directory, removed when it stops."""
         kind = self.name
         if no_delay and not self.takes_no_delay:
-            raise ValueError("no_delay is HAProxy's option http-no-delay")
+            raise InvalidValue("no_delay is HAProxy's option http-no-delay")
         binary = shutil.which(self.binary)
         if binary is None:
             raise ServerStartError(

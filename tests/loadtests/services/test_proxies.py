@@ -21,11 +21,12 @@ import psutil
 import pytest
 
 from loadtests.declare.options import option
+from loadtests.errors import ServerStartError
 from loadtests.services.proxies import real_proxies, start_real_proxy, timeout_notes
 from loadtests.services.proxies.embedded import start_embedded_proxy
 from loadtests.services.proxies.nginx import nginx_config, start_nginx
 from loadtests.services.proxies.real import Setup, Upstream
-from loadtests.services.stack import ChildService, ServerStartError
+from loadtests.services.stack import ChildService
 from tests.conftest import StartServer, real_proxy_params, require_nginx, require_proxy
 from tests.sse_stream import Streamed, stream
 
