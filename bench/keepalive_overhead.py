@@ -52,7 +52,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` 
 
 from common import zero_latency_server_args  # noqa: E402
 
-from loadtests.services.stack import ChildService, ServerStartError, TargetServerProcess  # noqa: E402
+from loadtests.errors import ServerStartError  # noqa: E402
+from loadtests.services.stack import ChildService, TargetServerProcess  # noqa: E402
 
 MODES = ("off", "on")
 QUICK = {"max_tokens": 200, "concurrency": 4, "streams_per_worker": 4, "rounds": 3, "warmup": 1}

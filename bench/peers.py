@@ -176,10 +176,11 @@ import pyarrow.json
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from loadtests.errors import ServerStartError, ToolInstallError  # noqa: E402
 from loadtests.record.run_dir import RunDir  # noqa: E402
 from loadtests.services.real_vllm import make_model_dir  # noqa: E402
-from loadtests.services.stack import ServerStartError, TargetServerProcess  # noqa: E402
-from loadtests.services.tool_venv import ToolInstallError, ToolVenv, dump, run_step, stamp_matches  # noqa: E402
+from loadtests.services.stack import TargetServerProcess  # noqa: E402
+from loadtests.services.tool_venv import ToolVenv, dump, run_step, stamp_matches  # noqa: E402
 from target_server.faults import strike_index  # noqa: E402
 
 PEERS_HOME = Path("~/.cache/sse-soak/peers").expanduser()

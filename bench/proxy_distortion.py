@@ -76,8 +76,10 @@ if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` 
 
 from loadtests.client.outcome import frame_kind  # noqa: E402
 from loadtests.client.sse import SSEParser  # noqa: E402
-from loadtests.services.real_proxies import REAL_PROXIES, start_real_proxy  # noqa: E402
-from loadtests.services.stack import ChildService, ServerStartError, TargetServerProcess, start_embedded_proxy  # noqa: E402
+from loadtests.errors import ServerStartError  # noqa: E402
+from loadtests.services.proxies import real_proxies, start_real_proxy  # noqa: E402
+from loadtests.services.proxies.embedded import start_embedded_proxy  # noqa: E402
+from loadtests.services.stack import ChildService, TargetServerProcess  # noqa: E402
 
 QUICK = {"streams": 2, "tokens": 10, "ttft_ms": 600}
 """``--quick``: seconds, not minutes; the same figures."""
@@ -110,7 +112,7 @@ class Target:
 
 def targets(installed_only: bool = True) -> list[Target]:
     chosen = [Target("direct", None), Target("embedded", "embedded")]
-    for kind, proxy in REAL_PROXIES.items():
+    for kind, proxy in real_proxies().items():
         if installed_only and shutil.which(proxy.binary) is None:
             continue
         chosen.append(Target(kind, kind))
@@ -298,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"a token every {args.itl_ms} ms, keep-alive every {KEEP_ALIVE_S:g} s"
     )
     chosen = targets()
-    missing = [kind for kind, proxy in REAL_PROXIES.items() if shutil.which(proxy.binary) is None]
+    missing = [kind for kind, proxy in real_proxies().items() if shutil.which(proxy.binary) is None]
     if missing:
         print(f"not installed, skipped: {', '.join(missing)}")
     results: dict[str, list[Stream]] = {}

@@ -454,7 +454,8 @@ def raise_fd_limit(needed: int) -> int:
 
 def start_server(args: list[str]) -> Any:
     """A started bundled server (a ``TargetServerProcess``), or ``BenchError``."""
-    from loadtests.services.stack import ServerStartError, TargetServerProcess
+    from loadtests.errors import ServerStartError
+    from loadtests.services.stack import TargetServerProcess
 
     try:
         return TargetServerProcess.start(args, env=server_env())

@@ -156,8 +156,9 @@ if str(REPO_ROOT) not in sys.path:  # run as a plain script: make ``loadtests`` 
 
 from soak_memory import run_bounded  # noqa: E402 - bench/ is on sys.path as the script's folder
 
+from loadtests.errors import ServerStartError  # noqa: E402
 from loadtests.record.run_dir import RunDir  # noqa: E402
-from loadtests.services.stack import API_KEY_ENV, ServerStartError, TargetServerProcess  # noqa: E402
+from loadtests.services.stack import API_KEY_ENV, TargetServerProcess  # noqa: E402
 
 SCENARIO = REPO_ROOT / "scenarios" / "mixed_truncate.py"
 SERVER_PROFILE = [

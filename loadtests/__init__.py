@@ -2,14 +2,10 @@
 
 The public surface is this package's names (everything a locustfile needs, below), ``launch`` (a
 scenario run in a child process, for callers without Locust), ``pytest_plugin`` and ``smoke``
-(pytest), ``errors`` (the one exception hierarchy) and the command line (``__main__``). Every other
-module is internal (``_name``), one concept each, and data flows one way through them: declare
-(``_scenario``, ``_options``, ``_workload``, ``_gates``), record (``_sse``, ``_arrival_clock``,
-``_outcome``, ``_wire_tap``, ``_users``, ``_recorder``, ``_collect``, ``_run_writer``, ``_lag``,
-``_server_metrics``), judge (``_figures``, ``_summary``, ``_judge``, ``_html_report``, ``_compare``,
-``_drift``), run (``_run_controller``, ``_run_state``, ``_stack``, ``_proxy``, ``_child_run``,
-``_soak``, ``_progress``, ``_resources``, ``_catalog``, ``_real_vllm``, ``_web_tab``: the web UI's
-tab). docs/layout.md says what each holds.
+(pytest), ``errors`` (the one exception hierarchy) and the command line (``__main__``). The rest
+lives in stage packages, each importing only those below it (import-linter checks it): ``cli``,
+``run``, ``load``, ``declare``, ``report``, ``judge``, ``record``, ``client``, ``services``,
+``base``. docs/architecture.md places every module and follows one request through them.
 
 Everything a locustfile needs is exported here. Names are re-exported lazily: importing Locust
 monkey-patches the process for gevent, so only a locustfile that asks for ``SSEUser`` or

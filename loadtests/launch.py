@@ -1,7 +1,7 @@
 """Run a scenario headless in a child process and read back its judged run.
 
 For Python callers that must not import Locust (it patches the process that imports it for
-gevent): the pytest plugin, a user's own script. The child is started by ``_child_run``, as the
+gevent): the pytest plugin, a user's own script. The child is started by ``run.child_run``, as the
 soak job's is: ``python -m locust -f <locustfile> --headless ...`` in its own session, handed the
 run directory made for it, the API key in its environment, never on its command line. So the
 result is read from the directory (manifest, summary, tables) and never from what the child
@@ -28,9 +28,9 @@ import pandas as pd
 from loadtests.base.safe_text import printable
 from loadtests.declare import catalog
 from loadtests.declare.options import OPTIONS, Surface, check_value, option
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, SseSoakError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, InconclusiveRun, InvalidValue, NotPassed, SummaryError, UnknownName
 from loadtests.judge.gates import ALWAYS_ON, GateResult
-from loadtests.judge.summary import INCONCLUSIVE, Summary, SummaryError
+from loadtests.judge.summary import INCONCLUSIVE, Summary
 from loadtests.record import figures
 from loadtests.record.run_dir import PLAN_ONLY_ENV, Manifest, RunDir
 from loadtests.run.child_run import HeadlessRun, run_to_end
@@ -145,7 +145,9 @@ class ScenarioRun:
         for gate in self.gates:
             if gate.name == name:
                 return gate
-        raise KeyError(f"no gate {name!r} in this run (its gates: {', '.join(g.name for g in self.gates) or 'none'})")
+        raise UnknownName(
+            f"no gate {name!r} in this run (its gates: {', '.join(g.name for g in self.gates) or 'none'})"
+        )
 
     @functools.cached_property
     def requests(self) -> pd.DataFrame:
@@ -182,12 +184,12 @@ class ScenarioRun:
         ``InconclusiveRun`` elsewhere; never a pass, never a failure of the server."""
         __tracebackhide__ = True  # pytest shows the caller's line, not this one
         if self.summary is None:
-            raise AssertionError(self.explain(*gates))
+            raise NotPassed(self.explain(*gates))
         if gates:
             results = [self.gate(name) for name in gates]
             failing = [result.name for result in results if not result.passed and not result.unjudged]
             if failing:
-                raise AssertionError(self.explain(*failing))
+                raise NotPassed(self.explain(*failing))
             unjudged = [result.name for result in results if result.unjudged]
             if unjudged:
                 _inconclusive(self.explain(*unjudged))
@@ -195,13 +197,7 @@ class ScenarioRun:
         if self.inconclusive and self.returncode in (0, INCONCLUSIVE_EXIT_CODE):
             _inconclusive(self.explain())
         if not self.passed:
-            raise AssertionError(self.explain())
-
-
-class InconclusiveRun(SseSoakError):
-    """A run that could not judge what it set out to: raised by ``assert_passed`` outside pytest."""
-
-    exit_code = INCONCLUSIVE_EXIT_CODE
+            raise NotPassed(self.explain())
 
 
 def _inconclusive(explained: str) -> NoReturn:
@@ -263,14 +259,14 @@ def plan(launch: Launch) -> Manifest:
     try:
         headless = launch.headless()
     except ValueError as exc:  # refused by the option's declaration, in the words the scenario would use
-        raise ValueError(f"{launch.locustfile}: no plan (sse-soak: {exc})") from None
+        raise InvalidValue(f"{launch.locustfile}: no plan (sse-soak: {exc})") from None
     with tempfile.TemporaryDirectory(prefix="sse-soak-plan-") as scratch:
         alone = dataclasses.replace(headless, processes=None)  # no workers
         returncode, output, problem = run_to_end(alone, 120.0, environment={PLAN_ONLY_ENV: scratch})
         manifest = RunDir(scratch).read_manifest()
     if manifest is None:
         last = output.strip().splitlines()[-1:] or [problem or f"exit {returncode}"]
-        raise ValueError(f"{launch.locustfile}: no plan ({last[0]})")
+        raise InvalidValue(f"{launch.locustfile}: no plan ({last[0]})")
     return manifest
 
 

@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from loadtests.services import real_vllm as real
-from loadtests.services.litellm_gateway import litellm_available
-from loadtests.services.real_proxies import REAL_PROXIES
+from loadtests.services.proxies import real_proxies
+from loadtests.services.proxies.litellm import litellm_available
 from loadtests.services.stack import TargetServerProcess
 from tests.browser import CHROMEDRIVER, CHROMIUM
 from tests.no_process import no_child_processes
@@ -151,8 +151,8 @@ REQUIRE_PROXY_ENV = {"nginx": "SSE_SOAK_REQUIRE_NGINX"}
 
 
 def require_proxy(kind: str) -> None:
-    """The real proxy ``kind`` (``loadtests.services.real_proxies``) on PATH, for a test of the ``proxies`` tier."""
-    proxy = REAL_PROXIES[kind]
+    """The real proxy ``kind`` (``loadtests.services.proxies``) on PATH, for a test of the ``proxies`` tier."""
+    proxy = real_proxies()[kind]
     absent = shutil.which(proxy.binary) is None
     missing = f"{proxy.binary} is not installed (Debian: apt-get install {proxy.package})" if absent else None
     require("proxies", missing, REQUIRE_PROXY_ENV.get(kind, "SSE_SOAK_REQUIRE_PROXIES"))
@@ -161,7 +161,7 @@ def require_proxy(kind: str) -> None:
 def real_proxy_params(*kinds: str) -> list[Any]:
     """``kinds`` as parameters, the real proxies among them marked of the ``proxies`` tier (the
     embedded one is the package's own and runs in the install tier)."""
-    return [pytest.param(kind, marks=pytest.mark.proxies if kind in REAL_PROXIES else ()) for kind in kinds]
+    return [pytest.param(kind, marks=pytest.mark.proxies if kind in real_proxies() else ()) for kind in kinds]
 
 
 def require_chromium() -> None:

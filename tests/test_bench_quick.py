@@ -169,8 +169,9 @@ def test_verdict_stability_quick() -> None:
 
 
 def test_proxy_distortion_quick(tmp_path: Path) -> None:
-    from loadtests.services.real_proxies import REAL_PROXIES
+    from loadtests.services.proxies import real_proxies
 
+    REAL_PROXIES = real_proxies()
     output = run_bench("proxy_distortion.py", "--json", str(tmp_path / "figures.json"))
     installed = [kind for kind, proxy in REAL_PROXIES.items() if shutil.which(proxy.binary) is not None]
     if "haproxy" in installed:

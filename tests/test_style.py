@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import builtins
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 
 import loadtests
 import target_server
+from loadtests import errors
 
 pytestmark = pytest.mark.extended
 
@@ -62,6 +65,16 @@ def _top_level_names(path: Path) -> set[str]:
     return {name for name in names if not name.startswith("_")} - {"pytestmark"}  # pytest's, not an export
 
 
+def _reexported_errors(path: Path) -> set[str]:
+    """Names a module imports from ``loadtests.errors`` (a public module may re-export one it documents)."""
+    return {
+        alias.asname or alias.name
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.ImportFrom) and node.module == "loadtests.errors"
+        for alias in node.names
+    }
+
+
 def _declared_all(path: Path) -> list[str]:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
@@ -75,7 +88,8 @@ def test_loadtests_internal_modules_are_private_and_public_ones_list_exactly_wha
     assert modules == sorted(PUBLIC_MODULES)
     public = [ROOT / "loadtests" / f"{name}.py" for name in PUBLIC_MODULES[2:]]  # __main__ runs cli.commands
     for path in [*public, ROOT / "loadtests" / "cli" / "commands.py"]:
-        assert sorted(_declared_all(path)) == sorted(_top_level_names(path)), path.name
+        declared = set(_declared_all(path))
+        assert sorted(declared) == sorted(_top_level_names(path) | (declared & _reexported_errors(path))), path.name
 
 
 @pytest.mark.fast
@@ -84,22 +98,109 @@ def test_loadtests_package_exports_every_name_of_its_all() -> None:
     assert sorted(declared) == sorted(loadtests.__all__) and len(set(declared)) == len(declared)
 
 
+def _exception_classes(tree: ast.Module, known: set[str]) -> dict[str, list[str]]:
+    """The classes ``tree`` defines at any depth whose bases name an exception (a builtin one or
+    one of ``known``), by name, with the names of their bases."""
+    classes: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            named = [base.id for base in node.bases if isinstance(base, ast.Name)]
+            if any(name in known or name in _BUILTIN_EXCEPTIONS for name in named):
+                classes[node.name] = named
+    return classes
+
+
+_BUILTIN_EXCEPTIONS = {
+    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
+}
+
+_BUILTINS_ALLOWED = {
+    "NotImplementedError": "the body of a method a subclass must define",
+    "AttributeError": "a module's __getattr__ must raise it for a name it does not have",
+    "KeyboardInterrupt": "Ctrl-C, passed on",
+    "BlockingIOError": "what a non-blocking read raises: a TLS read that needs more bytes says so the same way",
+    "ConnectionResetError": "what a socket read raises when the peer goes: a body read that ends early says so too",
+}
+"""Builtins the harness may raise itself: each stands for Python's or the system's own signal, in
+the place where it would have raised it; any other error of the harness is a class of the tree."""
+
+
 @pytest.mark.fast
-def test_every_exception_the_harness_raises_is_an_sse_soak_error() -> None:
-    """One hierarchy: each exception class of ``loadtests`` derives from ``SseSoakError`` (keeping the
-    builtin base its callers caught before), so an entry point turns any of them into one line. Read
-    from the source: importing the users would patch this process for gevent."""
-    bases: dict[str, list[str]] = {}
+def test_every_exception_class_of_the_harness_is_defined_in_errors_and_derives_from_its_tree() -> None:
+    """One module, one tree: every exception class of ``loadtests`` is defined in ``errors.py`` and
+    derives from ``SseSoakError`` (an error with an exit code) or ``InternalSignal`` (no exit code),
+    keeping the builtin base its callers catch. Read from the source: importing the users would
+    patch this process for gevent."""
+    trees = {path: ast.parse(path.read_text()) for path in sorted((ROOT / "loadtests").rglob("*.py"))}
+    known: set[str] = set()
+    while True:  # a class deriving from another of the harness's is one too
+        found = {name for tree in trees.values() for name in _exception_classes(tree, known)}
+        if found <= known:
+            break
+        known |= found
+    elsewhere = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path, tree in trees.items()
+        if path.name != "errors.py" or path.parent != ROOT / "loadtests"
+        for name in _exception_classes(tree, known)
+    }
+    assert sorted(elsewhere) == []
+    defined = [value for value in vars(errors).values() if isinstance(value, type) and issubclass(value, Exception)]
+    ours = [cls for cls in defined if cls.__module__ == "loadtests.errors"]
+    assert len(ours) >= 30 and known == {cls.__name__ for cls in ours}
+    for cls in ours:
+        assert issubclass(cls, errors.SseSoakError) != issubclass(cls, errors.InternalSignal), cls
+        assert hasattr(cls, "exit_code") == issubclass(cls, errors.SseSoakError), cls
+
+
+@pytest.mark.fast
+def test_no_bare_builtin_error_is_raised_by_the_harness() -> None:
+    """``raise ValueError(...)``, ``RuntimeError``, ``TypeError``... are classes of the tree
+    (``InvalidValue`` is a ``ValueError``, so callers that catch those keep working); only the
+    builtins of ``_BUILTINS_ALLOWED`` are raised as they are."""
+    bare = []
     for path in sorted((ROOT / "loadtests").rglob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            named = (
-                [base.id for base in node.bases if isinstance(base, ast.Name)] if isinstance(node, ast.ClassDef) else []
-            )
-            if any(name.endswith(("Error", "Exception", "Exit")) or name == "Exception" for name in named):
-                bases[node.name] = named  # type: ignore[union-attr]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(raised, ast.Name) and raised.id in _BUILTIN_EXCEPTIONS - set(_BUILTINS_ALLOWED):
+                    bare.append(f"{path.relative_to(ROOT)}:{node.lineno}: raise {raised.id}")
+    assert bare == []
 
-    def ours(name: str) -> bool:
-        return name == "SseSoakError" or any(ours(base) for base in bases.get(name, []))
 
-    assert len(bases) >= 14
-    assert [name for name in bases if not ours(name)] == []
+_DRAWN = re.compile(r"^(?P<indent>[ │]*)[├└]── (?P<name>\w+)(?: \((?P<builtin>\w+)\))? \.*\s*(?P<code>\d+|-)?")
+
+
+@pytest.mark.fast
+def test_the_errors_docstring_draws_the_tree_as_it_is() -> None:
+    """The drawing in ``errors``' docstring names every class once, under its parent, with the
+    builtin base it keeps and its exit code: it cannot go stale."""
+    drawn: dict[str, tuple[str, str | None, str | None]] = {}
+    parents: list[str] = []
+    for line in (errors.__doc__ or "").splitlines():
+        match = _DRAWN.match(line.removeprefix("    "))
+        if match is None:
+            if line.strip() == "Exception":
+                parents = ["Exception"]
+            continue
+        depth = len(match["indent"]) // 4 + 1
+        del parents[depth:]
+        assert match["name"] not in drawn, f"{match['name']} is drawn twice"
+        drawn[match["name"]] = (parents[-1], match["builtin"], match["code"])
+        parents.append(match["name"])
+    ours = {
+        name: cls
+        for name, cls in vars(errors).items()
+        if isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == "loadtests.errors"
+    }
+    assert sorted(drawn) == sorted(ours)
+    for name, (parent, builtin, code) in drawn.items():
+        cls = ours[name]
+        assert cls.__bases__[0].__name__ == parent, name
+        assert [base.__name__ for base in cls.__bases__[1:]] == ([builtin] if builtin else []), name
+        if cls is errors.SseSoakError:
+            assert code is None  # the root's line says "exit exit_code": each class below shows its own
+        elif cls is errors.InternalSignal:
+            assert code == "-"
+        else:
+            assert code == (str(cls.exit_code) if issubclass(cls, errors.SseSoakError) else None), name

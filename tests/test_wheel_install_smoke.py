@@ -16,7 +16,7 @@ from tests.conftest import require_vllm
 pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "loadtests", "target_server", "scenarios")
+SOURCES = ("pyproject.toml", "README.md", "loadtests", "target_server", "sse_soak_lifeline", "scenarios")
 SCENARIOS = ["mixed_truncate", "proxy_timeout", "slow_prefill", "soak"]
 
 

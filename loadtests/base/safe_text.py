@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 
+from loadtests.errors import InvalidValue
+
 __all__ = [
     "MASK",
     "PLAIN_NAME",
@@ -106,7 +108,7 @@ def plain_name(name: object, what: str) -> str:
     """``name`` if it is a plain name (``PLAIN_NAME``), else ``ValueError`` naming ``what`` it is for."""
     if isinstance(name, str) and PLAIN_NAME.fullmatch(name):
         return name
-    raise ValueError(
+    raise InvalidValue(
         f"{what} {name!r} is not a plain name: use letters, digits, '.', '_' and '-', starting "
         "with a letter or digit (it names a directory)"
     )

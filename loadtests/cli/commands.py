@@ -39,9 +39,19 @@ from loadtests.declare.options import (
 )
 from loadtests.declare.options import Surface as _Surface
 from loadtests.declare.options import http_url as _http_url
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, SseSoakError, UsageError
+from loadtests.errors import (
+    INCONCLUSIVE_EXIT_CODE,
+    USAGE_EXIT_CODE,
+    CatalogError,
+    InternalSignal,
+    SseSoakError,
+    SummaryError,
+    UsageError,
+    VllmError,
+    reported,
+)
 from loadtests.report import compare as compare_module
-from loadtests.services.embedded_proxy import ProxySettings, serve
+from loadtests.services.proxies.embedded import ProxySettings, serve
 
 SOAK_, LOCUST_ = _Surface.SOAK, _Surface.LOCUST
 
@@ -189,7 +199,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _scenario(text: str) -> Path:
-    from loadtests.declare.catalog import CatalogError, locate
+    from loadtests.declare.catalog import locate
 
     try:
         return locate(text)
@@ -291,7 +301,7 @@ def _add_vllm_parser(commands: Any) -> None:
 
 
 def _add_litellm_parser(commands: Any) -> None:
-    from loadtests.services import litellm_gateway as gateway
+    from loadtests.services.proxies import litellm as gateway
 
     litellm = commands.add_parser(
         "litellm",
@@ -422,7 +432,7 @@ def _run_kubernetes(options: argparse.Namespace) -> int:
 def _run_litellm(options: argparse.Namespace) -> int | None:
     import time
 
-    from loadtests.services import litellm_gateway as gateway
+    from loadtests.services.proxies import litellm as gateway
 
     began = time.monotonic()
     install = gateway.ensure_installed()
@@ -472,7 +482,7 @@ def _run_vllm(options: argparse.Namespace) -> int | None:
         while server.running() and not stop.wait(0.5):
             pass
         if not stop.is_set():
-            raise real.VllmError(f"vLLM ended by itself: {real.log_tail(server.log)} (log {server.log})")
+            raise VllmError(f"vLLM ended by itself: {real.log_tail(server.log)} (log {server.log})")
     finally:
         server.stop()
     print("vllm serve: stopped")
@@ -494,7 +504,7 @@ def _check_soak_files(options: argparse.Namespace) -> None:
     if problem is not None:
         raise UsageError(f"--report-dir {problem}")
     if options.baseline is not None:
-        from loadtests.judge.summary import Summary, SummaryError
+        from loadtests.judge.summary import Summary
 
         try:
             Summary.load(options.baseline)
@@ -540,7 +550,7 @@ def _run_soak(options: argparse.Namespace) -> int:
 
 
 def _run_compare(options: argparse.Namespace) -> int:
-    from loadtests.judge.summary import Summary, SummaryError
+    from loadtests.judge.summary import Summary
 
     try:
         base, new = Summary.load(options.base), Summary.load(options.new)
@@ -643,13 +653,15 @@ def _run_locust(options: argparse.Namespace) -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line's one entry point: an ``SseSoakError`` below it is one line naming the
-    command, and its exit code (2 for bad input)."""
+    command, and its exit code (2 for bad input); an ``InternalSignal`` that escaped its handler is
+    a defect of sse-soak, said so in one line, exit 70 (``errors.reported``; never 2)."""
     options = parser().parse_args(argv)
     try:
         code = _COMMANDS[options.command](options)
-    except SseSoakError as exc:
-        print(printable(f"python -m loadtests {options.command}: {exc}"), file=sys.stderr, flush=True)
-        sys.exit(exc.exit_code)
+    except (SseSoakError, InternalSignal) as exc:
+        line, exit_code = reported(exc)
+        print(printable(f"python -m loadtests {options.command}: {line}"), file=sys.stderr, flush=True)
+        sys.exit(exit_code)
     if code is not None:
         sys.exit(code)
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from loadtests.declare.options import locust_arguments, option
-from loadtests.errors import UsageError
+from loadtests.errors import InvalidValue, UsageError
 
 __all__ = ["Cluster", "manifests", "render"]
 
@@ -84,7 +84,7 @@ def dns_label(text: str) -> str:
     """``text`` if it is a DNS-1123 label (lower-case letters, digits, inner dashes; what a
     namespace, a name or a label value may be), else ``ValueError`` naming the rule."""
     if not _DNS_LABEL.fullmatch(text) or len(text) > KUBERNETES_NAME_MAX:
-        raise ValueError(
+        raise InvalidValue(
             f"expected lower-case letters, digits and inner dashes (a Kubernetes name, at most "
             f"{KUBERNETES_NAME_MAX}), got {text!r}"
         )
@@ -94,14 +94,14 @@ def dns_label(text: str) -> str:
 def quantity(text: str) -> str:
     """``text`` if it is a Kubernetes storage quantity (``1Gi``, ``500M``), else ``ValueError``."""
     if not _QUANTITY.fullmatch(text) or not float(re.sub(r"[A-Za-z]+$", "", text)) > 0:
-        raise ValueError(f"expected a positive Kubernetes quantity such as 1Gi or 500Mi, got {text!r}")
+        raise InvalidValue(f"expected a positive Kubernetes quantity such as 1Gi or 500Mi, got {text!r}")
     return text
 
 
 def image_name(text: str) -> str:
     """``text`` if it can name a container image (no space, not empty), else ``ValueError``."""
     if not text or any(char.isspace() for char in text):
-        raise ValueError(f"expected an image reference such as registry.example.com/sse-soak:0.1.0, got {text!r}")
+        raise InvalidValue(f"expected an image reference such as registry.example.com/sse-soak:0.1.0, got {text!r}")
     return text
 
 
@@ -111,7 +111,7 @@ def shipped_scenario(text: str) -> str:
 
     names = [scenario.name for scenario in shipped()]
     if text not in names:
-        raise ValueError(f"{text}: no such shipped scenario (the image holds: {', '.join(names)})")
+        raise InvalidValue(f"{text}: no such shipped scenario (the image holds: {', '.join(names)})")
     return text
 
 
@@ -121,7 +121,7 @@ def target_host(text: str) -> str:
     url = option("host").kind.parse(text)
     parts = urlsplit(url)
     if parts.username is not None or parts.password is not None or parts.query:
-        raise ValueError(
+        raise InvalidValue(
             "credentials or a query in the URL would sit in the manifests in plain text: give the host alone "
             "and the token as --api-key-secret"
         )

@@ -41,6 +41,7 @@ from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
 
 from loadtests.client import kernel_stamps as arrival_clock
+from loadtests.errors import OutOfOrder
 
 _Epoll: Any = get_original("select", "epoll")  # gevent's patched select has no epoll
 _EPOLLIN: int = get_original("select", "EPOLLIN")
@@ -76,7 +77,7 @@ class BodyMux:
 
     def add(self, fd: int, body: MuxedBody) -> None:
         if fd in self._bodies:
-            raise RuntimeError(f"descriptor {fd} is already being read")
+            raise OutOfOrder(f"descriptor {fd} is already being read")
         self._epoll.register(fd, _EPOLLIN)
         self._bodies[fd] = body
         self._watcher.ref = True

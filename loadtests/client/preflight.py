@@ -24,14 +24,10 @@ import httpx
 from loadtests.base.safe_text import redacted_url, url_has_credentials, without_header_values
 from loadtests.client.outcome import redirect_message
 from loadtests.client.tls import TLS_FIX, certificate_problem, client_context
-from loadtests.errors import UsageError
+from loadtests.errors import PreflightError
 
 DEFAULT_PREFLIGHT_TIMEOUT = 10.0
 API_KEY_HINT = "pass --api-key or set SSE_SOAK_API_KEY"
-
-
-class PreflightError(UsageError):
-    """The target cannot be used; the message is one line with the cause and the fix."""
 
 
 @dataclass(frozen=True)

@@ -20,20 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadtests.errors import SseSoakError
+from loadtests.errors import LineTooLong
 
 KEEP_ALIVE_TEXT = "keep-alive"
 DEFAULT_MAX_LINE_BYTES = 1 << 20
-
-
-class LineTooLong(SseSoakError, ValueError):
-    """A line of the event stream exceeded the parser's limit; the stream must not be read further.
-    ``frames`` are the frames the same ``feed`` completed before that line: they arrived whole."""
-
-    def __init__(self, limit: int) -> None:
-        size = f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit} bytes"
-        super().__init__(f"line longer than {size}")
-        self.frames: list[Frame] = []
 
 
 @dataclass(slots=True)

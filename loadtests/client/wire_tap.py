@@ -23,11 +23,7 @@ from typing import Any
 
 from loadtests.client.outcome import INVALID_UTF8, done_marker_problem, frame_kind, is_event_stream
 from loadtests.client.sse import SSEParser
-from loadtests.errors import SseSoakError
-
-
-class StreamBroken(SseSoakError, ValueError):
-    """The wire broke the protocol in a way the SDK would not notice; its reading ends here."""
+from loadtests.errors import StreamBroken
 
 
 class WireEnd:

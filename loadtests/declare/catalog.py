@@ -13,14 +13,10 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtests.errors import UsageError
+from loadtests.errors import CatalogError
 
 _INSTALLED = Path(__file__).resolve().parent.parent / "scenarios"
 _CLONE = Path(__file__).resolve().parent.parent.parent / "scenarios"
-
-
-class CatalogError(UsageError, ValueError):
-    """A scenario that is neither a shipped name nor a locustfile; the message says which exist."""
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,9 @@ from loadtests.base.ports import bind_address_problem
 from loadtests.base.safe_text import redacted_url
 from loadtests.client.preflight import DEFAULT_PREFLIGHT_TIMEOUT
 from loadtests.client.sse import DEFAULT_MAX_LINE_BYTES
-from loadtests.errors import UsageError
+from loadtests.errors import InvalidValue, UnknownName, UsageError
 from loadtests.judge.gates import DEFAULT_MAX_UNJUDGED_SHARE
-from loadtests.services.stack import PROXY_KINDS
+from loadtests.services import proxies
 
 __all__ = [
     "OPTIONS",
@@ -113,9 +113,9 @@ class Kind:
         except ValueError:
             if self.own_words:
                 raise
-            raise ValueError(f"expected {self.convert_expected or self.expected}, got {text!r}") from None
+            raise InvalidValue(f"expected {self.convert_expected or self.expected}, got {text!r}") from None
         if not self.late and self.problem(value) is not None:
-            raise ValueError(f"expected {self.expected}, got {text!r}")
+            raise InvalidValue(f"expected {self.expected}, got {text!r}")
         return value
 
 
@@ -125,7 +125,7 @@ def _number(text: str) -> float:
 
 def _whole_text(text: str) -> int:
     if not re.fullmatch(r"\s*\+?\d+\s*", text, re.ASCII):
-        raise ValueError(text)
+        raise InvalidValue(text)
     return int(text)
 
 
@@ -196,13 +196,13 @@ def http_url(text: str, schemes: tuple[str, ...] = ("http",)) -> str:
     if parts.scheme not in schemes or not parts.hostname:
         expected = " or ".join(scheme + "://" for scheme in schemes)
         shown = redacted_url(text)
-        raise ValueError(f"expected an {expected} URL with a host, e.g. http://127.0.0.1:8000, got {shown!r}")
+        raise InvalidValue(f"expected an {expected} URL with a host, e.g. http://127.0.0.1:8000, got {shown!r}")
     try:
         port = parts.port
     except ValueError:
         port = 0
     if port == 0:
-        raise ValueError(f"the port of {redacted_url(text)!r} must be a number from 1 to 65535")
+        raise InvalidValue(f"the port of {redacted_url(text)!r} must be a number from 1 to 65535")
     return text
 
 
@@ -305,14 +305,14 @@ def parse_duration(text: str) -> int:
     an unknown unit, NaN, inf, zero, negative or empty. Raises ``ValueError`` saying which."""
     stripped = text.strip()
     if not stripped:
-        raise ValueError(f"empty; {_EXPECTED_DURATION}")
+        raise InvalidValue(f"empty; {_EXPECTED_DURATION}")
     if stripped.startswith("-"):
-        raise ValueError(not_positive(text))
+        raise InvalidValue(not_positive(text))
     parts, position = [], 0
     while position < len(stripped):
         match = _DURATION_PART.match(stripped, position)
         if match is None:
-            raise ValueError(f"{text!r} is not a duration; {_EXPECTED_DURATION}")
+            raise InvalidValue(f"{text!r} is not a duration; {_EXPECTED_DURATION}")
         parts.append((match[1], match[2]))
         position = match.end()
     total, units, before = Fraction(0), "", ""
@@ -320,14 +320,14 @@ def parse_duration(text: str) -> int:
         if not unit and len(parts) > 1:
             later = [f"{before}{number}{u}" for u in _UNITS[_UNITS.index(units[-1]) + 1 :]]
             fix = f"write {' or '.join(later)}" if later else "each number needs a unit: h, m or s"
-            raise ValueError(f"{text!r}: {number} after {before} has no unit ({fix})")
+            raise InvalidValue(f"{text!r}: {number} after {before} has no unit ({fix})")
         unit = unit or "s"
         if unit not in _UNIT_SECONDS:
-            raise ValueError(f"{text!r}: unknown unit {unit!r}; {_EXPECTED_DURATION}")
+            raise InvalidValue(f"{text!r}: unknown unit {unit!r}; {_EXPECTED_DURATION}")
         if unit in units:
-            raise ValueError(f"{text!r}: the unit {unit} comes twice")
+            raise InvalidValue(f"{text!r}: the unit {unit} comes twice")
         if units and _UNITS.index(unit) < _UNITS.index(units[-1]):
-            raise ValueError(f"{text!r}: units out of order (hours, then minutes, then seconds, e.g. 1h30m)")
+            raise InvalidValue(f"{text!r}: units out of order (hours, then minutes, then seconds, e.g. 1h30m)")
         units, before = units + unit, f"{before}{number}{unit}"
         total += Fraction(number) * _UNIT_SECONDS[unit]
     return _whole_seconds(text, total)
@@ -365,14 +365,14 @@ def given_run_time(argv: Sequence[str]) -> str | None:
 
 def _whole_seconds(text: str, total: Fraction) -> int:
     if total == 0:
-        raise ValueError(not_positive(text))
+        raise InvalidValue(not_positive(text))
     if total < 1:
-        raise ValueError(
+        raise InvalidValue(
             f"{text!r} is under 1 s, the resolution of Locust's -t (which reads 0s as no limit); use at least 1s"
         )
     if total.denominator != 1:
         low = math.floor(total)
-        raise ValueError(
+        raise InvalidValue(
             f"{text!r} is {float(total):g} s, not a whole number of seconds (the resolution of "
             f"Locust's -t); use {low}s or {low + 1}s"
         )
@@ -612,7 +612,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "proxy",
-        choice(*PROXY_KINDS),
+        choice(*proxies.names()),
         "reverse proxy the run starts in front of the server: none, embedded (asyncio, nginx's read-timeout "
         "semantics), real nginx, haproxy, caddy, apache or squid (Debian's packages), or litellm (LiteLLM's "
         "gateway, in its own venv: 'python -m loadtests litellm setup' first; it strips keep-alive comments) "
@@ -833,7 +833,7 @@ def option(name: str) -> Option:
     try:
         return _BY_NAME[name]
     except KeyError:
-        raise KeyError(f"no option {name!r} (known: {', '.join(_BY_NAME)})") from None
+        raise UnknownName(f"no option {name!r} (known: {', '.join(_BY_NAME)})") from None
 
 
 def on(surface: Surface) -> list[Option]:
@@ -995,11 +995,11 @@ def check_value(name: str, value: Any) -> Any:
         try:
             return item.kind.parse(value)
         except ValueError as exc:
-            raise ValueError(f"{item.flag}: {exc}") from None
+            raise InvalidValue(f"{item.flag}: {exc}") from None
     if value is not None and not item.kind.switch:
         problem = item.kind.problem(value)
         if problem is not None:
-            raise ValueError(f"{item.flag} {problem}")
+            raise InvalidValue(f"{item.flag} {problem}")
     return value
 
 
@@ -1017,7 +1017,7 @@ def locust_arguments(values: Mapping[str, Any]) -> list[str]:
     for name, value in values.items():
         item = _BY_NAME.get(name)
         if item is not None and item.secret and value is not None:
-            raise ValueError(
+            raise InvalidValue(
                 f"{item.flag} is secret: it travels in the environment ({item.env_var}), never on a command line"
             )
         if value is None or value is False:

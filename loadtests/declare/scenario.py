@@ -23,6 +23,7 @@ from loadtests.base.safe_text import plain_name, redacted_url
 from loadtests.declare.options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S, keep_alive_interval
 from loadtests.errors import UsageError
 from loadtests.judge.gates import BUNDLED, GIVEN, REAL_VLLM, UNKNOWN, Gate, HarnessKeptUp, KeepAliveCovered, run_point
+from loadtests.services import proxies
 from loadtests.services.real_vllm import VllmProfile
 from loadtests.services.stack import split_api_key
 
@@ -37,10 +38,11 @@ def _check_server_bind(bind: str, host: str | None, proxy: str) -> None:
     unreachable."""
     if host is not None:
         raise UsageError(f"--server-bind {bind} binds the server the run starts; with --host it starts none")
-    if proxy not in ("none", "embedded"):
+    reachable = [kind.name for kind in proxies.kinds() if not kind.loopback_only]
+    if proxy not in reachable:
         raise UsageError(
             f"--server-bind {bind}: --proxy {proxy} listens on loopback only, out of the workers' reach: "
-            "give --proxy none or embedded"
+            f"give --proxy {' or '.join(reachable)}"
         )
 
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import httpx
 
 from loadtests.client.outcome import Outcome
-from loadtests.errors import SseSoakError
+from loadtests.errors import InvalidValue, TargetUnusable, TokenizeError, error_kind
 
 Route = Literal["completions", "chat"]
 ROUTE_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -171,10 +171,6 @@ class ServerPace:
         )
 
 
-class TokenizeError(SseSoakError):
-    """``/tokenize`` did not count tokens the way vLLM does; the message says what it did instead."""
-
-
 def discover(client: httpx.Client, model: str | None = None, probe_timeout: float = PROBE_TIMEOUT) -> ServerFacts:
     """Read ``/v1/models`` (``model`` defaults to the first one listed; when given, a server
     without a usable ``/v1/models`` is fine), then probe ``/tokenize`` once."""
@@ -189,7 +185,7 @@ def discover(client: httpx.Client, model: str | None = None, probe_timeout: floa
             raise
     if model is None:
         if not cards:
-            raise RuntimeError(f"{client.base_url}/v1/models lists no model; pass --model")
+            raise TargetUnusable(f"{client.base_url}/v1/models lists no model; pass --model")
         model = str(cards[0]["id"])
     card = next((c for c in cards if c.get("id") == model), {})
     facts = ServerFacts(model=model, max_model_len=card.get("max_model_len"))
@@ -219,7 +215,7 @@ def probe_prompt_sizing(
                 return discover(client, probe_timeout=timeout).prompt_sizing
             return ServerFacts(model, estimate_reason=tokenize_failure(client, model, timeout)).prompt_sizing
     except Exception as exc:  # the caller may be writing a run's summary: say why, never raise
-        return f"estimated (no model to probe /tokenize with: {type(exc).__name__}: {exc})"
+        return f"estimated (no model to probe /tokenize with: {error_kind(exc)}: {exc})"
 
 
 def _messages(text: str) -> list[dict[str, str]]:
@@ -301,11 +297,11 @@ class RequestMix:
 
     def __post_init__(self) -> None:
         if not self.specs:
-            raise ValueError("a request mix needs at least one spec")
+            raise InvalidValue("a request mix needs at least one spec")
         for spec in self.specs:
             owned = sorted(set(spec.extra_body) & OWNED_FIELDS)
             if owned:
-                raise ValueError(f"request spec {spec.label}: extra_body may not set {', '.join(owned)}")
+                raise InvalidValue(f"request spec {spec.label}: extra_body may not set {', '.join(owned)}")
 
     def prepare(self, client: httpx.Client, facts: ServerFacts) -> PreparedMix:
         """Build and measure every spec's prompt once (one text per route and size)."""

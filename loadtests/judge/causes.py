@@ -28,6 +28,9 @@ longer than ``timeout + late`` is not this proxy's timer either (it would have f
 Keep-alive withheld (``keepalive_withheld``): when the server's keep-alive interval is known and raw
 streams were silent from their send for longer than it (plus ``keepalive_tolerance``) and none of
 them got any comment, something between strips comments or holds the headers (LiteLLM does both).
+
+What is known of each proxy the run can start (the name a line gives it, the pattern that finds it
+in a response, a whole-second timer, withheld keep-alive) is its kind's (``loadtests.services.proxies``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 import pandas as pd
 
 from loadtests.client.outcome import TIMEOUT_STATUSES, Outcome, is_timeout_code
+from loadtests.services import proxies
 
 EARLY_FLOOR_S = 0.25
 """The least a silence may fall short of the read timeout and still count: HAProxy's ~0.2 s hold."""
@@ -46,46 +50,36 @@ EARLY_SHARE = 0.15
 """...or this share of the read timeout, when larger (1.70 s for 2 s)."""
 COARSE_TICK_S = 1.0
 """A whole-second timer's tick: a proxy that ticks so may cut up to one tick early and two late."""
-COARSE_TIMER_PROXIES = frozenset({"Squid"})
-"""Proxies measured to tick their read timeout in whole seconds (Squid 5.7: a 2 s timeout cut after
-1.4-3.7 s)."""
+OTHER_KNOWN_PROXIES: tuple[tuple[str, str, int], ...] = (("Envoy", r"envoy", 60), ("Cloudflare", r"cloudflare", 70))
+"""Proxies a response can name that the run never starts (no ``--proxy`` kind): each one's name,
+pattern and rank, beside the kinds' own (``ProxyKind.recognised_by``, ``recognition_rank``)."""
 
-KNOWN_PROXIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern, re.IGNORECASE))
-    for name, pattern in (
-        ("Squid", r"squid"),
-        ("HAProxy", r"haproxy"),
-        ("Apache", r"apache"),
-        ("nginx", r"nginx"),
-        ("Caddy", r"caddy"),
-        ("Envoy", r"envoy"),
-        ("Cloudflare", r"cloudflare"),
-        ("LiteLLM", r"litellm"),
+
+def known_proxies() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """Proxies and gateways a ``Server`` or ``Via`` header, or an error body, can name, lowest rank
+    first; a line only ever shows one of these names, never the header's own text."""
+    known = [(kind.display_name, kind.recognised_by, kind.recognition_rank) for kind in proxies.kinds()]
+    ranked = sorted(
+        [(name, pattern, rank) for name, pattern, rank in known if name and pattern] + list(OTHER_KNOWN_PROXIES),
+        key=lambda entry: entry[2],
     )
-)
-"""Proxies and gateways a ``Server`` or ``Via`` header, or an error body, can name; a line only ever
-shows one of these names, never the header's own text."""
-RUN_PROXY_NAMES = {
-    "embedded": "the embedded proxy",
-    "nginx": "nginx",
-    "haproxy": "HAProxy",
-    "caddy": "Caddy",
-    "apache": "Apache",
-    "squid": "Squid",
-    "litellm": "LiteLLM",
-}
-"""How a line names the proxy the run started (``--proxy``); another value is shown as given."""
-WITHHOLDS_KEEP_ALIVE = frozenset({"litellm"})
-"""The ``--proxy`` kinds measured to strip SSE comments and hold the headers until the first token."""
+    return tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern, _ in ranked)
+
+
+def coarse_timer_proxies() -> frozenset[str]:
+    """The names of the proxies measured to tick their read timeout in whole seconds (Squid 5.7: a
+    2 s timeout cut after 1.4-3.7 s)."""
+    return frozenset(kind.display_name for kind in proxies.kinds() if kind.coarse_timer and kind.display_name)
 
 
 def proxies_named(rows: pd.DataFrame) -> pd.Series:
-    """Per row, the first of ``KNOWN_PROXIES`` its ``served_by`` names or, failing that, its error
+    """Per row, the first of ``known_proxies()`` its ``served_by`` names or, failing that, its error
     message (a body such as LiteLLM's ``litellm.Timeout``); None where neither names one."""
     names = pd.Series(None, index=rows.index, dtype="object")
+    known = known_proxies()
     for column in ("error_message", "served_by"):  # served_by last: it wins
         text = _column(rows, column, "object").astype("object").fillna("").astype(str)
-        for name, pattern in reversed(KNOWN_PROXIES):  # the first pattern that matches wins
+        for name, pattern in reversed(known):  # the first pattern that matches wins
             names = names.mask(text.str.contains(pattern), name)
     return names.astype("object").where(names.notna(), None)
 
@@ -94,7 +88,8 @@ def run_proxy(started: str | None) -> str | None:
     """The proxy the run started, as a line names it; None for ``none`` or nothing recorded."""
     if not started or started == "none":
         return None
-    return RUN_PROXY_NAMES.get(started, started)
+    kind = proxies.find(started)
+    return kind.display_name if kind is not None and kind.display_name else started
 
 
 def window(read_timeout: float, coarse: bool = False) -> tuple[float, float]:
@@ -227,8 +222,9 @@ def proxy_timeouts(
     silence = _silence(requests)
     cut = (requests["outcome"] == Outcome.CUT).astype(bool)
     judged_by_silence = requests[cut | (status == 502).fillna(False).astype(bool)]  # only these need a name
-    coarse = pd.Series(run_proxy(run_proxy_kind) in COARSE_TIMER_PROXIES, index=requests.index)
-    ticking = proxies_named(judged_by_silence).isin(COARSE_TIMER_PROXIES)
+    coarse_timers = coarse_timer_proxies()
+    coarse = pd.Series(run_proxy(run_proxy_kind) in coarse_timers, index=requests.index)
+    ticking = proxies_named(judged_by_silence).isin(coarse_timers)
     coarse[ticking[ticking].index] = True
     if read_timeout is None:
         in_window = pd.Series(False, index=requests.index)
@@ -285,13 +281,19 @@ class KeepAliveWithheld:
     started: str | None
     """The run's ``--proxy`` (``none`` when it started none); None when not recorded."""
 
+    @property
+    def _withholds_keep_alive(self) -> bool:
+        """The run's proxy was measured to strip comments and hold the headers (LiteLLM)."""
+        kind = proxies.find(self.started)
+        return kind is not None and kind.withholds_keep_alive
+
     def line(self) -> str:
         """The one line the console, the summary and ``keepalive_covered`` say it with."""
         held = f" ({self.headers_held} got their headers only with their first token)" if self.headers_held else ""
         named = run_proxy(self.started)
         between = (
             f" (the run's proxy, {named}, which does both, measured)"
-            if self.started in WITHHOLDS_KEEP_ALIVE
+            if self._withholds_keep_alive
             else f" (the run's proxy, {named}, or something behind it)"
             if named
             else " (the run started no proxy: it stands in front of the server the run was given)"

@@ -40,7 +40,7 @@ import pandas as pd
 
 from loadtests.base.safe_text import printable
 from loadtests.client.outcome import Outcome
-from loadtests.errors import UsageError
+from loadtests.errors import InvalidValue, SummaryError, WrongType, error_kind
 from loadtests.judge.causes import keepalive_tolerance, keepalive_withheld, proxy_timeouts, raw_silences
 from loadtests.record import figures
 from loadtests.record.lag import DEFAULT_LAG_LIMIT_MS, STALLED_COLUMN, lag_summary
@@ -210,7 +210,7 @@ class Gate(ABC):
         only concrete gates (settings filled in by ``for_run``) can be stored."""
         kind = type(self).__name__
         if GATE_TYPES.get(kind) is not type(self) or not dataclasses.is_dataclass(self):
-            raise TypeError(f"{kind} is not a gate type sse-soak can store")
+            raise WrongType(f"{kind} is not a gate type sse-soak can store")
         return {"type": kind, **dataclasses.asdict(self)}
 
     @staticmethod
@@ -220,7 +220,7 @@ class Gate(ABC):
         fields = dict(spec)
         kind = fields.pop("type")
         if kind not in GATE_TYPES:
-            raise ValueError(f"unknown gate type {kind!r}; known: {', '.join(GATE_TYPES)}")
+            raise InvalidValue(f"unknown gate type {kind!r}; known: {', '.join(GATE_TYPES)}")
         return GATE_TYPES[kind](**fields)
 
 
@@ -252,7 +252,7 @@ def rebuild_gates(specs: Iterable[dict[str, Any]], sources: dict[str, dict[str, 
     module defines is looked for where ``sources`` says it is defined (its module by name, else its
     file). A user's gate (one with a source) that still cannot be rebuilt is judged unjudged, its line
     saying why, its spec stored again as it was; any other spec that cannot be rebuilt raises
-    ``UnknownGateSpec`` (the summary is not one this harness can read), naming the spec by number."""
+    ``SummaryError`` (the file is no summary this harness can read), naming the spec by number."""
     gates: list[Gate] = []
     refused: list[str] = []
     for number, spec in enumerate(specs, 1):
@@ -264,18 +264,13 @@ def rebuild_gates(specs: Iterable[dict[str, Any]], sources: dict[str, dict[str, 
             continue
         except (KeyError, TypeError, ValueError) as exc:
             if source is None:
-                raise UnknownGateSpec(f"gate spec {number} cannot be rebuilt ({type(exc).__name__}: {exc})") from None
-            why = why or f"{type(exc).__name__}: {exc}"
+                raise SummaryError(f"gate spec {number} cannot be rebuilt ({error_kind(exc)}: {exc})") from None
+            why = why or f"{error_kind(exc)}: {exc}"
         name = str(spec.get("name") or kind)
         line = f"gate {name} ({kind}) cannot be rebuilt: {why}; the other gates are judged, {name} is unjudged"
         refused.append(line)
         gates.append(_Unrebuilt(name, f"cannot be rebuilt in this process: {why}", dict(spec), kind, dict(source)))
     return gates, refused
-
-
-class UnknownGateSpec(UsageError, ValueError):
-    """A stored gate spec of a type no module defines, and no record of where one would: the file
-    that holds it is no summary this harness can read (its message names the spec by number)."""
 
 
 def _load_source(kind: str, source: dict[str, str]) -> str | None:
@@ -305,7 +300,7 @@ def _load_source(kind: str, source: dict[str, str]) -> str | None:
             sys.path.remove(folder)
     except (Exception, SystemExit) as exc:  # a user's file: whatever it raises is why, never a crash
         sys.modules.pop(name, None)
-        return f"loading {path} failed ({type(exc).__name__}: {exc})"
+        return f"loading {path} failed ({error_kind(exc)}: {exc})"
     return None if kind in GATE_TYPES else f"{path} defines no gate class {kind!r}"
 
 
@@ -473,11 +468,11 @@ class Expect(Gate):
                 name = found[1] if found else str(exc)
                 close = difflib.get_close_matches(name, list(empty.columns), n=1)
                 hint = f" (did you mean {close[0]}?)" if close else ""
-                raise ValueError(
+                raise InvalidValue(
                     f"gate {self.name}: {part} names {name}, which is no column of the request table{hint}: {query}"
                 ) from None
             except (SyntaxError, ValueError, TypeError) as exc:
-                raise ValueError(f"gate {self.name}: {part} is not a valid query ({exc}): {query}") from None
+                raise InvalidValue(f"gate {self.name}: {part} is not a valid query ({exc}): {query}") from None
 
     def spec(self) -> dict[str, Any]:
         spec = super().spec()
@@ -540,7 +535,7 @@ class NoProxyTimeouts(Gate):
 
     def spec(self) -> dict[str, Any]:
         if self.read_timeout is None:
-            raise TypeError(
+            raise WrongType(
                 "NoProxyTimeouts() without its read timeout cannot be stored: store for_run(settings) of it"
             )
         stored = super().spec()
@@ -550,7 +545,7 @@ class NoProxyTimeouts(Gate):
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         if self.read_timeout is None:
-            raise ValueError("NoProxyTimeouts() has no read timeout yet: judge for_run(settings) of it")
+            raise InvalidValue("NoProxyTimeouts() has no read timeout yet: judge for_run(settings) of it")
         found = proxy_timeouts(requests, self.read_timeout, self.proxy)  # what the causes: line says too
         detail = found.phrase()
         if not found.count:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from loadtests.client.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, UsageError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, SummaryError, UnknownName
 from loadtests.judge.causes import keepalive_withheld, proxy_timeouts, run_proxy
 from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS, GateResult, gate_is_noise, run_point, verdict_of
 from loadtests.record.figures import PERCENTILES, count_500s, judged, quantiles
@@ -33,10 +33,6 @@ from loadtests.record.run_dir import RunDir
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
 LATENCY_COLUMNS = ("ttfb_s", "ttft_s", "duration_s", "max_gap_s", "max_data_gap_s")
-
-
-class SummaryError(UsageError, ValueError):
-    """A summary file that cannot be read as one; the message is one line naming the file."""
 
 
 _S = TypeVar("_S", bound="Section")
@@ -775,12 +771,12 @@ ARRIVAL_LINE_KEYS = ("rate", "arrival", "scheduled", "sent", "not_sent", "late",
 
 def arrival_line(section: Arrival | dict[str, Any]) -> str:
     """The arrival section (or its JSON, as ``arrival`` makes it) in one console line; ``KeyError`` for
-    a section (a file's) that lacks a key it says."""
+    a section (a file's) that lacks a key it says (``UnknownName``, a ``KeyError``)."""
     if isinstance(section, dict):
         section = Arrival.from_json(section)
     absent = [key for key in ARRIVAL_LINE_KEYS if section.keys is not None and key not in section.keys]
     if absent:
-        raise KeyError(absent[0])
+        raise UnknownName(f"the arrival section has no {absent[0]!r}")
     achieved = "-" if section.rate_achieved is None else f"{section.rate_achieved:g}"
     lateness = section.start_lateness_s
     spread = f"p99 {_seconds(lateness.get('p99'))}, max {_seconds(lateness.get('max'))}"

@@ -27,7 +27,7 @@ import gevent
 from gevent.lock import Semaphore
 
 from loadtests.client.outcome import Outcome, RequestRow
-from loadtests.errors import SseSoakError
+from loadtests.errors import ScheduleClosed
 
 ARRIVAL_KINDS = ("poisson", "constant")
 NOT_SENT = Outcome.NOT_SENT.value
@@ -76,10 +76,6 @@ class Ticket:
     number: int
     due: float
     due_epoch: float
-
-
-class ScheduleClosed(SseSoakError):
-    """The test is stopping: the schedule hands out no more tickets."""
 
 
 class ArrivalSchedule:

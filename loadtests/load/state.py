@@ -34,6 +34,7 @@ from loadtests.declare.workload import (
     milliseconds,
     probe_prompt_sizing,
 )
+from loadtests.errors import OutOfOrder
 from loadtests.load.open_loop import ArrivalSchedule
 from loadtests.record.lag import LagMonitor
 from loadtests.record.membership import Admission
@@ -126,7 +127,7 @@ class RunState:
     @property
     def model(self) -> str:
         if self.facts is None:
-            raise RuntimeError("the target server was not discovered yet")
+            raise OutOfOrder("the target server was not discovered yet")
         return self.facts.model
 
     @property

@@ -41,13 +41,13 @@ from loadtests.client import kernel_stamps as arrival_clock
 from loadtests.client import response_end
 from loadtests.client.body_mux import MuxedBody, TLSReads
 from loadtests.client.outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
-from loadtests.client.sse import LineTooLong, SSEParser
+from loadtests.client.sse import SSEParser
 from loadtests.client.tls import client_context, raw_client_context
-from loadtests.client.wire_tap import StreamBroken, WireTap
+from loadtests.client.wire_tap import WireTap
 from loadtests.declare.workload import PreparedRequest, RequestMix
-from loadtests.errors import SseSoakError, exception_chain
+from loadtests.errors import LineTooLong, ScheduleClosed, StreamBroken, UnexpectedOutcome, error_kind, exception_chain
 from loadtests.load.failure_cycles import forget_failure, forget_traceback
-from loadtests.load.open_loop import ScheduleClosed, Ticket
+from loadtests.load.open_loop import Ticket
 from loadtests.load.state import RunState, run_state
 
 REQUEST_TYPE = "SSE"
@@ -63,10 +63,6 @@ thousands of refused connections a second burning the load generator's CPU."""
 logger = logging.getLogger(__name__)
 _harness_errors_logged: set[str] = set()
 """Messages already logged with their traceback in this process: each is logged once, counted in rows."""
-
-
-class UnexpectedOutcome(SseSoakError):
-    """The failure Locust's statistics show for a request whose outcome was not the expected one."""
 
 
 CLOSED_BEFORE_ANY_BYTE = "the server closed or reset the connection before any response"
@@ -110,7 +106,7 @@ def harness_cause(exc: BaseException) -> str | None:
 
 def _describe(exc: BaseException) -> str:
     """The exception in one line for a row's ``error_message``: never a header value it quotes."""
-    return without_header_values(f"{type(exc).__name__}: {exc}")
+    return without_header_values(f"{error_kind(exc)}: {exc}")
 
 
 def _send_next(user: StreamingUser) -> None:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadtests.client.outcome import RequestRow
+from loadtests.errors import WrongType
 
 FRAME_COLUMNS = ("request_id", "seq", "kind", "t_s", "gap_s", "bytes", "wait_s")
 FrameRecord = tuple[int, str, float, float, int, float | None]  # seq, kind, t_s, gap_s, bytes, wait_s
@@ -30,7 +31,7 @@ def _arrow_type(annotation: object) -> pa.DataType:
     for python_type, arrow_type in _ARROW_TYPES.items():
         if annotation is python_type or python_type in typing.get_args(annotation):
             return arrow_type
-    raise TypeError(f"no Arrow type for {annotation!r}")
+    raise WrongType(f"no Arrow type for {annotation!r}")
 
 
 REQUEST_SCHEMA = pa.schema([(name, _arrow_type(t)) for name, t in typing.get_type_hints(RequestRow).items()])

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadtests.base.safe_text import plain_name
-from loadtests.errors import RecordNotWritten, SseSoakError, UsageError
+from loadtests.errors import ManifestError, RecordNotWritten, RunDirError, WrongType, error_kind
 from loadtests.record.lag import LAG_SCHEMA
 from loadtests.record.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
 from loadtests.record.server_metrics import SERVER_METRICS_SCHEMA
@@ -67,16 +67,6 @@ def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     return to_pandas(table if columns is None else table.select(columns))
 
 
-class RunDirError(UsageError, ValueError):
-    """The report root cannot hold a run directory; the message is one line naming it and why,
-    e.g. ``--report-dir reports: not a directory (a file is in the way)``."""
-
-
-class RunDirChanged(SseSoakError, ValueError):
-    """A run directory no longer holds the parts its summary recorded (one missing, or holding other
-    rows): judging it again would judge less than the run recorded. Exit 2, nothing rewritten."""
-
-
 def parts_problem(recorded: dict[str, int], present: dict[str, int], growing: bool) -> str | None:
     """What differs between the parts a summary ``recorded`` and those ``present`` now, or None.
     New parts are a change too, unless the run was still ``growing`` (a soak's checkpoint)."""
@@ -90,10 +80,6 @@ def parts_problem(recorded: dict[str, int], present: dict[str, int], growing: bo
         *([f"{len(added)} part(s) added: {', '.join(added[:3])}"] if added else []),
     ]
     return "; ".join(problems) or None
-
-
-class ManifestError(SseSoakError, ValueError):
-    """``manifest.json`` is there but is not a manifest; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +124,7 @@ class Manifest:
         services = [Service(str(s["name"]), str(s["url"]), int(s["pid"])) for s in data.get("services", [])]
         specs = data.get("gate_specs", [])
         if not isinstance(data.get("settings", {}), dict) or not all(isinstance(s, dict) for s in specs):
-            raise TypeError("settings must be an object and gate_specs a list of objects")
+            raise WrongType("settings must be an object and gate_specs a list of objects")
         return cls(
             str(data["scenario"]),
             str(data["started_at"]),
@@ -343,7 +329,7 @@ class RunDir:
             data = json.loads(self.manifest.read_text(encoding="utf-8"))
             return Manifest.from_json(data)
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise ManifestError(f"{self.manifest}: not a run manifest ({type(exc).__name__}: {exc})") from None
+            raise ManifestError(f"{self.manifest}: not a run manifest ({error_kind(exc)}: {exc})") from None
 
 
 class RunRecord:

@@ -52,7 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.base.lines import say
 from loadtests.client.tls import TLS_FIX, certificate_problem, client_context
-from loadtests.errors import SseSoakError
+from loadtests.errors import ScrapeError
 from loadtests.record.figures import quantile
 from loadtests.record.recorder import write_part
 
@@ -90,10 +90,6 @@ _AGGREGATE_SUFFIXES = {"histogram": ("_sum", "_count"), "summary": ("_sum", "_co
 Rows = dict[str, list[Any]]
 _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
-
-
-class ScrapeError(SseSoakError):
-    """A scrape that gave no metrics; the message completes ``GET <url> ...``, e.g. ``answered HTTP 404``."""
 
 
 def empty_rows() -> Rows:

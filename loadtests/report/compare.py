@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass, fields
 
 from loadtests.client.outcome import FAILURE_OUTCOMES, Outcome
+from loadtests.errors import InvalidValue
 from loadtests.judge.summary import INCONCLUSIVE, Summary
 
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
@@ -62,7 +63,7 @@ class Thresholds:
         for field in fields(self):
             problem = threshold_problem(field.name, getattr(self, field.name))
             if problem is not None:
-                raise ValueError(f"{field.name}: {problem}")
+                raise InvalidValue(f"{field.name}: {problem}")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from loadtests.declare.options import locust_arguments
+from loadtests.errors import InvalidValue
 from loadtests.record.run_dir import RUN_DIR_ENV, RunDir
 from loadtests.services.parent_watch import launcher_environment
 
@@ -66,7 +67,7 @@ class HeadlessRun:
         """Locust's arguments after ``-f <locustfile>``; ``ValueError`` for a run Locust would read
         as unbounded or empty (``-t 0s`` is no limit at all)."""
         if self.users < 1 or self.duration_s < 1:
-            raise ValueError(f"a run needs at least 1 user and 1 s, got {self.users} users for {self.duration_s} s")
+            raise InvalidValue(f"a run needs at least 1 user and 1 s, got {self.users} users for {self.duration_s} s")
         rate = self.users if self.spawn_rate is None else self.spawn_rate
         named = {"host": self.host, "processes": self.processes, "report_dir": self.report_dir}
         return [

@@ -62,11 +62,23 @@ from loadtests.base.ports import own_master_port
 from loadtests.base.safe_text import printable, redacted_url
 from loadtests.client import kernel_stamps as arrival_clock
 from loadtests.client import tls
-from loadtests.client.preflight import PreflightError, base_url, preflight
+from loadtests.client.preflight import base_url, preflight
 from loadtests.declare.options import add_locust_options, check_locust_options, check_run_time, given_run_time
 from loadtests.declare.scenario import RunSettings, Scenario
 from loadtests.declare.workload import PROBE_TIMEOUT, probe_prompt_sizing
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, RunFailed, SseSoakError, UsageError
+from loadtests.errors import (
+    INCONCLUSIVE_EXIT_CODE,
+    UNWRITTEN_EXIT_CODE,
+    InternalSignal,
+    PreflightError,
+    RunDirError,
+    RunFailed,
+    ServerStartError,
+    SseSoakError,
+    UsageError,
+    VllmError,
+    reported,
+)
 from loadtests.judge.gates import gate_sources
 from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.load.open_loop import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
@@ -74,26 +86,17 @@ from loadtests.load.state import run_state
 from loadtests.load.users import OpenAISDKUser, SSEUser, StreamingUser
 from loadtests.record.membership import Admission, RunIdentity, own_run_id
 from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
-from loadtests.record.run_dir import (
-    PLAN_ONLY_ENV,
-    RUN_DIR_ENV,
-    Manifest,
-    RunDir,
-    RunDirError,
-    RunRecord,
-    Service,
-    versions,
-)
+from loadtests.record.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunRecord, Service, versions
 from loadtests.record.server_metrics import OFF, ServerMetricsScraper
 from loadtests.run.collect import Collector
 from loadtests.run.ending import how_it_ended
 from loadtests.run.judging import JudgeOptions, judge, keep_elsewhere, write_html_files
 from loadtests.run.signals import SignalGuard
 from loadtests.run.web_tab import WebTab
-from loadtests.services.litellm_gateway import litellm_available
+from loadtests.services import proxies
 from loadtests.services.parent_watch import end_with_launcher, end_with_parent
-from loadtests.services.real_vllm import VllmError, vllm_available
-from loadtests.services.stack import ServerStartError, Stack, split_api_key
+from loadtests.services.real_vllm import vllm_available
+from loadtests.services.stack import Stack, split_api_key
 
 __all__ = ["OpenAISDKUser", "RunController", "SSEUser", "Scenario", "find_scenario", "register"]
 
@@ -101,15 +104,17 @@ _Params = ParamSpec("_Params")
 
 
 def _refusing(hook: Callable[_Params, None]) -> Callable[_Params, None]:
-    """A Locust hook as an entry point: an ``SseSoakError`` is one line on stderr and its exit code."""
+    """A Locust hook as an entry point: an ``SseSoakError`` is one line on stderr and its exit code;
+    an ``InternalSignal`` that escaped its handler is a defect, said so, exit 70 (``errors.reported``)."""
 
     @functools.wraps(hook)
     def refusing(*args: _Params.args, **kwargs: _Params.kwargs) -> None:
         try:
             hook(*args, **kwargs)
-        except SseSoakError as exc:
-            print(printable(f"sse-soak: {exc}"), file=sys.stderr, flush=True)
-            sys.exit(exc.exit_code)
+        except (SseSoakError, InternalSignal) as exc:
+            line, exit_code = reported(exc)
+            print(printable(f"sse-soak: {line}"), file=sys.stderr, flush=True)
+            sys.exit(exit_code)
 
     return refusing
 
@@ -403,10 +408,11 @@ class RunController:
             available, reason = vllm_available()
             if not available:
                 raise UsageError(f"--server vllm: {reason}")
-        if settings.proxy == "litellm":
-            available, reason = litellm_available()
+        proxy = proxies.find(settings.proxy)
+        if proxy is not None:
+            available, reason = proxy.available()
             if not available:
-                raise UsageError(f"--proxy litellm: {reason}")
+                raise UsageError(f"--proxy {proxy.name}: {reason}")
         try:
             self._stack = Stack.start(
                 settings.host,

@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from loadtests.base.lines import say
-from loadtests.errors import RecordNotWritten, UsageError
+from loadtests.errors import NotARunDirectory, RecordNotWritten, RunDirChanged, SummaryError
 from loadtests.judge.drift import DriftLimits, LatencyDrift, MemoryGrowth, WindowJudge, soak_section
 from loadtests.judge.gates import (
     DEFAULT_MAX_UNJUDGED_SHARE,
@@ -45,24 +45,19 @@ from loadtests.judge.gates import (
     KeepAliveCovered,
     NoProxyTimeouts,
     RunTables,
-    UnknownGateSpec,
     evaluate,
     gate_sources,
     inferred_keep_alive_interval,
     rebuild_gates,
     run_point,
 )
-from loadtests.judge.summary import ServerMetrics, Soak, Summary, SummaryError, summarize
+from loadtests.judge.summary import ServerMetrics, Soak, Summary, summarize
 from loadtests.record import figures
 from loadtests.record.lag import STALLED_COLUMN, stalled_while_open, while_streams_open
-from loadtests.record.run_dir import RunDir, RunDirChanged, RunRecord, parts_problem
+from loadtests.record.run_dir import RunDir, RunRecord, parts_problem
 from loadtests.record.server_metrics import server_metrics_summary
 
 NO_SUMMARY = "the run ended before writing its summary"
-
-
-class NotARunDirectory(UsageError, FileNotFoundError):
-    """The path holds no ``requests.parquet``: nothing a run wrote."""
 
 
 def previous_summary(run: RunDir) -> Summary | None:
@@ -150,7 +145,7 @@ def _account(record: RunRecord, previous: Summary | None, told: JudgeOptions) ->
         specs, sources = (manifest.gate_specs, manifest.gate_sources) if manifest is not None else ([], {})
     try:
         stored, refused = rebuild_gates(specs, sources)
-    except UnknownGateSpec as exc:
+    except SummaryError as exc:  # a spec of no known type, nor a user's: no summary this harness reads
         raise SummaryError(f"{record.run.summary}: {exc}") from None
     point = told.point
     if point is None and told.gates is not None:  # judged by the caller's gates: those are its point

@@ -1,7 +1,7 @@
 """The nightly soak job: one long Locust run, watched, checkpointed, judged for drift and baseline.
 
 ``python -m loadtests soak`` runs ``locust -f <scenario> --headless`` as a child, started as
-``launch`` starts one (``_child_run``: its own session, so Ctrl-C reaches only us, and we end
+``launch`` starts one (``run.child_run``: its own session, so Ctrl-C reaches only us, and we end
 Locust with SIGTERM, which makes it stop its users and write its report). While it runs we refresh
 a progress line from the run directory's parquet parts, sample the memory of the harness and of the
 bundled server into ``resources.csv``, and rewrite ``summary.json`` every checkpoint interval, so a
@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.declare import catalog
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, InvalidValue, ManifestError
 from loadtests.judge.drift import DRIFT_GATES, DriftLimits
 from loadtests.judge.summary import FAIL, INCONCLUSIVE, Summary
-from loadtests.record.run_dir import ManifestError, RunDir
+from loadtests.record.run_dir import RunDir
 from loadtests.report import compare
 from loadtests.run.child_run import ChildRun, HeadlessRun
 from loadtests.run.progress import ProgressPrinter, RunProgress
@@ -60,7 +60,7 @@ class SoakPlan:
         """This soak's Locust run, as ``launch`` would describe the same run, plus ``--stop-timeout``:
         at the end each user gets 5 s to finish the stream in hand before Locust stops it."""
         if not (self.duration_s >= 1 and float(self.duration_s).is_integer()):  # Locust reads -t 0s as no limit
-            raise ValueError(f"the duration must be a whole number of seconds, at least 1, got {self.duration_s}")
+            raise InvalidValue(f"the duration must be a whole number of seconds, at least 1, got {self.duration_s}")
         return HeadlessRun(
             self.scenario,
             self.users,
@@ -78,7 +78,7 @@ class SoakPlan:
 
 
 class Soak:
-    """The soak job: the Locust run started by ``_child_run`` (which makes the run directory and
+    """The soak job: the Locust run started by ``run.child_run`` (which makes the run directory and
     hands it over), and its watcher. It learns what the run started (the server's pid, for its
     memory) from the run's manifest: nothing depends on the wording of Locust's output."""
 

@@ -42,6 +42,7 @@ from gevent.event import Event
 
 from loadtests.base.safe_text import printable
 from loadtests.declare.options import label_form_fields
+from loadtests.errors import error_kind
 from loadtests.judge.gates import Gate, GateResult, gate_is_noise, verdict_of
 from loadtests.judge.summary import HarnessLag, Summary
 from loadtests.record.run_dir import RunDir
@@ -132,7 +133,7 @@ class WebTab:
         try:
             test.summary, test.problem = Summary.read(test.run.summary), None
         except Exception as exc:  # no summary (the disk refused it): say so, never crash the web UI
-            test.problem = f"no summary.json in {test.run.path}: {type(exc).__name__}: {exc}"
+            test.problem = f"no summary.json in {test.run.path}: {error_kind(exc)}: {exc}"
         test.as_of = time.monotonic()
         test.judged.set()
 
@@ -164,7 +165,7 @@ class WebTab:
                     test.summary = _off_loop(judge_so_far, RunRecord(test.run), test.gates, test.settings, test.point)
                     test.problem = None
                 except Exception as exc:  # a part read as it was renamed, say: the next refresh tries again
-                    test.problem = f"{type(exc).__name__}: {exc}"
+                    test.problem = f"{error_kind(exc)}: {exc}"
                 test.as_of = time.monotonic()
             cost = time.monotonic() - began
             gevent.sleep(max(LIVE_INTERVAL_S, cost * (1 - MAX_SHARE) / MAX_SHARE))

@@ -40,8 +40,8 @@ from types import TracebackType
 from typing import Any
 
 from loadtests.base.ports import LOOPBACK, bind_address_problem, free_port, http_url
-from loadtests.errors import UsageError
-from loadtests.services.tool_venv import ToolInstallError, ToolVenv, dump, run_step, stamp_matches
+from loadtests.errors import OutOfOrder, UsageError, VllmError
+from loadtests.services.tool_venv import ToolVenv, dump, run_step, stamp_matches
 
 __all__ = [
     "HOME_ENV",
@@ -50,7 +50,6 @@ __all__ = [
     "SERVE_ENV",
     "VLLM_VERSION",
     "Install",
-    "VllmError",
     "VllmProfile",
     "VllmServer",
     "ensure_installed",
@@ -114,10 +113,6 @@ STOP_GRACE_S = 15.0
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """Readiness checks go straight to the loopback port, whatever proxy the environment names."""
 SETTLE_S = 5.0
-
-
-class VllmError(ToolInstallError):
-    """Real vLLM could not be installed or started; the message names the step and its log."""
 
 
 def vllm_home() -> Path:
@@ -486,7 +481,7 @@ class VllmServer:
     def pid(self) -> int:
         """The started process's id, which is also its process group's (vLLM and its engine run in it)."""
         if self._process is None:
-            raise RuntimeError("the server is not started")
+            raise OutOfOrder("the server is not started")
         return self._process.pid
 
     def notes(self) -> list[str]:
@@ -520,7 +515,7 @@ class VllmServer:
         """Start and wait until ready (30 to 60 s here); a ``VllmError`` with the log's last line
         if it exits first or is not ready within ``ready_timeout``."""
         if self._process is not None:
-            raise RuntimeError("the server is already started")
+            raise OutOfOrder("the server is already started")
         install = require_installed(self.home)
         port = self.port or free_port(self.host)
         self.url = http_url(self.host, port)

@@ -15,11 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtests.errors import RunFailed
-
-
-class ToolInstallError(RunFailed, RuntimeError):
-    """A tool could not be installed or started; the message names the step and its log."""
+from loadtests.errors import ToolInstallError
 
 
 @dataclass(frozen=True)

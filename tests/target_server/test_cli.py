@@ -11,7 +11,8 @@ import time
 import httpx
 import pytest
 
-from loadtests.services.stack import ServerStartError, TargetServerProcess
+from loadtests.errors import ServerStartError
+from loadtests.services.stack import TargetServerProcess
 from target_server.__main__ import listening_socket
 from target_server.config import ServerConfig
 from tests.conftest import StartServer

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtests.client.sse import Frame, LineTooLong, SSEParser
+from loadtests.client.sse import Frame, SSEParser
+from loadtests.errors import LineTooLong
 
 pytestmark = pytest.mark.fast
 

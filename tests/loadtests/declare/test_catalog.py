@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.declare.catalog import CatalogError, locate, scenario_dir, shipped
+from loadtests.declare.catalog import locate, scenario_dir, shipped
+from loadtests.errors import CatalogError
 
 ROOT = Path(__file__).resolve().parents[3]
 

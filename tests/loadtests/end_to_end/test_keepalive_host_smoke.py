@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.services.litellm_gateway import start_litellm
+from loadtests.services.proxies.litellm import start_litellm
 from tests.conftest import StartServer, require_litellm
 from tests.loadtests.locust_run import run_locust
 

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.services.real_proxies import REAL_PROXIES
+from loadtests.services.proxies import real_proxies
 from tests.conftest import real_proxy_params, require_nginx, require_proxy
 from tests.loadtests.locust_run import run_locust
 
 pytestmark = pytest.mark.smoke
+
+REAL_PROXIES = real_proxies()
 
 GATE_NAMES_THE_CUTS = {"embedded", "nginx", "apache", "haproxy", "squid"}
 """The proxies whose every read-timeout cut in this scenario ``no_proxy_timeouts`` names

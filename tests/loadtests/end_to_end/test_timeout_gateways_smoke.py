@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.services.litellm_gateway import start_litellm
-from loadtests.services.real_proxies import start_real_proxy
+from loadtests.services.proxies import start_real_proxy
+from loadtests.services.proxies.litellm import start_litellm
 from loadtests.services.stack import ChildService
 from tests.conftest import StartServer, require_litellm, require_proxy
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust

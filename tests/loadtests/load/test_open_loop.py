@@ -10,8 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from loadtests.errors import ScheduleClosed
 from loadtests.judge.summary import arrival, arrival_line
-from loadtests.load.open_loop import ArrivalPlan, ArrivalSchedule, ScheduleClosed, not_sent_row, share
+from loadtests.load.open_loop import ArrivalPlan, ArrivalSchedule, not_sent_row, share
 from loadtests.record.recorder import REQUEST_SCHEMA, Recorder
 
 pytestmark = pytest.mark.fast

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from loadtests.errors import RunDirError
 from loadtests.record import run_dir
-from loadtests.record.run_dir import RunDir, RunDirError, report_root_problem
+from loadtests.record.run_dir import RunDir, report_root_problem
 from tests.loadtests.locust_run import ROOT
 
 RUNS = 8

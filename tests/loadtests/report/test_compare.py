@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from loadtests.judge.summary import Summary, SummaryError
+from loadtests.errors import SummaryError
+from loadtests.judge.summary import Summary
 from loadtests.report.compare import Thresholds, compare
 from tests.loadtests.locust_run import ROOT, run_locust
 

@@ -12,10 +12,10 @@ import pytest
 from loadtests.cli.commands import main
 from loadtests.client.outcome import RequestPlan, StreamTracker
 from loadtests.client.sse import Frame
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, SummaryError
 from loadtests.judge.drift import DriftLimits, drift_gates
 from loadtests.judge.gates import ALWAYS_ON, Expect
-from loadtests.judge.summary import KEEPALIVE_COUNTED_ON, Summary, SummaryError
+from loadtests.judge.summary import KEEPALIVE_COUNTED_ON, Summary
 from loadtests.record.parts_writer import RunWriter
 from loadtests.record.recorder import FRAME_COLUMNS, Recorder
 from loadtests.record.run_dir import Manifest, RunDir, RunRecord, read_table

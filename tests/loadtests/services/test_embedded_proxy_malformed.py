@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from loadtests.services.embedded_proxy import ProxySettings, ReverseProxy
-from loadtests.services.stack import ChildService, TargetServerProcess, start_embedded_proxy
+from loadtests.services.proxies.embedded import ProxySettings, ReverseProxy, start_embedded_proxy
+from loadtests.services.stack import ChildService, TargetServerProcess
 
 MARK = b"<b>sse-soak-marker</b>"  # what a reflected value would look like in an answer
 

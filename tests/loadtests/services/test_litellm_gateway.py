@@ -10,17 +10,16 @@ import pytest
 
 from loadtests.base.ports import free_loopback_port
 from loadtests.client.outcome import RequestPlan, StreamTracker
-from loadtests.services.litellm_gateway import (
+from loadtests.errors import LiteLLMError, ServerStartError
+from loadtests.services.proxies.litellm import (
     NO_KEY,
     UPSTREAM_KEY_ENV,
-    LiteLLMError,
     ensure_installed,
     gateway_config,
     litellm_available,
     upstream_models,
 )
-from loadtests.services.real_proxies import Upstream
-from loadtests.services.stack import ServerStartError
+from loadtests.services.proxies.real import Upstream
 
 pytestmark = pytest.mark.fast
 

@@ -20,21 +20,20 @@ import httpx
 import psutil
 import pytest
 
-from loadtests.declare.options import PROXY_KINDS
-from loadtests.services.real_proxies import (
-    REAL_PROXIES,
-    Setup,
-    Upstream,
-    nginx_config,
-    start_nginx,
-    start_real_proxy,
-    timeout_notes,
-)
-from loadtests.services.stack import ChildService, ServerStartError, start_embedded_proxy
+from loadtests.declare.options import option
+from loadtests.errors import ServerStartError
+from loadtests.services.proxies import real_proxies, start_real_proxy, timeout_notes
+from loadtests.services.proxies.embedded import start_embedded_proxy
+from loadtests.services.proxies.nginx import nginx_config, start_nginx
+from loadtests.services.proxies.real import Setup, Upstream
+from loadtests.services.stack import ChildService
 from tests.conftest import StartServer, real_proxy_params, require_nginx, require_proxy
 from tests.sse_stream import Streamed, stream
 
 StartProxy = Callable[[str, float], ChildService]
+REAL_PROXIES = real_proxies()
+PROXY_KINDS = option("proxy").kind.choices or ()
+"""``--proxy``'s choices."""
 PROXIES = ["embedded", *REAL_PROXIES]
 TIMEOUT_BEFORE_HEADERS = {"apache": 502}
 """What a read timeout before the response headers answers: 504 (a gateway timeout), but Apache's

@@ -12,7 +12,7 @@ import jinja2
 import pytest
 
 from loadtests.cli.commands import main
-from loadtests.errors import UsageError
+from loadtests.errors import UsageError, VllmError
 from loadtests.services import real_vllm as real
 
 pytestmark = pytest.mark.fast
@@ -183,13 +183,13 @@ def test_a_directory_sse_soak_did_not_make_is_never_overwritten(tmp_path: Path) 
     mine = tmp_path / "model"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    with pytest.raises(real.VllmError, match="was not made by sse-soak"):
+    with pytest.raises(VllmError, match="was not made by sse-soak"):
         real.make_model_dir(mine, Path("/nonexistent/python"))
     assert (mine / "notes.txt").read_text() == "keep me"
 
 
 def test_making_the_model_without_the_venvs_python_says_to_run_setup(tmp_path: Path) -> None:
-    with pytest.raises(real.VllmError, match=r"no Python with tokenizers at .*: run 'python -m loadtests vllm setup'"):
+    with pytest.raises(VllmError, match=r"no Python with tokenizers at .*: run 'python -m loadtests vllm setup'"):
         real.make_model_dir(tmp_path / "model")
     assert list(tmp_path.iterdir()) == []  # nothing made, not even the building directory
 

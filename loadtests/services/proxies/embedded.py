@@ -1,4 +1,6 @@
-"""An embedded reverse proxy with nginx's ``proxy_read_timeout`` semantics, on asyncio.
+"""``--proxy embedded``: a reverse proxy of our own with nginx's ``proxy_read_timeout`` semantics, on
+asyncio, run as ``python -m loadtests proxy`` (``start_embedded_proxy``). Unlike the real proxies it
+listens where the server the run starts listens (``--server-bind``), not on loopback only.
 
 For each client connection: read one request, send it upstream, and relay the response as it
 arrives, without buffering. The read timeout is the longest silence allowed between two reads
@@ -30,11 +32,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import sys
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from loadtests.errors import SseSoakError
+from loadtests.errors import BadRequest, InvalidValue
+from loadtests.services.child import ChildService
 from loadtests.services.parent_watch import exit_when_stdin_closes
+from loadtests.services.proxies.base import Front, ProxyKind
 
 READY_PREFIX = "proxy ready: "
 _MAX_HEADER_BYTES = 64 * 1024  # request line + header lines
@@ -60,7 +65,7 @@ class ProxySettings:
     def upstream_address(self) -> tuple[str, int]:
         parts = urlsplit(self.upstream)
         if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"--upstream must be an http:// URL, got {self.upstream!r}")
+            raise InvalidValue(f"--upstream must be an http:// URL, got {self.upstream!r}")
         return parts.hostname, parts.port or 80
 
 
@@ -80,16 +85,6 @@ class ProxyStats:
             f"{self.cuts_after_headers} after headers (cut), {self.bad_gateway} bad gateway (502), "
             f"{self.refused} bad requests answered by the proxy"
         )
-
-
-class BadRequest(SseSoakError):
-    """A request the proxy answers itself. ``reason`` is the proxy's own words: it never quotes the
-    request, so nothing a client sends is reflected back."""
-
-    def __init__(self, status: str, reason: str) -> None:
-        super().__init__(f"{status}: {reason}")
-        self.status = status
-        self.reason = reason
 
 
 def _error_response(status: str, detail: str) -> bytes:
@@ -347,3 +342,35 @@ async def serve(settings: ProxySettings) -> None:
             await server.serve_forever()
     finally:
         print(proxy.stats.line(), flush=True)
+
+
+def start_embedded_proxy(
+    upstream: str, read_timeout: float, timeout: float = 30.0, listen_host: str = "127.0.0.1"
+) -> ChildService:
+    """``python -m loadtests proxy`` in front of ``upstream``, on a free port of ``listen_host``
+    (loopback unless the run's server listens elsewhere: ``--server-bind``)."""
+    listen = f"[{listen_host}]:0" if ":" in listen_host else f"{listen_host}:0"
+    argv = [
+        sys.executable,
+        "-m",
+        "loadtests",
+        "proxy",
+        "--listen",
+        listen,
+        "--upstream",
+        upstream,
+        "--read-timeout",
+        repr(read_timeout),
+    ]
+    return ChildService.launch(argv, "embedded proxy", timeout)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmbeddedProxy(ProxyKind):
+    """Our own proxy, started as a child that prints its ready line."""
+
+    def start(self, front: Front) -> ChildService:
+        return start_embedded_proxy(front.upstream, front.read_timeout, listen_host=front.listen_host)
+
+
+KIND = EmbeddedProxy(name="embedded", order=1, display_name="the embedded proxy", loopback_only=False)

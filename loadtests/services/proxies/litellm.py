@@ -1,4 +1,4 @@
-"""LiteLLM's proxy as a gateway in front of the server: installed in its own virtual environment,
+"""``--proxy litellm``: LiteLLM's proxy as a gateway in front of the server: installed in its own virtual environment,
 started by the run (``--proxy litellm``) on a free loopback port, under our watchdog.
 
 Users put LiteLLM in front of vLLM; it behaves unlike a reverse proxy, and the run must see it as
@@ -32,9 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadtests.base.ports import free_loopback_port
-from loadtests.services.real_proxies import Upstream, start_watched
-from loadtests.services.stack import ChildService, ServerStartError
-from loadtests.services.tool_venv import ToolInstallError, ToolVenv, dump, run_step, stamp_matches
+from loadtests.errors import LiteLLMError, ServerStartError
+from loadtests.services.child import ChildService
+from loadtests.services.proxies.base import Front, ProxyKind
+from loadtests.services.proxies.real import Upstream, start_watched
+from loadtests.services.tool_venv import ToolVenv, dump, run_step, stamp_matches
 
 LITELLM_VERSION = "1.108.7"
 PACKAGE = f"litellm[proxy]=={LITELLM_VERSION}"
@@ -57,10 +59,6 @@ GATEWAY_ENV = {
 }
 """The gateway's environment on top of this process's own."""
 MODELS_TIMEOUT_S = 10.0
-
-
-class LiteLLMError(ToolInstallError):
-    """LiteLLM could not be installed; the message names the step and its log."""
 
 
 def litellm_home() -> Path:
@@ -157,7 +155,7 @@ def start_litellm(
     upstream: str, read_timeout: float, api_key: str | None = None, timeout: float = READY_TIMEOUT_S
 ) -> ChildService:
     """LiteLLM's proxy in front of ``upstream`` (an ``http://`` URL), under our watchdog (as
-    ``loadtests.services.real_proxies.start_real_proxy``): ready once it accepts connections, which its
+    ``loadtests.services.proxies.real.RealProxy.launch``): ready once it accepts connections, which its
     server does only after its start-up completes. Its config and logs live in a fresh temporary
     directory, removed when it stops."""
     available, reason = litellm_available()
@@ -174,12 +172,32 @@ def start_litellm(
     return start_watched("litellm", command, directory, port, timeout, env)
 
 
+@dataclass(frozen=True, kw_only=True)
+class LiteLLMGateway(ProxyKind):
+    """LiteLLM's gateway: available once installed (``python -m loadtests litellm setup``)."""
+
+    def available(self) -> tuple[bool, str]:
+        return litellm_available()
+
+    def start(self, front: Front) -> ChildService:
+        return start_litellm(front.upstream, front.read_timeout, front.api_key)
+
+
+KIND = LiteLLMGateway(
+    name="litellm",
+    order=7,
+    display_name="LiteLLM",
+    recognised_by=r"litellm",
+    recognition_rank=80,
+    withholds_keep_alive=True,
+)
+
 __all__ = [
     "HOME_ENV",
+    "KIND",
     "LITELLM_VERSION",
     "PACKAGE",
     "Install",
-    "LiteLLMError",
     "ensure_installed",
     "gateway_config",
     "litellm_available",
