@@ -36,6 +36,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from locust import FastHttpUser, User
 from locust.exception import StopUser
 
+from loadtests.base.locust_entry import install_where_locust_runs
 from loadtests.base.safe_text import printable, without_header_values
 from loadtests.client import kernel_stamps as arrival_clock
 from loadtests.client import response_end
@@ -153,6 +154,8 @@ class StreamingUser:
         own = [declared for declared in cls.tasks if declared is not _send_next]
         if own:
             cls.tasks = own
+        if not getattr(cls, "abstract", True):  # a locustfile's user: Locust runs it, with the controller
+            install_where_locust_runs()
 
     def send_next(self) -> RequestRow:
         """Send the next request of the mix and return its row (already recorded and reported)."""
