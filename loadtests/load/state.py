@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
 from gevent.lock import Semaphore
@@ -38,6 +38,10 @@ from loadtests.load.open_loop import ArrivalSchedule
 from loadtests.record.lag import LagMonitor
 from loadtests.record.membership import Admission
 from loadtests.record.recorder import Recorder
+
+if TYPE_CHECKING:  # importing Locust monkey-patches the process: only the users' modules do
+    from locust.env import Environment
+    from locust.runners import Runner
 
 STUCK_FACTOR = 3.0
 STUCK_MIN_S = 5.0
@@ -78,7 +82,7 @@ class RunState:
     hold_slots: bool = False
     """The target is a server the run did not start (``--host``): once a stream shows its pace,
     requests with ``hold_s`` are lengthened to it so that streams queue (``learn_pace``)."""
-    runner: Any = None
+    runner: Runner | None = None
     recorder: Recorder = field(default_factory=Recorder)
     lag: LagMonitor = field(default_factory=LagMonitor)
     """This process's lag monitor; started by the scenario for the whole run."""
@@ -254,10 +258,10 @@ class RunState:
             say(printable(f"sse-soak: prompt sizing estimated: {self.facts.estimate_reason}"))
 
 
-_STATES: weakref.WeakKeyDictionary[Any, RunState] = weakref.WeakKeyDictionary()
+_STATES: weakref.WeakKeyDictionary[Environment, RunState] = weakref.WeakKeyDictionary()
 
 
-def run_state(environment: Any) -> RunState:
+def run_state(environment: Environment) -> RunState:
     """The ``RunState`` of ``environment``, created on first use."""
     state = _STATES.get(environment)
     if state is None:

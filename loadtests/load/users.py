@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import gevent
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from locust import FastHttpUser, User
+from locust.env import Environment
 from locust.exception import StopUser
 
 from loadtests.base.locust_entry import install_where_locust_runs
@@ -142,7 +143,7 @@ class StreamingUser:
     sees_comments: ClassVar[bool] = True
     tasks: ClassVar[list[Any]] = [_send_next]
     """Locust collects a user class's tasks from its bases' ``tasks``: every subclass starts with this."""
-    environment: Any
+    environment: Environment
     host: str | None
     _ticket: Ticket | None = None
     """The open-loop ticket of the request under way, if any."""

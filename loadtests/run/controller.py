@@ -246,8 +246,8 @@ class _Test:
     started: float
     """``time.monotonic()`` as test_start fired: when Locust armed its ``-t`` timer (it arms it as it
     spawns the greenlet that fires test_start), so the run time is counted from here."""
-    planned_s: float | None
-    """The planned duration (``-t``, or the web UI's run time), if any."""
+    duration_s: float | None
+    """The run time Locust was given (``-t``, the option ``duration``, or the web UI's run time), if any."""
     stopping_at: float | None = None
     judging: bool = False
     judged: Event = field(default_factory=Event)
@@ -264,7 +264,7 @@ class _Test:
     def how_it_ended(self, signals: Sequence[tuple[str, float]]) -> tuple[str, str | None]:
         """``(ended, interrupted)`` (``_ending.how_it_ended``) as of its stop, or now."""
         end = self.stopping_at or time.monotonic()
-        return how_it_ended(self.started, self.load_started, end, self.planned_s, signals)
+        return how_it_ended(self.started, self.load_started, end, self.duration_s, signals)
 
 
 def _server_url(host: str | None) -> str | None:
