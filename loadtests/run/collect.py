@@ -108,10 +108,15 @@ class Collector:
         self._greenlet: gevent.Greenlet | None = None
 
     @property
-    def runner(self) -> Runner:
-        """The environment's runner (a collector runs only where Locust made one)."""
-        assert self.environment.runner is not None
+    def runner(self) -> Runner | None:
+        """The environment's runner (None: a collector used without one, its rows written locally)."""
         return self.environment.runner
+
+    @property
+    def _running(self) -> Runner:
+        """The runner, where one ships or stops users (a worker): Locust made it."""
+        assert self.runner is not None
+        return self.runner
 
     @property
     def _master(self) -> MasterRunner:
@@ -196,7 +201,7 @@ class Collector:
         if self._orphaned:
             self._keep_locally(batch)
         elif final or batch["rows"] or batch["frames"]["request_id"] or batch["lag"]["lag_s"]:
-            self.runner.send_message(BATCH_MESSAGE, {**batch, "final": final})
+            self._running.send_message(BATCH_MESSAGE, {**batch, "final": final})
 
     def _keep_locally(self, batch: dict[str, Any]) -> None:
         rows, writer = batch["rows"], self._run_dir_writer()
@@ -241,11 +246,12 @@ class Collector:
     def stop_and_ship(self) -> None:
         """Stop this worker's users and ship their rows as a final batch: on the master's flush
         request, and when the worker quits (before Locust's own listener tells the master)."""
-        if self.runner.state in (STATE_SPAWNING, STATE_RUNNING):
-            self.runner.stop()  # running streams are recorded as "stopped"; test_stop ships them
+        runner = self._running
+        if runner.state in (STATE_SPAWNING, STATE_RUNNING):
+            runner.stop()  # running streams are recorded as "stopped"; test_stop ships them
             return
         deadline = time.monotonic() + FINAL_BATCH_TIMEOUT_S
-        while self.runner.state == STATE_CLEANUP and time.monotonic() < deadline:
+        while runner.state == STATE_CLEANUP and time.monotonic() < deadline:
             gevent.sleep(0.05)  # a stop under way elsewhere: its test_stop ships the rows first
         self._ship(final=True)
 
@@ -281,7 +287,7 @@ class Collector:
 
     def _collect_final_batches(self) -> None:
         self.participants |= {client.id for client in self._master.clients.all} - self.refused
-        self.runner.send_message(FLUSH_MESSAGE, None)
+        self._master.send_message(FLUSH_MESSAGE, None)
         deadline = time.monotonic() + FINAL_BATCH_TIMEOUT_S + (self.environment.stop_timeout or 0)
         while self._waiting_for() and time.monotonic() < deadline:
             gevent.sleep(0.05)
