@@ -4,10 +4,6 @@ loaded from the installed package's ``pytest11`` entry point."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,29 +11,14 @@ import pytest
 
 from loadtests.declare.catalog import shipped
 from tests.conftest import StartServer
-from tests.test_readme import readme_python_block
+from tests.readme import readme_python_block
+from tests.user_pytest import outcomes, user_pytest
 
 pytestmark = pytest.mark.smoke
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULT = re.compile(r"::(?P<test>test_\w+)\[(?P<param>[^\]]+)\] (?P<outcome>PASSED|FAILED|ERROR|SKIPPED)")
 # the bundled server with mixed_truncate's limits, started by the test, not by the runs
 SEPARATE_SERVER = ("--max-model-len", "8192", "--max-num-seqs", "4", "--prefill-time-per-token", "0.2")
-
-
-def user_pytest(directory: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """``python -m pytest ARGS`` in ``directory``, a project that knows nothing of sse-soak but
-    that it is installed (this checkout's, through PYTHONPATH, wherever it is installed from)."""
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        command, cwd=directory, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-    )
-
-
-def outcomes(output: str) -> dict[tuple[str, str], str]:
-    """``(test, parameter) -> PASSED/FAILED/...`` from ``-v`` output."""
-    return {(match["test"], match["param"]): match["outcome"] for match in RESULT.finditer(output)}
 
 
 def summary_of(run_dir: Path) -> dict:

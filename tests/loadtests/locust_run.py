@@ -1,5 +1,5 @@
 """Run a scenario the way a user does (``locust -f ... --headless``, or in the background to talk to
-its web UI and send it signals) and read what it wrote."""
+its web UI and send it signals; ``python -m loadtests soak``) and read what it wrote."""
 
 from __future__ import annotations
 
@@ -104,6 +104,26 @@ def run_locust(scenario: str, report_dir: Path, *args: str, users: int = 4, seco
     )
     match = REPORT_LINE.search(result.stdout)
     return LocustRun(result.returncode, result.stdout, Path(match["path"]) if match else None)
+
+
+def soak_command(report_dir: Path, *args: str) -> list[str]:
+    """``python -m loadtests soak`` into ``report_dir``, with progress, checkpoints and windows short
+    enough for a run of seconds."""
+    return [
+        sys.executable,
+        "-m",
+        "loadtests",
+        "soak",
+        "--report-dir",
+        str(report_dir),
+        "--progress-interval",
+        "2",
+        "--checkpoint-interval",
+        "5",
+        "--windows",
+        "3",
+        *args,
+    ]
 
 
 LOCUST_OWN_LINE = re.compile(

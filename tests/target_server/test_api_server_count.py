@@ -15,13 +15,13 @@ import httpx
 import psutil
 import pytest
 
-from loadtests.record.server_metrics import fetch_samples
 from loadtests.services.stack import ChildService, TargetServerProcess
 from target_server.app import TargetServer
 from target_server.config import ServerConfig
 from target_server.faults import FaultInjector
 from target_server.share import SOLE, ProcessShare
 from tests.bench_scripts import load_bench_script
+from tests.server_gauges import scrape
 
 pytestmark = pytest.mark.extended
 
@@ -165,16 +165,6 @@ def test_a_killed_parent_leaves_no_child(two_servers: tuple[ChildService, list[p
     server.process.wait(GONE_WITHIN_S)
     assert not wait_all_gone(children)
     assert not shared.exists()  # the last child out removed it: nobody else was left to
-
-
-def scrape(url: str) -> dict[str, dict[str, float]]:
-    """One scrape as the harness makes it (``fetch_samples``: a connection of its own, so any
-    process may answer): sample name -> labels (``k="v"`` pairs) -> value."""
-    rows = fetch_samples(url + "/metrics")
-    found: dict[str, dict[str, float]] = {}
-    for name, labels, value in zip(rows["name"], rows["labels"], rows["value"], strict=True):
-        found.setdefault(name, {})[labels] = value
-    return found
 
 
 def engines(samples: dict[str, float]) -> dict[str, float]:

@@ -16,6 +16,7 @@ from gevent.monkey import get_original
 
 from loadtests.client.body_mux import MuxedBody, TLSReads
 from loadtests.client.kernel_stamps import SO_TIMESTAMPNS, keep_kernel_stamping_on, stamp_arrivals
+from tests.loadtests.client.certificates import self_signed
 
 pytestmark = pytest.mark.fast
 
@@ -205,8 +206,6 @@ def tls_connection(connection: Pair, tmp_path: Path) -> Iterator[tuple[Any, Any]
     """(ours, theirs) over TLS, as geventhttpclient's https connections are: gevent's TLS sockets,
     ours at timeout 0 as ``RawBody`` holds it while the hub reads (``TLSReads``)."""
     import gevent.ssl
-
-    from tests.loadtests.client.test_tls_smoke import self_signed
 
     cert, key = self_signed(tmp_path)
     server = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_SERVER)

@@ -15,7 +15,7 @@ from loadtests.judge.gates import Expect, GateResult, KeepAliveCovered, RunTable
 from loadtests.judge.summary import FAIL, INCONCLUSIVE, PASS, Summary
 from loadtests.record.lag import STALLED_COLUMN, lag_summary
 from loadtests.run.ending import how_it_ended
-from tests.loadtests.judge.test_gates import raw_stream, table
+from tests.loadtests.tables import raw_stream, table
 
 pytestmark = pytest.mark.fast
 

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,27 +13,9 @@ import pandas as pd
 import psutil
 import pytest
 
-from tests.loadtests.locust_run import ROOT, rejudged_alike
+from tests.loadtests.locust_run import ROOT, rejudged_alike, soak_command
 
 pytestmark = [pytest.mark.smoke, pytest.mark.soak]
-
-
-def soak_command(report_dir: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "loadtests",
-        "soak",
-        "--report-dir",
-        str(report_dir),
-        "--progress-interval",
-        "2",
-        "--checkpoint-interval",
-        "5",
-        "--windows",
-        "3",
-        *args,
-    ]
 
 
 def run_soak(report_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

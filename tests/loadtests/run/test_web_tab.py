@@ -19,7 +19,7 @@ from loadtests.judge.gates import GateResult
 from loadtests.judge.summary import summarize
 from loadtests.record.run_dir import RunDir
 from loadtests.run.web_tab import TAB, WebTab, _Test, add_routes, view_of
-from tests.loadtests.judge.test_gates import table
+from tests.loadtests.tables import table
 
 
 def _tab_serving(tmp_path: Path) -> tuple[WebTab, Flask, RunDir]:

@@ -14,9 +14,8 @@ import pytest
 
 from loadtests.services import real_vllm as real
 from tests.conftest import VLLM_KEEP_ALIVE, VLLM_KEY
-from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
-from tests.loadtests.run.test_soak_smoke import soak_command
-from tests.test_pytest_plugin_smoke import outcomes, user_pytest
+from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust, soak_command
+from tests.user_pytest import outcomes, user_pytest
 
 pytestmark = [pytest.mark.smoke, pytest.mark.vllm]
 
