@@ -30,10 +30,19 @@ StartServer = Callable[..., TargetServerProcess]
 os.environ.setdefault("SSE_SOAK_HARNESS_LAG_LIMIT_MS", "0")
 
 
-HEAVY_TIERS = ("proxies", "vllm", "litellm", "soak", "bench", "webui", "extended")
-"""The tiers ``python -m pytest`` leaves out (pyproject's markers say what each holds). Every other
-test is the install tier: the fast tier and end-to-end runs against the bundled server, what a
-newcomer needs to trust an install, in minutes. ``-m heavy`` runs every heavy tier."""
+HEAVY_TIER = "heavy tier:"
+"""How pyproject's ``[tool.pytest.ini_options] markers`` declares a heavy tier: its description
+starts with this. Those markers are the tiers, declared there only; nothing else (a file's name, a
+skip, a fixture) puts a test in a tier."""
+
+
+def heavy_tiers(config: pytest.Config) -> tuple[str, ...]:
+    """The tiers ``python -m pytest`` leaves out, in pyproject's order (its markers say what each
+    holds). Every other test is the install tier: the fast tier and end-to-end runs against the
+    bundled server, what a newcomer needs to trust an install, in minutes. ``-m heavy`` runs every
+    heavy tier."""
+    declared = (line.partition(":") for line in config.getini("markers"))
+    return tuple(name.strip() for name, _, description in declared if description.strip().startswith(HEAVY_TIER))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,23 +55,30 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     if config.option.markexpr == "not heavy":
-        return "sse-soak: the install tier (-m heavy runs the heavy tiers: " + ", ".join(HEAVY_TIERS) + ")"
+        return "sse-soak: the install tier (-m heavy runs the heavy tiers: " + ", ".join(heavy_tiers(config)) + ")"
     return f"sse-soak: tests selected by -m {config.option.markexpr!r}" if config.option.markexpr else ""
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test of a heavy tier is marked ``heavy`` too, unless it is ``fast``: a fast test is of the
     install tier wherever it lives (its module's tier marker is for the module's other tests). A test
-    that uses the session's real vLLM is of the ``vllm`` tier wherever it lives; those run last,
-    together: vLLM starts once, after every other test, and stops with the session, so no other test
-    shares the machine with it."""
+    that uses the session's real vLLM must be marked ``vllm`` (a collection error says so); those run
+    last, together: vLLM starts once, after every other test, and stops with the session, so no other
+    test shares the machine with it."""
+    tiers = heavy_tiers(config)
+    unmarked = [item.nodeid for item in items if uses_real_vllm(item) and item.get_closest_marker("vllm") is None]
+    if unmarked:
+        raise pytest.UsageError("these use vllm_server: mark them pytest.mark.vllm\n" + "\n".join(unmarked))
     for item in items:
-        if "vllm_server" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.vllm)
-        if item.get_closest_marker("fast") is None and any(item.get_closest_marker(tier) for tier in HEAVY_TIERS):
+        if item.get_closest_marker("fast") is None and any(item.get_closest_marker(tier) for tier in tiers):
             item.add_marker(pytest.mark.heavy)
-    items.sort(key=lambda item: "vllm_server" in getattr(item, "fixturenames", ()))
+    items.sort(key=uses_real_vllm)
+
+
+def uses_real_vllm(item: pytest.Item) -> bool:
+    """``item`` uses the session's real vLLM (the ``vllm_server`` fixture), directly or through another fixture."""
+    return "vllm_server" in getattr(item, "fixturenames", ())
 
 
 @pytest.fixture(autouse=True)
