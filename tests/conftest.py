@@ -18,11 +18,13 @@ import pytest
 from loadtests.services import real_vllm as real
 from loadtests.services.litellm_gateway import litellm_available
 from loadtests.services.real_proxies import REAL_PROXIES
-from loadtests.services.stack import TargetServerProcess
+from loadtests.services.stack import ChildService, TargetServerProcess
 from tests.browser import CHROMEDRIVER, CHROMIUM
 from tests.no_process import no_child_processes
 
-StartServer = Callable[..., TargetServerProcess]
+StartServer = Callable[..., ChildService]
+
+pytest_plugins = ["pytester"]  # a user's own pytest, for the plugin's tests (tests/user_pytest.py)
 
 # The suite's runs judge the server, on a CI machine that runs many of them at once: the
 # harness_kept_up gate (which judges this machine) is off in them unless a test turns it on with
@@ -96,9 +98,9 @@ def _fast_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[Non
 @pytest.fixture
 def start_server() -> Iterator[StartServer]:
     """``start_server("--max-num-seqs", "1", ...)`` starts a server; all are stopped at teardown."""
-    started: list[TargetServerProcess] = []
+    started: list[ChildService] = []
 
-    def start(*args: str) -> TargetServerProcess:
+    def start(*args: str) -> ChildService:
         server = TargetServerProcess.start(args)
         started.append(server)
         return server
@@ -110,7 +112,7 @@ def start_server() -> Iterator[StartServer]:
 
 
 @pytest.fixture(scope="module")
-def default_server() -> Iterator[TargetServerProcess]:
+def default_server() -> Iterator[ChildService]:
     """One server with default settings, shared by a module's read-only tests."""
     server = TargetServerProcess.start(())
     yield server
@@ -118,7 +120,7 @@ def default_server() -> Iterator[TargetServerProcess]:
 
 
 @pytest.fixture
-def client(default_server: TargetServerProcess) -> Iterator[httpx.Client]:
+def client(default_server: ChildService) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=default_server.url, timeout=30) as http:
         yield http
 
