@@ -95,8 +95,10 @@ def test_every_exception_the_harness_raises_is_an_sse_soak_error() -> None:
             named = (
                 [base.id for base in node.bases if isinstance(base, ast.Name)] if isinstance(node, ast.ClassDef) else []
             )
-            if any(name.endswith(("Error", "Exception", "Exit")) or name == "Exception" for name in named):
-                bases[node.name] = named  # type: ignore[union-attr]
+            if isinstance(node, ast.ClassDef) and any(
+                name.endswith(("Error", "Exception", "Exit")) or name == "Exception" for name in named
+            ):
+                bases[node.name] = named
 
     def ours(name: str) -> bool:
         return name == "SseSoakError" or any(ours(base) for base in bases.get(name, []))

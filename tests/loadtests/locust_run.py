@@ -34,6 +34,12 @@ class LocustRun:
     output: str
     run_dir: Path | None
 
+    @property
+    def checked_run_dir(self) -> Path:
+        """The run's directory; an ``AssertionError`` with the end of its output when it printed none."""
+        assert self.run_dir is not None, self.output[-3000:]
+        return self.run_dir
+
     @functools.cached_property
     def summary(self) -> dict[str, Any]:
         """The summary the run wrote, checked to be what a later judgement of the run gives."""

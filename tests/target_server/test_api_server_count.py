@@ -186,7 +186,7 @@ def test_every_process_answers_metrics_for_the_whole_server_as_vllms_api_servers
                 async for _ in response.aiter_lines():
                     pass
 
-        async def load_and_look() -> list[dict[str, dict[tuple[tuple[str, str], ...], float]]]:
+        async def load_and_look() -> list[dict[str, dict[str, float]]]:
             clients = [httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1)) for _ in range(streams)]
             running = [asyncio.create_task(one(client)) for client in clients]
             await asyncio.sleep(0.4)  # every stream admitted (running or queued), none near its end (1.2 s)

@@ -16,7 +16,7 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 signed by its own key (so it is its own CA), and that key."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sse-soak test server")])
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.timezone.utc)
     certificate = (
         x509.CertificateBuilder()
         .subject_name(name)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
@@ -31,7 +32,7 @@ from tests.loadtests.locust_run import ROOT
 
 def _soak_parser() -> argparse.ArgumentParser:
     commands = command_line()._subparsers._group_actions[0]  # type: ignore[union-attr]
-    return commands.choices["soak"]
+    return cast(dict[str, argparse.ArgumentParser], commands.choices)["soak"]
 
 
 @pytest.mark.fast
@@ -59,7 +60,9 @@ def test_a_value_is_refused_by_one_rule_on_every_surface(
     parser = argparse.ArgumentParser()
     add_argparse_options(parser, Surface.SOAK)
     with pytest.raises(argparse.ArgumentTypeError, match=soak_says):
-        parser._option_string_actions[item.flag].type(f"{bad:g}")  # type: ignore[misc]
+        convert = parser._option_string_actions[item.flag].type
+        assert callable(convert)
+        convert(f"{bad:g}")
     with pytest.raises(ValueError, match=f"{item.flag}.*{locust_says}"):
         check_value(name, bad)
 

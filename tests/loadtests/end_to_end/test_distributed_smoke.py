@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import psutil
@@ -122,7 +123,8 @@ def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
         for worker in workers:
             assert worker.wait(timeout=60) == 0
     finally:
-        for process in (master, *workers):
+        started: list[subprocess.Popen[Any]] = [master, *workers]  # the master's output is text, the workers' bytes
+        for process in started:
             if process.poll() is None:
                 process.kill()
                 process.wait()
@@ -274,7 +276,8 @@ def forked_workers(master: int) -> tuple[list[psutil.Process], list[psutil.Proce
     """The ``--processes`` master's forked Locust workers, and its other descendants (its server).
     A child that exits while it is looked at (a short-lived helper, a zombie not yet reaped) is
     neither: it has no command line left to read."""
-    workers, others = [], []
+    workers: list[psutil.Process] = []
+    others: list[psutil.Process] = []
     for child in psutil.Process(master).children(recursive=True):
         try:
             command = child.cmdline()

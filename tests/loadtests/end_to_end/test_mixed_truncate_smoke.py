@@ -62,7 +62,7 @@ def test_a_harness_that_did_not_keep_up_fails_the_run_and_says_why(tmp_path: Pat
     summary = run.summary
     assert summary["harness_lag_ms"]["limit_ms"] == 0.001 and 0 < summary["harness_lag_ms"]["samples"] < len(run.lag)
     assert summary["gate_specs"][-1] == {"type": "HarnessKeptUp", "limit_ms": 0.001, "name": "harness_kept_up"}
-    assert "Harness lag" in (run.run_dir / "report.html").read_text()
+    assert "Harness lag" in (run.checked_run_dir / "report.html").read_text()
     # every other gate judged the server, which was fine
     assert [g["name"] for g in summary["gates"] if not g["passed"]] == ["harness_kept_up"]
 

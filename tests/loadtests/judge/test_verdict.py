@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ POINT_UNJUDGED = unjudged("every_stream_ok", "0/0 rows")
 
 
 def summary(
-    *gates: GateResult, point: list[str] | None = None, requests: int = 10, specs: list[str] = (), **fields: Any
+    *gates: GateResult, point: list[str] | None = None, requests: int = 10, specs: Sequence[str] = (), **fields: Any
 ) -> Summary:
     return Summary(
         scenario="s",

@@ -132,7 +132,7 @@ def test_every_form_option_has_a_short_label_shown_in_place_of_its_help() -> Non
         if Surface.LOCUST in item.surfaces and item.form:
             assert item.label and len(item.label) <= LABEL_MAX, item.name
             assert len(item.label) < len(item.help), item.name
-    fields = {
+    fields: dict[str, dict[str, Any]] = {
         "keep_alive_interval": {"help_text": option("keep_alive_interval").help, "default_value": None},
         "proxy": {"help_text": option("proxy").help, "default_value": "nginx"},  # given on the command line
         "someone_elses": {"help_text": "their help", "default_value": None},
