@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
+from argparse import Namespace
 from typing import Any
 
 import pytest
@@ -18,10 +18,10 @@ pytestmark = pytest.mark.fast
 SCENARIO = Scenario(name="s", server_args="--max-num-seqs 2", keep_alive_interval=0.5)
 
 
-def options(**given: Any) -> SimpleNamespace:
+def options(**given: Any) -> Namespace:
     """Parsed options as Locust leaves them when only ``given`` were on the command line."""
     defaults = {"host": None, "keep_alive_interval": None, "server_args": "--seed 3", "proxy": "none"}
-    return SimpleNamespace(**{**defaults, "proxy_read_timeout": 60.0, "rate": None, **given})
+    return Namespace(**{**defaults, "proxy_read_timeout": 60.0, "rate": None, **given})
 
 
 def test_the_bundled_server_runs_the_scenarios_interval_unless_one_is_given() -> None:

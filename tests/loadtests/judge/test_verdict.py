@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from loadtests.judge.gates import Expect, GateResult, KeepAliveCovered, RunTable
 from loadtests.judge.summary import FAIL, INCONCLUSIVE, PASS, Summary
 from loadtests.record.lag import STALLED_COLUMN, lag_summary
 from loadtests.run.ending import how_it_ended
-from tests.loadtests.judge.test_gates import raw_stream, table
+from tests.loadtests.tables import raw_stream, table
 
 pytestmark = pytest.mark.fast
 
@@ -25,7 +26,7 @@ POINT_UNJUDGED = unjudged("every_stream_ok", "0/0 rows")
 
 
 def summary(
-    *gates: GateResult, point: list[str] | None = None, requests: int = 10, specs: list[str] = (), **fields: Any
+    *gates: GateResult, point: list[str] | None = None, requests: int = 10, specs: Sequence[str] = (), **fields: Any
 ) -> Summary:
     return Summary(
         scenario="s",

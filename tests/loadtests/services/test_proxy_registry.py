@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import importlib
 import re
+from argparse import Namespace
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -127,8 +127,8 @@ def test_the_causes_name_and_judge_a_registered_kind(registered: RecordingKind) 
 def test_server_bind_lets_a_kind_through_by_where_it_listens(registered: RecordingKind) -> None:
     scenario = Scenario(name="s")
     given = {"host": None, "keep_alive_interval": None, "server_args": "", "proxy_read_timeout": 60.0, "rate": None}
-    bound = run_settings(scenario, SimpleNamespace(**given, proxy="test-gateway", server_bind="10.0.0.1"))
+    bound = run_settings(scenario, Namespace(**given, proxy="test-gateway", server_bind="10.0.0.1"))
     assert bound.proxy == "test-gateway"
     said = "--proxy nginx listens on loopback only, out of the workers' reach: give --proxy none or embedded or "
     with pytest.raises(UsageError, match=re.escape(said + "test-gateway")):
-        run_settings(scenario, SimpleNamespace(**given, proxy="nginx", server_bind="10.0.0.1"))
+        run_settings(scenario, Namespace(**given, proxy="nginx", server_bind="10.0.0.1"))
