@@ -9,8 +9,9 @@ lives in stage packages, each importing only those below it (import-linter check
 
 Everything a locustfile needs is exported here. Names are re-exported lazily: importing Locust
 monkey-patches the process for gevent, so only a locustfile that asks for ``SSEUser`` or
-``Scenario`` pays for it, never ``loadtests.client.sse`` alone; type checkers and editors read the
-``TYPE_CHECKING`` imports instead.
+``OpenAISDKUser`` pays for it, never ``loadtests.client.sse`` alone; type checkers and editors read the
+``TYPE_CHECKING`` imports instead. Importing registers nothing with Locust: declaring a ``Scenario``
+or a user class where Locust runs installs the run controller (``loadtests.base.locust_entry``).
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ _EXPORTS = {
     "RequestMix": "loadtests.declare.workload",
     "RequestSpec": "loadtests.declare.workload",
     "Route": "loadtests.declare.workload",
-    # What a locustfile runs comes through the run controller: importing it registers it with Locust.
-    "Scenario": "loadtests.run.controller",
+    # Importing registers nothing with Locust: declaring a Scenario or a user class where Locust runs
+    # installs the run controller (loadtests.base.locust_entry).
+    "Scenario": "loadtests.declare.scenario",
     "RunSettings": "loadtests.declare.scenario",
-    "SSEUser": "loadtests.run.controller",
-    "OpenAISDKUser": "loadtests.run.controller",
+    "SSEUser": "loadtests.load.users",
+    "OpenAISDKUser": "loadtests.load.users",
 }
 
 __all__ = [

@@ -73,7 +73,7 @@ class Launch:
     """bundled or vllm (started by the run when no host is given); None: the bundled server."""
     keep_alive_interval: float | None = None
     """The server's keep-alive interval (s); None: the scenario's, or with ``host`` inferred from the comments seen."""
-    report_dir: Path = Path("reports")
+    report_dir: Path = Path(option("report_dir").default_on(Surface.LAUNCH))
     options: Mapping[str, Any] = field(default_factory=dict)
     """Any other option of the scenario or of Locust, as keywords (``options.locust_arguments``):
     one of ours is checked by its declaration (``options.check_value``), Locust's are Locust's to check."""

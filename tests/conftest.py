@@ -18,11 +18,13 @@ import pytest
 from loadtests.services import real_vllm as real
 from loadtests.services.proxies import real_proxies
 from loadtests.services.proxies.litellm import litellm_available
-from loadtests.services.stack import TargetServerProcess
+from loadtests.services.stack import ChildService, TargetServerProcess
 from tests.browser import CHROMEDRIVER, CHROMIUM
 from tests.no_process import no_child_processes
 
-StartServer = Callable[..., TargetServerProcess]
+StartServer = Callable[..., ChildService]
+
+pytest_plugins = ["pytester"]  # a user's own pytest, for the plugin's tests (tests/user_pytest.py)
 
 # The suite's runs judge the server, on a CI machine that runs many of them at once: the
 # harness_kept_up gate (which judges this machine) is off in them unless a test turns it on with
@@ -30,10 +32,19 @@ StartServer = Callable[..., TargetServerProcess]
 os.environ.setdefault("SSE_SOAK_HARNESS_LAG_LIMIT_MS", "0")
 
 
-HEAVY_TIERS = ("proxies", "vllm", "litellm", "soak", "bench", "webui", "extended")
-"""The tiers ``python -m pytest`` leaves out (pyproject's markers say what each holds). Every other
-test is the install tier: the fast tier and end-to-end runs against the bundled server, what a
-newcomer needs to trust an install, in minutes. ``-m heavy`` runs every heavy tier."""
+HEAVY_TIER = "heavy tier:"
+"""How pyproject's ``[tool.pytest.ini_options] markers`` declares a heavy tier: its description
+starts with this. Those markers are the tiers, declared there only; nothing else (a file's name, a
+skip, a fixture) puts a test in a tier."""
+
+
+def heavy_tiers(config: pytest.Config) -> tuple[str, ...]:
+    """The tiers ``python -m pytest`` leaves out, in pyproject's order (its markers say what each
+    holds). Every other test is the install tier: the fast tier and end-to-end runs against the
+    bundled server, what a newcomer needs to trust an install, in minutes. ``-m heavy`` runs every
+    heavy tier."""
+    declared = (line.partition(":") for line in config.getini("markers"))
+    return tuple(name.strip() for name, _, description in declared if description.strip().startswith(HEAVY_TIER))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,23 +57,30 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     if config.option.markexpr == "not heavy":
-        return "sse-soak: the install tier (-m heavy runs the heavy tiers: " + ", ".join(HEAVY_TIERS) + ")"
+        return "sse-soak: the install tier (-m heavy runs the heavy tiers: " + ", ".join(heavy_tiers(config)) + ")"
     return f"sse-soak: tests selected by -m {config.option.markexpr!r}" if config.option.markexpr else ""
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test of a heavy tier is marked ``heavy`` too, unless it is ``fast``: a fast test is of the
     install tier wherever it lives (its module's tier marker is for the module's other tests). A test
-    that uses the session's real vLLM is of the ``vllm`` tier wherever it lives; those run last,
-    together: vLLM starts once, after every other test, and stops with the session, so no other test
-    shares the machine with it."""
+    that uses the session's real vLLM must be marked ``vllm`` (a collection error says so); those run
+    last, together: vLLM starts once, after every other test, and stops with the session, so no other
+    test shares the machine with it."""
+    tiers = heavy_tiers(config)
+    unmarked = [item.nodeid for item in items if uses_real_vllm(item) and item.get_closest_marker("vllm") is None]
+    if unmarked:
+        raise pytest.UsageError("these use vllm_server: mark them pytest.mark.vllm\n" + "\n".join(unmarked))
     for item in items:
-        if "vllm_server" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.vllm)
-        if item.get_closest_marker("fast") is None and any(item.get_closest_marker(tier) for tier in HEAVY_TIERS):
+        if item.get_closest_marker("fast") is None and any(item.get_closest_marker(tier) for tier in tiers):
             item.add_marker(pytest.mark.heavy)
-    items.sort(key=lambda item: "vllm_server" in getattr(item, "fixturenames", ()))
+    items.sort(key=uses_real_vllm)
+
+
+def uses_real_vllm(item: pytest.Item) -> bool:
+    """``item`` uses the session's real vLLM (the ``vllm_server`` fixture), directly or through another fixture."""
+    return "vllm_server" in getattr(item, "fixturenames", ())
 
 
 @pytest.fixture(autouse=True)
@@ -80,9 +98,9 @@ def _fast_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[Non
 @pytest.fixture
 def start_server() -> Iterator[StartServer]:
     """``start_server("--max-num-seqs", "1", ...)`` starts a server; all are stopped at teardown."""
-    started: list[TargetServerProcess] = []
+    started: list[ChildService] = []
 
-    def start(*args: str) -> TargetServerProcess:
+    def start(*args: str) -> ChildService:
         server = TargetServerProcess.start(args)
         started.append(server)
         return server
@@ -94,7 +112,7 @@ def start_server() -> Iterator[StartServer]:
 
 
 @pytest.fixture(scope="module")
-def default_server() -> Iterator[TargetServerProcess]:
+def default_server() -> Iterator[ChildService]:
     """One server with default settings, shared by a module's read-only tests."""
     server = TargetServerProcess.start(())
     yield server
@@ -102,7 +120,7 @@ def default_server() -> Iterator[TargetServerProcess]:
 
 
 @pytest.fixture
-def client(default_server: TargetServerProcess) -> Iterator[httpx.Client]:
+def client(default_server: ChildService) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=default_server.url, timeout=30) as http:
         yield http
 

@@ -15,10 +15,12 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
 
+_posixsubprocess: ModuleType | None
 try:
     import _posixsubprocess
 except ImportError:  # not on Windows

@@ -1,4 +1,4 @@
-"""A server's scheduler gauges as its ``/metrics`` says them, read through the harness's own scrape
+"""A server's samples and scheduler gauges as its ``/metrics`` says them, read through the harness's own scrape
 (``fetch_samples``), so tests wait on the server's state instead of sleeping a fixed time."""
 
 from __future__ import annotations
@@ -9,6 +9,16 @@ from loadtests.record.server_metrics import fetch_samples
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+
+
+def scrape(url: str) -> dict[str, dict[str, float]]:
+    """One scrape as the harness makes it (``fetch_samples``: a connection of its own, so any
+    process may answer): sample name -> labels (``k="v"`` pairs) -> value."""
+    rows = fetch_samples(url + "/metrics")
+    found: dict[str, dict[str, float]] = {}
+    for name, labels, value in zip(rows["name"], rows["labels"], rows["value"], strict=True):
+        found.setdefault(name, {})[labels] = value
+    return found
 
 
 def gauge(url: str, name: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.test_readme import readme_commands
+from tests.readme import readme_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,32 +15,16 @@ from loadtests.declare.options import OPTIONS, PYTEST_PREFIX
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, USAGE_EXIT_CODE
 from loadtests.judge.gates import ALWAYS_ON
 from target_server.config import ServerConfig
+from tests.readme import README, readme_commands
 
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
 MAX_README_LINES = 200
 EXTENSIONS_PAGE = ROOT / "docs" / "target-server.md"
 EXTENSIONS_HEADING = "Its extensions, what it does that vLLM does not"
 MAIN_JOB = "pip install -e . && locust -f scenarios/mixed_truncate.py --headless -u 8 -r 8 -t 20s"
 TEST_COMMAND = "pip install -e '.[test]' && python -m pytest"
-
-
-def readme_commands() -> list[str]:
-    block = re.search(r"```bash\n(.*?)```", README.read_text(), re.DOTALL)
-    assert block, "the README starts with a bash block"
-    return [line for line in block[1].splitlines() if line.strip()]
-
-
-def readme_python_block(heading: str) -> str:
-    """The first python block of the README's section whose heading starts with ``## heading``."""
-    pattern = rf"^## {re.escape(heading)}.*?\n(.*?)^## "
-    section = re.search(pattern, README.read_text(), re.DOTALL | re.MULTILINE)
-    assert section, f"the README has a section '{heading}'"
-    block = re.search(r"```python\n(.*?)```", section[1], re.DOTALL)
-    assert block, f"the section '{heading}' shows a python block"
-    return block[1]
 
 
 def test_the_readme_starts_with_exactly_the_main_job_and_the_test_command() -> None:

@@ -74,7 +74,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     venv = work / "venv"
     # isolated from this machine's site-packages: the wheel's declared dependencies must be enough
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    install = [venv / "bin" / "python", "-m", "pip", "install", "-q", str(wheel), "pytest"]
+    install = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel), "pytest"]
     done = subprocess.run(install, timeout=900, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     elsewhere = work / "elsewhere"

@@ -23,10 +23,11 @@ import math
 import os
 import re
 import shlex
+from argparse import Namespace
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from loadtests.base.ports import bind_address_problem
@@ -34,8 +35,12 @@ from loadtests.base.safe_text import redacted_url
 from loadtests.client.preflight import DEFAULT_PREFLIGHT_TIMEOUT
 from loadtests.client.sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.errors import InvalidValue, UnknownName, UsageError
+from loadtests.judge.drift import DriftLimits
 from loadtests.judge.gates import DEFAULT_MAX_UNJUDGED_SHARE
 from loadtests.services import proxies
+
+if TYPE_CHECKING:  # nothing here imports Locust at run time
+    from locust.argument_parser import LocustArgumentParser
 
 __all__ = [
     "OPTIONS",
@@ -67,6 +72,9 @@ DEFAULT_STREAM_DEADLINE_S = 600.0
 silent, so the idle timeout never fires; this does."""
 DEFAULT_SCRAPE_INTERVAL_S = 1.0
 MAX_FLUSH_INTERVAL_S = 3600.0
+_DRIFT = DriftLimits()
+"""The drift gates' limits by default: the soak's ``--windows``, ``--max-memory-growth`` and
+``--max-latency-drift`` default to them (``loadtests.judge.drift``, which cannot read this module)."""
 SERVER_KINDS = ("bundled", "vllm")
 ARRIVAL_KINDS = ("poisson", "constant")
 
@@ -466,6 +474,8 @@ OPTIONS: tuple[Option, ...] = (
         locust_flag="--spawn-rate",
         group="load",
     ),
+    # The run's length: the option ``duration`` (``--duration``, ``--sse-soak-duration``), Locust's own
+    # ``-t/--run-time`` on Locust's command line; ``duration_s`` (whole seconds) in every field of ours.
     Option(
         "duration",
         DURATION,
@@ -806,12 +816,12 @@ OPTIONS: tuple[Option, ...] = (
         frozenset({S}),
         group="judging",
     ),
-    Option("windows", _whole(3), "drift windows, >= 3", 10, frozenset({S}), group="judging"),
+    Option("windows", _whole(3), "drift windows, >= 3", _DRIFT.windows, frozenset({S}), group="judging"),
     Option(
         "max_memory_growth",
         LIMIT,
         "steady memory growth allowed, second to last window, a finite number >= 0",
-        0.10,
+        _DRIFT.max_memory_growth,
         frozenset({S}),
         group="judging",
     ),
@@ -819,7 +829,7 @@ OPTIONS: tuple[Option, ...] = (
         "max_latency_drift",
         LIMIT,
         "TTFT p50 growth allowed, first to last window, a finite number >= 0",
-        0.50,
+        _DRIFT.max_latency_drift,
         frozenset({S}),
         group="judging",
     ),
@@ -843,12 +853,12 @@ def on(surface: Surface) -> list[Option]:
 # -- Locust ---------------------------------------------------------------------------------------
 
 
-def add_locust_options(parser: Any, title: str, scenario: Any) -> None:
+def add_locust_options(parser: LocustArgumentParser, title: str, scenario: object) -> None:
     """Declare the scenario options on Locust's parser, each ``form`` one shown and settable in the web
     UI (Locust shows an option there only when its own ``add_argument`` declared it: a group's does not
     mark it). Defaults come from ``scenario`` where it has a profile. ``--keep-alive-interval``
     defaults to None on every scenario, so that a value given can be told from none: the scenario's
-    own applies to the bundled server only (``Scenario.settings``)."""
+    own applies to the bundled server only (``loadtests.run.settings``)."""
     group = parser.add_argument_group("sse-soak", title)
     for item in on(L):
         default = item.default_on(L)
@@ -904,7 +914,7 @@ def _locust_type(item: Option) -> Callable[[str], Any]:
     return convert
 
 
-def check_locust_options(options: Any) -> None:
+def check_locust_options(options: Namespace) -> None:
     """Check (and, for a value the web UI's form left as text, convert) every scenario option on a
     parsed Locust namespace; raise ``UsageError`` with one line on the first bad one."""
     for item in on(L):

@@ -1,49 +1,32 @@
 """A scenario: what one locustfile runs, declared as a frozen value that reads like a test plan.
 
 ``Scenario(name, server_args, gates, ...)`` states the bundled server's profile, the proxy in front of
-it and the gates of the verdict. Declaring one does nothing else: no Locust import, no registration.
-The run controller (``loadtests.run.controller``) finds the one a locustfile declares the way Locust
-finds its users, among the names the locustfile's module defines, and runs it. Everything here is a
-pure function of the declaration and the run's options: ``settings`` (what the gates may read),
-``gate_list`` (the gates the run is judged by, with the run's figures filled in) and ``check``
-(the gates' queries against the request table's columns).
+it and the gates of the verdict. Declaring one imports nothing of Locust; where Locust runs, it hands
+the run controller's hooks to Locust, once per process (``loadtests.base.locust_entry``). The run
+controller (``loadtests.run.controller``) finds the one a locustfile declares the way Locust finds
+its users, among the names the locustfile's module defines, and runs it. Everything here is a pure
+function of the declaration and the run's settings (``RunSettings``, made from the options by
+``loadtests.run.settings``): ``gate_list`` (the gates the run is judged by, with the run's figures
+filled in) and ``check`` (the gates' queries against the request table's columns). Its defaults
+are the options' own (``loadtests.declare.options``); it imports no service module.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadtests.base.ports import LOOPBACK
-from loadtests.base.safe_text import plain_name, redacted_url
-from loadtests.declare.options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S, keep_alive_interval
+from loadtests.base.locust_entry import install_where_locust_runs
+from loadtests.base.safe_text import plain_name
+from loadtests.declare.options import option
 from loadtests.errors import UsageError
-from loadtests.judge.gates import BUNDLED, GIVEN, REAL_VLLM, UNKNOWN, Gate, HarnessKeptUp, KeepAliveCovered, run_point
-from loadtests.services import proxies
-from loadtests.services.real_vllm import VllmProfile
-from loadtests.services.stack import split_api_key
+from loadtests.judge.gates import BUNDLED, Gate, HarnessKeptUp, KeepAliveCovered, run_point
 
 __all__ = ["REDACTED", "GateList", "RunSettings", "Scenario"]
 
 REDACTED = "<redacted>"
-
-
-def _check_server_bind(bind: str, host: str | None, proxy: str) -> None:
-    """``--server-bind`` away from loopback binds the server the run starts, bundled or real vLLM (and
-    the embedded proxy): a usage error with anything else that would leave it meaningless or
-    unreachable."""
-    if host is not None:
-        raise UsageError(f"--server-bind {bind} binds the server the run starts; with --host it starts none")
-    reachable = [kind.name for kind in proxies.kinds() if not kind.loopback_only]
-    if proxy not in reachable:
-        raise UsageError(
-            f"--server-bind {bind}: --proxy {proxy} listens on loopback only, out of the workers' reach: "
-            f"give --proxy {' or '.join(reachable)}"
-        )
 
 
 @dataclass(frozen=True)
@@ -84,34 +67,6 @@ class RunSettings:
         """The scenario's whole profile (slow prefill, token pace, faults) runs: the bundled server."""
         return self.starts_server == "bundled"
 
-    def as_dict(self) -> dict[str, Any]:
-        """The settings as recorded in summary.json and shown in report.html: the host's password and
-        query values redacted (``redacted_url``), and ``server_args`` those of the server the run
-        started (``recorded_server_args``)."""
-        host = None if self.host is None else redacted_url(self.host)
-        return {**dataclasses.asdict(self), "server_args": self.recorded_server_args(), "host": host}
-
-    def recorded_server_args(self) -> list[str] | None:
-        """Only what the server the run started ran with, never another's: the bundled server's
-        arguments (a key redacted); real vLLM's ``vllm serve`` options (``VllmServer.arguments``,
-        not the bundled profile's); None with ``--host``, as the run started no server."""
-        if self.starts_server is None:
-            return None
-        if self.starts_server == "vllm":
-            return VllmProfile.of(self.server_args).server().arguments()
-        args, key = split_api_key(self.server_args)
-        return [*args, "--api-key", REDACTED] if key else args
-
-
-def _last_keep_alive_interval(server_args: Sequence[str]) -> float:
-    """What ``--sse-keep-alive-interval`` the server will run with: the last one given, else 0 (off);
-    0 also for any value not in (0, inf), which the server reads as off."""
-    given = [value for flag, value in itertools.pairwise(server_args) if flag == "--sse-keep-alive-interval"]
-    try:
-        return keep_alive_interval(float(given[-1])) if given else 0.0
-    except ValueError:
-        return 0.0  # the server will refuse the value itself, with its own message
-
 
 GateList = Sequence[Gate] | Callable[[RunSettings], Sequence[Gate]]
 
@@ -131,10 +86,10 @@ class Scenario:
     name: str
     server_args: str | Sequence[str] = ()
     gates: GateList = ()
-    client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
-    stream_deadline: float = DEFAULT_STREAM_DEADLINE_S
+    client_idle_timeout: float = option("client_idle_timeout").default
+    stream_deadline: float = option("stream_deadline").default
     proxy: str = "none"
-    proxy_read_timeout: float = 60.0
+    proxy_read_timeout: float = option("proxy_read_timeout").default
     keep_alive_interval: float | None = None
     point: Sequence[str] | None = None
     """The names of the gates that are the scenario's point: a run where one of them could not be
@@ -150,6 +105,7 @@ class Scenario:
             raise UsageError(str(exc)) from None
         args = shlex.split(self.server_args) if isinstance(self.server_args, str) else tuple(self.server_args)
         object.__setattr__(self, "profile", tuple(args))
+        install_where_locust_runs()  # declared where Locust runs: the run controller takes it from here
 
     def check(self, settings: RunSettings | None = None) -> None:
         """Raise ``UsageError`` (one line naming the scenario and the gate) when a gate's queries are
@@ -165,55 +121,6 @@ class Scenario:
                 gate.check()
             except ValueError as exc:
                 raise UsageError(f"scenario {self.name}: {exc}") from None
-
-    def settings(self, options: Any) -> RunSettings:
-        """The run's settings from its parsed options: its stack (``_stack_settings``) and the TLS
-        trust of its clients."""
-        return dataclasses.replace(
-            self._stack_settings(options),
-            ca_cert=getattr(options, "ca_cert", None),
-            insecure=bool(getattr(options, "insecure", False)),
-        )
-
-    def _stack_settings(self, options: Any) -> RunSettings:
-        """The run's stack settings from its parsed options. The bundled server runs the profile, then
-        ``--server-args``, then the keep-alive interval (``--keep-alive-interval``, else the
-        scenario's own); its interval is the last one given. A server given by ``--host`` has the
-        ``--keep-alive-interval`` given, else an unknown one, and no arguments of ours."""
-        given = getattr(options, "keep_alive_interval", None)
-        if given is not None:
-            given = keep_alive_interval(given)
-        open_loop = None
-        if options.rate is not None:
-            open_loop = {
-                "rate": options.rate,
-                "arrival": options.arrival,
-                "seed": options.arrival_seed,
-                "max_in_flight": options.max_in_flight,
-            }
-        shape = (self.proxy_of(options), options.proxy_read_timeout)
-        server = getattr(options, "server", None) or "bundled"
-        bind = getattr(options, "server_bind", None) or LOOPBACK
-        if bind != LOOPBACK:
-            _check_server_bind(bind, options.host, shape[0])
-        if options.host is not None:
-            if server != "bundled":
-                raise UsageError(
-                    f"--server {server} starts a server and --host targets one already running: give one of them"
-                )
-            source = UNKNOWN if given is None else GIVEN
-            return RunSettings(*shape, given, (), options.host, open_loop, source)
-        server_args = [*self.profile, *shlex.split(options.server_args)]
-        if bind != LOOPBACK:
-            server_args += ["--host", bind]
-        interval = given if given is not None else self.keep_alive_interval
-        if interval is not None:
-            server_args += ["--sse-keep-alive-interval", repr(keep_alive_interval(interval))]
-        if server == "vllm":
-            whole = float(VllmProfile.of(server_args).keep_alive_interval)
-            return RunSettings(*shape, whole, tuple(server_args), None, open_loop, REAL_VLLM, server)
-        interval = _last_keep_alive_interval(server_args)
-        return RunSettings(*shape, interval, tuple(server_args), None, open_loop, BUNDLED)
 
     def proxy_of(self, options: Any) -> str:
         """The proxy the run starts: ``--proxy`` when given; else the scenario's own in front of the

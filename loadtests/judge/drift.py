@@ -39,6 +39,10 @@ DRIFT_GATES = ("memory_growth", "latency_drift")
 
 @dataclass(frozen=True)
 class DriftLimits:
+    """The drift gates' limits (the module docstring says what each means). These defaults are the
+    soak options' own: ``loadtests.declare.options`` declares ``--windows``, ``--max-memory-growth``
+    and ``--max-latency-drift`` with them."""
+
     windows: int = 10
     max_memory_growth: float = 0.10
     steady_share: float = 0.75

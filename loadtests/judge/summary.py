@@ -8,6 +8,10 @@ gate passed, at least one request was judged, and the run was not interrupted. T
 ``passed`` and ``gates_passed`` for readers of the file (people, other versions), but reading it
 recomputes them: a file edited to say PASS does not; only ``compare``, which judges the verdict a run
 recorded, reads them back (``Summary.recorded_verdict``).
+
+Its sections are typed records (``Causes``, ``KeepalivePerStream``, ``HarnessLag``, ``Arrival``,
+``ServerMetrics``, ``Soak``: each a ``Section``), read from and written to the same JSON: a file
+written before they were typed reads into them and is written back key for key.
 """
 
 from __future__ import annotations
@@ -171,17 +175,6 @@ class Soak(Section):
     windows: list[dict[str, Any]] = field(default_factory=list)
 
 
-SECTIONS: dict[str, type[Section]] = {
-    "causes": Causes,
-    "keepalive_per_stream": KeepalivePerStream,
-    "harness_lag_ms": HarnessLag,
-    "arrival": Arrival,
-    "server_metrics": ServerMetrics,
-    "soak": Soak,
-}
-"""Each typed section of summary.json by its key."""
-
-
 @dataclass
 class Summary:
     scenario: str
@@ -236,12 +229,6 @@ class Summary:
     """``verdict`` as its file stated it (PASS, FAIL or INCONCLUSIVE); None for an older file."""
     """``(gates_passed, passed)`` as its file stated them (an older file: ``passed`` for both); None
     for a summary just computed, or a file that stated no verdict."""
-
-    def __post_init__(self) -> None:
-        for key, kind in SECTIONS.items():  # a section given as its JSON (summarize, a hand-built summary)
-            value = getattr(self, key)
-            if isinstance(value, dict):
-                setattr(self, key, kind.from_json(value))
 
     @property
     def requests_judged(self) -> int:

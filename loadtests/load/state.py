@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
 from gevent.lock import Semaphore
@@ -21,9 +21,9 @@ from gevent.lock import Semaphore
 from loadtests.base.lines import say
 from loadtests.base.safe_text import printable
 from loadtests.client.outcome import Outcome, RequestRow, StreamTracker
-from loadtests.client.sse import DEFAULT_MAX_LINE_BYTES
 from loadtests.client.tls import client_context
-from loadtests.declare.options import DEFAULT_CLIENT_IDLE_TIMEOUT, DEFAULT_STREAM_DEADLINE_S
+from loadtests.declare.options import option
+from loadtests.declare.scenario import RunSettings
 from loadtests.declare.workload import (
     PROBE_TIMEOUT,
     PreparedMix,
@@ -39,6 +39,10 @@ from loadtests.load.open_loop import ArrivalSchedule
 from loadtests.record.lag import LagMonitor
 from loadtests.record.membership import Admission
 from loadtests.record.recorder import Recorder
+
+if TYPE_CHECKING:  # importing Locust monkey-patches the process: only the users' modules do
+    from locust.env import Environment
+    from locust.runners import Runner
 
 STUCK_FACTOR = 3.0
 STUCK_MIN_S = 5.0
@@ -58,21 +62,28 @@ PACE_MAX_RESIZES = 3
 
 @dataclass
 class RunState:
+    """What this process's users and the run controller share for one run. The stream-reading
+    values start at their options' defaults (``loadtests.declare.options``) and are set from the
+    parsed options at init and at each test start."""
+
     model_option: str | None = None
     api_key: str | None = None
-    client_idle_timeout: float = DEFAULT_CLIENT_IDLE_TIMEOUT
-    stream_deadline: float = DEFAULT_STREAM_DEADLINE_S
+    settings: RunSettings | None = None
+    """The settings of the test under way (``loadtests.run.settings``): computed at init and again as
+    each test starts (the web UI's form may change them), read by everything after; None before init."""
+    client_idle_timeout: float = option("client_idle_timeout").default
+    stream_deadline: float = option("stream_deadline").default
     """Seconds a stream may stay open from its send, however lively (``--stream-deadline``)."""
-    frame_sample_rate: float = 1.0
+    frame_sample_rate: float = option("frame_sample_rate").default
     """Share of ``ok`` streams whose frame records are kept; other outcomes always keep theirs."""
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    max_line_bytes: int = option("max_line_bytes").default
     """Longest SSE line a user reads; a longer one is a protocol error and ends that stream."""
     probe_timeout: float = PROBE_TIMEOUT
     """Seconds the first ``/tokenize`` request may take before prompt sizing turns to estimates."""
     hold_slots: bool = False
     """The target is a server the run did not start (``--host``): once a stream shows its pace,
     requests with ``hold_s`` are lengthened to it so that streams queue (``learn_pace``)."""
-    runner: Any = None
+    runner: Runner | None = None
     recorder: Recorder = field(default_factory=Recorder)
     lag: LagMonitor = field(default_factory=LagMonitor)
     """This process's lag monitor; started by the scenario for the whole run."""
@@ -248,10 +259,10 @@ class RunState:
             say(printable(f"sse-soak: prompt sizing estimated: {self.facts.estimate_reason}"))
 
 
-_STATES: weakref.WeakKeyDictionary[Any, RunState] = weakref.WeakKeyDictionary()
+_STATES: weakref.WeakKeyDictionary[Environment, RunState] = weakref.WeakKeyDictionary()
 
 
-def run_state(environment: Any) -> RunState:
+def run_state(environment: Environment) -> RunState:
     """The ``RunState`` of ``environment``, created on first use."""
     state = _STATES.get(environment)
     if state is None:

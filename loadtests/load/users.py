@@ -34,8 +34,10 @@ from typing import Any, ClassVar
 import gevent
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from locust import FastHttpUser, User
+from locust.env import Environment
 from locust.exception import StopUser
 
+from loadtests.base.locust_entry import install_where_locust_runs
 from loadtests.base.safe_text import printable, without_header_values
 from loadtests.client import kernel_stamps as arrival_clock
 from loadtests.client import response_end
@@ -137,7 +139,7 @@ class StreamingUser:
     sees_comments: ClassVar[bool] = True
     tasks: ClassVar[list[Any]] = [_send_next]
     """Locust collects a user class's tasks from its bases' ``tasks``: every subclass starts with this."""
-    environment: Any
+    environment: Environment
     host: str | None
     _ticket: Ticket | None = None
     """The open-loop ticket of the request under way, if any."""
@@ -149,6 +151,8 @@ class StreamingUser:
         own = [declared for declared in cls.tasks if declared is not _send_next]
         if own:
             cls.tasks = own
+        if not getattr(cls, "abstract", True):  # a locustfile's user: Locust runs it, with the controller
+            install_where_locust_runs()
 
     def send_next(self) -> RequestRow:
         """Send the next request of the mix and return its row (already recorded and reported)."""

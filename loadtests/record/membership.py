@@ -25,12 +25,17 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from gevent.event import Event
 
 from loadtests.base.ports import flag_value, has_flag
+
+if TYPE_CHECKING:  # Locust patches the process on import: only where it runs
+    from locust.env import Environment
+    from locust.rpc.protocol import Message
+    from locust.runners import Runner
 
 RUN_ID_ENV = "SSE_SOAK_RUN_ID"
 HELLO_MESSAGE = "sse_soak_hello"
@@ -84,7 +89,7 @@ class Admission:
     """One per process. ``start()`` picks the role from the runner: a master answers hellos, a
     worker sends one and holds its users (``wait``) until admitted; standalone, everyone is."""
 
-    def __init__(self, environment: Any = None, identity: RunIdentity | None = None) -> None:
+    def __init__(self, environment: Environment | None = None, identity: RunIdentity | None = None) -> None:
         self.environment = environment
         self.identity = identity or RunIdentity("", None)
         self.refused: set[str] = set()
@@ -98,10 +103,21 @@ class Admission:
         if environment is None:
             self.admitted.set()  # no run around it (a user run by itself): nothing to be admitted to
 
+    @property
+    def _run(self) -> Environment:
+        """The run's environment: only a process in a run starts, greets or answers."""
+        assert self.environment is not None
+        return self.environment
+
+    @property
+    def _runner(self) -> Runner:
+        assert self._run.runner is not None
+        return self._run.runner
+
     def start(self) -> None:
         from locust.runners import MasterRunner, WorkerRunner  # Locust patches on import: only where it runs
 
-        runner = self.environment.runner
+        runner = self._run.runner
         if isinstance(runner, MasterRunner):
             runner.register_message(HELLO_MESSAGE, self._on_hello)
             self.admitted.set()
@@ -124,13 +140,13 @@ class Admission:
             Event().wait()  # never set: the worker quits, which kills this user
 
     # -- master ---------------------------------------------------------------------------------
-    def _on_hello(self, environment: Any, msg: Any, **_: Any) -> None:
+    def _on_hello(self, environment: Environment, msg: Message, **_: Any) -> None:
         try:
             theirs = RunIdentity(str(msg.data["scenario"]), msg.data.get("run_id"))
         except (KeyError, TypeError):
             theirs = RunIdentity("?", None)
         problem = self.identity.mismatch(theirs)
-        runner = self.environment.runner
+        runner = self._runner
         if problem is None:
             self.refused.discard(msg.node_id)
             runner.send_message(ADMISSION_MESSAGE, {"admitted": True}, client_id=msg.node_id)
@@ -145,21 +161,21 @@ class Admission:
         """Send the hello until the master answers: a master still starting may not listen for it yet."""
         deadline = time.monotonic() + ADMISSION_WAIT_S
         while not self.admitted.is_set() and not self.refusal and time.monotonic() < deadline:
-            self.environment.runner.send_message(HELLO_MESSAGE, asdict(self.identity))
+            self._runner.send_message(HELLO_MESSAGE, asdict(self.identity))
             self.answered.wait(HELLO_REPEAT_S)
 
-    def _on_admission(self, environment: Any, msg: Any, **_: Any) -> None:
+    def _on_admission(self, environment: Environment, msg: Message, **_: Any) -> None:
         self.answered.set()
         if msg.data.get("admitted"):
             self.admitted.set()
             return
         self.refusal = str(msg.data.get("reason"))
-        options = self.environment.parsed_options
+        options = self._run.parsed_options
         where = f"{getattr(options, 'master_host', '?')}:{getattr(options, 'master_port', '?')}"
         print(
             f"sse-soak: the master at {where} refused this worker: {self.refusal}",
             file=sys.stderr,
             flush=True,
         )
-        self.environment.process_exit_code = 2
-        gevent.spawn_later(ADMISSION_WAIT_S, self.environment.runner.quit)  # the master's quit comes first
+        self._run.process_exit_code = 2
+        gevent.spawn_later(ADMISSION_WAIT_S, self._runner.quit)  # the master's quit comes first

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from loadtests.declare.options import locust_arguments
+from loadtests.declare.options import locust_arguments, option
 from loadtests.errors import InvalidValue
 from loadtests.record.run_dir import RUN_DIR_ENV, RunDir
 from loadtests.services.parent_watch import launcher_environment
@@ -48,9 +48,10 @@ class HeadlessRun:
     locustfile: Path
     users: int
     duration_s: int
+    """The option ``duration`` (Locust's ``-t``): how long the run sends load, in whole seconds."""
     spawn_rate: float | None = None
     """Users started per second (default: all at once)."""
-    report_dir: str | os.PathLike[str] = "reports"
+    report_dir: str | os.PathLike[str] = option("report_dir").default
     host: str | None = None
     """The server under test; None lets the scenario start its bundled stack."""
     processes: int | None = None

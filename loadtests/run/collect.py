@@ -30,12 +30,23 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gevent
-from locust.runners import STATE_CLEANUP, STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
+from locust.env import Environment
+from locust.rpc.protocol import Message
+from locust.runners import (
+    STATE_CLEANUP,
+    STATE_MISSING,
+    STATE_RUNNING,
+    STATE_SPAWNING,
+    MasterRunner,
+    Runner,
+    WorkerRunner,
+)
 
 from loadtests.client.outcome import Outcome
 from loadtests.load.state import run_state
@@ -82,7 +93,7 @@ class Collector:
     """One per process; ``start()`` picks the role from the environment's runner. The master or
     standalone process writes into ``writer``, the current test's, set by ``begin()``."""
 
-    def __init__(self, environment: Any, flush_interval: float, refused: set[str] | None = None) -> None:
+    def __init__(self, environment: Environment, flush_interval: float, refused: set[str] | None = None) -> None:
         self.environment = environment
         self.flush_interval = flush_interval
         self.refused = refused if refused is not None else set()
@@ -97,20 +108,34 @@ class Collector:
         self._greenlet: gevent.Greenlet | None = None
 
     @property
-    def runner(self) -> Any:
+    def runner(self) -> Runner | None:
+        """The environment's runner (None: a collector used without one, its rows written locally)."""
         return self.environment.runner
 
+    @property
+    def _running(self) -> Runner:
+        """The runner, where one ships or stops users (a worker): Locust made it."""
+        assert self.runner is not None
+        return self.runner
+
+    @property
+    def _master(self) -> MasterRunner:
+        """The runner, on the master (the only process that asks for its workers)."""
+        assert isinstance(self.runner, MasterRunner)
+        return self.runner
+
     def start(self) -> None:
-        if isinstance(self.runner, WorkerRunner):
-            self.runner.register_message(FLUSH_MESSAGE, self._on_flush_request)
+        runner = self.environment.runner
+        if isinstance(runner, WorkerRunner):
+            runner.register_message(FLUSH_MESSAGE, self._on_flush_request)
             self.environment.events.test_stop.add_listener(self._ship_final)
             self._greenlet = gevent.spawn(self._every_interval, self._ship)
-        elif self.runner is not None:
-            if isinstance(self.runner, MasterRunner):
-                self.runner.register_message(BATCH_MESSAGE, self._on_batch)
+        elif runner is not None:
+            if isinstance(runner, MasterRunner):
+                runner.register_message(BATCH_MESSAGE, self._on_batch)
             self._greenlet = gevent.spawn(self._every_interval, self.write_local)
 
-    def _every_interval(self, action: Any) -> None:
+    def _every_interval(self, action: Callable[[], object]) -> None:
         while True:
             gevent.sleep(self.flush_interval)
             action()
@@ -124,7 +149,7 @@ class Collector:
         if self._is_master:  # the workers get it with this test's spawn messages, sent after test_start
             setattr(self.environment.parsed_options, TEST_RUN_DIR, str(writer.directory.resolve()))
         self.participants = (
-            {client.id for client in self.runner.clients.all} - self.refused if self._is_master else set()
+            {client.id for client in self._master.clients.all} - self.refused if self._is_master else set()
         )
 
     def finish(self) -> None:
@@ -176,7 +201,7 @@ class Collector:
         if self._orphaned:
             self._keep_locally(batch)
         elif final or batch["rows"] or batch["frames"]["request_id"] or batch["lag"]["lag_s"]:
-            self.runner.send_message(BATCH_MESSAGE, {**batch, "final": final})
+            self._running.send_message(BATCH_MESSAGE, {**batch, "final": final})
 
     def _keep_locally(self, batch: dict[str, Any]) -> None:
         rows, writer = batch["rows"], self._run_dir_writer()
@@ -215,22 +240,23 @@ class Collector:
     def _ship_final(self, **_: Any) -> None:
         self._ship(final=True)
 
-    def _on_flush_request(self, environment: Any, msg: Any, **_: Any) -> None:
+    def _on_flush_request(self, environment: Environment, msg: Message, **_: Any) -> None:
         self.stop_and_ship()
 
     def stop_and_ship(self) -> None:
         """Stop this worker's users and ship their rows as a final batch: on the master's flush
         request, and when the worker quits (before Locust's own listener tells the master)."""
-        if self.runner.state in (STATE_SPAWNING, STATE_RUNNING):
-            self.runner.stop()  # running streams are recorded as "stopped"; test_stop ships them
+        runner = self._running
+        if runner.state in (STATE_SPAWNING, STATE_RUNNING):
+            runner.stop()  # running streams are recorded as "stopped"; test_stop ships them
             return
         deadline = time.monotonic() + FINAL_BATCH_TIMEOUT_S
-        while self.runner.state == STATE_CLEANUP and time.monotonic() < deadline:
+        while runner.state == STATE_CLEANUP and time.monotonic() < deadline:
             gevent.sleep(0.05)  # a stop under way elsewhere: its test_stop ships the rows first
         self._ship(final=True)
 
     # -- master -------------------------------------------------------------------------------
-    def _on_batch(self, environment: Any, msg: Any, **_: Any) -> None:
+    def _on_batch(self, environment: Environment, msg: Message, **_: Any) -> None:
         if msg.node_id in self.refused:
             return  # another run's worker: its rows are not this run's
         self.participants.add(msg.node_id)
@@ -250,7 +276,7 @@ class Collector:
     def _waiting_for(self) -> set[str]:
         """Workers of this test still connected and without a final batch (a worker that quit or
         stopped sent its final batch before saying so; one that vanished never will)."""
-        connected = {client.id for client in self.runner.clients.all if client.state != STATE_MISSING}
+        connected = {client.id for client in self._master.clients.all if client.state != STATE_MISSING}
         return (self.participants - self.final_from - self.refused) & connected
 
     @property
@@ -260,8 +286,8 @@ class Collector:
         return {tally.name: tally.as_dict() for tally in self.tallies.values() if tally.missing > 0}
 
     def _collect_final_batches(self) -> None:
-        self.participants |= {client.id for client in self.runner.clients.all} - self.refused
-        self.runner.send_message(FLUSH_MESSAGE, None)
+        self.participants |= {client.id for client in self._master.clients.all} - self.refused
+        self._master.send_message(FLUSH_MESSAGE, None)
         deadline = time.monotonic() + FINAL_BATCH_TIMEOUT_S + (self.environment.stop_timeout or 0)
         while self._waiting_for() and time.monotonic() < deadline:
             gevent.sleep(0.05)

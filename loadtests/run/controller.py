@@ -1,12 +1,15 @@
 """The run controller: one Locust run of a scenario, from its options to its exit code.
 
-A locustfile declares a ``Scenario`` (``loadtests.declare.scenario``: a frozen declaration). Importing
-sse-soak's Locust-facing names (``from loadtests import Scenario, SSEUser, OpenAISDKUser``) imports
-this module, whose ``register()`` hands Locust two listeners, once per process: at
-``init_command_line_parser`` the controller finds the locustfile's scenario (as Locust finds its
-users, among the names the locustfile's module defines: exactly one ``Scenario`` there, or the run
-is refused in one line) and declares its options (``loadtests.declare.options``); at ``init`` it checks
-them and takes over the run's lifecycle.
+A locustfile declares a ``Scenario`` (``loadtests.declare.scenario``: a frozen declaration).
+Declaring it, or a user class of ours, where Locust runs calls ``install`` (``loadtests.base.locust_entry``:
+importing registers nothing), which hands Locust two hooks of one ``LocustEntry``, once per process:
+at ``init_command_line_parser`` it finds the locustfile's scenario (as Locust finds its users, among
+the names the locustfile's module defines: exactly one ``Scenario`` there, or the run is refused in
+one line), makes the ``RunController`` and declares its options (``loadtests.declare.options``); at
+``init`` the controller checks them, picks this process's role once (``loadtests.run.roles``: local,
+master or worker) and takes over the run's lifecycle on the environment's own events. The run's
+settings (``loadtests.run.settings``) are computed at init and again as each test starts, and kept
+on the run's state (``RunState.settings``). Nothing of a run is kept in this module's globals.
 
 Without ``--host``, the master (or the single process) starts the bundled target server with the
 scenario's profile on a free loopback port; with ``--proxy`` (embedded, or a real one: nginx,
@@ -44,6 +47,7 @@ import signal
 import ssl
 import sys
 import time
+from argparse import Namespace
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,8 +57,9 @@ from typing import Any, ParamSpec
 import gevent
 from gevent.event import Event
 from locust import FastHttpUser, events
-from locust.argument_parser import parse_locustfile_option
-from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
+from locust.argument_parser import LocustArgumentParser, parse_locustfile_option
+from locust.env import Environment
+from locust.runners import STATE_RUNNING, STATE_SPAWNING
 from locust.util.timespan import parse_timespan
 
 from loadtests.base.lines import lines_to_stderr, say
@@ -81,9 +86,9 @@ from loadtests.errors import (
 )
 from loadtests.judge.gates import gate_sources
 from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
-from loadtests.load.open_loop import START_DELAY_S, ArrivalPlan, ArrivalSchedule, not_sent_row
-from loadtests.load.state import run_state
-from loadtests.load.users import OpenAISDKUser, SSEUser, StreamingUser
+from loadtests.load.open_loop import not_sent_row
+from loadtests.load.state import RunState, run_state
+from loadtests.load.users import StreamingUser
 from loadtests.record.membership import Admission, RunIdentity, own_run_id
 from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.record.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunRecord, Service, versions
@@ -91,14 +96,16 @@ from loadtests.record.server_metrics import OFF, ServerMetricsScraper
 from loadtests.run.collect import Collector
 from loadtests.run.ending import how_it_ended
 from loadtests.run.judging import JudgeOptions, judge, keep_elsewhere, write_html_files
+from loadtests.run.roles import Local, Role, role_of
+from loadtests.run.settings import api_key_in_server_args, recorded_settings, run_settings
 from loadtests.run.signals import SignalGuard
 from loadtests.run.web_tab import WebTab
 from loadtests.services import proxies
-from loadtests.services.parent_watch import end_with_launcher, end_with_parent
+from loadtests.services.parent_watch import end_with_launcher
 from loadtests.services.real_vllm import vllm_available
-from loadtests.services.stack import Stack, split_api_key
+from loadtests.services.stack import Stack
 
-__all__ = ["OpenAISDKUser", "RunController", "SSEUser", "Scenario", "find_scenario", "register"]
+__all__ = ["LocustEntry", "RunController", "find_scenario", "install"]
 
 _Params = ParamSpec("_Params")
 
@@ -148,48 +155,64 @@ def find_scenario(modules: Iterable[ModuleType]) -> Scenario | None:
     return declared[0][0] if declared else None
 
 
-_registered: list[RunController | None] = []
-"""The run's controller once Locust's command line asked for it (None: the locustfile declares no scenario)."""
 PROCESS_DEFAULTS = ("master_port", "master_bind_port", "run_id")
 """Option defaults made once per process (``own_master_port``, ``own_run_id``), the same in every parser."""
 
 
-_hooked = False
-"""Whether ``register`` handed the listeners to Locust (a process imports this module once, but say so)."""
+class LocustEntry:
+    """sse-soak's two hooks in Locust for this process: its options at ``init_command_line_parser``,
+    the run at ``init``. It holds the run's controller once Locust's command line asked for it."""
 
+    def __init__(self) -> None:
+        self.asked = False
+        """Whether Locust built its first parser (the locustfile's scenario was looked for)."""
+        self.controller: RunController | None = None
+        """The run's controller; None while not asked, or when the locustfile declares no scenario."""
 
-def register() -> None:
-    """Hand the controller to Locust, once per process: its options at ``init_command_line_parser``,
-    the run at ``init``."""
-    global _hooked
-    if _hooked:
-        return
-    _hooked = True
-    events.init_command_line_parser.add_listener(_add_run_options)
-    events.init.add_listener(_init_run)
-
-
-@_refusing
-def _add_run_options(parser: Any) -> None:
-    """The first parser of the process makes the controller, and with it the master port and run id
-    the forked workers inherit. Locust builds its parser again after that (its web UI does, for the
-    form, before ``init`` and on every page it serves): each later one gets the same controller's
-    options and the same defaults, never a run id of its own, or the master refuses its workers."""
-    if not _registered:
-        scenario = find_scenario(_locustfile_modules())
-        controller = None if scenario is None else RunController(scenario)
-        _registered[:] = [controller]
-        if controller is not None:
+    @_refusing
+    def add_run_options(self, parser: LocustArgumentParser) -> None:
+        """The first parser of the process makes the controller, and with it the master port and run id
+        the forked workers inherit. Locust builds its parser again after that (its web UI does, for the
+        form, before ``init`` and on every page it serves): each later one gets the same controller's
+        options and the same defaults, never a run id of its own, or the master refuses its workers."""
+        if not self.asked:
+            self.asked = True
+            scenario = find_scenario(_locustfile_modules())
+            if scenario is None:
+                return
+            controller = self.controller = RunController(scenario)
             _refuse_a_run_time_of_zero(sys.argv[1:])
             controller.add_options(parser)
             own_master_port(parser, sys.argv[1:])
             controller.run_id = own_run_id(parser, sys.argv[1:])
             controller.process_defaults = {name: parser.get_default(name) for name in PROCESS_DEFAULTS}
-        return
-    controller = _registered[0]
-    if controller is not None:
-        controller.add_options(parser)
-        parser.set_defaults(**controller.process_defaults)
+            return
+        if self.controller is not None:
+            self.controller.add_options(parser)
+            parser.set_defaults(**self.controller.process_defaults)
+
+    @_refusing
+    def init_run(self, environment: Environment, **kwargs: Any) -> None:
+        if self.controller is None:
+            ours = sorted(user.__name__ for user in environment.user_classes if issubclass(user, StreamingUser))
+            if ours:
+                raise UsageError(
+                    f"{', '.join(ours)} run in no scenario: declare one in the locustfile, e.g. "
+                    'scenario = Scenario(name="my_scenario") (declaring it installs it)'
+                )
+            return
+        self.controller.on_init(environment, **kwargs)
+
+
+@functools.cache
+def install() -> LocustEntry:
+    """Hand this process's ``LocustEntry`` to Locust's events, once (cached: a later call returns the
+    same entry and adds nothing). Called by declaring a scenario or user class where Locust runs
+    (``loadtests.base.locust_entry``), never by an import."""
+    entry = LocustEntry()
+    events.init_command_line_parser.add_listener(entry.add_run_options)
+    events.init.add_listener(entry.init_run)
+    return entry
 
 
 def _refuse_a_run_time_of_zero(argv: Sequence[str]) -> None:
@@ -206,55 +229,19 @@ def _refuse_a_run_time_of_zero(argv: Sequence[str]) -> None:
     check_run_time(seconds, argv)
 
 
-@_refusing
-def _init_run(environment: Any, **kwargs: Any) -> None:
-    controller = _registered[0] if _registered else None
-    if controller is None:
-        ours = sorted(user.__name__ for user in environment.user_classes if issubclass(user, StreamingUser))
-        if ours:
-            raise UsageError(
-                f"{', '.join(ours)} run in no scenario: declare one in the locustfile, e.g. "
-                'scenario = Scenario(name="my_scenario") (declaring it installs it)'
-            )
-        return
-    controller.on_init(environment, **kwargs)
-
-
-ARRIVAL_PROCESSES = "sse_soak_arrival_processes"
-ARRIVAL_START = "sse_soak_arrival_start"
-"""Set on the master's parsed options at test start; Locust sends them to the workers with the spawn."""
-
-
-def _start_arrivals(environment: Any) -> None:
-    """Open loop: this process's schedule for the test starting. The master (or the single process)
-    fixes the shared start and the number of processes; each worker takes its part by its index."""
-    options = environment.parsed_options
-    state = run_state(environment)
-    state.arrivals = None
-    if options.rate is None:
-        return
-    runner = environment.runner
-    if isinstance(runner, MasterRunner):
-        setattr(options, ARRIVAL_PROCESSES, max(1, runner.worker_count))
-        setattr(options, ARRIVAL_START, time.time() + START_DELAY_S)
-        return  # the master sends no request
-    if isinstance(runner, WorkerRunner):
-        processes, start = getattr(options, ARRIVAL_PROCESSES), getattr(options, ARRIVAL_START)
-        index = runner.worker_index
-    else:
-        processes, start, index = 1, time.time(), 0
-    plan = ArrivalPlan(options.rate, options.arrival, options.arrival_seed, options.max_in_flight, processes, index)
-    state.arrivals = ArrivalSchedule(plan, start)
-
-
-def _close_arrivals(environment: Any) -> None:
+def _close_arrivals(state: RunState) -> None:
     """Open loop, as the test stops: the scheduled requests no user took are recorded as ``not_sent``."""
-    state = run_state(environment)
     schedule = state.arrivals
     if schedule is None or schedule.closed:
         return
     for ticket in schedule.unsent():
         state.recorder.add(not_sent_row(ticket, state.worker), None)
+
+
+def _options(environment: Environment) -> Namespace:
+    """The run's parsed options (Locust sets them before ``init``)."""
+    assert environment.parsed_options is not None
+    return environment.parsed_options
 
 
 def _stack_of(settings: RunSettings) -> tuple[Any, ...]:
@@ -274,8 +261,8 @@ class _Test:
     started: float
     """``time.monotonic()`` as test_start fired: when Locust armed its ``-t`` timer (it arms it as it
     spawns the greenlet that fires test_start), so the run time is counted from here."""
-    planned_s: float | None
-    """The planned duration (``-t``, or the web UI's run time), if any."""
+    duration_s: float | None
+    """The run time Locust was given (``-t``, the option ``duration``, or the web UI's run time), if any."""
     stopping_at: float | None = None
     judging: bool = False
     judged: Event = field(default_factory=Event)
@@ -292,7 +279,7 @@ class _Test:
     def how_it_ended(self, signals: Sequence[tuple[str, float]]) -> tuple[str, str | None]:
         """``(ended, interrupted)`` (``_ending.how_it_ended``) as of its stop, or now."""
         end = self.stopping_at or time.monotonic()
-        return how_it_ended(self.started, self.load_started, end, self.planned_s, signals)
+        return how_it_ended(self.started, self.load_started, end, self.duration_s, signals)
 
 
 def _server_url(host: str | None) -> str | None:
@@ -310,8 +297,9 @@ class RunController:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
+        self._role: Role = Local(None)
+        """This process's part in the run (``loadtests.run.roles``), chosen once at init."""
         self._stack: Stack | None = None
-        self._settings: RunSettings | None = None
         self._collector: Collector | None = None
         self._test: _Test | None = None
         self._sizing_probe: gevent.Greenlet | None = None
@@ -335,28 +323,30 @@ class RunController:
     def name(self) -> str:
         return self.scenario.name
 
-    def add_options(self, parser: Any) -> None:
+    def add_options(self, parser: LocustArgumentParser) -> None:
         """The scenario's options (``loadtests.declare.options``), checked first: its gates' queries."""
         self.scenario.check()
         # Loopback unless told otherwise: Locust's master and web UI bind every interface by default.
         parser.set_defaults(master_bind_host="127.0.0.1", web_host="127.0.0.1")
         add_locust_options(parser, f"Options of the sse-soak scenario '{self.name}'.", self.scenario)
 
-    def on_init(self, environment: Any, **_: Any) -> None:
+    def on_init(self, environment: Environment, **_: Any) -> None:
         quiet_per_request_logging()
         end_with_launcher()  # a soak or launch() that dies, even by SIGKILL, leaves no run behind
-        options = environment.parsed_options
+        options = _options(environment)
+        self._role = role = role_of(environment.runner)
         lines_to_stderr(bool(getattr(options, "json", False)))  # stdout is --json's
         check_locust_options(options)
-        if not isinstance(environment.runner, WorkerRunner):  # Locust ignores a worker's -t
+        if role.leads:  # Locust ignores a worker's -t
             check_run_time(options.run_time, sys.argv[1:])
-        _trust_as_told(environment)
+        _trust_as_told(environment, role)
         self._given_host = options.host
         state = run_state(environment)
+        state.settings = settings = run_settings(self.scenario, options)
         state.model_option = options.model
         state.api_key = options.api_key
         if state.api_key is None and options.host is None:  # the bundled server's own key, if it was given one
-            state.api_key = split_api_key(self.scenario.settings(options).server_args)[1]
+            state.api_key = api_key_in_server_args(settings)
         _read_streams_as_told(environment)
         # the server is not the bundled one running the profile: silence must come from queueing
         state.hold_slots = options.host is not None or getattr(options, "server", "bundled") != "bundled"
@@ -367,9 +357,8 @@ class RunController:
         # first: a master answers the hellos of workers that connect while its stack starts
         state.admission = Admission(environment, RunIdentity(self.name, self.run_id))
         state.admission.start()
-        if not isinstance(environment.runner, WorkerRunner):
-            self._settings = self.scenario.settings(options)
-            self.scenario.check(self._settings)  # a function's gates: checked once known
+        if role.leads:
+            self.scenario.check(settings)  # a function's gates: checked once known
             notice = self.scenario.proxy_notice(options)
             if notice is not None:
                 say(notice)
@@ -377,7 +366,7 @@ class RunController:
             if plan_only:
                 RunDir(plan_only).write_manifest(self._manifest(environment))
                 sys.exit(0)
-            self._start_stack(environment, self._settings)
+            self._start_stack(environment, settings)
             self._preflight(environment, state)
         arrival_clock.keep_kernel_stamping_on()  # before the first stream, so its first frames are stamped
         if environment.runner is None:
@@ -385,9 +374,8 @@ class RunController:
         state.lag.start()  # for the whole run, in every process: its samples travel with the rows
         self._collector = Collector(environment, options.flush_interval, state.admission.refused)
         self._collector.start()
-        if isinstance(environment.runner, WorkerRunner) and getattr(options, "processes", None):
-            end_with_parent(self._collector.master_gone)  # forked by the master: gone with it, rows kept here
-        self._guard.speaks = not isinstance(environment.runner, WorkerRunner)
+        role.watch(self._collector, options)
+        self._guard.speaks = role.leads
         self._guard.install((signal.SIGINT,))  # an idle web UI's Ctrl-C quits, every time
         self._open_web_tab(environment)
         lifecycle = environment.events
@@ -401,7 +389,7 @@ class RunController:
         # discovery): without this, Locust's -t timer, armed next, fires that much early.
         gevent.get_hub().loop.update_now()
 
-    def _start_stack(self, environment: Any, settings: RunSettings) -> None:
+    def _start_stack(self, environment: Environment, settings: RunSettings) -> None:
         if settings.host is not None and settings.proxy == "none":
             return  # the server is given and nothing stands in front of it
         if settings.starts_server == "vllm":
@@ -430,13 +418,13 @@ class RunController:
         for line in self._stack.describe():
             say(line)
 
-    def _preflight(self, environment: Any, state: Any) -> None:
+    def _preflight(self, environment: Environment, state: RunState) -> None:
         """Refuse, in one line and before any user starts, a target the run cannot use."""
         host = environment.host
         if host is None:
             raise UsageError("no target: pass --host http://HOST:PORT (or leave it out to start the bundled server)")
         try:
-            target = preflight(host, state.api_key, state.model_option, environment.parsed_options.preflight_timeout)
+            target = preflight(host, state.api_key, state.model_option, _options(environment).preflight_timeout)
         except PreflightError as exc:
             self._stop_stack()
             raise UsageError(str(exc)) from None
@@ -451,20 +439,21 @@ class RunController:
             self._stack = None
 
     # -- one test: run directory at test_start, judged at test_stop ------------------------------
-    def _on_test_start(self, environment: Any, **_: Any) -> None:
+    def _on_test_start(self, environment: Environment, **_: Any) -> None:
         entered = time.monotonic()  # Locust's -t timer was armed as this hook's greenlet was spawned
         self._guard.test_started = True
         self._guard.install()  # SIGTERM here, not at init: Locust installs its own after init
         settle_after_setup()  # before any user spawns: one-time costs paid while no stream is open
-        run_state(environment).lag.excuse_current_wait()
-        if not isinstance(environment.runner, WorkerRunner) and not self._take_form_options(environment):
+        state = run_state(environment)
+        state.lag.excuse_current_wait()
+        if self._role.leads and not self._take_form_options(environment):
             return
         _read_streams_as_told(environment)  # the form's values (a worker has them from its spawn message)
-        _start_arrivals(environment)
-        if isinstance(environment.runner, WorkerRunner):
+        options = _options(environment)
+        state.arrivals = None if options.rate is None else self._role.arrivals(options)
+        if not self._role.leads:
             return
-        assert self._collector is not None
-        options = environment.parsed_options
+        assert self._collector is not None and environment.runner is not None
         self._use_host_of_this_test(environment)
         try:
             run = self._next_run_dir(options.report_dir)
@@ -481,8 +470,7 @@ class RunController:
         self._show_in_web_tab(environment, run)
         if not options.no_server_metrics:
             self._test.scraper = self._scrape_server_metrics(environment, run)
-        if environment.host and isinstance(environment.runner, MasterRunner):  # a master sizes no prompt itself
-            state = run_state(environment)
+        if environment.host and self._role.probes_prompt_sizing:  # a master sizes no prompt itself
             self._sizing_probe = gevent.spawn(
                 probe_prompt_sizing,
                 state.sizing_host or environment.host,
@@ -492,27 +480,30 @@ class RunController:
             )
         self._test.load_started = time.monotonic()
 
-    def _take_form_options(self, environment: Any) -> bool:
+    def _take_form_options(self, environment: Environment) -> bool:
         """The web UI's form may change any option for each test (as text): check them as the command
-        line's are, and when the stack's settings changed (the proxy, its read timeout, the keep-alive
-        interval, the server's arguments) restart the stack with them. A bad value stops this test in
-        one line and leaves the run waiting for the next; False then."""
-        options = environment.parsed_options
+        line's are, compute the test's settings once (kept on the run's state), and when the stack's
+        settings changed (the proxy, its read timeout, the keep-alive interval, the server's
+        arguments) restart the stack with them. A bad value stops this test in one line and leaves
+        the run waiting for the next; False then."""
+        options = _options(environment)
+        state = run_state(environment)
         try:
             check_locust_options(options)
             as_given = copy.copy(options)
             as_given.host = self._given_host  # the form's host field is the test's target, not --host
-            settings = self.scenario.settings(as_given)
-            if self._settings is not None and _stack_of(settings) != _stack_of(self._settings):
+            settings = run_settings(self.scenario, as_given)
+            if state.settings is not None and _stack_of(settings) != _stack_of(state.settings):
                 self._restart_stack(environment, settings)
-            self._settings = settings
+            state.settings = settings
         except SseSoakError as exc:
             print(printable(f"sse-soak: {exc}: the test is not run"), file=sys.stderr, flush=True)
+            assert environment.runner is not None
             gevent.spawn(environment.runner.stop)
             return False
         return True
 
-    def _restart_stack(self, environment: Any, settings: RunSettings) -> None:
+    def _restart_stack(self, environment: Environment, settings: RunSettings) -> None:
         say("sse-soak: the form changed the stack's settings: restarting it")
         self._stop_stack()
         environment.host = settings.host
@@ -520,7 +511,7 @@ class RunController:
         self._start_stack(environment, settings)
         self._preflight(environment, run_state(environment))
 
-    def _use_host_of_this_test(self, environment: Any) -> None:
+    def _use_host_of_this_test(self, environment: Environment) -> None:
         """The web UI's form sets the host for each test (before the users, or the workers' spawn
         messages, read it): left empty, the test targets the run's own target (the bundled stack,
         or ``--host``); another URL is checked as ``--host`` is and, if the check fails, still
@@ -533,7 +524,7 @@ class RunController:
             say(f"sse-soak: no host given for this test: it targets {redacted_url(self._target_host)}")
             return
         state = run_state(environment)
-        options = environment.parsed_options
+        options = _options(environment)
         try:
             target = preflight(host, state.api_key, options.model, options.preflight_timeout)
         except PreflightError as exc:
@@ -544,30 +535,36 @@ class RunController:
         environment.host = self._target_host = target.base_url
         state.model_option = target.model
 
-    def _open_web_tab(self, environment: Any) -> None:
+    def _open_web_tab(self, environment: Environment) -> None:
         """sse-soak's tab in Locust's web UI, when this process serves one (never a worker's)."""
-        if getattr(environment, "web_ui", None) is not None and not isinstance(environment.runner, WorkerRunner):
+        if environment.web_ui is not None and self._role.leads:
             self._web_tab = WebTab.install(environment, lambda: self._form_values(environment))
 
-    def _form_values(self, environment: Any) -> dict[str, Any]:
+    def _form_values(self, environment: Environment) -> dict[str, Any]:
         """What the web UI's form shows for an option left empty: the value the scenario runs."""
-        as_given = copy.copy(environment.parsed_options)
+        as_given = copy.copy(_options(environment))
         as_given.host = self._given_host  # the form's host field is a test's target, not --host
         return self.scenario.form_values(as_given)
 
-    def _show_in_web_tab(self, environment: Any, run: RunDir) -> None:
+    def _settings(self, environment: Environment) -> RunSettings:
+        """The settings of the test under way, as computed at its start (at init before any test)."""
+        settings = run_state(environment).settings
+        assert settings is not None, "the run's settings are computed at init"
+        return settings
+
+    def _show_in_web_tab(self, environment: Environment, run: RunDir) -> None:
         """The web UI's tab follows the test starting, judged by this run's gates."""
         if self._web_tab is None:
             return
-        options = environment.parsed_options
-        settings = self._settings or self.scenario.settings(options)
+        options = _options(environment)
+        settings = self._settings(environment)
         gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
-        recorded = {**settings.as_dict(), "max_unjudged_share": options.max_unjudged_share}
-        self._web_tab.show(run, gates, recorded, self.scenario.point_of(settings))
+        shown = {**recorded_settings(settings), "max_unjudged_share": options.max_unjudged_share}
+        self._web_tab.show(run, gates, shown, self.scenario.point_of(settings))
 
-    def _scrape_server_metrics(self, environment: Any, run: RunDir) -> ServerMetricsScraper:
+    def _scrape_server_metrics(self, environment: Environment, run: RunDir) -> ServerMetricsScraper:
         """Start scraping the server itself for this test: the bundled one, else ``--host`` (never a proxy)."""
-        options = environment.parsed_options
+        options = _options(environment)
         bundled = self._stack.server_url if self._stack is not None else None
         key = run_state(environment).api_key
         scraper = ServerMetricsScraper(
@@ -586,27 +583,25 @@ class RunController:
         given = os.environ.pop(RUN_DIR_ENV, None)
         return RunDir(given) if given else RunDir.create(report_dir, self.name)
 
-    def _manifest(self, environment: Any) -> Manifest:
-        settings = self._settings or self.scenario.settings(environment.parsed_options)
-        gates = self.scenario.gate_list(settings, environment.parsed_options.harness_lag_limit_ms)
+    def _manifest(self, environment: Environment) -> Manifest:
+        settings = self._settings(environment)
+        gates = self.scenario.gate_list(settings, _options(environment).harness_lag_limit_ms)
         services = [] if self._stack is None else [Service(s.name, s.url, s.pid) for s in self._stack.services]
-        workers = environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        recorded = settings.as_dict()
         specs = [gate.spec() for gate in gates]
         return Manifest(
             self.name,
             started,
-            recorded,
+            recorded_settings(settings),
             specs,
             services,
-            workers,
+            self._role.workers(),
             versions(),
             self.scenario.point_of(settings),
             gate_sources(gates),
         )
 
-    def _prompt_sizing(self, environment: Any) -> str | None:
+    def _prompt_sizing(self, environment: Environment) -> str | None:
         """What this process's users found about prompt sizing, else (on a master, which prepares
         no mix) what its probe at test start found, else None."""
         facts = run_state(environment).facts
@@ -619,16 +614,16 @@ class RunController:
         probe.kill(block=False)
         return probe.value if probe.successful() else None
 
-    def _on_test_stopping(self, environment: Any, **_: Any) -> None:
+    def _on_test_stopping(self, environment: Environment, **_: Any) -> None:
         if self._test is not None and self._test.stopping_at is None:
             self._test.stopping_at = time.monotonic()
-        _close_arrivals(environment)
+        _close_arrivals(run_state(environment))
 
-    def _on_test_stop(self, environment: Any, **_: Any) -> None:
-        if not isinstance(environment.runner, WorkerRunner):
+    def _on_test_stop(self, environment: Environment, **_: Any) -> None:
+        if self._role.leads:
             self._judge_test(environment)
 
-    def _judge_test(self, environment: Any) -> None:
+    def _judge_test(self, environment: Environment) -> None:
         """Collect the test's last rows and judge it, once; a second caller waits for the first."""
         test = self._test
         if test is None:
@@ -650,18 +645,18 @@ class RunController:
                 self._web_tab.judged()
             self._guard.release()
 
-    def _on_quitting(self, environment: Any, **_: Any) -> None:
+    def _on_quitting(self, environment: Environment, **_: Any) -> None:
         """Locust is quitting: end the test under way (its rows, its verdict) and the stack, once."""
         if self._quitting:
             self._quit_done.wait()
             return
         self._quitting = self._guard.quitting = True
         try:
-            if isinstance(environment.runner, WorkerRunner):
+            if self._role.leads:
+                self._end_test(environment)
+            else:
                 assert self._collector is not None
                 self._collector.stop_and_ship()
-            else:
-                self._end_test(environment)
             if self._collector is not None:
                 self._collector.stop()
             run_state(environment).lag.stop()
@@ -677,23 +672,25 @@ class RunController:
         finally:
             self._guard.restore()
 
-    def _end_test(self, environment: Any) -> None:
+    def _end_test(self, environment: Environment) -> None:
         test = self._test
         if test is None or test.judged.is_set():
             return  # no test ever started (web UI), or it is judged already
-        if environment.runner.state in (STATE_SPAWNING, STATE_RUNNING):
-            environment.runner.stop()  # fires test_stop, which judges the test
+        runner = environment.runner
+        assert runner is not None
+        if runner.state in (STATE_SPAWNING, STATE_RUNNING):
+            runner.stop()  # fires test_stop, which judges the test
         elif not test.judging:
             test.judged.wait(STOP_WAIT_S)  # a stop under way elsewhere fires test_stop when done
         self._judge_test(environment)  # waits for the judging under way, or judges if none came
 
-    def _write_report(self, environment: Any, test: _Test) -> None:
-        settings = self._settings or self.scenario.settings(environment.parsed_options)
+    def _write_report(self, environment: Environment, test: _Test) -> None:
+        settings = self._settings(environment)
         run = test.writer.run
         ended, interrupted = test.how_it_ended(self._guard.received)
-        options = environment.parsed_options
-        recorded = {
-            **settings.as_dict(),
+        options = _options(environment)
+        settings_recorded = {
+            **recorded_settings(settings),
             "prompt_sizing": self._prompt_sizing(environment),
             "max_line_bytes": options.max_line_bytes,
             "max_unjudged_share": options.max_unjudged_share,
@@ -704,7 +701,7 @@ class RunController:
             told = JudgeOptions(
                 gates,
                 scenario=self.name,
-                settings=recorded,
+                settings=settings_recorded,
                 frame_sample_rate=options.frame_sample_rate,
                 ended=ended,
                 interrupted=interrupted,
@@ -739,13 +736,13 @@ class RunController:
         closing.append(f"report: {run}")
         self._close(environment, closing)
 
-    def _close(self, environment: Any, closing: list[str]) -> None:
+    def _close(self, environment: Environment, closing: list[str]) -> None:
         """Say a judged test's closing block: now, unless Locust quits after this test and prints
         its final tables on the way (headless; the web UI with ``--autoquit`` after ``-t``; any test
         judged while quitting): then at ``quit``, after the tables, so the verdict is the last thing
         a terminal or a CI log shows."""
         self._closing.append(closing)
-        options = environment.parsed_options
+        options = _options(environment)
         autoquits = getattr(options, "autostart", False) and getattr(options, "autoquit", -1) != -1 and options.run_time
         if not (self._quitting or getattr(options, "headless", False) or autoquits):
             self._say_closing()
@@ -762,13 +759,10 @@ class RunController:
                 self._closing.clear()
 
 
-register()  # importing the controller is how a locustfile's ``from loadtests import Scenario, SSEUser`` reaches Locust
-
-
-def _read_streams_as_told(environment: Any) -> None:
+def _read_streams_as_told(environment: Environment) -> None:
     """The options by which this process's users read and record a stream, as they stand: at init,
     and again as each test starts, where the web UI's form may have changed them (``Option.form``)."""
-    options = environment.parsed_options
+    options = _options(environment)
     state = run_state(environment)
     state.client_idle_timeout = options.client_idle_timeout
     state.stream_deadline = options.stream_deadline
@@ -779,13 +773,13 @@ def _read_streams_as_told(environment: Any) -> None:
             user_class.network_timeout = options.client_idle_timeout
 
 
-def _trust_as_told(environment: Any) -> None:
+def _trust_as_told(environment: Environment, role: Role) -> None:
     """Every client of this process trusts what ``--ca-cert`` and ``--insecure`` say (``loadtests.client.tls``);
-    ``--insecure`` is said loudly, once, by the process that prints the run's lines."""
-    options = environment.parsed_options
+    ``--insecure`` is said loudly, once, by the process that leads the run."""
+    options = _options(environment)
     try:
         tls.configure(options.ca_cert, options.insecure)
     except (OSError, ssl.SSLError) as exc:
         raise UsageError(f"--ca-cert {options.ca_cert}: not a PEM file of certificates ({exc})") from None
-    if options.insecure and not isinstance(environment.runner, WorkerRunner):
+    if options.insecure and role.leads:
         print(tls.INSECURE_WARNING, file=sys.stderr, flush=True)

@@ -21,24 +21,24 @@ def how_it_ended(
     started: float,
     load_started: float | None,
     end: float,
-    planned_s: float | None,
+    duration_s: float | None,
     signals: Sequence[tuple[str, float]],
 ) -> tuple[str, str | None]:
     """``(ended, interrupted)`` of a test that started (test_start fired) at ``started``, spawned its
     users at ``load_started`` and stopped at ``end`` (``time.monotonic()`` each): the first signal
     received while it ran, else the run time reached, else the stop; ``interrupted`` repeats the words
     when a signal ended a test that had a planned duration."""
-    of = f" of {planned_s:g} s" if planned_s else ""
+    of = f" of {duration_s:g} s" if duration_s else ""
     during = [(name, at) for name, at in signals if started <= at <= end]
     if during:
         name, at = during[0]
         ended = f"{name} at {at - started:.1f} s{of}"
-        return ended, ended if planned_s else None
+        return ended, ended if duration_s else None
     elapsed = end - started
-    if planned_s and elapsed >= planned_s - EARLY_S:
+    if duration_s and elapsed >= duration_s - EARLY_S:
         start_up = (load_started or started) - started
         if start_up < START_UP_NOTED_S:
-            return f"run time of {planned_s:g} s reached", None
+            return f"run time of {duration_s:g} s reached", None
         load = f"load ran {elapsed - start_up:.1f} s: the test's start-up took {start_up:.1f} s of it"
-        return f"run time of {planned_s:g} s reached ({load})", None
+        return f"run time of {duration_s:g} s reached ({load})", None
     return f"stopped at {elapsed:.1f} s{of}", None  # the web UI's Stop, or every worker gone

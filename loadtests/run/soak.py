@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.declare import catalog
+from loadtests.declare.options import Surface, option
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, InvalidValue, ManifestError
 from loadtests.judge.drift import DRIFT_GATES, DriftLimits
 from loadtests.judge.summary import FAIL, INCONCLUSIVE, Summary
@@ -33,25 +34,34 @@ from loadtests.run.resources import ResourceSampler
 from loadtests.services.stack import SERVER_NAMES
 
 SAMPLE_INTERVAL_S = 5.0
-DEFAULT_SCENARIO = catalog.locate("soak")
+DEFAULT_SCENARIO = catalog.locate(option("scenario").default_on(Surface.SOAK))
 
 
 _SHOWN_LINES = ("gate ", "arrivals: ", "sse-soak:", "Traceback", "run directory:", *(f"{n}:" for n in SERVER_NAMES))
 """The Locust run's lines the soak passes on: gates, notices, tracebacks, the run directory, the server."""
 
 
+def _soak_default(name: str) -> Any:
+    """The soak's default for the option ``name``, as its declaration holds it."""
+    return option(name).default_on(Surface.SOAK)
+
+
 @dataclass
 class SoakPlan:
+    """One soak: its fields are the soak's options (``python -m loadtests soak``), each defaulting
+    to the option's declared default (``loadtests.declare.options``)."""
+
     scenario: Path = DEFAULT_SCENARIO
-    duration_s: float = 300.0
-    users: int = 12
-    spawn_rate: float = 12.0
-    processes: int | None = None
-    host: str | None = None
-    report_dir: str = "reports"
-    baseline: str | None = None
-    progress_interval: float | None = None
-    checkpoint_interval: float = 60.0
+    duration_s: float = _soak_default("duration")
+    """The option ``duration`` (Locust's ``-t``): how long the run sends load, in seconds."""
+    users: int = _soak_default("users")
+    spawn_rate: float = _soak_default("spawn_rate")
+    processes: int | None = _soak_default("processes")
+    host: str | None = _soak_default("host")
+    report_dir: str = _soak_default("report_dir")
+    baseline: str | None = _soak_default("baseline")
+    progress_interval: float | None = _soak_default("progress_interval")
+    checkpoint_interval: float = _soak_default("checkpoint_interval")
     limits: DriftLimits = field(default_factory=DriftLimits)
     thresholds: compare.Thresholds = field(default_factory=compare.Thresholds)
     locust_args: list[str] = field(default_factory=list)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from flask import Flask, Response, abort, before_render_template, jsonify, redirect, request, send_from_directory
@@ -46,6 +46,10 @@ from loadtests.errors import error_kind
 from loadtests.judge.gates import Gate, GateResult, gate_is_noise, verdict_of
 from loadtests.judge.summary import HarnessLag, Summary
 from loadtests.record.run_dir import RunDir
+
+if TYPE_CHECKING:  # the tab is tested without Locust, which patches the process on import
+    from locust.env import Environment
+    from locust.runners import Runner
 
 TAB = "sse-soak"
 """The tab's key: its table's, and ``?tab=sse-soak`` in the page's address."""
@@ -93,7 +97,7 @@ class WebTab:
     """The tab of one Locust process's web UI (module docstring); the run controller tells it when a
     test starts (``show``) and when it is judged (``judged``)."""
 
-    def __init__(self, environment: Any, form_values: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, environment: Environment, form_values: Callable[[], dict[str, Any]]) -> None:
         self.environment = environment
         self.form_values = form_values
         self.test: _Test | None = None
@@ -103,9 +107,10 @@ class WebTab:
         self._refresher: gevent.Greenlet | None = None
 
     @classmethod
-    def install(cls, environment: Any, form_values: Callable[[], dict[str, Any]]) -> WebTab:
+    def install(cls, environment: Environment, form_values: Callable[[], dict[str, Any]]) -> WebTab:
         tab = cls(environment, form_values)
         web_ui = environment.web_ui
+        assert web_ui is not None and web_ui.app is not None, "installed where a web UI is served"
         web_ui.template_args["extended_tabs"] = [{"title": "sse-soak", "key": TAB}]
         web_ui.template_args["extended_tables"] = [{"key": TAB, "structure": COLUMNS}]
         web_ui.template_args["extended_csv_files"] = [
@@ -138,16 +143,22 @@ class WebTab:
         test.judged.set()
 
     # -- the view -------------------------------------------------------------------------------
+    @property
+    def _runner(self) -> Runner:
+        """The web UI's runner (Locust makes it before the web UI serves a page)."""
+        assert self.environment.runner is not None
+        return self.environment.runner
+
     def view(self) -> dict[str, Any]:
         """The tab's content: ``rows`` for its table and the same figures as plain JSON."""
         self._watched_at = time.monotonic()
-        return view_of(self.test, self.environment.runner.state)
+        return view_of(self.test, self._runner.state)
 
     def stats_answer(self, answer: dict[str, Any]) -> dict[str, Any]:
         """Locust's ``/stats/requests`` answer with the tab's table; given while a test is being
         judged, once it is (then with the runner's state as it is)."""
         test = self.test
-        runner = self.environment.runner
+        runner = self._runner
         judging = test is not None and not test.judged.is_set() and runner.state not in RUNNING_STATES
         if judging and test is not None and test.judged.wait(JUDGEMENT_WAIT_S):
             answer["state"] = runner.state

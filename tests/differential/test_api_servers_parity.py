@@ -15,7 +15,7 @@ import pytest
 from loadtests.services import real_vllm as real
 from loadtests.services.stack import TargetServerProcess
 from tests.conftest import require_vllm
-from tests.target_server.test_api_server_count import scrape
+from tests.server_gauges import scrape
 
 REQUESTS = 6
 SCRAPES = 6

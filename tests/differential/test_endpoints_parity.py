@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from loadtests.record.server_metrics import CONCEPTS
 from tests.differential.parity import MODEL, Answer, Pair, Server
 
+pytestmark = pytest.mark.vllm  # every test here compares real vLLM with the bundled server
+
 PROMPT = "hello world, said the load test"
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
 

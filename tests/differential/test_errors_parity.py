@@ -543,6 +543,7 @@ def test_case_ids_are_unique() -> None:
     assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_both_answer_as_vllm_was_measured_to(pair: Pair, case: Case) -> None:
     vllm, bundled = run(pair, case)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.differential.parity import MODEL, Pair
+
+pytestmark = pytest.mark.vllm
 
 
 def test_a_plain_completion_stream_is_framed_alike(pair: Pair) -> None:

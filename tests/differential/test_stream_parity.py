@@ -26,6 +26,8 @@ from tests.conftest import VLLM_KEEP_ALIVE
 from tests.differential import shapes
 from tests.differential.parity import MODEL, Answer, Pair, Server
 
+pytestmark = pytest.mark.vllm  # every test here compares real vLLM with the bundled server
+
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 PREFIXES = {"completions": "cmpl-", "chat": "chatcmpl-"}
 TEXT = "hello there, how long is this prompt?"

@@ -1,5 +1,5 @@
 """Run a scenario the way a user does (``locust -f ... --headless``, or in the background to talk to
-its web UI and send it signals) and read what it wrote."""
+its web UI and send it signals; ``python -m loadtests soak``) and read what it wrote."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ from typing import Any
 
 import pandas as pd
 
+from loadtests.judge.summary import Summary
+from loadtests.record.run_dir import RunDir, RunRecord
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_LINE = re.compile(r"^report: (?P<path>.+)$", re.MULTILINE)
 
@@ -30,6 +33,12 @@ class LocustRun:
     returncode: int
     output: str
     run_dir: Path | None
+
+    @property
+    def checked_run_dir(self) -> Path:
+        """The run's directory; an ``AssertionError`` with the end of its output when it printed none."""
+        assert self.run_dir is not None, self.output[-3000:]
+        return self.run_dir
 
     @functools.cached_property
     def summary(self) -> dict[str, Any]:
@@ -52,17 +61,26 @@ class LocustRun:
         assert self.run_dir is not None, self.output[-3000:]
         return pd.read_parquet(self.run_dir / "lag.parquet")
 
+    @functools.cached_property
+    def judged(self) -> Summary:
+        """The summary as the library reads it (``Summary.read``), once ``summary`` checked it."""
+        assert self.run_dir is not None, self.output[-3000:]
+        self.summary  # noqa: B018 - re-judged alike first
+        return Summary.read(RunDir(self.run_dir).summary)
+
     def gate(self, name: str) -> dict[str, Any]:
         return next(gate for gate in self.summary["gates"] if gate["name"] == name)
 
 
 def rejudged_alike(run_dir: Path) -> dict[str, Any]:
-    """The summary ``run_dir`` holds, after checking that judging a copy of the run again (what
-    ``python -m loadtests report`` does) gives the same summary: verdict, gates, figures, sections."""
-    from loadtests.record.run_dir import RunDir, RunRecord
+    """The summary ``run_dir`` holds, as its file says it, after checking that the library reads it as
+    a whole summary (``Summary.read``) and that judging a copy of the run again (what ``python -m
+    loadtests report`` does) gives the same summary: verdict, gates, figures, sections."""
     from loadtests.run.judging import judge  # pandas: only for the tests that read a run
 
-    written = json.loads((run_dir / "summary.json").read_text())
+    file = RunDir(run_dir).summary
+    Summary.read(file)  # a whole summary, every field of its type, or SummaryError naming the file
+    written = json.loads(file.read_text())
     with tempfile.TemporaryDirectory(prefix="rejudged-") as scratch:
         copy = Path(scratch) / run_dir.name
         shutil.copytree(run_dir, copy)
@@ -104,6 +122,26 @@ def run_locust(scenario: str, report_dir: Path, *args: str, users: int = 4, seco
     )
     match = REPORT_LINE.search(result.stdout)
     return LocustRun(result.returncode, result.stdout, Path(match["path"]) if match else None)
+
+
+def soak_command(report_dir: Path, *args: str) -> list[str]:
+    """``python -m loadtests soak`` into ``report_dir``, with progress, checkpoints and windows short
+    enough for a run of seconds."""
+    return [
+        sys.executable,
+        "-m",
+        "loadtests",
+        "soak",
+        "--report-dir",
+        str(report_dir),
+        "--progress-interval",
+        "2",
+        "--checkpoint-interval",
+        "5",
+        "--windows",
+        "3",
+        *args,
+    ]
 
 
 LOCUST_OWN_LINE = re.compile(

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.services.stack import TargetServerProcess
+from loadtests.services.stack import ChildService, TargetServerProcess
 
 KEY = "sekrit-key"
 UNAUTHORIZED = {"error": "Unauthorized"}
@@ -49,7 +49,7 @@ HEADERS: dict[str, tuple[list[str], bool]] = {
 
 
 @pytest.fixture(scope="module")
-def keyed_server() -> Iterator[TargetServerProcess]:
+def keyed_server() -> Iterator[ChildService]:
     server = TargetServerProcess.start(("--api-key", KEY))
     yield server
     server.stop()

@@ -15,13 +15,13 @@ import httpx
 import psutil
 import pytest
 
-from loadtests.record.server_metrics import fetch_samples
 from loadtests.services.stack import ChildService, TargetServerProcess
 from target_server.app import TargetServer
 from target_server.config import ServerConfig
 from target_server.faults import FaultInjector
 from target_server.share import SOLE, ProcessShare
 from tests.bench_scripts import load_bench_script
+from tests.server_gauges import scrape
 
 pytestmark = pytest.mark.extended
 
@@ -167,16 +167,6 @@ def test_a_killed_parent_leaves_no_child(two_servers: tuple[ChildService, list[p
     assert not shared.exists()  # the last child out removed it: nobody else was left to
 
 
-def scrape(url: str) -> dict[str, dict[str, float]]:
-    """One scrape as the harness makes it (``fetch_samples``: a connection of its own, so any
-    process may answer): sample name -> labels (``k="v"`` pairs) -> value."""
-    rows = fetch_samples(url + "/metrics")
-    found: dict[str, dict[str, float]] = {}
-    for name, labels, value in zip(rows["name"], rows["labels"], rows["value"], strict=True):
-        found.setdefault(name, {})[labels] = value
-    return found
-
-
 def engines(samples: dict[str, float]) -> dict[str, float]:
     return {labels.split('engine="', 1)[1].split('"', 1)[0]: value for labels, value in samples.items()}
 
@@ -196,7 +186,7 @@ def test_every_process_answers_metrics_for_the_whole_server_as_vllms_api_servers
                 async for _ in response.aiter_lines():
                     pass
 
-        async def load_and_look() -> list[dict[str, dict[tuple[tuple[str, str], ...], float]]]:
+        async def load_and_look() -> list[dict[str, dict[str, float]]]:
             clients = [httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1)) for _ in range(streams)]
             running = [asyncio.create_task(one(client)) for client in clients]
             await asyncio.sleep(0.4)  # every stream admitted (running or queued), none near its end (1.2 s)

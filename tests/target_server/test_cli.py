@@ -16,10 +16,7 @@ from loadtests.services.stack import TargetServerProcess
 from target_server.__main__ import listening_socket
 from target_server.config import ServerConfig
 from tests.conftest import StartServer
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "target_server", *args], capture_output=True, text=True, timeout=60)
+from tests.target_server.cli_run import run_cli
 
 
 @pytest.mark.parametrize(

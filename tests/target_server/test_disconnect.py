@@ -33,6 +33,7 @@ def request_then_leave(url: str, stream: bool) -> None:
         f"POST /v1/completions HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(payload)}\r\n\r\n"
     ).encode()
+    assert parts.port is not None
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
         sock.sendall(head + payload)
         wait_for_scheduler(url, running=1, within_s=TTFT / 2)

@@ -235,7 +235,8 @@ get fuzzed too; ``prompt``, which its model may leave out (as vLLM's does) but a
 def model_bodies(model: type[BaseModel]) -> st.SearchStrategy[dict[Any, Any]]:
     """Objects with ``model``'s required fields (and ``ALWAYS_SENT``), a random subset of the others, and sometimes
     unknown members."""
-    required, optional = {}, {}
+    required: dict[str, Any] = {}
+    optional: dict[str, Any] = {}
     for name, info in model.model_fields.items():
         values = field_values(name, info.annotation, info.metadata)
         (required if info.is_required() or name in ALWAYS_SENT else optional)[name] = values

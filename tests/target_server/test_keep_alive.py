@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import itertools
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -30,7 +30,7 @@ def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
     return asyncio.run(checked())
 
 
-async def items(values: list[Any]) -> AsyncIterator[Any]:
+async def items(values: list[Any]) -> AsyncGenerator[Any, None]:
     for value in values:
         yield value
 
@@ -159,6 +159,7 @@ def test_upstream_is_pulled_only_when_the_consumer_asks() -> None:
                 yield index
 
         stream = with_keep_alive(upstream(), 10.0)
+        assert isinstance(stream, AsyncGenerator)
         await stream.__anext__()
         for _ in range(5):
             await asyncio.sleep(0)  # give anything running behind the consumer's back a chance
@@ -313,6 +314,7 @@ def test_closing_the_stream_finalizes_upstream_and_leaves_no_task() -> None:
                 events.append("upstream finalized")
 
         stream = with_keep_alive(upstream(), INTERVAL)
+        assert isinstance(stream, AsyncGenerator)
         assert await stream.__anext__() == 0
         await stream.aclose()
         return events

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -28,7 +29,7 @@ JSON = {"Content-Type": "application/json"}
 KEEP_ALIVE_S = 0.2
 ALLOWED_GAP_S = KEEP_ALIVE_S + 0.1
 PROMPT = "w " * (5 * 1024 * 1024)  # 10 MiB, 5,242,880 tokens
-LONG_REQUESTS = {
+LONG_REQUESTS: dict[str, tuple[str, dict[str, Any], int]] = {
     "completions truncated": (
         "/v1/completions",
         {"prompt": PROMPT, "max_tokens": 1, "truncate_prompt_tokens": 64, "stream": True},
@@ -67,6 +68,7 @@ def waiting_stream(start_server: StartServer) -> Iterator[tuple[str, KeepAliveLi
     server = start_server("--sse-keep-alive-interval", str(KEEP_ALIVE_S), "--time-to-first-token", "30000")
     address = urlsplit(server.url)
     body = json.dumps({"prompt": "hello", "max_tokens": 1, "stream": True}).encode()
+    assert address.port is not None
     with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
         head = (
             f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

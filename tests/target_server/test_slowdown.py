@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ async def first_token(engine: Engine, job: Generation) -> str:
 
 
 def test_the_engine_slows_down_by_the_factor_once_the_time_has_come() -> None:
-    timing = {"time_to_first_token": 100, "prefill_time_per_token": 1, "slowdown_factor": 3}
+    timing: dict[str, Any] = {"time_to_first_token": 100, "prefill_time_per_token": 1, "slowdown_factor": 3}
     not_yet = Engine(ServerConfig(**timing, slowdown_after=3600))
     assert not_yet.pace() == 1.0 and not_yet.prefill_seconds(100) == pytest.approx(0.2)
     slowed = Engine(ServerConfig(**timing, slowdown_after=0))
@@ -38,6 +39,6 @@ def test_the_engine_slows_down_by_the_factor_once_the_time_has_come() -> None:
         ({"slowdown_factor": float("inf")}, "--slowdown-factor must be a finite number > 0, got inf"),
     ],
 )
-def test_bad_slowdowns_are_refused(settings: dict[str, float], message: str) -> None:
+def test_bad_slowdowns_are_refused(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("+", r"\+")):
         ServerConfig(**settings)

@@ -62,10 +62,10 @@ def test_openai_client_streams_through_keep_alive_comments(start_server: StartSe
         pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
         usage = None
     else:
-        chunks = sdk.completions.create(
+        completion_chunks = sdk.completions.create(
             model="sse-soak/tiny-sim", prompt="hi", max_tokens=4, stream=True, stream_options={"include_usage": True}
         )
-        collected = list(chunks)
+        collected = list(completion_chunks)
         pieces = [c.choices[0].text for c in collected if c.choices]
         usage = collected[-1].usage
     assert "".join(pieces) == "".join(output_token(0, index) for index in range(4))

@@ -7,7 +7,7 @@ import pytest
 
 from target_server.config import ServerConfig
 from tests.conftest import StartServer
-from tests.target_server.test_cli import run_cli
+from tests.target_server.cli_run import run_cli
 
 VLLM_PROMPT = {"model": "sse-soak/tiny-sim", "prompt": "w w w"}
 VLLM_CHAT = {"model": "sse-soak/tiny-sim", "messages": [{"role": "user", "content": "w w w"}]}

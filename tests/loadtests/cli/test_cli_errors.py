@@ -113,7 +113,12 @@ def test_soak_takes_a_whole_duration_and_gives_locust_exactly_it(
     monkeypatch: pytest.MonkeyPatch, value: str, seconds: int
 ) -> None:
     plans: list[SoakPlan] = []
-    monkeypatch.setattr(soak.Soak, "run", lambda self: plans.append(self.plan) or 0)
+
+    def run(self: soak.Soak) -> int:
+        plans.append(self.plan)
+        return 0
+
+    monkeypatch.setattr(soak.Soak, "run", run)
     with pytest.raises(SystemExit) as exited:
         main(["soak", "--duration", value])
     assert exited.value.code == 0 and plans[0].duration_s == seconds

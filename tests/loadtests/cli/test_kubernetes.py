@@ -9,8 +9,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import kubernetes_validate
+import jsonschema  # type: ignore[import-untyped]  # no stubs in the test extra
+import kubernetes_validate  # type: ignore[import-untyped]  # ships no types
 import pytest
 import yaml
 

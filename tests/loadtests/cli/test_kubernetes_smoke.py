@@ -64,5 +64,5 @@ def test_the_rendered_master_and_worker_run_and_judge_a_run(start_server: StartS
     run = LocustRun(master.returncode, output, Path(match["path"]) if match else None)
     assert master.returncode in (0, 1, 3), output[-3000:]  # judged: PASS, FAIL or inconclusive, never refused
     assert run.run_dir is not None and run.run_dir.parent == tmp_path, output[-3000:]
-    assert run.summary["requests"] > 0 and len(run.requests) == run.summary["requests"]  # the worker's rows
+    assert run.judged.requests > 0 and len(run.requests) == run.judged.requests  # the worker's rows
     assert "refused" not in output + worker_output

@@ -16,6 +16,7 @@ from gevent.monkey import get_original
 
 from loadtests.client.body_mux import MuxedBody, TLSReads
 from loadtests.client.kernel_stamps import SO_TIMESTAMPNS, keep_kernel_stamping_on, stamp_arrivals
+from tests.loadtests.client.certificates import self_signed
 
 pytestmark = pytest.mark.fast
 
@@ -58,7 +59,7 @@ class Collector:
 def body(
     ours: gevent.socket.socket, on_read: Collector, idle_s: float | None = IDLE_S, stamped: bool = False
 ) -> MuxedBody:
-    return MuxedBody(ours._sock, stamped, 4096, idle_s, on_read)
+    return MuxedBody(ours._sock, stamped, 4096, idle_s, on_read)  # type: ignore[attr-defined]  # gevent's stubs omit _sock
 
 
 def send_every(sock: gevent.socket.socket, pieces: list[bytes], interval: float) -> gevent.Greenlet:
@@ -128,7 +129,7 @@ def test_what_on_read_raises_is_raised_in_the_reader_and_the_hub_goes_on(connect
 
     theirs.sendall(b"bad")
     with pytest.raises(ValueError, match="refused b'bad'"):
-        MuxedBody(ours._sock, False, 4096, IDLE_S, refuse).read()
+        MuxedBody(ours._sock, False, 4096, IDLE_S, refuse).read()  # type: ignore[attr-defined]  # gevent's stubs omit _sock
     theirs.sendall(b"ok")  # the same socket reads again: nothing of the failed body is left registered
     collected = Collector(2)
     body(ours, collected).read()
@@ -205,8 +206,6 @@ def tls_connection(connection: Pair, tmp_path: Path) -> Iterator[tuple[Any, Any]
     """(ours, theirs) over TLS, as geventhttpclient's https connections are: gevent's TLS sockets,
     ours at timeout 0 as ``RawBody`` holds it while the hub reads (``TLSReads``)."""
     import gevent.ssl
-
-    from tests.loadtests.client.test_tls_smoke import self_signed
 
     cert, key = self_signed(tmp_path)
     server = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_SERVER)

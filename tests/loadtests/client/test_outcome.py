@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -142,7 +143,7 @@ def test_streams_the_client_ended(status: int | None, failure: str | None, outco
     stream = tracker()
     if status is not None:
         stream.headers(status, 0.01, "text/event-stream")
-    assert stream.finish(1.0, failure).outcome == outcome
+    assert stream.finish(1.0, None if failure is None else Outcome(failure)).outcome == outcome
 
 
 def test_other_comments_are_counted_apart_from_keepalives() -> None:
@@ -159,10 +160,11 @@ def test_frame_records_hold_sequence_kind_time_gap_bytes_and_wait() -> None:
     stream.headers(200, 0.1, "text/event-stream")
     stream.frame(KEEPALIVE, 1.1, wait=0.002)
     stream.frame(DONE, 1.5)
-    assert stream.frames == [
+    expected: list[Any] = [
         (0, "keepalive", 1.1, pytest.approx(1.0), 14, 0.002),
         (1, "done", 1.5, pytest.approx(0.4), 14, None),
     ]
+    assert stream.frames == expected
 
 
 SSE = "text/event-stream; charset=utf-8"
@@ -314,11 +316,11 @@ def test_the_clients_reason_is_the_message_of_rows_the_client_ended_only() -> No
     for failure in ("timeout", "connect_error", "stopped"):
         tracker = StreamTracker(RequestPlan("r", "n", "chat"), 0.0)
         tracker.client_ended("why")
-        assert tracker.finish(1.0, failure).error_message == "why"
+        assert tracker.finish(1.0, Outcome(failure)).error_message == "why"
     served = StreamTracker(RequestPlan("r", "n", "chat"), 0.0)
     served.headers(500, 0.1, "application/json")
     served.client_ended("why")
-    assert served.finish(1.0, "timeout").error_message is None  # the server's 500 is the outcome
+    assert served.finish(1.0, Outcome.TIMEOUT).error_message is None  # the server's 500 is the outcome
 
 
 def test_a_stream_is_stuck_after_three_times_the_longest_finished_of_its_kind() -> None:
@@ -327,11 +329,13 @@ def test_a_stream_is_stuck_after_three_times_the_longest_finished_of_its_kind() 
     state = RunState()
     assert state.stuck_after("chat:a") is None  # nothing finished: nothing to compare with
     for name, outcome, seconds in [("chat:a", "ok", 2.0), ("chat:a", "cut", 3.0), ("chat:b", "stopped", 50.0)]:
-        row = StreamTracker(RequestPlan("r", name, "chat"), 0.0).finish(seconds, outcome if outcome != "ok" else None)
+        row = StreamTracker(RequestPlan("r", name, "chat"), 0.0).finish(
+            seconds, Outcome(outcome) if outcome != "ok" else None
+        )
         state.note_finished(row)
     assert state.stuck_after("chat:a") == (9.0, "3x the longest finished chat:a stream (3.0 s)")
     assert state.stuck_after("chat:b") == (9.0, "3x the longest finished stream (3.0 s)")  # stopped rows do not count
-    quick = StreamTracker(RequestPlan("r", "chat:c", "chat"), 0.0).finish(0.2, "cut")
+    quick = StreamTracker(RequestPlan("r", "chat:c", "chat"), 0.0).finish(0.2, Outcome.CUT)
     state.note_finished(quick)
     assert state.stuck_after("chat:c") == (STUCK_MIN_S, "3x the longest finished chat:c stream (0.2 s)")
 
@@ -359,7 +363,9 @@ def test_a_stream_open_past_its_kind_is_stuck_only_when_its_tokens_stopped() -> 
     assert lively.finish(open_s, Outcome.STOPPED).error_message == f"the run ended {open_s:.1f} s after it was sent"
     hung = streamed_until(1.0)  # tokens, then keep-alive only: a hung engine
     assert state.ended_by_the_run(hung, open_s) == Outcome.TIMEOUT
-    assert hung.finish(open_s, Outcome.TIMEOUT).error_message.endswith(f"with no data for its last {open_s - 1:.1f} s")
+    assert str(hung.finish(open_s, Outcome.TIMEOUT).error_message).endswith(
+        f"with no data for its last {open_s - 1:.1f} s"
+    )
     never = StreamTracker(RequestPlan("queued", "chat:holder", "chat"), 0.0)  # no token at all since its send
     assert never.data_silence(open_s) == open_s and state.ended_by_the_run(never, open_s) == Outcome.TIMEOUT
     young = streamed_until(0.5)

@@ -9,7 +9,8 @@ import re
 import subprocess
 import sys
 import textwrap
-from types import SimpleNamespace
+from argparse import Namespace
+from typing import cast
 
 import pytest
 
@@ -31,7 +32,7 @@ from tests.loadtests.locust_run import ROOT
 
 def _soak_parser() -> argparse.ArgumentParser:
     commands = command_line()._subparsers._group_actions[0]  # type: ignore[union-attr]
-    return commands.choices["soak"]
+    return cast(dict[str, argparse.ArgumentParser], commands.choices)["soak"]
 
 
 @pytest.mark.fast
@@ -59,7 +60,9 @@ def test_a_value_is_refused_by_one_rule_on_every_surface(
     parser = argparse.ArgumentParser()
     add_argparse_options(parser, Surface.SOAK)
     with pytest.raises(argparse.ArgumentTypeError, match=soak_says):
-        parser._option_string_actions[item.flag].type(f"{bad:g}")  # type: ignore[misc]
+        convert = parser._option_string_actions[item.flag].type
+        assert callable(convert)
+        convert(f"{bad:g}")
     with pytest.raises(ValueError, match=f"{item.flag}.*{locust_says}"):
         check_value(name, bad)
 
@@ -79,10 +82,10 @@ def test_server_bind_is_an_address_workers_can_reach(bad: str, said: str) -> Non
     check_value("server_bind", "10.0.0.1")  # an address of this host: taken as it is
 
 
-def _locust_namespace(**given: object) -> SimpleNamespace:
+def _locust_namespace(**given: object) -> Namespace:
     values = {item.name: item.default_on(Surface.LOCUST) for item in on(Surface.LOCUST)}
     values["report_dir"] = None  # checked against the file system; not under test here
-    return SimpleNamespace(**{**values, **given})
+    return Namespace(**{**values, **given})
 
 
 @pytest.mark.fast
@@ -148,7 +151,7 @@ def test_an_api_key_that_cannot_be_a_header_value_is_refused_without_being_shown
         check_value("api_key", key)
     assert "KEYSECRET" not in str(caught.value) and key not in str(caught.value)
     with pytest.raises(UsageError, match=r"^--api-key must") as refused:
-        check_locust_options(SimpleNamespace(api_key=key, rate=None, max_in_flight=None))
+        check_locust_options(Namespace(api_key=key, rate=None, max_in_flight=None))
     assert "KEYSECRET" not in str(refused.value)
 
 

@@ -271,7 +271,7 @@ def test_mixed_truncate_against_a_text_only_tokenize_sends_and_judges_its_reques
     assert run.output.count(ESTIMATED_LINE) == 1, run.output[-3000:]
     assert f"""{ESTIMATED_LINE}/tokenize answered 400 to vLLM's request body ({{"model", "prompt"}})""" in run.output
     requests = run.requests
-    assert len(requests) > 0 and run.summary["requests"] == len(requests)
+    assert len(requests) > 0 and run.judged.requests == len(requests)
     assert requests["prompt_tokens"].isna().all()
     assert set(requests["client"]) == {"raw", "openai"}
     finished = requests[requests["outcome"] != "stopped"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import collections
 import json
 import random
+from typing import cast
 
 import httpx
 import pytest
 
+from loadtests.client.outcome import RequestRow
 from loadtests.declare.workload import (
     PreparedMix,
     PreparedRequest,
@@ -91,7 +93,7 @@ def test_a_slot_holder_streams_for_its_hold_at_the_servers_pace_within_the_conte
 
     holder = RequestSpec("hold", "chat", 1500, max_tokens=8, hold_s=3.0)
     fast = ServerPace.of(ttft_s=0.01, duration_s=0.01 + 0.002 * 99, tokens=100)
-    assert fast is not None and fast == ServerPace(first_token_s=0.01, per_token_s=pytest.approx(0.002))
+    assert fast is not None and fast == ServerPace(first_token_s=0.01, per_token_s=cast(float, pytest.approx(0.002)))
     assert fast.hold_tokens(holder, room=None) == (1500, "hold now asks for 1500 tokens (~3.0 s)")
     assert fast.hold_tokens(holder, room=600)[0] == 600  # what the context leaves
     assert ServerPace(0.01, 1e-9).hold_tokens(holder, None)[0] == HOLD_MAX_TOKENS
@@ -122,7 +124,7 @@ def test_holders_are_sized_at_the_fastest_pace_seen_until_it_settles(capsys: pyt
         state._mixes[id(mix)] = mix
         return state, mix
 
-    def finished(max_tokens: int, tokens: int, per_token_s: float) -> object:
+    def finished(max_tokens: int, tokens: int, per_token_s: float) -> RequestRow:
         plan = RequestPlan("r", "n", "completions", prompt_tokens=100, max_tokens=max_tokens)
         row = StreamTracker(plan, 0.0).finish(0.05 + per_token_s * (tokens - 1))
         return dataclasses.replace(row, outcome=Outcome.OK, ttft_s=0.05, usage_completion_tokens=tokens)

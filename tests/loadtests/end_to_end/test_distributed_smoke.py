@@ -9,13 +9,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import psutil
 import pytest
 
 from loadtests.base.ports import free_loopback_port
+from loadtests.judge.summary import Summary
 from loadtests.record.membership import RUN_ID_ENV
+from loadtests.record.run_dir import RunDir
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
 from tests.server_gauges import RUNNING, gauge
@@ -120,7 +123,8 @@ def test_explicit_master_and_workers_lose_no_row(tmp_path: Path) -> None:
         for worker in workers:
             assert worker.wait(timeout=60) == 0
     finally:
-        for process in (master, *workers):
+        started: list[subprocess.Popen[Any]] = [master, *workers]  # the master's output is text, the workers' bytes
+        for process in started:
             if process.poll() is None:
                 process.kill()
                 process.wait()
@@ -143,7 +147,7 @@ def test_frame_sampling_keeps_every_row_and_the_frames_of_a_share(tmp_path: Path
     # asserted as a share in 0.05-0.4: 1 of 37 streams fell in it, a 0.3% draw)
     cut = requests[requests["outcome"] == "cut"]
     assert len(cut) > 0 and cut["request_id"].isin(sampled).all()  # failures always keep their frames
-    assert run.summary["frame_sample_rate"] == 0.2
+    assert run.judged.frame_sample_rate == 0.2
 
 
 def test_two_runs_with_processes_started_together_keep_to_their_own_workers(tmp_path: Path) -> None:
@@ -272,7 +276,8 @@ def forked_workers(master: int) -> tuple[list[psutil.Process], list[psutil.Proce
     """The ``--processes`` master's forked Locust workers, and its other descendants (its server).
     A child that exits while it is looked at (a short-lived helper, a zombie not yet reaped) is
     neither: it has no command line left to read."""
-    workers, others = [], []
+    workers: list[psutil.Process] = []
+    others: list[psutil.Process] = []
     for child in psutil.Process(master).children(recursive=True):
         try:
             command = child.cmdline()
@@ -366,5 +371,4 @@ def test_workers_of_a_killed_master_stop_promptly_and_write_their_unsent_rows_in
     command = [sys.executable, "-m", "loadtests", "report", str(run_dir)]
     report = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert report.returncode == 1, report.stdout + report.stderr  # killed: judged as interrupted, so FAIL
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["requests"] == len(requests)  # judged on every row, the workers' too
+    assert Summary.read(RunDir(run_dir).summary).requests == len(requests)  # judged on every row, the workers' too

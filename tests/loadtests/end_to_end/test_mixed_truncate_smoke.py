@@ -62,7 +62,7 @@ def test_a_harness_that_did_not_keep_up_fails_the_run_and_says_why(tmp_path: Pat
     summary = run.summary
     assert summary["harness_lag_ms"]["limit_ms"] == 0.001 and 0 < summary["harness_lag_ms"]["samples"] < len(run.lag)
     assert summary["gate_specs"][-1] == {"type": "HarnessKeptUp", "limit_ms": 0.001, "name": "harness_kept_up"}
-    assert "Harness lag" in (run.run_dir / "report.html").read_text()
+    assert "Harness lag" in (run.checked_run_dir / "report.html").read_text()
     # every other gate judged the server, which was fine
     assert [g["name"] for g in summary["gates"] if not g["passed"]] == ["harness_kept_up"]
 
@@ -121,7 +121,7 @@ def test_keepalive_comments_in_their_own_packets_are_counted_exactly(tmp_path: P
     assert len(raw_ok) > 0 and raw_ok["keepalive_frames"].sum() > 0
     for row in raw_ok.itertuples():
         assert row.keepalive_frames == sent_keepalives.get(row.request_id, 0), row.request_id
-    assert run.summary["keepalive_frames"] == int(run.requests["keepalive_frames"].sum())
+    assert run.judged.keepalive_frames == int(run.requests["keepalive_frames"].sum())
 
 
 def test_an_external_server_is_used_with_host_and_its_first_model(tmp_path: Path, start_server: StartServer) -> None:
@@ -129,7 +129,7 @@ def test_an_external_server_is_used_with_host_and_its_first_model(tmp_path: Path
     run = run_locust("mixed_truncate", tmp_path, "--host", server.url)
     assert run.returncode == 0, run.output[-3000:]
     assert "target server:" not in run.output  # nothing bundled was started
-    assert run.summary["passed"] and run.summary["outcomes"]["ok"] > 0
+    assert run.judged.passed and run.judged.outcomes["ok"] > 0
 
 
 def test_help_lists_the_scenario_options_beside_locusts() -> None:

@@ -93,4 +93,4 @@ def test_slow_prefill_without_keepalive_fails_its_keepalive_gates(tmp_path: Path
     assert run.returncode != 0
     assert not run.gate("keepalive_through_silence")["passed"]
     assert not run.gate("max_gap_within_interval_plus_0.25s")["passed"]
-    assert run.summary["keepalive_frames"] == 0
+    assert run.judged.keepalive_frames == 0

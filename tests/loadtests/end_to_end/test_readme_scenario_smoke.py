@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun
-from tests.test_readme import readme_python_block
+from tests.readme import readme_python_block
 
 pytestmark = pytest.mark.smoke
 

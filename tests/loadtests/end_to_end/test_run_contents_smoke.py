@@ -5,7 +5,6 @@ summary.json was overwritten with the lower count."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from loadtests.record.run_dir import parts_problem
+from loadtests.judge.summary import Summary
+from loadtests.record.run_dir import RunDir, parts_problem
 from tests.loadtests.locust_run import ROOT, run_locust
 
 
@@ -43,10 +43,10 @@ def test_report_refuses_a_run_directory_that_lost_a_part(tmp_path: Path) -> None
     assert run.returncode == 0, run.output[-3000:]
     run_dir = run.run_dir
     assert run_dir is not None
-    summary = json.loads((run_dir / "summary.json").read_text())
-    parts = summary["parts"]
+    summary = Summary.read(RunDir(run_dir).summary)
+    parts = summary.parts or {}
     requests_parts = sorted(name for name in parts if name.startswith("requests.parquet/"))
-    assert requests_parts and sum(parts[name] for name in requests_parts) == summary["requests"]
+    assert requests_parts and sum(parts[name] for name in requests_parts) == summary.requests
     assert report(run_dir).returncode == 0  # the same directory judges the same
 
     before = (run_dir / "summary.json").read_bytes()

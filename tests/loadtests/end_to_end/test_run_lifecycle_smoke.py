@@ -192,11 +192,11 @@ def test_the_run_time_ends_the_run_on_time_and_is_no_interruption(tmp_path: Path
     libev's cached clock goes stale: Locust's -t timer would fire that much early."""
     server = start_server("--max-model-len", "8192")
     run = run_locust("mixed_truncate", tmp_path, "--host", server.url, users=3, seconds=4)
-    summary = complete(run.run_dir)
+    summary = complete(run.checked_run_dir)
     assert summary["ended"] == "run time of 4 s reached" and summary["interrupted"] is None
     assert [line for line in run.output.splitlines() if line.startswith("verdict: ")] == [verdict_line(summary)]
     assert run.returncode == (0 if summary["passed"] else 1)
-    starts = pd.read_parquet(run.run_dir / "requests.parquet")["start_time"]
+    starts = pd.read_parquet(run.checked_run_dir / "requests.parquet")["start_time"]
     assert starts.max() - starts.min() > 3.0  # requests went on for (nearly) the whole 4 s
 
 

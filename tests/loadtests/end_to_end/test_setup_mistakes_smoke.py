@@ -93,7 +93,7 @@ def test_a_host_ending_in_v1_is_stripped_with_a_notice_and_the_run_goes_on(
         run.output
     )
     assert run.returncode == 0, run.output[-3000:]
-    assert run.summary["requests"] > 0 and "Traceback" not in run.output
+    assert run.judged.requests > 0 and "Traceback" not in run.output
 
 
 def test_a_host_without_scheme_is_refused_with_the_fix(tmp_path: Path) -> None:
@@ -218,7 +218,7 @@ def test_a_key_in_the_server_args_is_used_and_never_written(tmp_path: Path) -> N
     secret = "s3cret-7f1d-do-not-leak"
     run = run_locust("mixed_truncate", tmp_path, f"--server-args=--api-key {secret}", seconds=3)
     assert run.returncode == 0, run.output[-3000:]  # the harness sent the bundled server's own key
-    assert run.summary["requests"] > 0
+    assert run.judged.requests > 0
     assert run.summary["settings"]["server_args"][-2:] == ["--api-key", "<redacted>"]
     assert secret not in run.output
     assert run.run_dir is not None

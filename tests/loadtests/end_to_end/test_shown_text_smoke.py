@@ -13,8 +13,8 @@ import pytest
 
 from loadtests.launch import worst_streams_text
 from tests.conftest import StartServer
-from tests.loadtests.end_to_end.test_misbehaving_servers_smoke import MISBEHAVING_LOCUSTFILE, start_misbehaving_server
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, locust_command, run_locust
+from tests.loadtests.misbehaving import MISBEHAVING_LOCUSTFILE, start_misbehaving_server
 
 pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 

@@ -253,7 +253,7 @@ def test_a_stream_the_run_stopped_counts_in_neither_the_withheld_line_nor_the_ga
     gate = evaluate(RunTables(requests), [KeepAliveCovered(0.5, proxy="litellm")])[-1]
     summary = summarize("s", requests, [gate], settings)
     withheld = summary.causes.keepalive_withheld
-    assert withheld["streams"] == 2 and gate.detail.endswith(withheld["line"])
+    assert withheld is not None and withheld["streams"] == 2 and gate.detail.endswith(withheld["line"])
 
 
 def test_a_proxy_is_named_by_its_headers_first_then_by_its_error_body() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,10 @@ import pytest
 from loadtests.cli.commands import main
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE
 from loadtests.judge.gates import Expect, GateResult, KeepAliveCovered, RunTables, evaluate, unjudged
-from loadtests.judge.summary import FAIL, INCONCLUSIVE, PASS, Summary
+from loadtests.judge.summary import FAIL, INCONCLUSIVE, PASS, Causes, KeepalivePerStream, Summary
 from loadtests.record.lag import STALLED_COLUMN, lag_summary
 from loadtests.run.ending import how_it_ended
-from tests.loadtests.judge.test_gates import raw_stream, table
+from tests.loadtests.tables import raw_stream, table
 
 pytestmark = pytest.mark.fast
 
@@ -25,7 +26,7 @@ POINT_UNJUDGED = unjudged("every_stream_ok", "0/0 rows")
 
 
 def summary(
-    *gates: GateResult, point: list[str] | None = None, requests: int = 10, specs: list[str] = (), **fields: Any
+    *gates: GateResult, point: list[str] | None = None, requests: int = 10, specs: Sequence[str] = (), **fields: Any
 ) -> Summary:
     return Summary(
         scenario="s",
@@ -36,9 +37,9 @@ def summary(
         http_500=0,
         inband_500=0,
         keepalive_frames=0,
-        causes={},
+        causes=Causes.from_json({}),
         latency={column: {"count": 0, "p50": None} for column in ("ttft_s", "duration_s", "max_gap_s")},
-        keepalive_per_stream={"streams": 0, "mean": None},
+        keepalive_per_stream=KeepalivePerStream.from_json({"streams": 0, "mean": None}),
         gate_specs=[{"type": "Expect", "name": name} for name in specs],
         gates=list(gates),
         point=point,

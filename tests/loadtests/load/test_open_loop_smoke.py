@@ -32,7 +32,7 @@ def test_a_server_that_keeps_up_gets_the_rate_asked_on_schedule(tmp_path: Path) 
     assert times.to_numpy() == pytest.approx(0.1, abs=1e-6)  # constant spacing at 10 a second
     assert section["rate_achieved"] == pytest.approx(10.0, rel=1e-3)
     assert "arrivals: asked 10/s (constant), " in run.output
-    assert "asked 10/s (constant), " in (run.run_dir / "report.html").read_text()  # the report's headline
+    assert "asked 10/s (constant), " in (run.checked_run_dir / "report.html").read_text()  # the report's headline
 
 
 def test_a_server_that_falls_behind_makes_requests_late_and_leaves_some_unsent(tmp_path: Path) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]  # ships no types
 import pytest
 
-from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.outcome import Outcome, RequestPlan, StreamTracker
 from loadtests.client.sse import Frame
 from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.record.recorder import FRAME_COLUMNS, Recorder
@@ -43,7 +43,7 @@ def test_batches_are_plain_msgpack_types_and_lose_nothing(tmp_path: Path) -> Non
 
 def test_tables_have_nullable_integer_columns() -> None:
     recorder = Recorder()
-    recorder.add(StreamTracker(RequestPlan("r", "n", "chat"), 0.0).finish(1.0, "connect_error"), None)
+    recorder.add(StreamTracker(RequestPlan("r", "n", "chat"), 0.0).finish(1.0, Outcome.CONNECT_ERROR), None)
     table = requests_of(recorder)
     assert str(table["status"].dtype) == "Int64" and table["status"].isna().all()
     assert table.loc[0, "outcome"] == "connect_error"

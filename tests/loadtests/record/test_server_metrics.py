@@ -26,7 +26,7 @@ from loadtests.record.server_metrics import (
     parse_exposition,
     server_metrics_summary,
 )
-from loadtests.services.stack import TargetServerProcess
+from loadtests.services.stack import ChildService, TargetServerProcess
 from tests.loadtests.locust_run import ROOT
 
 VLLM_LIKE = """\
@@ -161,7 +161,7 @@ def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def bundled_server() -> Iterator[TargetServerProcess]:
+def bundled_server() -> Iterator[ChildService]:
     server = TargetServerProcess.start(("--max-num-seqs", "2", "--max-model-len", "100"))
     yield server
     server.stop()

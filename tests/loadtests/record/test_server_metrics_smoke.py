@@ -15,8 +15,8 @@ import pytest
 from loadtests.judge.drift import DriftLimits, soak_section
 from loadtests.judge.gates import RunTables
 from loadtests.record.run_dir import RunDir
-from tests.loadtests.end_to_end.test_misbehaving_servers_smoke import MISBEHAVING_LOCUSTFILE, start_misbehaving_server
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, locust_command, rejudged_alike, run_locust
+from tests.loadtests.misbehaving import MISBEHAVING_LOCUSTFILE, start_misbehaving_server
 
 pytestmark = pytest.mark.smoke
 

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -34,7 +34,7 @@ def summary(**changes: Any) -> dict[str, Any]:
         target = result
         *path, last = dotted.split("__")
         for key in path:
-            target = target[key]
+            target = cast(dict[str, Any], target[key])
         target[last] = value
     return result
 

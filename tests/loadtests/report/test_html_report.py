@@ -12,13 +12,13 @@ import html
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.outcome import Outcome, RequestPlan, StreamTracker
 from loadtests.client.sse import Frame
 from loadtests.judge.gates import (
     ALWAYS_ON,
@@ -125,7 +125,7 @@ def record(
         stream.error_body(body)
     for t, frame in arrivals:
         stream.frame(frame, t)
-    recorder.add(stream.finish(end, failure), stream.frames)
+    recorder.add(stream.finish(end, None if failure is None else Outcome(failure)), stream.frames)
 
 
 def tokens(route: str, start: float, count: int, step: float = 0.02) -> list[tuple[float, Frame]]:
@@ -236,7 +236,8 @@ def test_a_gate_with_nothing_to_judge_outside_the_runs_point_is_not_shown(
     run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
 ) -> None:
     requests, frames, summary = run
-    untruncated = requests.assign(truncate_prompt_tokens=pd.NA)  # a scenario that never truncates
+    missing: Any = pd.NA  # pandas-stubs take no scalar NA here
+    untruncated = requests.assign(truncate_prompt_tokens=missing)  # a scenario that never truncates
     noise = TruncationHonoured().evaluate(figures.judged(untruncated))
     assert noise.word == UNJUDGED and "0/0" in noise.detail
     thin = GateResult("max_gap_within_interval", False, "2/2 judged; 3 of 5 unjudged", True, 3, 2)
@@ -262,13 +263,14 @@ def test_outcome_table_counts_equal_the_value_counts(
     truncation = requests["truncate_prompt_tokens"].astype(object).where(requests["truncate_prompt_tokens"].notna())
     labels = truncation.map(lambda v: "none" if pd.isna(v) else str(int(v)))
     expected = requests.groupby([requests["route"], labels, requests["outcome"]]).size()
-    for (route, label), group in expected.groupby(level=[0, 1]):
+    for key, group in expected.groupby(level=[0, 1]):
+        route, label = cast(tuple[str, str], key)
         row = table_row(page, f'data-route="{route}" data-truncation="{label}"')
         for outcome in requests["outcome"].unique():
             assert int(cell(row, "data-outcome", outcome)) == int(group.get((route, label, outcome), 0))
     totals = table_row(page, 'class="total" data-route="all"')
     for outcome, count in requests["outcome"].value_counts().items():
-        assert int(cell(totals, "data-outcome", outcome)) == count
+        assert int(cell(totals, "data-outcome", str(outcome))) == count
     assert 'data-outcome="timeout"' not in page  # only outcomes that occur get a column
     statuses = requests["status"].value_counts()
     for status, count in statuses.items():
@@ -443,8 +445,8 @@ def test_the_keepalive_plot_draws_the_gates_own_stepped_minimum(
         ).dropna(),
         gate,
     )
-    (step,) = [line for line in figure.axes[0].get_lines() if line.get_label().startswith("keepalive_covered")]
-    assert step.get_drawstyle() == "steps-post" and "floor(silence / 1.20 s)" in step.get_label()
+    (step,) = [line for line in figure.axes[0].get_lines() if str(line.get_label()).startswith("keepalive_covered")]
+    assert step.get_drawstyle() == "steps-post" and "floor(silence / 1.20 s)" in str(step.get_label())
     xs, ys = np.asarray(step.get_xdata()), np.asarray(step.get_ydata())
     assert np.array_equal(ys, gate.required_frames(pd.Series(xs)).to_numpy()) and set(ys) == {0, 1, 2, 3, 4}
     dots = np.concatenate([collection.get_offsets() for collection in figure.axes[0].collections])
@@ -475,7 +477,7 @@ def test_the_gap_plot_keeps_sdk_streams_apart_and_draws_its_thresholds(
     assert _read_timeout(loaded) == 2.0 and _gap_interval(loaded) == 1.0  # the gate's timeout, no proxy started
     figure = _gap_figure(samples, _gap_interval(loaded), _read_timeout(loaded))
     axes = figure.axes[0]
-    labels = [patch.get_label() for patch in axes.patches]
+    labels = [str(patch.get_label()) for patch in axes.patches]
     assert [label.split(" (")[0] for label in labels] == [
         "raw streams, any bytes",
         "raw streams, data only",
@@ -484,7 +486,7 @@ def test_the_gap_plot_keeps_sdk_streams_apart_and_draws_its_thresholds(
     assert labels[2].endswith(f"n={len(sdk_frames)}") and labels[0].endswith(f"n={len(samples.any_bytes)}")
     orders = [patch.get_zorder() for patch in axes.patches]
     assert orders == sorted(orders) and len(set(orders)) == 3  # each curve drawn over the one before
-    verticals = {line.get_label(): line.get_xdata()[0] for line in axes.get_lines()}
+    verticals = {line.get_label(): np.asarray(line.get_xdata())[0] for line in axes.get_lines()}
     assert verticals == {"keep-alive interval 1 s": 1.0, "proxy read timeout 2 s": 2.0}
     assert axes.get_xlim()[1] > 2.0  # the threshold is inside the plot
 
@@ -511,7 +513,7 @@ def test_the_servers_running_and_waiting_requests_never_hide_each_other() -> Non
     assert set(drawn) == {"running", "waiting", "kv_cache_usage"}
     assert len({id(axes) for axes, _ in drawn.values()}) == 3  # each series alone on its axes
     for concept, (axes, line) in drawn.items():
-        assert list(line.get_ydata()) == list(series[concept]) and axes.get_ylim()[1] > max(series[concept])
+        assert list(np.asarray(line.get_ydata())) == list(series[concept]) and axes.get_ylim()[1] > max(series[concept])
     assert len({axes.get_xlim() for axes in figure.axes}) == 1  # one time axis
 
 
@@ -527,7 +529,7 @@ def test_the_lag_plot_draws_the_gates_limit_or_says_none_was_set(
         assert _lag_limit(loaded) == limit
         figure = _lag_figure(lag, _run_axis(requests), limit, {"local": 1.0})
         axes = figure.axes[0]
-        lines = {line.get_label(): list(line.get_ydata()) for line in axes.get_lines()}
+        lines = {str(line.get_label()): list(np.asarray(line.get_ydata())) for line in axes.get_lines()}
         assert lines["local p99 1 ms"] == [1.0, 1.0]
         notes = [text.get_text() for text in axes.texts]
         if limit:

@@ -73,7 +73,7 @@ time.sleep(60)
 def test_a_signal_forwarded_reaches_the_child_as_the_one_asked_for_and_is_named() -> None:
     ready = threading.Event()
     command = [sys.executable, "-c", ENDS_ON_SIGTERM]
-    with ChildRun(command, dict(os.environ), on_line=lambda line: line == "ready" and ready.set()) as child:
+    with ChildRun(command, dict(os.environ), on_line=lambda line: ready.set() if line == "ready" else None) as child:
         before = signal.getsignal(signal.SIGINT)
         with child.forwarding((signal.SIGINT, signal.SIGTERM), signal.SIGTERM):
             assert ready.wait(30)

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,27 +13,11 @@ import pandas as pd
 import psutil
 import pytest
 
-from tests.loadtests.locust_run import ROOT, rejudged_alike
+from loadtests.judge.summary import Summary
+from loadtests.record.run_dir import RunDir
+from tests.loadtests.locust_run import ROOT, rejudged_alike, soak_command
 
 pytestmark = [pytest.mark.smoke, pytest.mark.soak]
-
-
-def soak_command(report_dir: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "loadtests",
-        "soak",
-        "--report-dir",
-        str(report_dir),
-        "--progress-interval",
-        "2",
-        "--checkpoint-interval",
-        "5",
-        "--windows",
-        "3",
-        *args,
-    ]
 
 
 def run_soak(report_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -111,9 +94,9 @@ def test_sigterm_midway_still_leaves_a_readable_report(tmp_path: Path) -> None:
             soak.stdout.close()
     assert output.strip().splitlines()[-1].startswith("verdict: FAIL (interrupted by SIGTERM")
     run_dir = run_dir_of(output)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["requests"] == len(pd.read_parquet(run_dir / "requests.parquet")) > 0
-    assert summary["soak"]["partial"] is False and (run_dir / "report.html").exists()
+    summary = Summary.read(RunDir(run_dir).summary)
+    assert summary.requests == len(pd.read_parquet(run_dir / "requests.parquet")) > 0
+    assert summary.soak is not None and summary.soak.partial is False and (run_dir / "report.html").exists()
     assert not list(run_dir.glob("**/.*.tmp"))  # no half-written part left behind
 
 

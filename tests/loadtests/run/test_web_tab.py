@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urljoin
 
 import pytest
@@ -19,7 +19,10 @@ from loadtests.judge.gates import GateResult
 from loadtests.judge.summary import summarize
 from loadtests.record.run_dir import RunDir
 from loadtests.run.web_tab import TAB, WebTab, _Test, add_routes, view_of
-from tests.loadtests.judge.test_gates import table
+from tests.loadtests.tables import table
+
+if TYPE_CHECKING:
+    from locust.env import Environment  # typing only: importing Locust patches the process
 
 
 def _tab_serving(tmp_path: Path) -> tuple[WebTab, Flask, RunDir]:
@@ -28,7 +31,8 @@ def _tab_serving(tmp_path: Path) -> tuple[WebTab, Flask, RunDir]:
     (run.path / "report.html").write_text("<title>report</title>")
     (tmp_path / "reports" / "secret.txt").write_text("not served")
     (tmp_path / "secret.txt").write_text("not served")
-    tab = WebTab(SimpleNamespace(runner=SimpleNamespace(state="stopped")), dict)
+    environment = SimpleNamespace(runner=SimpleNamespace(state="stopped"))  # all the tab reads of Locust's
+    tab = WebTab(cast("Environment", environment), dict)
     tab.test = _Test(run, [], {}, [])
     tab.runs[run.path.name] = run.path
     app = Flask(__name__)
@@ -132,7 +136,7 @@ def test_every_form_option_has_a_short_label_shown_in_place_of_its_help() -> Non
         if Surface.LOCUST in item.surfaces and item.form:
             assert item.label and len(item.label) <= LABEL_MAX, item.name
             assert len(item.label) < len(item.help), item.name
-    fields = {
+    fields: dict[str, dict[str, Any]] = {
         "keep_alive_interval": {"help_text": option("keep_alive_interval").help, "default_value": None},
         "proxy": {"help_text": option("proxy").help, "default_value": "nginx"},  # given on the command line
         "someone_elses": {"help_text": "their help", "default_value": None},

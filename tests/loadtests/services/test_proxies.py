@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import psutil
@@ -261,7 +262,8 @@ def test_nginx_leaves_no_files_behind(start_server: StartServer) -> None:
     require_nginx()
     server = start_server()
     nginx = start_nginx(server.url, 1.0)
-    directory = Path(nginx.process.args[nginx.process.args.index("-p") + 1])
+    args = cast(list[str], nginx.process.args)
+    directory = Path(args[args.index("-p") + 1])
     assert (directory / "nginx.conf").exists()
     nginx.stop()
     assert not directory.exists()
@@ -354,7 +356,8 @@ def test_a_proxy_exits_when_the_pipe_from_its_starter_closes(
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     if proxy.name in REAL_PROXIES:  # its directory, which the watchdog removes: --remove DIR
-        assert not Path(proxy.process.args[proxy.process.args.index("--remove") + 1]).exists()
+        args = cast(list[str], proxy.process.args)
+        assert not Path(args[args.index("--remove") + 1]).exists()
 
 
 def test_an_upstream_that_resets_before_its_headers_is_a_502(start_proxy: StartProxy) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import importlib
 import re
+from argparse import Namespace
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -17,6 +17,7 @@ from loadtests.declare.options import option
 from loadtests.declare.scenario import Scenario
 from loadtests.errors import UsageError
 from loadtests.judge.causes import KeepAliveWithheld, coarse_timer_proxies, known_proxies, proxies_named, run_proxy
+from loadtests.run.settings import run_settings
 from loadtests.services import proxies
 from loadtests.services.child import ChildService
 from loadtests.services.proxies.base import Front, ProxyKind
@@ -126,8 +127,8 @@ def test_the_causes_name_and_judge_a_registered_kind(registered: RecordingKind) 
 def test_server_bind_lets_a_kind_through_by_where_it_listens(registered: RecordingKind) -> None:
     scenario = Scenario(name="s")
     given = {"host": None, "keep_alive_interval": None, "server_args": "", "proxy_read_timeout": 60.0, "rate": None}
-    bound = scenario.settings(SimpleNamespace(**given, proxy="test-gateway", server_bind="10.0.0.1"))
+    bound = run_settings(scenario, Namespace(**given, proxy="test-gateway", server_bind="10.0.0.1"))
     assert bound.proxy == "test-gateway"
     said = "--proxy nginx listens on loopback only, out of the workers' reach: give --proxy none or embedded or "
     with pytest.raises(UsageError, match=re.escape(said + "test-gateway")):
-        scenario.settings(SimpleNamespace(**given, proxy="nginx", server_bind="10.0.0.1"))
+        run_settings(scenario, Namespace(**given, proxy="nginx", server_bind="10.0.0.1"))

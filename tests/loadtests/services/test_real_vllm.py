@@ -149,7 +149,7 @@ def test_the_metadata_mend_makes_a_distribution_named_vllm(tmp_path: Path) -> No
     real.write_vllm_dist_info(tmp_path, "0.32.0")
     (found,) = importlib.metadata.distributions(path=[str(tmp_path)])
     assert (found.metadata["Name"], found.version) == ("vllm", "0.32.0+cpu")
-    assert found.files and all(file.locate().exists() for file in found.files)
+    assert found.files and all(Path(file.locate()).exists() for file in found.files)
     assert (tmp_path / "vllm-0.32.0+cpu.dist-info").is_dir()
     real.write_vllm_dist_info(tmp_path, "0.32.0+cpu")  # again, and from a version that has it: the same
     assert [path.name for path in tmp_path.iterdir()] == ["vllm-0.32.0+cpu.dist-info"]

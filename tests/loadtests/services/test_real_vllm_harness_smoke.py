@@ -14,9 +14,8 @@ import pytest
 
 from loadtests.services import real_vllm as real
 from tests.conftest import VLLM_KEEP_ALIVE, VLLM_KEY
-from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust
-from tests.loadtests.run.test_soak_smoke import soak_command
-from tests.test_pytest_plugin_smoke import outcomes, user_pytest
+from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust, soak_command
+from tests.user_pytest import user_pytest
 
 pytestmark = [pytest.mark.smoke, pytest.mark.vllm]
 
@@ -68,13 +67,15 @@ def test_the_soak_passes_against_real_vllm_with_window_verdicts(tmp_path: Path, 
     assert any(line.startswith("windows: 3 PASS") for line in lines)
 
 
-def test_the_pytest_plugins_smoke_mode_passes_against_real_vllm(tmp_path: Path, vllm_server: real.VllmServer) -> None:
-    result = user_pytest(
-        tmp_path, "--pyargs", "loadtests.smoke", "--sse-soak-host", vllm_server.url, "--sse-soak-report-dir", "runs",
+def test_the_pytest_plugins_smoke_mode_passes_against_real_vllm(
+    pytester: pytest.Pytester, vllm_server: real.VllmServer
+) -> None:
+    result, seen = user_pytest(
+        pytester, "--pyargs", "loadtests.smoke", "--sse-soak-host", vllm_server.url, "--sse-soak-report-dir", "runs",
         "--sse-soak-keep-alive-interval", str(VLLM_KEEP_ALIVE),
     )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
-    seen = outcomes(result.stdout)
+    assert result.ret == 0, "\n".join(result.outlines[-80:] + result.errlines[-30:])
+    assert result.parseoutcomes().get("failed", 0) == 0
     verdicts = [outcome for (test, _), outcome in seen.items() if test == "test_verdict"]
     assert verdicts and set(verdicts) == {"PASSED"}
 

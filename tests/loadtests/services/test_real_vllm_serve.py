@@ -74,4 +74,4 @@ def test_vllm_and_every_process_it_started_run_on_the_cpus_left_to_it(vllm_serve
     assert {process.name(): process.cpu_affinity() for process in tree} == {
         process.name(): vllm_server.cpus for process in tree
     }
-    assert f"runs on CPU {','.join(map(str, vllm_server.cpus))} of" in vllm_server.notes()[0]
+    assert f"runs on CPU {','.join(map(str, vllm_server.cpus or []))} of" in vllm_server.notes()[0]
