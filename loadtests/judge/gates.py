@@ -247,18 +247,22 @@ def gate_sources(gates: Iterable[Gate]) -> dict[str, dict[str, str]]:
     return sources
 
 
-def rebuild_gates(specs: Iterable[dict[str, Any]], sources: dict[str, dict[str, str]]) -> tuple[list[Gate], list[str]]:
+def rebuild_gates(
+    specs: Iterable[dict[str, Any]], sources: dict[str, dict[str, str]], never_from: Path | None = None
+) -> tuple[list[Gate], list[str]]:
     """The gates stored as ``specs``, and one line for each that could not be rebuilt. A type no loaded
     module defines is looked for where ``sources`` says it is defined (its module by name, else its
-    file). A user's gate (one with a source) that still cannot be rebuilt is judged unjudged, its line
-    saying why, its spec stored again as it was; any other spec that cannot be rebuilt raises
-    ``SummaryError`` (the file is no summary this harness can read), naming the spec by number."""
+    file), never in a file under ``never_from`` (the run directory judged: its files are data someone
+    may have sent, never code to run). A user's gate (one with a source) that still cannot be rebuilt
+    is judged unjudged, its line saying why, its spec stored again as it was; any other spec that
+    cannot be rebuilt raises ``SummaryError`` (the file is no summary this harness can read), naming
+    the spec by number."""
     gates: list[Gate] = []
     refused: list[str] = []
     for number, spec in enumerate(specs, 1):
         kind = str(spec.get("type"))
         source = sources.get(kind)
-        why = _load_source(kind, source) if source is not None and kind not in GATE_TYPES else None
+        why = _load_source(kind, source, never_from) if source is not None and kind not in GATE_TYPES else None
         try:
             gates.append(Gate.from_spec(spec))
             continue
@@ -273,12 +277,15 @@ def rebuild_gates(specs: Iterable[dict[str, Any]], sources: dict[str, dict[str, 
     return gates, refused
 
 
-def _load_source(kind: str, source: dict[str, str]) -> str | None:
+def _load_source(kind: str, source: dict[str, str], never_from: Path | None = None) -> str | None:
     """Load the module ``source`` names, so the gate classes it defines join ``GATE_TYPES``: from its
     file when it is still there, as Locust loads a locustfile (its folder first on ``sys.path``), else
-    by its module's name. None when ``kind`` is then known; else why not, in a few words."""
+    by its module's name; never a file under ``never_from``. None when ``kind`` is then known; else
+    why not, in a few words."""
     module, file = source.get("module", ""), source.get("file")
     path = Path(file) if file else None
+    if path is not None and never_from is not None and path.resolve().is_relative_to(never_from.resolve()):
+        return f"its file {path} lies inside the run directory, whose files are never run as code"
     if path is None or not path.is_file():
         if module and module != "__main__":
             with contextlib.suppress(Exception):  # a user's module: whatever it raises, it is not found

@@ -144,7 +144,7 @@ def _account(record: RunRecord, previous: Summary | None, told: JudgeOptions) ->
     else:
         specs, sources = (manifest.gate_specs, manifest.gate_sources) if manifest is not None else ([], {})
     try:
-        stored, refused = rebuild_gates(specs, sources)
+        stored, refused = rebuild_gates(specs, sources, never_from=record.run.path)
     except SummaryError as exc:  # a spec of no known type, nor a user's: no summary this harness reads
         raise SummaryError(f"{record.run.summary}: {exc}") from None
     point = told.point

@@ -237,3 +237,20 @@ def test_a_users_gate_whose_class_is_gone_is_unjudged_with_one_line_saying_why(
     (gate,) = [gate for gate in again["gates"] if gate["name"] == "at_least_requests"]
     assert gate["skipped"] and gate["detail"].startswith("cannot be rebuilt in this process: its module")
     assert [gate["passed"] for gate in again["gates"] if gate["name"] == "x"] == [True]  # the rest judged as ever
+
+
+def test_a_gate_file_inside_the_run_directory_is_never_run(tmp_path: Path) -> None:
+    """A run directory is data (someone may have sent it): a gate source inside it stays unloaded, the
+    gate unjudged with the reason, and nothing in the file runs."""
+    kind = f"Inside{tmp_path.name.replace('-', '_').replace('.', '_')}"
+    run = clean(tmp_path / "demo-20260101T000000Z")
+    ran = tmp_path / "ran"
+    file = run.path / "planted_locustfile.py"
+    file.write_text(f"from pathlib import Path\nPath({str(ran)!r}).touch()\n" + OWN_GATE.format(kind=kind))
+    stored_by_a_user(run, kind, file)
+    summary = judge(RunRecord(run), html=False)
+    assert not ran.exists()
+    (line,) = summary.unrebuilt
+    assert f"its file {file} lies inside the run directory, whose files are never run as code" in line
+    (gate,) = [gate for gate in summary.gates if gate.name == "at_least_requests"]
+    assert gate.skipped
