@@ -623,10 +623,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "proxy",
         choice(*proxies.names()),
-        "reverse proxy the run starts in front of the server: none, embedded (asyncio, nginx's read-timeout "
-        "semantics), real nginx, haproxy, caddy, apache or squid (Debian's packages), or litellm (LiteLLM's "
-        "gateway, in its own venv: 'python -m loadtests litellm setup' first; it strips keep-alive comments) "
-        "(default: the scenario's own in front of the bundled server; none in front of --host, which may have a "
+        "reverse proxy the run starts in front of the server: "
+        + "; ".join(f"{kind.name} ({kind.described})" for kind in proxies.kinds())
+        + " (default: the scenario's own in front of the bundled server; none in front of --host, which may have a "
         "proxy of its own: name one to put it in front of the host)",
         None,  # given or not: a --host run adds no proxy it was not asked for (Scenario.proxy_of)
         frozenset({L, P, A}),
@@ -636,9 +635,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "proxy_read_timeout",
         SECONDS,
-        "the proxy's read timeout in seconds: nginx's proxy_read_timeout, HAProxy's timeout server, Caddy's "
-        "read_timeout and response_header_timeout, Apache's ProxyTimeout and Squid's read_timeout (these two in "
-        "whole seconds, rounded up), LiteLLM's timeout and stream_timeout",
+        "the proxy's read timeout in seconds: "
+        + "; ".join(kind.read_timeout_setting for kind in proxies.kinds() if kind.read_timeout_setting),
         60.0,
         scenario_field="proxy_read_timeout",
         short="the proxy's read timeout: the longest silence from upstream (nginx's `proxy_read_timeout`)",

@@ -57,6 +57,8 @@ def apache_config(setup: Setup) -> str:
 
 KIND = RealProxy(
     name="apache",
+    described="Debian's package",
+    read_timeout_setting="Apache's ProxyTimeout (in whole seconds, rounded up)",
     order=5,
     display_name="Apache",
     recognised_by=r"apache",

@@ -49,6 +49,10 @@ class ProxyKind(ABC):
     """Measured to tick its read timeout in whole seconds: it may cut up to a tick early, two late."""
     loopback_only: bool = True
     """It listens on 127.0.0.1 only, whatever ``--server-bind`` says."""
+    described: str = ""
+    """What ``--proxy``'s help says of it, after its name (``Debian's package``)."""
+    read_timeout_setting: str = ""
+    """Which of its own settings ``--proxy-read-timeout`` sets, in its words; empty when it has none."""
 
     def available(self) -> tuple[bool, str]:
         """Whether the run can start it, and a sentence why not (how to make it so); checked before

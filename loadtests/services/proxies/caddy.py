@@ -42,6 +42,8 @@ def caddy_config(setup: Setup) -> str:
 
 KIND = RealProxy(
     name="caddy",
+    described="Debian's package",
+    read_timeout_setting="Caddy's read_timeout and response_header_timeout",
     order=4,
     display_name="Caddy",
     recognised_by=r"caddy",

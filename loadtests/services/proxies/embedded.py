@@ -373,4 +373,11 @@ class EmbeddedProxy(ProxyKind):
         return start_embedded_proxy(front.upstream, front.read_timeout, listen_host=front.listen_host)
 
 
-KIND = EmbeddedProxy(name="embedded", order=1, display_name="the embedded proxy", loopback_only=False)
+KIND = EmbeddedProxy(
+    name="embedded",
+    order=1,
+    display_name="the embedded proxy",
+    loopback_only=False,
+    described="asyncio, with nginx's read-timeout semantics",
+    read_timeout_setting="the embedded proxy's, as nginx's proxy_read_timeout",
+)

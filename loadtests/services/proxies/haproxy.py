@@ -36,6 +36,8 @@ def haproxy_config(setup: Setup) -> str:
 
 KIND = RealProxy(
     name="haproxy",
+    described="Debian's package",
+    read_timeout_setting="HAProxy's timeout server",
     order=3,
     display_name="HAProxy",
     recognised_by=r"haproxy",

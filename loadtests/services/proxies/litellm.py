@@ -190,6 +190,9 @@ KIND = LiteLLMGateway(
     recognised_by=r"litellm",
     recognition_rank=80,
     withholds_keep_alive=True,
+    described="LiteLLM's gateway, in its own venv: 'python -m loadtests litellm setup' first; it strips keep-alive "
+    "comments",
+    read_timeout_setting="LiteLLM's timeout and stream_timeout",
 )
 
 __all__ = [

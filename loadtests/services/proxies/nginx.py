@@ -52,6 +52,8 @@ def _nginx_render(setup: Setup) -> str:
 
 KIND = RealProxy(
     name="nginx",
+    described="Debian's package",
+    read_timeout_setting="nginx's proxy_read_timeout",
     order=2,
     display_name="nginx",
     recognised_by=r"nginx",

@@ -16,4 +16,4 @@ class NoProxy(ProxyKind):
         return None
 
 
-KIND = NoProxy(name="none", order=0, display_name=None, loopback_only=False)
+KIND = NoProxy(name="none", order=0, display_name=None, loopback_only=False, described="no proxy")

@@ -48,6 +48,8 @@ def squid_config(setup: Setup) -> str:
 
 KIND = RealProxy(
     name="squid",
+    described="Debian's package",
+    read_timeout_setting="Squid's read_timeout (in whole seconds, rounded up)",
     order=6,
     display_name="Squid",
     recognised_by=r"squid",

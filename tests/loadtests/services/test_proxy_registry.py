@@ -132,3 +132,12 @@ def test_server_bind_lets_a_kind_through_by_where_it_listens(registered: Recordi
     said = "--proxy nginx listens on loopback only, out of the workers' reach: give --proxy none or embedded or "
     with pytest.raises(UsageError, match=re.escape(said + "test-gateway")):
         run_settings(scenario, Namespace(**given, proxy="nginx", server_bind="10.0.0.1"))
+
+
+def test_the_proxy_options_help_speaks_of_every_kind_in_its_own_words() -> None:
+    """--proxy's help names each kind with what it says of itself, and --proxy-read-timeout's help
+    each kind's own setting: a new kind appears in both without an edit to the options."""
+    proxy_help, timeout_help = option("proxy").help, option("proxy_read_timeout").help
+    for known in proxies.kinds():
+        assert known.described and f"{known.name} ({known.described})" in proxy_help
+        assert known.name == "none" or (known.read_timeout_setting and known.read_timeout_setting in timeout_help)
