@@ -14,6 +14,7 @@ are the options' own (``loadtests.declare.options``); it imports no service modu
 from __future__ import annotations
 
 import shlex
+from argparse import Namespace
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,7 +123,7 @@ class Scenario:
             except ValueError as exc:
                 raise UsageError(f"scenario {self.name}: {exc}") from None
 
-    def proxy_of(self, options: Any) -> str:
+    def proxy_of(self, options: Namespace) -> str:
         """The proxy the run starts: ``--proxy`` when given; else the scenario's own in front of the
         bundled server, and none in front of ``--host`` (a server given may have a proxy of its own in
         front of it, which one of ours would stand before, unasked)."""
@@ -131,7 +132,7 @@ class Scenario:
             return str(given)
         return "none" if options.host is not None else self.proxy
 
-    def form_values(self, options: Any) -> dict[str, Any]:
+    def form_values(self, options: Namespace) -> dict[str, Any]:
         """The values the web UI's form shows for options left empty on the command line: the ones
         this scenario runs, each such that a test started with it unchanged runs the same stack.
         The proxy is ``proxy_of`` (``none`` in front of ``--host``); the keep-alive interval is the
@@ -143,7 +144,7 @@ class Scenario:
             values["keep_alive_interval"] = self.keep_alive_interval
         return values
 
-    def proxy_notice(self, options: Any) -> str | None:
+    def proxy_notice(self, options: Namespace) -> str | None:
         """The line a ``--host`` run prints when it leaves the scenario's own proxy out; None otherwise."""
         if options.host is None or getattr(options, "proxy", None) is not None or self.proxy == "none":
             return None

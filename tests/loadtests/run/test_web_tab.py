@@ -5,6 +5,7 @@ scenario's values."""
 from __future__ import annotations
 
 import json
+from argparse import Namespace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
@@ -152,10 +153,10 @@ def test_every_form_option_has_a_short_label_shown_in_place_of_its_help() -> Non
 @pytest.mark.fast
 def test_the_forms_values_are_the_scenarios_where_it_runs_them() -> None:
     scenario = Scenario("s", keep_alive_interval=0.25, proxy="embedded")
-    bundled = SimpleNamespace(host=None, server="bundled")
+    bundled = Namespace(host=None, server="bundled")
     assert scenario.form_values(bundled) == {"proxy": "embedded", "keep_alive_interval": 0.25}
     # never assumed of a server the run did not start
-    assert scenario.form_values(SimpleNamespace(host="http://h:1", server="bundled")) == {"proxy": "none"}
-    assert scenario.form_values(SimpleNamespace(host=None, server="vllm")) == {"proxy": "embedded"}
+    assert scenario.form_values(Namespace(host="http://h:1", server="bundled")) == {"proxy": "none"}
+    assert scenario.form_values(Namespace(host=None, server="vllm")) == {"proxy": "embedded"}
     assert Scenario("plain").form_values(bundled) == {"proxy": "none"}
     assert [item.name for item in on(Surface.LOCUST) if item.form and item.label is None] == []
