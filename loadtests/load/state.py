@@ -19,6 +19,7 @@ import httpx
 from gevent.lock import Semaphore
 
 from loadtests.base.lines import say
+from loadtests.base.process_part import Part
 from loadtests.base.safe_text import printable
 from loadtests.client.outcome import Outcome, RequestRow, StreamTracker
 from loadtests.client.tls import client_context
@@ -84,6 +85,8 @@ class RunState:
     """The target is a server the run did not start (``--host``): once a stream shows its pace,
     requests with ``hold_s`` are lengthened to it so that streams queue (``learn_pace``)."""
     runner: Runner | None = None
+    part: Part | None = None
+    """The part this process plays (``loadtests.run.roles``), handed over at init; None before."""
     recorder: Recorder = field(default_factory=Recorder)
     lag: LagMonitor = field(default_factory=LagMonitor)
     """This process's lag monitor; started by the scenario for the whole run."""
@@ -120,11 +123,9 @@ class RunState:
         return self._worker
 
     def _worker_name(self) -> tuple[str, bool]:
-        if self.runner is None:
-            return "local", False  # the runner is set at init
-        from locust.runners import WorkerRunner  # here: importing Locust monkey-patches the process
-
-        if not isinstance(self.runner, WorkerRunner):
+        if self.runner is None or self.part is None:
+            return "local", False  # both are set at init
+        if self.part is not Part.WORKER:
             return "local", True
         index = getattr(self.runner, "worker_index", None)
         return (f"worker-{index}", True) if index is not None and index >= 0 else ("local", False)

@@ -31,6 +31,7 @@ import gevent
 from gevent.event import Event
 
 from loadtests.base.ports import flag_value, has_flag
+from loadtests.base.process_part import Part
 
 if TYPE_CHECKING:  # Locust patches the process on import: only where it runs
     from locust.env import Environment
@@ -86,11 +87,14 @@ def own_run_id(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | No
 
 
 class Admission:
-    """One per process. ``start()`` picks the role from the runner: a master answers hellos, a
-    worker sends one and holds its users (``wait``) until admitted; standalone, everyone is."""
+    """One per process, playing the ``part`` it is handed: a master answers hellos, a worker sends
+    one and holds its users (``wait``) until admitted; standalone, everyone is."""
 
-    def __init__(self, environment: Environment | None = None, identity: RunIdentity | None = None) -> None:
+    def __init__(
+        self, environment: Environment | None = None, identity: RunIdentity | None = None, part: Part = Part.LOCAL
+    ) -> None:
         self.environment = environment
+        self.part = part
         self.identity = identity or RunIdentity("", None)
         self.refused: set[str] = set()
         """Master: the node ids of the workers it refused; their batches are not written."""
@@ -115,13 +119,11 @@ class Admission:
         return self._run.runner
 
     def start(self) -> None:
-        from locust.runners import MasterRunner, WorkerRunner  # Locust patches on import: only where it runs
-
         runner = self._run.runner
-        if isinstance(runner, MasterRunner):
+        if self.part is Part.MASTER and runner is not None:
             runner.register_message(HELLO_MESSAGE, self._on_hello)
             self.admitted.set()
-        elif isinstance(runner, WorkerRunner):
+        elif self.part is Part.WORKER and runner is not None:
             runner.register_message(ADMISSION_MESSAGE, self._on_admission)
             gevent.spawn(self._say_hello)
         else:

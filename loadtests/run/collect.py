@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gevent
 from locust.env import Environment
@@ -45,9 +45,9 @@ from locust.runners import (
     STATE_SPAWNING,
     MasterRunner,
     Runner,
-    WorkerRunner,
 )
 
+from loadtests.base.process_part import Part
 from loadtests.client.outcome import Outcome
 from loadtests.load.state import run_state
 from loadtests.record.parts_writer import RunWriter
@@ -90,11 +90,14 @@ class WorkerTally:
 
 
 class Collector:
-    """One per process; ``start()`` picks the role from the environment's runner. The master or
-    standalone process writes into ``writer``, the current test's, set by ``begin()``."""
+    """One per process, playing the ``part`` it is handed: a worker ships its rows, the master or a
+    standalone process writes them into ``writer``, the current test's, set by ``begin()``."""
 
-    def __init__(self, environment: Environment, flush_interval: float, refused: set[str] | None = None) -> None:
+    def __init__(
+        self, environment: Environment, flush_interval: float, refused: set[str] | None = None, part: Part = Part.LOCAL
+    ) -> None:
         self.environment = environment
+        self.part = part
         self.flush_interval = flush_interval
         self.refused = refused if refused is not None else set()
         """Master: workers refused as another run's (``record.membership``): none of their batches is written."""
@@ -121,17 +124,17 @@ class Collector:
     @property
     def _master(self) -> MasterRunner:
         """The runner, on the master (the only process that asks for its workers)."""
-        assert isinstance(self.runner, MasterRunner)
-        return self.runner
+        assert self._is_master and self.runner is not None
+        return cast("MasterRunner", self.runner)
 
     def start(self) -> None:
         runner = self.environment.runner
-        if isinstance(runner, WorkerRunner):
+        if self.part is Part.WORKER and runner is not None:
             runner.register_message(FLUSH_MESSAGE, self._on_flush_request)
             self.environment.events.test_stop.add_listener(self._ship_final)
             self._greenlet = gevent.spawn(self._every_interval, self._ship)
         elif runner is not None:
-            if isinstance(runner, MasterRunner):
+            if self._is_master:
                 runner.register_message(BATCH_MESSAGE, self._on_batch)
             self._greenlet = gevent.spawn(self._every_interval, self.write_local)
 
@@ -174,7 +177,7 @@ class Collector:
 
     @property
     def _is_master(self) -> bool:
-        return isinstance(self.runner, MasterRunner)
+        return self.part is Part.MASTER
 
     def _own_batch(self) -> dict[str, Any]:
         """What this process recorded since the last batch: its users' rows and frames, and its lag samples."""

@@ -351,11 +351,12 @@ class RunController:
         # the server is not the bundled one running the profile: silence must come from queueing
         state.hold_slots = options.host is not None or getattr(options, "server", "bundled") != "bundled"
         state.runner = environment.runner
+        state.part = role.part
         for user_class in environment.user_classes:
             if issubclass(user_class, FastHttpUser):
                 user_class.insecure = options.insecure
         # first: a master answers the hellos of workers that connect while its stack starts
-        state.admission = Admission(environment, RunIdentity(self.name, self.run_id))
+        state.admission = Admission(environment, RunIdentity(self.name, self.run_id), role.part)
         state.admission.start()
         if role.leads:
             self.scenario.check(settings)  # a function's gates: checked once known
@@ -372,7 +373,7 @@ class RunController:
         if environment.runner is None:
             return  # run_single_user (debugging): Locust prints each request; no run directory
         state.lag.start()  # for the whole run, in every process: its samples travel with the rows
-        self._collector = Collector(environment, options.flush_interval, state.admission.refused)
+        self._collector = Collector(environment, options.flush_interval, state.admission.refused, role.part)
         self._collector.start()
         role.watch(self._collector, options)
         self._guard.speaks = role.leads

@@ -16,6 +16,7 @@ from argparse import Namespace
 
 from locust.runners import MasterRunner, Runner, WorkerRunner
 
+from loadtests.base.process_part import Part
 from loadtests.load.open_loop import START_DELAY_S, ArrivalPlan, ArrivalSchedule
 from loadtests.run.collect import Collector
 from loadtests.services.parent_watch import end_with_parent
@@ -30,6 +31,8 @@ ARRIVAL_START = "sse_soak_arrival_start"
 class Role:
     """The hooks that differ between the processes of a run; this one is the single process's."""
 
+    part = Part.LOCAL
+    """What the modules this process hands it to take it for (``Admission``, ``Collector``, ``RunState``)."""
     leads = True
     """This process leads the run (the module docstring says what that holds)."""
     probes_prompt_sizing = False
@@ -58,6 +61,7 @@ class Local(Role):
 class Master(Role):
     """The master of ``--processes`` or of a cluster: it holds the results and sends no request."""
 
+    part = Part.MASTER
     probes_prompt_sizing = True
 
     def __init__(self, runner: MasterRunner) -> None:
@@ -78,6 +82,7 @@ class Master(Role):
 class Worker(Role):
     """A worker: it sends and records, and ships its rows to the master."""
 
+    part = Part.WORKER
     leads = False
 
     def __init__(self, runner: WorkerRunner) -> None:

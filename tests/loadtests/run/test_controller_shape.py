@@ -37,18 +37,32 @@ def _callers(tree: ast.Module, name: str) -> list[str]:
     return found
 
 
-def test_the_role_is_picked_once_at_init_and_no_runner_type_is_asked_in_the_controller() -> None:
-    tree = _tree(CONTROLLER)
-    assert _callers(tree, "role_of") == ["RunController.on_init"]
-    asked = [
+def _runner_types_asked(tree: ast.Module) -> list[str]:
+    return [
         node.args[1].id
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id in ("isinstance", "issubclass")
         and isinstance(node.args[1], ast.Name)
+        and node.args[1].id in RUNNERS
     ]
-    assert not RUNNERS & set(asked), asked
+
+
+def test_the_role_is_picked_once_at_init_and_no_runner_type_is_asked_in_the_controller() -> None:
+    tree = _tree(CONTROLLER)
+    assert _callers(tree, "role_of") == ["RunController.on_init"]
+    assert _runner_types_asked(tree) == []
+
+
+def test_only_role_of_asks_a_runners_type_in_the_whole_harness() -> None:
+    """The collector, the admission and the run state take the ``Part`` the role hands them."""
+    asking = {
+        str(path.relative_to(ROOT)): asked
+        for path in sorted((ROOT / "loadtests").rglob("*.py"))
+        if (asked := _runner_types_asked(_tree(path)))
+    }
+    assert asking == {"loadtests/run/roles.py": ["MasterRunner", "WorkerRunner"]}
 
 
 def test_the_settings_are_computed_at_init_and_at_each_tests_start_only() -> None:
