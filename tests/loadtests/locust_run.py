@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from dataclasses import dataclass
@@ -88,6 +89,19 @@ def rejudged_alike(run_dir: Path) -> dict[str, Any]:
     differing = sorted(key for key in written.keys() | again.keys() if written.get(key) != again.get(key))
     assert not differing, f"re-judged {run_dir} differs in {differing}: {[again.get(k) for k in differing]}"
     return written
+
+
+def run_in_checkout(*command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``command`` run from this checkout, its ``loadtests`` first on the path, with no stdin."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env, stdin=subprocess.DEVNULL
+    )
+
+
+def run_python(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``code`` (dedented) run by a fresh interpreter from this checkout."""
+    return run_in_checkout(sys.executable, "-c", textwrap.dedent(code), timeout=timeout)
 
 
 def locust_command(locustfile: str | Path, *args: str) -> list[str]:

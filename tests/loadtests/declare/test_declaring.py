@@ -3,7 +3,6 @@ declaration. Each check runs in a child Python: importing Locust patches the pro
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,21 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.loadtests.locust_run import ROOT
+from tests.loadtests.locust_run import ROOT, run_in_checkout
+from tests.loadtests.locust_run import run_python as python_in_checkout
 
 pytestmark = pytest.mark.extended
 
 
 def run(*command: str) -> subprocess.CompletedProcess[str]:
-    """``command`` run from this checkout, its ``loadtests`` first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, stdin=subprocess.DEVNULL
-    )
+    return run_in_checkout(*command, timeout=60)
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
-    return run(sys.executable, "-c", textwrap.dedent(code))
+    return python_in_checkout(code, timeout=60)
 
 
 def run_locustfile(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,6 @@ process for gevent."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -13,21 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.loadtests.locust_run import ROOT
+from tests.loadtests.locust_run import run_in_checkout
+from tests.loadtests.locust_run import run_python as python_in_checkout
 
 pytestmark = pytest.mark.extended
 
 
 def run(*command: str) -> subprocess.CompletedProcess[str]:
-    """``command`` run from this checkout, its ``loadtests`` first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env, stdin=subprocess.DEVNULL
-    )
+    return run_in_checkout(*command, timeout=120)
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
-    return run(sys.executable, "-c", textwrap.dedent(code))
+    return python_in_checkout(code, timeout=120)
 
 
 def test_importing_loadtests_registers_no_listener_and_declaring_installs_the_controller_once() -> None:
