@@ -141,7 +141,7 @@ def test_bad_plugin_options_are_a_usage_error_and_help_lists_them(pytester: pyte
 
 def test_the_plugin_leaves_trio_importable_in_pytests_process(pytester: pytest.Pytester) -> None:
     """In a pytest process of its own, as every user's run here: this one has imported trio already."""
-    import trio  # type: ignore[import-untyped]  # noqa: F401  # the test extra declares it: sse-soak hides trio from httpcore where gevent runs, never here
+    import trio  # type: ignore[import-untyped, unused-ignore]  # noqa: F401  # the test extra declares it: sse-soak hides trio from httpcore where gevent runs, never here
 
     pytester.makepyfile(
         test_trio="def test_plugin_loaded_and_trio_imports(request):\n"

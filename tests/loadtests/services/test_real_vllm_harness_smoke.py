@@ -70,9 +70,12 @@ def test_the_soak_passes_against_real_vllm_with_window_verdicts(tmp_path: Path, 
 def test_the_pytest_plugins_smoke_mode_passes_against_real_vllm(
     pytester: pytest.Pytester, vllm_server: real.VllmServer
 ) -> None:
+    """20 s, not the plugin's 10: with one slot, streams held about 3-5 s (the pace is probed) queue
+    behind each other, and a stream still waiting at the run's end is stopped, so unjudged; in 10 s
+    the silent ones could all end that way (an INCONCLUSIVE verdict, seen once in CI)."""
     result, seen = user_pytest(
         pytester, "--pyargs", "loadtests.smoke", "--sse-soak-host", vllm_server.url, "--sse-soak-report-dir", "runs",
-        "--sse-soak-keep-alive-interval", str(VLLM_KEEP_ALIVE),
+        "--sse-soak-keep-alive-interval", str(VLLM_KEEP_ALIVE), "--sse-soak-duration", "20s",
     )  # fmt: skip
     assert result.ret == 0, "\n".join(result.outlines[-80:] + result.errlines[-30:])
     assert result.parseoutcomes().get("failed", 0) == 0
