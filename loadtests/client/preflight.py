@@ -46,7 +46,10 @@ def base_url(host: str) -> tuple[str, tuple[str, ...]]:
     shown = redacted_url(host)
     if "://" not in host:
         raise PreflightError(f"--host {shown} has no scheme: use --host http://{shown}")
-    parts = urlsplit(host)
+    try:
+        parts = urlsplit(host)
+    except ValueError as exc:  # an unclosed [ of an IPv6 address, and the like
+        raise PreflightError(f"--host {shown} is not a URL ({exc}): e.g. http://127.0.0.1:8000") from None
     if parts.scheme not in ("http", "https"):
         raise PreflightError(f"--host {shown}: the scheme must be http or https, not {parts.scheme!r}")
     try:

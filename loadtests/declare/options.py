@@ -200,10 +200,13 @@ WHOLE = Kind(_whole_text, "a whole number")
 def http_url(text: str, schemes: tuple[str, ...] = ("http",)) -> str:
     """``text`` if it is a URL with one of ``schemes``, a host and a usable port; else ``ValueError``
     with the one line that says why."""
-    parts = urlsplit(text)
+    expected = " or ".join(scheme + "://" for scheme in schemes)
+    shown = redacted_url(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:  # an unclosed [ of an IPv6 address, and the like
+        raise InvalidValue(f"expected an {expected} URL, e.g. http://127.0.0.1:8000, got {shown!r} ({exc})") from None
     if parts.scheme not in schemes or not parts.hostname:
-        expected = " or ".join(scheme + "://" for scheme in schemes)
-        shown = redacted_url(text)
         raise InvalidValue(f"expected an {expected} URL with a host, e.g. http://127.0.0.1:8000, got {shown!r}")
     try:
         port = parts.port

@@ -211,6 +211,11 @@ OPTIONS = [
         "--host: the port of 'http://127.0.0.1:99999' must be a number from 1 to 65535",
         id="host_port_out_of_range",
     ),
+    pytest.param(
+        ["--host", "http://[::1"],
+        "--host: expected an http:// or https:// URL, e.g. http://127.0.0.1:8000, got 'http://[::1' (Invalid IPv6 URL)",
+        id="host_not_a_url",
+    ),
 ]
 
 

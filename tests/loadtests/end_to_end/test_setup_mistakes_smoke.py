@@ -101,6 +101,13 @@ def test_a_host_without_scheme_is_refused_with_the_fix(tmp_path: Path) -> None:
     refused(run, "sse-soak: --host 127.0.0.1:8000 has no scheme: use --host http://127.0.0.1:8000", tmp_path / "r")
 
 
+def test_a_host_that_is_no_url_is_refused_in_one_line(tmp_path: Path) -> None:
+    run = run_locust("mixed_truncate", tmp_path / "r", "--host", "http://[::1", seconds=3)
+    refused(
+        run, "sse-soak: --host http://[::1 is not a URL (Invalid IPv6 URL): e.g. http://127.0.0.1:8000", tmp_path / "r"
+    )
+
+
 def test_a_server_that_wants_a_key_names_the_option(tmp_path: Path, start_server: StartServer) -> None:
     server = start_server("--api-key", "s3cret")
     run = run_locust("mixed_truncate", tmp_path / "r", "--host", server.url, seconds=3)
