@@ -42,14 +42,11 @@ from typing import Any
 import pandas as pd
 
 from loadtests.client.outcome import TIMEOUT_STATUSES, Outcome, is_timeout_code
+from loadtests.record.lag import explained_by_stall, harness_stall_s
 from loadtests.services import proxies
+from loadtests.services.proxies.base import EARLY_FLOOR_S, EARLY_SHARE, ReadTimer, plain_timer
 
-EARLY_FLOOR_S = 0.25
-"""The least a silence may fall short of the read timeout and still count: HAProxy's ~0.2 s hold."""
-EARLY_SHARE = 0.15
-"""...or this share of the read timeout, when larger (1.70 s for 2 s)."""
-COARSE_TICK_S = 1.0
-"""A whole-second timer's tick: a proxy that ticks so may cut up to one tick early and two late."""
+__all__ = ["EARLY_FLOOR_S", "EARLY_SHARE"]  # the window's rule is the kinds' (services.proxies.base)
 OTHER_KNOWN_PROXIES: tuple[tuple[str, str, int], ...] = (("Envoy", r"envoy", 60), ("Cloudflare", r"cloudflare", 70))
 """Proxies a response can name that the run never starts (no ``--proxy`` kind): each one's name,
 pattern and rank, beside the kinds' own (``ProxyKind.recognised_by``, ``recognition_rank``)."""
@@ -93,11 +90,22 @@ def run_proxy(started: str | None) -> str | None:
 
 
 def window(read_timeout: float, coarse: bool = False) -> tuple[float, float]:
-    """The silences that count as the read timeout firing: ``(low, high)`` (module docstring)."""
-    allowance = max(EARLY_FLOOR_S, EARLY_SHARE * read_timeout)
-    if coarse:
-        return read_timeout - max(allowance, COARSE_TICK_S), read_timeout + max(allowance, 2 * COARSE_TICK_S)
-    return read_timeout - allowance, read_timeout + allowance
+    """The silences that count as a read timeout of ``read_timeout`` firing: ``(low, high)``
+    (``loadtests.services.proxies.base.plain_timer``, the one rule)."""
+    return plain_timer(read_timeout, coarse=coarse).window
+
+
+def kind_named(name: str | None) -> proxies.ProxyKind | None:
+    """The kind a line names ``name`` (its display name); None for a proxy the run cannot start."""
+    return next((kind for kind in proxies.kinds() if name and kind.display_name == name), None)
+
+
+def run_timer(read_timeout: float | None, run_proxy_kind: str | None) -> ReadTimer | None:
+    """The read timer in force for a run: the started proxy's (its ``read_timer``: Apache's 1.5 s
+    runs as 2 s), else a plain one as asked; None when no read timeout was in force."""
+    if read_timeout is None:
+        return None
+    return proxies.read_timer(run_proxy_kind, read_timeout)
 
 
 def _column(requests: pd.DataFrame, name: str, dtype: str = "float64") -> pd.Series:
@@ -110,10 +118,10 @@ def _column(requests: pd.DataFrame, name: str, dtype: str = "float64") -> pd.Ser
 
 @dataclass(frozen=True)
 class ProxyTimeouts:
-    """A run's failures judged by the rule above, for a proxy read timeout of ``read_timeout``
-    seconds (None: no proxy timer known, so only statuses that say so count and no window is named)."""
+    """A run's failures judged by the rule above, for the read timer ``timer`` (None: no proxy timer
+    known, so only statuses that say so count and no window is named)."""
 
-    read_timeout: float | None
+    timer: ReadTimer | None
     before_headers: pd.DataFrame
     """Answers that are a proxy's timeout: 408, 504, 524, and 502s whose silence is in the window."""
     after_headers: pd.DataFrame
@@ -124,6 +132,18 @@ class ProxyTimeouts:
     """Cuts of clients that cannot see comments (the SDK): their silence is unknown."""
     started: str | None = None
     """The proxy the run started (``--proxy``), as a line names it; None when it started none."""
+    named_timers: tuple[ReadTimer, ...] = ()
+    """The timers of proxies the rows named (a run that started none) where they differ from ``timer``
+    (Squid's whole-second tick): those rows were judged by them."""
+    stall_counted: pd.DataFrame | None = None
+    """Of the timeouts, those whose silence missed the window by no more than the harness stalled
+    while they were open (``loadtests.record.lag.explained_by_stall``): counted, as the timing gates
+    would leave them unjudged rather than fail them on the harness's lateness."""
+
+    @property
+    def read_timeout(self) -> float | None:
+        """The read timeout in force (the timer's, never the figure asked); None without one."""
+        return None if self.timer is None else self.timer.runs_s
 
     @property
     def rows(self) -> pd.DataFrame:
@@ -164,9 +184,17 @@ class ProxyTimeouts:
         silences = self.silences()
         if len(silences):
             text += f", after {_spread(silences)} of silence"
-        if self.read_timeout is not None:
-            low, high = window(self.read_timeout)
-            text += f" (cuts and 502s count after {low:.2f}-{high:.2f} s for a {self.read_timeout:g} s read timeout)"
+        if self.timer is not None:
+            windows = [f"{_window_text(self.timer)} for {self.timer.describe()}"]
+            windows += [f"{_window_text(timer)} where {timer.proxy} answered" for timer in self.named_timers]
+            text += f" (cuts and 502s count after {'; '.join(windows)})"
+        stalled = self.stall_counted
+        if stalled is not None and len(stalled):
+            worst = float(harness_stall_s(stalled).max())
+            text += (
+                f"; {len(stalled)} of them outside the window by no more than the harness stalled while they were "
+                f"open (up to {worst:.2f} s): counted, as the timing gates allow"
+            )
         if len(self.other_cuts):
             other = _spread(_silence(self.other_cuts).dropna())
             text += f"; {len(self.other_cuts)} other cuts after {other} of silence"
@@ -183,9 +211,15 @@ class ProxyTimeouts:
     def as_dict(self) -> dict[str, Any]:
         """The figures as ``summary.json``'s ``causes.proxy_timeouts`` holds them."""
         silences = self.silences()
+        timer: dict[str, Any] = (
+            {"read_timeout_s": None, "window_s": None} if self.timer is None else self.timer.as_dict()
+        )
+        if self.named_timers:
+            timer["named_windows_s"] = {
+                str(named.proxy): [round(value, 3) for value in named.window] for named in self.named_timers
+            }
         return {
-            "read_timeout_s": self.read_timeout,
-            "window_s": None if self.read_timeout is None else [round(v, 3) for v in window(self.read_timeout)],
+            **timer,
             "before_headers": len(self.before_headers),
             "before_headers_statuses": self.statuses(),
             "after_headers": len(self.after_headers),
@@ -194,7 +228,13 @@ class ProxyTimeouts:
             "silence_s": None if silences.empty else [round(silences.min(), 3), round(silences.max(), 3)],
             "named": self.named,
             "run_proxy": self.started,
+            "stall_counted": 0 if self.stall_counted is None else len(self.stall_counted),
         }
+
+
+def _window_text(timer: ReadTimer) -> str:
+    low, high = timer.window
+    return f"{low:.2f}-{high:.2f} s"
 
 
 def _spread(silences: pd.Series) -> str:
@@ -216,39 +256,56 @@ def _silence(rows: pd.DataFrame) -> pd.Series:
 def proxy_timeouts(
     requests: pd.DataFrame, read_timeout: float | None, run_proxy_kind: str | None = None
 ) -> ProxyTimeouts:
-    """The run's failures by the rule of this module's docstring. ``run_proxy_kind`` is the run's
-    ``--proxy`` (``squid`` widens every row's window to Squid's tick)."""
+    """The run's failures by the rule of this module's docstring. ``read_timeout`` is the one asked
+    (``--proxy-read-timeout``, or the gate's); ``run_proxy_kind`` is the run's ``--proxy``, whose
+    ``read_timer`` says what it runs (Apache's 1.5 s runs as 2 s) and its window (Squid's tick).
+    A run that started none judges a row that names a proxy kind by that kind's timer."""
     status = requests["status"]
     silence = _silence(requests)
     cut = (requests["outcome"] == Outcome.CUT).astype(bool)
     judged_by_silence = requests[cut | (status == 502).fillna(False).astype(bool)]  # only these need a name
-    coarse_timers = coarse_timer_proxies()
-    coarse = pd.Series(run_proxy(run_proxy_kind) in coarse_timers, index=requests.index)
-    ticking = proxies_named(judged_by_silence).isin(coarse_timers)
-    coarse[ticking[ticking].index] = True
-    if read_timeout is None:
+    timer = run_timer(read_timeout, run_proxy_kind)
+    named_timers: list[ReadTimer] = []
+    stall_counted = requests.iloc[0:0]
+    if timer is None:
         in_window = pd.Series(False, index=requests.index)
     else:
-        low, high = window(read_timeout)
-        wide_low, wide_high = window(read_timeout, coarse=True)
-        low_s = pd.Series(low, index=requests.index).where(~coarse, wide_low)
-        high_s = pd.Series(high, index=requests.index).where(~coarse, wide_high)
-        in_window = ((silence >= low_s) & (silence <= high_s)).fillna(False).astype(bool)
+        low_s = pd.Series(timer.window[0], index=requests.index)
+        high_s = pd.Series(timer.window[1], index=requests.index)
+        if run_proxy(run_proxy_kind) is None and read_timeout is not None:
+            names = proxies_named(judged_by_silence)
+            for name in names.dropna().unique():
+                kind = kind_named(str(name))
+                named = None if kind is None else kind.read_timer(read_timeout)
+                if named is None or named.window == timer.window:
+                    continue
+                named_timers.append(named)
+                rows = names[names == name].index
+                low_s[rows], high_s[rows] = named.window
+        miss = pd.concat([low_s - silence, silence - high_s], axis=1).max(axis=1).clip(lower=0.0)
+        exact = ((silence >= low_s) & (silence <= high_s)).fillna(False).astype(bool)
+        # the one rule the timing gates judge by: a miss the harness's own stall explains is no miss
+        in_window = (silence.notna() & explained_by_stall(requests, miss.fillna(0.0))).astype(bool)
+        stall_counted = requests[in_window & ~exact]
     streamed = status.between(200, 299).fillna(False).astype(bool)
     said = (requests["outcome"] == Outcome.GATEWAY_TIMEOUT).astype(bool)  # and, in runs before that outcome:
     said |= status.isin(TIMEOUT_STATUSES).fillna(False).astype(bool)
     said |= streamed & _column(requests, "error_code", "object").map(is_timeout_code).astype(bool)
-    before = (said & ~streamed) | ((status == 502).fillna(False).astype(bool) & in_window)
+    by_silence = ((status == 502).fillna(False).astype(bool) & in_window) & ~said
+    before = (said & ~streamed) | by_silence
     unseen = cut & silence.isna()
     after = (said & streamed) | (cut & in_window)
     other = cut & ~in_window & ~unseen
+    counted_by_stall = stall_counted.index.intersection(requests.index[(cut | by_silence) & ~said])
     return ProxyTimeouts(
-        read_timeout,
+        timer,
         requests[before],
         requests[after],
         requests[other],
         requests[unseen],
         run_proxy(run_proxy_kind),
+        tuple(named_timers),
+        requests.loc[counted_by_stall],
     )
 
 

@@ -43,7 +43,7 @@ from loadtests.client.outcome import Outcome
 from loadtests.errors import InvalidValue, SummaryError, WrongType, error_kind
 from loadtests.judge.causes import keepalive_tolerance, keepalive_withheld, proxy_timeouts, raw_silences
 from loadtests.record import figures
-from loadtests.record.lag import DEFAULT_LAG_LIMIT_MS, STALLED_COLUMN, lag_summary
+from loadtests.record.lag import DEFAULT_LAG_LIMIT_MS, explained_by_stall, harness_stall_s, lag_summary
 from loadtests.record.recorder import REQUEST_SCHEMA, to_pandas
 
 DEFAULT_MAX_UNJUDGED_SHARE = 0.1
@@ -554,28 +554,29 @@ class NoProxyTimeouts(Gate):
         if self.read_timeout is None:
             raise InvalidValue("NoProxyTimeouts() has no read timeout yet: judge for_run(settings) of it")
         found = proxy_timeouts(requests, self.read_timeout, self.proxy)  # what the causes: line says too
+        timer = found.timer
+        assert timer is not None  # a read timeout was given
+        runs = timer.runs_s  # the timeout the proxy runs (Apache's 1.5 s is 2 s), never the figure asked
         detail = found.phrase()
         if not found.count:
             silence = requests["silence_before_first_token_s"].astype("float64")
             if "silence_from_send_s" in requests.columns:  # a gateway that holds the headers hides no silence
                 silence = pd.to_numeric(requests["silence_from_send_s"], errors="coerce").fillna(silence)
-            tested = int((silence >= self.read_timeout * 0.95).sum())
+            tested = int((silence >= runs * 0.95).sum())
             if not tested:  # no stream went silent for the timeout: it never put the proxy to the test
                 longest_silence = "none" if silence.dropna().empty else f"{silence.max():.2f} s"
                 return unjudged(
                     self.name,
-                    f"{detail}; no stream was silent before its first token for the proxy's read timeout of "
-                    f"{self.read_timeout:g} s (longest {longest_silence}): nothing tested it ({QUEUE_FOR_SILENCE})",
+                    f"{detail}; no stream was silent before its first token for {timer.describe()} "
+                    f"(longest {longest_silence}): nothing tested it ({QUEUE_FOR_SILENCE})",
                 )
             return GateResult(self.name, True, f"{detail}; {tested} streams silent over the read timeout")
         silences = found.silences()
         interval = self.keep_alive_interval
         keep_alive = "of unknown interval" if interval is None else "off" if not interval else f"every {interval:g} s"
         longest = f"longest silence {silences.max():.2f} s" if len(silences) else "silence unknown"
-        detail += (
-            f"; {longest} against a proxy read timeout of {self.read_timeout:g} s with server keep-alive {keep_alive}"
-        )
-        if interval is None or interval >= self.read_timeout or not interval:
+        detail += f"; {longest} against {timer.describe()} with server keep-alive {keep_alive}"
+        if interval is None or interval >= runs or not interval:
             detail += " (a keep-alive interval below the read timeout would keep these streams alive)"
         return GateResult(self.name, False, detail + _examples(found.rows))
 
@@ -812,17 +813,7 @@ def _excused(bad: pd.DataFrame, resolution_s: float | None) -> pd.DataFrame:
     rule's resolution: their violation may be the harness's, so they are unjudged, not failed."""
     if resolution_s is None or bad.empty:
         return bad.iloc[0:0]
-    return bad[harness_stall_s(bad) >= resolution_s]
-
-
-def harness_stall_s(rows: pd.DataFrame) -> pd.Series:
-    """Per row, how much of its time the harness could not see: its worst single stall
-    (``harness_lag_max_s``, measured as it ran) or, when larger, all its stalls of at least
-    ``loadtests.record.lag.STALL_FLOOR_S`` added up (``harness_stalled_s``, added when the run is judged)."""
-    worst = rows["harness_lag_max_s"].astype("float64").fillna(0.0)
-    if STALLED_COLUMN in rows.columns:
-        worst = worst.combine(rows[STALLED_COLUMN].astype("float64").fillna(0.0), max)
-    return worst
+    return bad[explained_by_stall(bad, resolution_s)]
 
 
 def _excused_detail(excused: pd.DataFrame) -> str:

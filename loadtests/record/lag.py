@@ -187,6 +187,28 @@ def stalled_while_open(requests: pd.DataFrame, lag: pd.DataFrame | None) -> pd.S
     return stalled
 
 
+def harness_stall_s(rows: pd.DataFrame) -> pd.Series:
+    """Per row, how much of its time the harness could not see: its worst single stall
+    (``harness_lag_max_s``, measured as it ran) or, when larger, all its stalls of at least
+    ``STALL_FLOOR_S`` added up (``harness_stalled_s``, added when the run is judged); 0 where
+    nothing was measured."""
+    if "harness_lag_max_s" in rows.columns:
+        worst = pd.to_numeric(rows["harness_lag_max_s"], errors="coerce").astype("float64").fillna(0.0)
+    else:
+        worst = pd.Series(0.0, index=rows.index, dtype="float64")
+    if STALLED_COLUMN in rows.columns:
+        worst = worst.combine(pd.to_numeric(rows[STALLED_COLUMN], errors="coerce").fillna(0.0), max)
+    return worst
+
+
+def explained_by_stall(rows: pd.DataFrame, miss_s: float | pd.Series) -> pd.Series:
+    """The one rule for a timing the harness may have moved, which every timing gate and the cause
+    rule read: per row, True when the harness stalled (``harness_stall_s``) at least ``miss_s``
+    seconds while it was open, so a figure that misses its rule by up to ``miss_s`` may be the
+    harness's doing (a stamp taken late), not the server's or the proxy's."""
+    return (harness_stall_s(rows) >= miss_s).astype(bool)
+
+
 def lag_summary(lag: pd.DataFrame, limit_ms: float | None = None) -> dict[str, Any]:
     """``harness_lag_ms`` of summary.json: p50, p99 and max lag over every sample and the same per
     process (one overloaded worker is enough to distort its streams); with a ``limit_ms`` (the

@@ -38,7 +38,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from loadtests.client.outcome import OUTCOMES, Outcome, RequestRow
-from loadtests.judge.causes import raw_silences, run_proxy
+from loadtests.judge.causes import raw_silences, run_proxy, run_timer
 from loadtests.judge.gates import (
     FAIL,
     INCONCLUSIVE,
@@ -571,17 +571,24 @@ def _gap_interval(summary: Summary) -> float | None:
 
 
 def _read_timeout(summary: Summary) -> float | None:
-    """The proxy read timeout in force: the ``no_proxy_timeouts`` gate's when the run declares it, else
-    the settings' when the run started a proxy (``loadtests.judge.summary.causes`` reads it so too)."""
+    """The proxy read timeout in force, as the causes judged it (``causes.proxy_timeouts``: the
+    timeout the proxy runs, Apache's 1.5 s as 2 s); for a summary written before that figure, the
+    ``no_proxy_timeouts`` gate's when the run declares it, else the settings' when the run started a
+    proxy, each as its kind runs it."""
+    judged = _number((summary.causes.proxy_timeouts or {}).get("read_timeout_s"))
+    if judged is not None and judged > 0:
+        return judged
+    settings = summary.settings
     for spec in summary.gate_specs:
         if spec.get("type") == NoProxyTimeouts.__name__:
             timeout = _number(spec.get("read_timeout"))
-            if timeout is not None and timeout > 0:
-                return timeout
-    settings = summary.settings
+            timer = run_timer(timeout, spec.get("proxy") or settings.get("proxy"))
+            if timer is not None and timer.runs_s > 0:
+                return timer.runs_s
     timeout = _number(settings.get("proxy_read_timeout"))
     started = run_proxy(settings.get("proxy")) is not None
-    return timeout if started and timeout is not None and timeout > 0 else None
+    timer = run_timer(timeout, settings.get("proxy")) if started else None
+    return timer.runs_s if timer is not None and timer.runs_s > 0 else None
 
 
 # --- 5. keep-alive against silence -----------------------------------------------------------

@@ -21,17 +21,19 @@ import pkgutil
 
 from loadtests.errors import InvalidValue, UnknownName
 from loadtests.services.child import ChildService
-from loadtests.services.proxies.base import Front, ProxyKind
+from loadtests.services.proxies.base import Front, ProxyKind, ReadTimer, plain_timer
 from loadtests.services.proxies.real import RealProxy
 
 __all__ = [
     "Front",
     "ProxyKind",
+    "ReadTimer",
     "RealProxy",
     "find",
     "kind",
     "kinds",
     "names",
+    "read_timer",
     "real_proxies",
     "register",
     "start_real_proxy",
@@ -98,6 +100,13 @@ def kind(name: str) -> ProxyKind:
 def real_proxies() -> dict[str, RealProxy]:
     """The real proxies (Debian's binaries) by name, in order."""
     return {known.name: known for known in kinds() if isinstance(known, RealProxy)}
+
+
+def read_timer(name: str | None, asked: float) -> ReadTimer:
+    """The timer kind ``name`` runs when asked for ``asked`` seconds (``ProxyKind.read_timer``); a
+    plain one, exactly as asked, for a name no kind has (a proxy the run cannot name)."""
+    found = find(name)
+    return found.read_timer(asked) if found is not None else plain_timer(asked)
 
 
 def timeout_notes(name: str, read_timeout: float) -> list[str]:

@@ -48,4 +48,5 @@ KIND = RealProxy(
     render=haproxy_config,
     command=lambda b, d: [b, "-db", "-f", str(d / "haproxy.cfg")],
     takes_no_delay=True,
+    merges_writes=True,
 )

@@ -21,7 +21,6 @@ says so: the run measures the proxy people deploy, not a tuned one.
 
 from __future__ import annotations
 
-import math
 import os
 import pwd
 import shutil
@@ -38,7 +37,7 @@ from urllib.parse import urlsplit
 from loadtests.base.ports import free_loopback_port
 from loadtests.errors import InvalidValue, ServerStartError
 from loadtests.services.child import ChildService
-from loadtests.services.proxies.base import Front, ProxyKind
+from loadtests.services.proxies.base import Front, ProxyKind, whole_seconds
 
 CLIENT_SIDE_TIMEOUT_S = 3600
 """Timeouts on the client's side of each proxy: far above any read timeout a run tests."""
@@ -86,10 +85,6 @@ class Setup:
         return whole_seconds(self.read_timeout)
 
 
-def whole_seconds(seconds: float) -> int:
-    return max(1, math.ceil(seconds))
-
-
 @dataclass(frozen=True, kw_only=True)
 class RealProxy(ProxyKind):
     """A real proxy: its binary and Debian package, its config, how it runs in the foreground. It
@@ -101,19 +96,10 @@ class RealProxy(ProxyKind):
     render: Callable[[Setup], str]
     command: Callable[[str, Path], list[str]]
     """The argv that runs it in the foreground, given its binary and its directory."""
-    whole_seconds: bool = False
-    """It takes its read timeout in whole seconds only (a fraction is rounded up)."""
     run_as: str | None = None
     """The user it serves as when started as root: its directory must be that user's."""
     takes_no_delay: bool = False
     """Its config can turn its write delay off (HAProxy's ``option http-no-delay``, for benchmarks)."""
-
-    def timeout_notes(self, read_timeout: float) -> list[str]:
-        kind = self.name
-        if self.whole_seconds and read_timeout != int(read_timeout):
-            seconds = whole_seconds(read_timeout)
-            return [f"{kind}: --proxy-read-timeout {read_timeout:g} runs as {seconds} s ({kind} takes whole seconds)"]
-        return []
 
     def start(self, front: Front) -> ChildService:
         return self.launch(front.upstream, front.read_timeout)

@@ -12,10 +12,14 @@ import pytest
 
 from loadtests.client.outcome import RequestPlan, RequestRow, StreamTracker
 from loadtests.client.sse import KEEP_ALIVE_TEXT, Frame
+from loadtests.judge import causes, gates
 from loadtests.judge.causes import keepalive_withheld, proxies_named, proxy_timeouts, window
-from loadtests.judge.gates import KeepAliveCovered, NoProxyTimeouts, OutcomesAsExpected, RunTables, evaluate
+from loadtests.judge.gates import Expect, KeepAliveCovered, NoProxyTimeouts, OutcomesAsExpected, RunTables, evaluate
 from loadtests.judge.summary import summarize
+from loadtests.record import lag
+from loadtests.record.lag import STALLED_COLUMN
 from loadtests.record.recorder import Recorder
+from loadtests.services.proxies import timeout_notes
 from tests.loadtests.tables import requests_of
 
 pytestmark = pytest.mark.fast
@@ -291,3 +295,74 @@ def test_litellms_500_and_408_count_by_their_message_whatever_the_silence() -> N
     found = proxy_timeouts(requests, 2.0, "litellm")
     assert list(found.before_headers["request_id"]) == ["r0", "r1"] and found.statuses() == {"500": 1, "408": 1}
     assert found.named == ["LiteLLM"] and found.phrase().endswith("; answered by LiteLLM")
+
+
+def test_apaches_whole_seconds_are_judged_as_it_runs_them_by_the_gate_the_causes_and_the_summary() -> None:
+    """``--proxy apache --proxy-read-timeout 1.5 --keep-alive-interval 0``: Apache ran 2 s (it rounds
+    ProxyTimeout up) and cut 28 streams at 2.00 s, which a 1.5 s window (1.25-1.75 s) filed as other
+    cuts, so ``no_proxy_timeouts`` passed. Every figure is now the timer Apache runs."""
+    requests = table(*(cut_after(2.0, index=i) for i in range(28)))
+    gate = NoProxyTimeouts(1.5, 0.0, proxy="apache").evaluate(requests)
+    assert not gate.passed
+    timer = "Apache's 2 s read timeout (1.5 s asked: Apache takes whole seconds)"
+    said = f"28 streams cut after them, after 2.00 s of silence (cuts and 502s count after 1.70-2.30 s for {timer})"
+    assert said in gate.detail and f"against {timer}" in gate.detail
+    settings = {"proxy": "apache", "proxy_read_timeout": 1.5, "keep_alive_interval": 0.0}
+    summary = summarize("s", requests, [gate], settings, read_timeout=1.5)
+    recorded = summary.causes.proxy_timeouts or {}
+    figures = (recorded["read_timeout_s"], recorded["read_timeout_asked_s"], recorded["window_s"])
+    assert figures == (2.0, 1.5, [1.7, 2.3])
+    assert (recorded["after_headers"], recorded["other_cuts"]) == (28, 0)
+    assert said in causes_line(requests, **settings)
+    assert timeout_notes("apache", 1.5) == ["apache: --proxy-read-timeout 1.5 runs as 2 s (apache takes whole seconds)"]
+
+
+def test_squids_lines_and_summary_print_the_wide_window_they_judge_by() -> None:
+    """The Squid window (a tick early, two late) was applied, but the lines printed the plain one."""
+    requests = table(cut_after(3.5), cut_after(1.2, index=1))
+    found = proxy_timeouts(requests, 2.0, "squid")
+    assert (len(found.after_headers), len(found.other_cuts)) == (2, 0)
+    squid = "1.00-4.00 s for Squid's 2 s read timeout (its timer ticks in whole seconds)"
+    assert f"(cuts and 502s count after {squid})" in found.phrase()
+    assert found.as_dict()["window_s"] == [1.0, 4.0]
+    assert squid in NoProxyTimeouts(2.0, 0.0, proxy="squid").evaluate(requests).detail
+    via = table(cut_after(3.5, via="1.1 edge (squid/5.7)"), cut_after(2.0, index=1))  # a --host run behind Squid
+    named = proxy_timeouts(via, 2.0)
+    assert named.count == 2 and "(cuts and 502s count after 1.70-2.30 s for a 2 s read timeout; " in named.phrase()
+    assert "1.00-4.00 s where Squid answered)" in named.phrase()
+    assert named.as_dict()["named_windows_s"] == {"Squid": [1.0, 4.0]}
+
+
+def stalled(row: RequestRow, stall_s: float) -> RequestRow:
+    """``row`` as the harness recorded it while its loop stalled ``stall_s`` seconds (``harness_lag_max_s``)."""
+    return dataclasses.replace(row, harness_lag_max_s=stall_s)
+
+
+def test_a_cut_the_harness_saw_late_while_it_stalled_is_still_the_proxys_read_timeout() -> None:
+    """Under load (harness lag up to 4 s) 13 of 21 HAProxy read-timeout cuts were seen 2.4-5.8 s after
+    their last frame and called "not read timeouts", while the timing gates excused the same stalls.
+    A miss of the window no larger than the harness's stall counts; a larger one still does not."""
+    on_time = [cut_after(1.8, index=i) for i in range(8)]
+    late = [stalled(cut_after(1.8 + 0.3 * (i + 1), index=8 + i), 0.3 * (i + 1)) for i in range(13)]
+    not_explained = stalled(cut_after(5.0, index=21), 0.5)  # 2.7 s over the window, 0.5 s stall
+    requests = table(*on_time, *late, not_explained)
+    found = proxy_timeouts(requests, 2.0, "haproxy")
+    assert (len(found.after_headers), len(found.other_cuts)) == (21, 1)
+    assert found.stall_counted is not None and len(found.stall_counted) == 12  # 2.10 s is in the window as it is
+    assert "12 of them outside the window by no more than the harness stalled while they were open (up to 3.90 s)" in (
+        found.phrase()
+    )
+    assert found.as_dict()["stall_counted"] == 12
+    gate = NoProxyTimeouts(2.0, 0.0, proxy="haproxy").evaluate(requests)
+    assert not gate.passed and gate.detail.startswith(found.phrase())
+    # the summed stalls of the judgement (harness_stalled_s) count as the timing gates count them
+    summed = table(cut_after(3.0)).assign(**{STALLED_COLUMN: 0.8})
+    assert proxy_timeouts(summed, 2.0, "haproxy").count == 1
+
+
+def test_the_cause_rule_and_the_timing_gates_excuse_a_stall_by_one_rule() -> None:
+    assert causes.explained_by_stall is gates.explained_by_stall is lag.explained_by_stall
+    requests = table(stalled(cut_after(2.6), 0.3), stalled(cut_after(2.6, index=1), 0.2))
+    expect = Expect("gap", "outcome == 'cut'", "end_silence_s <= 2.3", resolution_s=0.3).evaluate(requests)
+    found = proxy_timeouts(requests, 2.0, "haproxy")
+    assert (expect.unjudged_rows, list(found.after_headers["request_id"])) == (1, ["r0"])
