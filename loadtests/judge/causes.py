@@ -309,6 +309,75 @@ def proxy_timeouts(
     )
 
 
+@dataclass(frozen=True)
+class ErrorsOwned:
+    """Error answers (HTTP 500s, in-band 500s) split by who wrote them: a gateway's own (its body's
+    shape, ``ProxyKind.own_error``, with what its message says happened upstream) or the server's
+    (a gateway's body that relays the server's own error included, counted as ``relayed``)."""
+
+    gateway: pd.DataFrame
+    """The rows a gateway wrote itself, with ``_gateway`` and ``_upstream`` (the cause, in words)."""
+    server: pd.DataFrame
+    """The server's own errors, relayed or not."""
+    relayed: dict[str, int]
+    """Of the server's, how many each gateway passed on in a body of its own."""
+
+    @property
+    def by_cause(self) -> dict[str, dict[str, int]]:
+        """``{gateway: {upstream cause: count}}``, most frequent first."""
+        counts = self.gateway.groupby(["_gateway", "_upstream"], sort=False).size().sort_values(ascending=False)
+        found: dict[str, dict[str, int]] = {}
+        for key, n in counts.items():
+            pair: tuple[Any, ...] = tuple(key)  # type: ignore[arg-type]  # a two-level group: each key is a pair
+            found.setdefault(str(pair[0]), {})[str(pair[1])] = int(n)
+        return found
+
+    def phrase(self) -> str:
+        """``2 LiteLLM's own, not the server's (upstream: 2x the server refused the connection); 1 the
+        server's (1 relayed by LiteLLM)``; empty when no gateway wrote or relayed any."""
+        if self.gateway.empty and not self.relayed:
+            return ""
+        parts = [
+            f"{sum(causes.values())} {gateway}'s own, not the server's (upstream: "
+            + ", ".join(f"{n}x {cause}" for cause, n in causes.items())
+            + ")"
+            for gateway, causes in self.by_cause.items()
+        ]
+        relayed = ", ".join(f"{n} relayed by {gateway}" for gateway, n in self.relayed.items())
+        parts.append(f"{len(self.server)} the server's" + (f" ({relayed})" if relayed else ""))
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gateways": self.by_cause, "server": len(self.server), "relayed": dict(self.relayed)}
+
+
+def errors_owned(rows: pd.DataFrame) -> ErrorsOwned:
+    """``rows`` (error answers) split by who wrote them (``ErrorsOwned``): a kind's own error body
+    (``ProxyKind.own_error``) whose message names an upstream cause (``upstream_causes``) is that
+    gateway's; one that names none relays the server's error; any other is the server's."""
+    message = _column(rows, "error_message", "object").astype("object").fillna("").astype(str)
+    gateway = pd.Series(None, index=rows.index, dtype="object")
+    upstream = pd.Series(None, index=rows.index, dtype="object")
+    relayed: dict[str, int] = {}
+    for kind in proxies.kinds():
+        if not kind.own_error or not kind.display_name:
+            continue
+        own = message.str.contains(kind.own_error, case=False, regex=True) & gateway.isna()
+        cause = pd.Series(None, index=rows.index, dtype="object")
+        for pattern, words in reversed(kind.upstream_causes):  # the first pattern that matches wins
+            cause = cause.mask(own & message.str.contains(pattern, case=False, regex=True), words)
+        written = own & cause.notna()
+        gateway = gateway.mask(written, kind.display_name)
+        upstream = upstream.mask(written, cause)
+        passed_on = int((own & cause.isna()).sum())
+        if passed_on:
+            relayed[kind.display_name] = passed_on
+    written = gateway.notna()
+    return ErrorsOwned(
+        rows[written].assign(_gateway=gateway[written], _upstream=upstream[written]), rows[~written], relayed
+    )
+
+
 def keepalive_tolerance(interval: float) -> float:
     """How late a keep-alive comment may come: timers fire a little late, and the server's first timer
     starts at its headers, a little after the send (about 0.1 s for vLLM and the bundled server)."""

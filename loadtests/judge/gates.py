@@ -41,7 +41,7 @@ import pandas as pd
 from loadtests.base.safe_text import printable
 from loadtests.client.outcome import Outcome
 from loadtests.errors import InvalidValue, SummaryError, WrongType, error_kind
-from loadtests.judge.causes import keepalive_tolerance, keepalive_withheld, proxy_timeouts, raw_silences
+from loadtests.judge.causes import errors_owned, keepalive_tolerance, keepalive_withheld, proxy_timeouts, raw_silences
 from loadtests.record import figures
 from loadtests.record.lag import DEFAULT_LAG_LIMIT_MS, explained_by_stall, harness_stall_s, lag_summary
 from loadtests.record.recorder import REQUEST_SCHEMA, to_pandas
@@ -400,9 +400,13 @@ class NoHttp500(Gate):
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         bad = requests[figures.http_500(requests)]
         detail = f"{len(bad)} HTTP 500 of {len(requests)} requests"
-        gateway = int((bad["outcome"] == Outcome.GATEWAY_TIMEOUT).sum())
-        if gateway:  # LiteLLM answers its read timeout so: the client got a 500, the server sent none
-            detail += f" ({gateway} of them a gateway's own timeout, by its message: see no_proxy_timeouts)"
+        timed_out = bad["outcome"] == Outcome.GATEWAY_TIMEOUT
+        if timed_out.any():  # LiteLLM answers its read timeout so: the client got a 500, the server sent none
+            detail += (
+                f" ({int(timed_out.sum())} of them a gateway's own timeout, by its message: see no_proxy_timeouts)"
+            )
+        owned = errors_owned(bad[~timed_out]).phrase()  # the rest: a gateway's rewrap, or the server's
+        detail += f": {owned}" if owned else ""
         return GateResult(self.name, bad.empty, detail + _examples(bad))
 
 
@@ -412,8 +416,9 @@ class NoInband500(Gate):
 
     def evaluate(self, requests: pd.DataFrame) -> GateResult:
         bad = requests[figures.inband_500(requests)]
-        detail = f"{len(bad)} in-band errors with code 500 under HTTP 200{_examples(bad)}"
-        return GateResult(self.name, bad.empty, detail)
+        owned = errors_owned(bad).phrase()  # LiteLLM writes its own mid-stream, for a server that dropped the stream
+        detail = f"{len(bad)} in-band errors with code 500 under HTTP 200{f': {owned}' if owned else ''}"
+        return GateResult(self.name, bad.empty, detail + _examples(bad))
 
 
 @dataclass(frozen=True)

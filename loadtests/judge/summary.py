@@ -28,9 +28,9 @@ import pandas as pd
 
 from loadtests.client.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, SummaryError, UnknownName
-from loadtests.judge.causes import keepalive_withheld, proxy_timeouts, run_proxy
+from loadtests.judge.causes import errors_owned, keepalive_withheld, proxy_timeouts, run_proxy
 from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS, GateResult, gate_is_noise, run_point, verdict_of
-from loadtests.record.figures import PERCENTILES, count_500s, judged, quantiles
+from loadtests.record.figures import PERCENTILES, count_500s, http_500, inband_500, judged, quantiles
 from loadtests.record.lag import lag_summary
 from loadtests.record.run_dir import RunDir
 
@@ -92,6 +92,9 @@ class Causes(Section):
     """The rule ``no_proxy_timeouts`` judges by (``loadtests.judge.causes``' ``as_dict``), with its ``line``."""
     keepalive_withheld: dict[str, Any] | None = None
     """Keep-alive withheld on the way (``KeepAliveWithheld.as_dict``), with its ``line``; None when not."""
+    gateway_500s: dict[str, Any] | None = None
+    """The run's 500s (HTTP and in-band) by who wrote them, when a gateway wrote or relayed any
+    (``loadtests.judge.causes.ErrorsOwned.as_dict``, with its ``line``); None when none did."""
     protocol_errors: dict[str, int] = field(default_factory=dict)
     harness_errors: dict[str, int] = field(default_factory=dict)
     malformed_usage: int = 0
@@ -299,6 +302,8 @@ class Summary:
         lines = [f"causes: {said}; statuses {causes.status or '{}'}"]
         if causes.keepalive_withheld:
             lines.append(causes.keepalive_withheld["line"])
+        if causes.gateway_500s:
+            lines.append(causes.gateway_500s["line"])
         return lines
 
     def console_lines(self) -> list[str]:
@@ -626,6 +631,8 @@ def causes(
     verdict_rows = judged(requests)  # the rows the gates read: their lines and these never disagree
     found = proxy_timeouts(verdict_rows, read_timeout, proxy)
     withheld = keepalive_withheld(verdict_rows, settings.get("keep_alive_interval"), proxy)
+    five_hundreds = verdict_rows[http_500(verdict_rows) | inband_500(verdict_rows)]
+    owned = errors_owned(five_hundreds[five_hundreds["outcome"] != Outcome.GATEWAY_TIMEOUT])
     statuses = requests["status"].dropna().astype(int).value_counts().sort_index()
     streamed = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]  # raw streams only
     bins = pd.cut(streamed["silence_before_first_token_s"], SILENCE_BINS_S, right=False)
@@ -636,6 +643,7 @@ def causes(
         "cut_after_headers": int((requests["outcome"] == Outcome.CUT).sum()),
         "proxy_timeouts": {**found.as_dict(), "line": found.phrase()},
         "keepalive_withheld": None if withheld is None else withheld.as_dict(),
+        "gateway_500s": None if not owned.phrase() else {**owned.as_dict(), "line": f"500s: {owned.phrase()}"},
         "protocol_errors": _messages(requests[requests["outcome"] == Outcome.PROTOCOL_ERROR]),
         "harness_errors": _messages(requests[requests["outcome"] == Outcome.HARNESS_ERROR]),
         "malformed_usage": int(requests["raw_usage"].notna().sum()),

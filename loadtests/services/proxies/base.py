@@ -129,6 +129,14 @@ class ProxyKind(ABC):
     """Measured to tick its read timeout in whole seconds: it may cut up to a tick early, two late."""
     whole_seconds: bool = False
     """It takes its read timeout in whole seconds only (a fraction is rounded up)."""
+    own_error: str | None = None
+    """A regular expression (case-insensitive) that finds an error message it wrote itself, by its
+    body's shape (LiteLLM's ``litellm.<Exception>: ...``), not one it only passed on; None when it
+    writes none a run can tell from the server's."""
+    upstream_causes: tuple[tuple[str, str], ...] = ()
+    """For its own errors: patterns (case-insensitive) of what its message says happened upstream,
+    each with the words a line gives it, the first match winning. An error of its own that matches
+    none relays the server's own error (the server's, passed on in its words)."""
     merges_writes: bool = False
     """Measured to hold and merge writes as the run configures it (HAProxy without ``option
     http-no-delay``: 50 ms token gaps arrive merged, the first token ~0.2 s late), so the gaps and

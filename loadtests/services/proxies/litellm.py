@@ -172,6 +172,24 @@ def start_litellm(
     return start_watched("litellm", command, directory, port, timeout, env)
 
 
+UPSTREAM_CAUSES: tuple[tuple[str, str], ...] = (
+    (r"\btime(?:d)? ?out\b|timeout", "its own read timeout"),
+    (r"cannot connect to host|connect call failed|connection refused", "the server refused the connection"),
+    (
+        r"response payload is not completed|transferencodingerror|server disconnected|remoteprotocolerror|"
+        r"peer closed connection|incomplete chunked read|connection reset",
+        "the server dropped the connection mid-response",
+    ),
+    (r"connection error", "the connection to the server failed (refused or dropped)"),
+)
+"""What LiteLLM's own error messages say happened upstream (measured, 1.108.7, in front of the bundled
+server): ``litellm.APIConnectionError: ... Connection error.`` (completions: refused, or dropped
+mid-stream), ``... Cannot connect to host ... [Connect call failed ...]`` (chat, refused),
+``... Response payload is not completed: <TransferEncodingError ...>`` (chat, dropped mid-stream),
+``litellm.Timeout`` / ``... Timeout on reading data from socket`` (its timer). Any other message of
+its own (``litellm.InternalServerError: ... - <the server's message>``) relays the server's error."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LiteLLMGateway(ProxyKind):
     """LiteLLM's gateway: available once installed (``python -m loadtests litellm setup``)."""
@@ -193,6 +211,8 @@ KIND = LiteLLMGateway(
     described="LiteLLM's gateway, in its own venv: 'python -m loadtests litellm setup' first; it strips keep-alive "
     "comments",
     read_timeout_setting="LiteLLM's timeout and stream_timeout",
+    own_error=r"^litellm\.\w+:",
+    upstream_causes=UPSTREAM_CAUSES,
 )
 
 __all__ = [

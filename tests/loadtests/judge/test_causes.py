@@ -14,7 +14,16 @@ from loadtests.client.outcome import RequestPlan, RequestRow, StreamTracker
 from loadtests.client.sse import KEEP_ALIVE_TEXT, Frame
 from loadtests.judge import causes, gates
 from loadtests.judge.causes import keepalive_withheld, proxies_named, proxy_timeouts, window
-from loadtests.judge.gates import Expect, KeepAliveCovered, NoProxyTimeouts, OutcomesAsExpected, RunTables, evaluate
+from loadtests.judge.gates import (
+    Expect,
+    KeepAliveCovered,
+    NoHttp500,
+    NoInband500,
+    NoProxyTimeouts,
+    OutcomesAsExpected,
+    RunTables,
+    evaluate,
+)
 from loadtests.judge.summary import summarize
 from loadtests.record import lag
 from loadtests.record.lag import STALLED_COLUMN
@@ -366,3 +375,62 @@ def test_the_cause_rule_and_the_timing_gates_excuse_a_stall_by_one_rule() -> Non
     expect = Expect("gap", "outcome == 'cut'", "end_silence_s <= 2.3", resolution_s=0.3).evaluate(requests)
     found = proxy_timeouts(requests, 2.0, "haproxy")
     assert (expect.unjudged_rows, list(found.after_headers["request_id"])) == (1, ["r0"])
+
+
+def litellm_error(message: str) -> str:
+    """LiteLLM 1.108.7's error body: its message first, its code as text."""
+    return json.dumps({"error": {"message": message, "type": None, "param": None, "code": "500"}})
+
+
+REFUSED_COMPLETIONS = litellm_error(
+    "litellm.APIConnectionError: APIConnectionError: OpenAIException - Connection error."
+)
+REFUSED_CHAT = litellm_error(
+    "litellm.InternalServerError: InternalServerError: Hosted_vllmException - Cannot connect to host REDACTED:33149 "
+    "ssl:<ssl.SSLContext object at 0x7f9e8ed80cb0> [Connect call failed ('REDACTED', 33149)]\n\nLiteLLM: model "
+    "group 'sse-soak/tiny-sim' failed with the error above. No fallback was attempted."
+)
+DROPPED_CHAT = litellm_error(
+    "litellm.APIConnectionError: APIConnectionError: Hosted_vllmException - Response payload is not completed: "
+    "<TransferEncodingError: 400, message='Not enough data to satisfy transfer length header.'>"
+)
+RELAYED = litellm_error(
+    "litellm.InternalServerError: InternalServerError: OpenAIException - injected fault: internal server error"
+)
+"""Each as LiteLLM answered in front of the bundled server, refused (the server dead), dropped mid-stream
+(the ``disconnect`` fault: an in-band error under HTTP 200) and relaying the ``server_error`` fault."""
+
+
+def test_litellms_own_500s_are_named_as_its_rewrap_of_the_upstream_failure_apart_from_the_servers() -> None:
+    server_500 = json.dumps({"error": {"message": "EngineCore died", "type": "InternalServerError", "code": 500}})
+    requests = table(
+        stream([], 0.01, status=500, headers_at=0.01, body=REFUSED_COMPLETIONS, index=0),
+        stream([], 0.01, status=500, headers_at=0.01, body=REFUSED_CHAT, index=1),
+        stream([], 0.09, status=500, headers_at=0.09, body=RELAYED, index=2),
+        stream([], 0.05, status=500, headers_at=0.05, body=server_500, index=3),
+        stream([token(0.1), Frame(0.2, 40, data=DROPPED_CHAT), Frame(0.3, 14, data="[DONE]")], 0.3, index=4),
+    )
+    http = NoHttp500().evaluate(requests)
+    assert not http.passed and http.detail.startswith(
+        "4 HTTP 500 of 5 requests: 2 LiteLLM's own, not the server's (upstream: 1x the connection to the server failed "
+        "(refused or dropped), 1x the server refused the connection); 2 the server's (1 relayed by LiteLLM)"
+    )
+    inband = NoInband500().evaluate(requests)
+    assert not inband.passed and inband.detail.startswith(
+        "1 in-band errors with code 500 under HTTP 200: 1 LiteLLM's own, not the server's (upstream: 1x the server "
+        "dropped the connection mid-response); 0 the server's"
+    )
+    summary = summarize("s", requests, [http, inband], {"proxy": "litellm"})
+    owned = summary.causes.gateway_500s or {}
+    assert owned["gateways"] == {
+        "LiteLLM": {
+            "the connection to the server failed (refused or dropped)": 1,
+            "the server refused the connection": 1,
+            "the server dropped the connection mid-response": 1,
+        }
+    }
+    assert (owned["server"], owned["relayed"]) == (2, {"LiteLLM": 1})
+    assert owned["line"] in summary.console_lines() and owned["line"].startswith("500s: 3 LiteLLM's own")
+    only_server = table(stream([], 0.05, status=500, headers_at=0.05, body=server_500))
+    assert NoHttp500().evaluate(only_server).detail == "1 HTTP 500 of 1 requests (e.g. r0)"  # as ever
+    assert summarize("s", only_server, []).causes.gateway_500s is None
