@@ -378,6 +378,99 @@ def errors_owned(rows: pd.DataFrame) -> ErrorsOwned:
     )
 
 
+MERGED_GAP_S = 0.002
+"""A gap between two token frames shorter than this: they arrived in one read, written together on the way."""
+MERGED_SHARE = 0.25
+"""The gaps show merging when at least this share of token gaps is merged (HAProxy: 83% of 50 ms gaps)..."""
+PACED_GAP_S = 0.02
+"""...and the other gaps' median is at least this: a server that writes as fast as it can, its tokens
+read together, is not merged on the way."""
+MERGE_MIN_GAPS = 20
+"""Fewer token gaps than this say nothing of merging."""
+MERGE_COLUMNS = ["request_id", "seq", "kind", "gap_s"]
+"""The columns of frames.parquet that ``writes_merged`` reads."""
+DISTORTED_FIGURES = ("ttft_s", "max_data_gap_s", "max_gap_s")
+"""The latency figures a proxy that holds and merges writes makes its own: first token, token gaps."""
+
+
+@dataclass(frozen=True)
+class WritesMerged:
+    """Token frames that arrived merged: the run started a proxy known to hold and merge writes
+    (``ProxyKind.merges_writes``: HAProxy without ``option http-no-delay``), or the gaps show it
+    (``MERGED_SHARE`` of the token gaps under ``MERGED_GAP_S``, the rest paced). Either way the
+    inter-token gaps and times to first token the run recorded are that view, not the server's."""
+
+    started: str | None
+    """The merging proxy the run started, as a line names it; None when only the gaps show it."""
+    gaps: int
+    """Gaps between two consecutive token frames of one stream, over the frames recorded."""
+    merged: int
+    longest_s: float | None
+    shown: bool
+    """The gaps show merging."""
+
+    def line(self) -> str:
+        if self.gaps < MERGE_MIN_GAPS:
+            figures = f"too few token gaps ({self.gaps}) to measure how many it merged"
+        else:
+            figures = (
+                f"{self.merged / self.gaps:.0%} of {self.gaps} token gaps arrived merged (under "
+                f"{MERGED_GAP_S * 1000:g} ms), the longest {self.longest_s or 0.0:.3f} s"
+            )
+        view = "inter-token gaps and times to first token here are {}'s view, not the server's pace"
+        if self.started is not None:
+            return (
+                f"sse-soak: the run started {self.started}, which holds and merges writes (as users run it, without "
+                f"option http-no-delay): {figures}; {view.format(self.started)}"
+            )
+        mergers = " or ".join(name for name in merging_proxies()) or "a proxy that batches writes"
+        return (
+            f"sse-soak: {figures}: something on the way merges writes (a proxy such as {mergers}) or the server "
+            f"sends in bursts; {view.format('that')}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "proxy": self.started,
+            "token_gaps": self.gaps,
+            "merged": self.merged,
+            "longest_s": None if self.longest_s is None else round(self.longest_s, 3),
+            "shown_by_gaps": self.shown,
+            "proxys_view": list(DISTORTED_FIGURES),
+            "line": self.line(),
+        }
+
+
+def merging_proxies() -> list[str]:
+    """The names of the kinds measured to hold and merge writes (HAProxy)."""
+    return [kind.display_name for kind in proxies.kinds() if kind.merges_writes and kind.display_name]
+
+
+def writes_merged(frames: pd.DataFrame, run_proxy_kind: str | None) -> WritesMerged | None:
+    """The rule of ``WritesMerged`` over ``frames`` (``MERGE_COLUMNS`` of frames.parquet); None when
+    the run started no merging proxy and the gaps do not show merging."""
+    kind = proxies.find(run_proxy_kind)
+    started = kind.display_name if kind is not None and kind.merges_writes else None
+    gaps = pd.Series(dtype="float64")
+    if not frames.empty:
+        ordered = frames.sort_values(["request_id", "seq"])
+        data = ordered["kind"] == "data"
+        after_data = data & data.groupby(ordered["request_id"]).shift(1, fill_value=False)
+        gaps = pd.to_numeric(ordered.loc[after_data, "gap_s"], errors="coerce").dropna()
+    merged = gaps < MERGED_GAP_S
+    paced = gaps[~merged]
+    shown = (
+        len(gaps) >= MERGE_MIN_GAPS
+        and merged.mean() >= MERGED_SHARE
+        and not paced.empty
+        and float(paced.median()) >= PACED_GAP_S
+    )
+    if started is None and not shown:
+        return None
+    longest = float(gaps.max()) if len(gaps) else None
+    return WritesMerged(started, len(gaps), int(merged.sum()), longest, bool(shown))
+
+
 def keepalive_tolerance(interval: float) -> float:
     """How late a keep-alive comment may come: timers fire a little late, and the server's first timer
     starts at its headers, a little after the send (about 0.1 s for vLLM and the bundled server)."""

@@ -92,6 +92,9 @@ class Causes(Section):
     """The rule ``no_proxy_timeouts`` judges by (``loadtests.judge.causes``' ``as_dict``), with its ``line``."""
     keepalive_withheld: dict[str, Any] | None = None
     """Keep-alive withheld on the way (``KeepAliveWithheld.as_dict``), with its ``line``; None when not."""
+    writes_merged: dict[str, Any] | None = None
+    """Token frames merged on the way (``loadtests.judge.causes.WritesMerged.as_dict``, with its
+    ``line``), set by the judgement, which reads the frames; None when not."""
     gateway_500s: dict[str, Any] | None = None
     """The run's 500s (HTTP and in-band) by who wrote them, when a gateway wrote or relayed any
     (``loadtests.judge.causes.ErrorsOwned.as_dict``, with its ``line``); None when none did."""
@@ -304,6 +307,8 @@ class Summary:
             lines.append(causes.keepalive_withheld["line"])
         if causes.gateway_500s:
             lines.append(causes.gateway_500s["line"])
+        if causes.writes_merged:
+            lines.append(causes.writes_merged["line"])
         return lines
 
     def console_lines(self) -> list[str]:
@@ -643,6 +648,7 @@ def causes(
         "cut_after_headers": int((requests["outcome"] == Outcome.CUT).sum()),
         "proxy_timeouts": {**found.as_dict(), "line": found.phrase()},
         "keepalive_withheld": None if withheld is None else withheld.as_dict(),
+        "writes_merged": None,  # the judgement sets it from the frames (loadtests.run.judging)
         "gateway_500s": None if not owned.phrase() else {**owned.as_dict(), "line": f"500s: {owned.phrase()}"},
         "protocol_errors": _messages(requests[requests["outcome"] == Outcome.PROTOCOL_ERROR]),
         "harness_errors": _messages(requests[requests["outcome"] == Outcome.HARNESS_ERROR]),

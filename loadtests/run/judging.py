@@ -34,6 +34,7 @@ import pandas as pd
 
 from loadtests.base.lines import say
 from loadtests.errors import NotARunDirectory, RecordNotWritten, RunDirChanged, SummaryError
+from loadtests.judge.causes import MERGE_COLUMNS, WritesMerged, writes_merged
 from loadtests.judge.drift import DriftLimits, LatencyDrift, MemoryGrowth, WindowJudge, soak_section
 from loadtests.judge.gates import (
     DEFAULT_MAX_UNJUDGED_SHARE,
@@ -195,6 +196,8 @@ def judge(record: RunRecord, options: JudgeOptions | None = None, *, html: bool 
         next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None),
         next((gate.read_timeout for gate in gates if isinstance(gate, NoProxyTimeouts)), None),
     )
+    merged = None if account.soak is not None and account.soak.partial else _writes_merged(record, settings)
+    summary.causes.writes_merged = None if merged is None else merged.as_dict()
     summary.gate_sources = gate_sources(gates)
     summary.unrebuilt = tuple(account.refused)
     # nothing said: the gates it stored (its own, not the always-on ones) are its point
@@ -251,6 +254,12 @@ def judge_so_far(record: RunRecord, gates: Sequence[Gate], settings: dict[str, A
     )
     summary.point = run_point(point)
     return summary
+
+
+def _writes_merged(record: RunRecord, settings: dict[str, Any]) -> WritesMerged | None:
+    """Token frames merged on the way (``loadtests.judge.causes.writes_merged``), from the frames'
+    gaps and the proxy the run started; not read at a soak's checkpoints (every frame, each time)."""
+    return writes_merged(record.frame_columns(MERGE_COLUMNS), settings.get("proxy"))
 
 
 def _tables(record: RunRecord, lost_rows: dict[str, dict[str, Any]] | None) -> RunTables:

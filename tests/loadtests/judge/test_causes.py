@@ -13,7 +13,14 @@ import pytest
 from loadtests.client.outcome import RequestPlan, RequestRow, StreamTracker
 from loadtests.client.sse import KEEP_ALIVE_TEXT, Frame
 from loadtests.judge import causes, gates
-from loadtests.judge.causes import keepalive_withheld, proxies_named, proxy_timeouts, window
+from loadtests.judge.causes import (
+    MERGE_COLUMNS,
+    keepalive_withheld,
+    proxies_named,
+    proxy_timeouts,
+    window,
+    writes_merged,
+)
 from loadtests.judge.gates import (
     Expect,
     KeepAliveCovered,
@@ -434,3 +441,43 @@ def test_litellms_own_500s_are_named_as_its_rewrap_of_the_upstream_failure_apart
     only_server = table(stream([], 0.05, status=500, headers_at=0.05, body=server_500))
     assert NoHttp500().evaluate(only_server).detail == "1 HTTP 500 of 1 requests (e.g. r0)"  # as ever
     assert summarize("s", only_server, []).causes.gateway_500s is None
+
+
+def token_frames(gaps: list[list[float]]) -> pd.DataFrame:
+    """frames.parquet's ``MERGE_COLUMNS`` for streams whose token frames came ``gaps`` apart (one list per stream)."""
+    rows = []
+    for stream_index, stream_gaps in enumerate(gaps):
+        rows.append((f"r{stream_index}", 0, "data", 0.3))  # the first token: its gap is the wait for it
+        rows += [(f"r{stream_index}", seq, "data", gap) for seq, gap in enumerate(stream_gaps, 1)]
+        rows.append((f"r{stream_index}", len(stream_gaps) + 1, "done", 0.0001))
+    return pd.DataFrame(rows, columns=MERGE_COLUMNS)
+
+
+MERGED_BY_HAPROXY = token_frames([[0.0001] * 5 + [0.252]] * 4 + [[0.0001] * 5 + [0.2]])
+"""HAProxy 2.6 (defaults) in front of 50 ms token gaps: five of six arrive merged, then one ~0.2-0.25 s."""
+
+
+def test_haproxys_merging_is_named_whenever_the_run_started_it_or_the_gaps_show_it() -> None:
+    """HAProxy merged 83% of 50 ms gaps (max 252 ms, first token +0.21 s) and the run recorded them as
+    the server's figures with no line, even when it started HAProxy."""
+    started = writes_merged(MERGED_BY_HAPROXY, "haproxy")
+    assert started is not None and (started.gaps, started.merged, started.shown) == (30, 25, True)
+    assert started.line() == (
+        "sse-soak: the run started HAProxy, which holds and merges writes (as users run it, without option "
+        "http-no-delay): 83% of 30 token gaps arrived merged (under 2 ms), the longest 0.252 s; inter-token gaps "
+        "and times to first token here are HAProxy's view, not the server's pace"
+    )
+    assert started.as_dict()["proxys_view"] == ["ttft_s", "max_data_gap_s", "max_gap_s"]
+    unnamed = writes_merged(MERGED_BY_HAPROXY, "none")  # a --host run behind someone's HAProxy
+    assert unnamed is not None and unnamed.started is None
+    assert (
+        "something on the way merges writes (a proxy such as HAProxy) or the server sends in bursts" in unnamed.line()
+    )
+    paced = token_frames([[0.05] * 6] * 5)
+    assert writes_merged(paced, "nginx") is None and writes_merged(paced, "none") is None
+    assert writes_merged(token_frames([[0.0001] * 6] * 5), "none") is None  # a server as fast as it goes: no pace
+    few = writes_merged(token_frames([]), "haproxy")  # started, nothing to measure: named all the same
+    assert few is not None and "too few token gaps (0) to measure how many it merged" in few.line()
+    summary = summarize("s", table(cut_after(1.0)), [], {"proxy": "haproxy"})
+    summary.causes.writes_merged = started.as_dict()
+    assert started.line() in summary.causes_lines() and started.line() in summary.console_lines()
