@@ -61,3 +61,26 @@ def test_keepalive_off_every_answer_is_litellms_timeout_named_never_a_rejection(
     chat = len(answered.query("route == 'chat'"))
     http_500 = run.gate("no_http_500")  # the client got a 500: said, and named as the gateway's timeout
     assert not http_500["passed"] and f"({chat} of them a gateway's own timeout, by its message" in http_500["detail"]
+
+
+def test_a_stream_the_server_drops_is_litellms_own_500_named_with_its_upstream_cause(tmp_path: Path) -> None:
+    """LiteLLM rewraps an upstream disconnect as its own in-band error of code "500"; ``no_inband_500``
+    charged it to the server, naming no gateway."""
+    faults = "--time-to-first-token 0 --failure-injection-rate 100 --failure-types disconnect"
+    run = run_locust("proxy_timeout", tmp_path, "--proxy", "litellm", "--server-args", faults, users=4, seconds=10)
+    assert run.returncode == 1, run.output[-3000:]
+    dropped = run.requests.query("outcome == 'inband_error' and error_code == '500'")
+    assert len(dropped) >= 2 and dropped["error_message"].str.startswith("litellm.").all(), run.output[-3000:]
+    gate = run.gate("no_inband_500")
+    assert not gate["passed"] and gate["detail"].startswith(
+        f"{len(dropped)} in-band errors with code 500 under HTTP 200: {len(dropped)} LiteLLM's own, not the server's "
+        "(upstream: "
+    )
+    assert "; 0 the server's" in gate["detail"]
+    owned = run.summary["causes"]["gateway_500s"]
+    assert sum(owned["gateways"]["LiteLLM"].values()) == len(dropped) and owned["server"] == 0
+    assert set(owned["gateways"]["LiteLLM"]) <= {
+        "the server dropped the connection mid-response",
+        "the connection to the server failed (refused or dropped)",
+    }
+    assert owned["line"] in run.output
