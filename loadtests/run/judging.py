@@ -258,8 +258,13 @@ def judge_so_far(record: RunRecord, gates: Sequence[Gate], settings: dict[str, A
 
 def _writes_merged(record: RunRecord, settings: dict[str, Any]) -> WritesMerged | None:
     """Token frames merged on the way (``loadtests.judge.causes.writes_merged``), from the frames'
-    gaps and the proxy the run started; not read at a soak's checkpoints (every frame, each time)."""
-    return writes_merged(record.frame_columns(MERGE_COLUMNS), settings.get("proxy"))
+    gaps and the proxy the run started; not read at a soak's checkpoints (every frame, each time).
+    Frames that cannot be read (a damaged part) leave only what the started proxy is known to do."""
+    try:
+        frames = record.frame_columns(MERGE_COLUMNS)
+    except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError: the verdict does not hang on this line
+        frames = pd.DataFrame(columns=MERGE_COLUMNS)
+    return writes_merged(frames, settings.get("proxy"))
 
 
 def _tables(record: RunRecord, lost_rows: dict[str, dict[str, Any]] | None) -> RunTables:
