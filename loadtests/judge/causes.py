@@ -25,6 +25,18 @@ cut (after a shorter silence): a server that drops idle connections after 1.4 s 
 timeout, and ``outcomes_as_expected`` fails every cut anyway. A silence
 longer than ``timeout + late`` is not this proxy's timer either (it would have fired before).
 
+The timeout is the one the proxy runs, never the one asked: the run's proxy kind states it, with its
+window (``ProxyKind.read_timer``: Apache and Squid take whole seconds, so 1.5 s runs as 2 s; Squid's
+tick widens the window), and a run that started none judges a row naming a kind by that kind's
+timer. Every line, the gate and summary.json print that timer. A silence the harness saw while its
+own loop stalled may be off by the stall: a miss of the window no larger than the stall counts
+(``loadtests.record.lag.explained_by_stall``, the rule the timing gates excuse by).
+
+Merged writes (``writes_merged``): the run started a proxy that holds and merges writes (HAProxy) or
+the token gaps show it, so the gaps and first-token times recorded are that view. Gateway 500s
+(``errors_owned``): a 500 whose message is a gateway's own body (LiteLLM's ``litellm.<Exception>:``)
+and names an upstream failure is the gateway's, apart from the server's.
+
 Keep-alive withheld (``keepalive_withheld``): when the server's keep-alive interval is known and raw
 streams were silent from their send for longer than it (plus ``keepalive_tolerance``) and none of
 them got any comment, something between strips comments or holds the headers (LiteLLM does both).
