@@ -56,9 +56,8 @@ import pandas as pd
 from loadtests.client.outcome import TIMEOUT_STATUSES, Outcome, is_timeout_code
 from loadtests.record.lag import explained_by_stall, harness_stall_s
 from loadtests.services import proxies
-from loadtests.services.proxies.base import EARLY_FLOOR_S, EARLY_SHARE, ReadTimer, plain_timer
+from loadtests.services.proxies.base import ReadTimer, plain_timer
 
-__all__ = ["EARLY_FLOOR_S", "EARLY_SHARE"]  # the window's rule is the kinds' (services.proxies.base)
 OTHER_KNOWN_PROXIES: tuple[tuple[str, str, int], ...] = (("Envoy", r"envoy", 60), ("Cloudflare", r"cloudflare", 70))
 """Proxies a response can name that the run never starts (no ``--proxy`` kind): each one's name,
 pattern and rank, beside the kinds' own (``ProxyKind.recognised_by``, ``recognition_rank``)."""
@@ -429,16 +428,16 @@ class WritesMerged:
                 f"{self.merged / self.gaps:.0%} of {self.gaps} token gaps arrived merged (under "
                 f"{MERGED_GAP_S * 1000:g} ms), the longest {self.longest_s or 0.0:.3f} s"
             )
-        view = "inter-token gaps and times to first token here are {}'s view, not the server's pace"
         if self.started is not None:
             return (
-                f"sse-soak: the run started {self.started}, which holds and merges writes (as users run it, without "
-                f"option http-no-delay): {figures}; {view.format(self.started)}"
+                f"sse-soak: the run started {self.started}, which holds and merges writes as users run it: {figures}; "
+                f"inter-token gaps and times to first token here are {self.started}'s view, not the server's pace"
             )
         mergers = " or ".join(name for name in merging_proxies()) or "a proxy that batches writes"
         return (
             f"sse-soak: {figures}: something on the way merges writes (a proxy such as {mergers}) or the server "
-            f"sends in bursts; {view.format('that')}"
+            "sends in bursts; inter-token gaps and times to first token here are what came through, not the "
+            "server's pace"
         )
 
     def as_dict(self) -> dict[str, Any]:
