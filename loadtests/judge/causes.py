@@ -223,7 +223,9 @@ class ProxyTimeouts:
         """The figures as ``summary.json``'s ``causes.proxy_timeouts`` holds them."""
         silences = self.silences()
         timer: dict[str, Any] = (
-            {"read_timeout_s": None, "window_s": None} if self.timer is None else self.timer.as_dict()
+            {"read_timeout_s": None, "read_timeout_asked_s": None, "window_s": None, "timer_of": None}
+            if self.timer is None
+            else self.timer.as_dict()
         )
         if self.named_timers:
             timer["named_windows_s"] = {
