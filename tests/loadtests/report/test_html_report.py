@@ -496,6 +496,22 @@ def test_the_gap_plot_keeps_sdk_streams_apart_and_draws_its_thresholds(
     assert _read_timeout(without_proxy) is None  # no proxy and no gate: no timer was in force
 
 
+def test_the_read_timeout_drawn_is_the_one_the_proxy_runs(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]],
+) -> None:
+    """``--proxy apache --proxy-read-timeout 1.5``: Apache runs 2 s, and the gap plot's line is drawn at
+    2 s, as the gate and the causes judge it, whether the summary holds that figure or predates it."""
+    requests, _, summary = run
+    settings = {**SETTINGS, "proxy": "apache", "proxy_read_timeout": 1.5}
+    judged = summarize("unit_run", requests, [], settings).to_json()
+    assert judged["causes"]["proxy_timeouts"]["read_timeout_s"] == 2.0
+    assert _read_timeout(Summary.from_json({**summary, **judged})) == 2.0
+    older = {**summary, "settings": settings, "causes": {**summary["causes"], "proxy_timeouts": None}}
+    assert _read_timeout(Summary.from_json(older)) == 2.0  # from the settings, as Apache runs them
+    declared = {**older, "gate_specs": [NoProxyTimeouts(1.5, 0.0, proxy="apache").spec()]}
+    assert _read_timeout(Summary.from_json(declared)) == 2.0  # from the gate, as Apache runs it
+
+
 def test_the_servers_running_and_waiting_requests_never_hide_each_other() -> None:
     # a queue as long as the slots: on one axes, one step line lay exactly over the other
     texts = [
