@@ -28,8 +28,9 @@ import pandas as pd
 
 from loadtests.client.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, SummaryError, UnknownName
-from loadtests.judge.causes import keepalive_withheld, proxy_timeouts, run_proxy
+from loadtests.judge.causes import headers_withheld, keepalive_withheld, proxy_timeouts, run_proxy
 from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS, GateResult, gate_is_noise, run_point, verdict_of
+from loadtests.judge.keep_alive import interval_line
 from loadtests.record.figures import PERCENTILES, count_500s, judged, quantiles
 from loadtests.record.lag import lag_summary
 from loadtests.record.run_dir import RunDir
@@ -92,6 +93,9 @@ class Causes(Section):
     """The rule ``no_proxy_timeouts`` judges by (``loadtests.judge.causes``' ``as_dict``), with its ``line``."""
     keepalive_withheld: dict[str, Any] | None = None
     """Keep-alive withheld on the way (``KeepAliveWithheld.as_dict``), with its ``line``; None when not."""
+    headers_withheld: dict[str, Any] | None = None
+    """Response headers held until the first token (``HeadersWithheld.as_dict``), with its ``line``;
+    None when not (and in summaries written before it)."""
     protocol_errors: dict[str, int] = field(default_factory=dict)
     harness_errors: dict[str, int] = field(default_factory=dict)
     malformed_usage: int = 0
@@ -297,8 +301,9 @@ class Summary:
             f"{causes.cut_after_headers} streams cut after headers"
         )
         lines = [f"causes: {said}; statuses {causes.status or '{}'}"]
-        if causes.keepalive_withheld:
-            lines.append(causes.keepalive_withheld["line"])
+        for withheld in (causes.headers_withheld, causes.keepalive_withheld):
+            if withheld:
+                lines.append(withheld["line"])
         return lines
 
     def console_lines(self) -> list[str]:
@@ -310,6 +315,8 @@ class Summary:
         lines = [f"requests: {self.requests} ({outcomes or 'none'})"]
         if self.arrival is not None:
             lines.append(arrival_line(self.arrival))
+        inferred = interval_line(self.settings)
+        lines += [inferred] if inferred else []
         lines += self.causes_lines()
         lag = self.harness_lag_ms
         if lag is not None and lag.p99 is not None:
@@ -625,7 +632,10 @@ def causes(
         read_timeout = settings.get("proxy_read_timeout")
     verdict_rows = judged(requests)  # the rows the gates read: their lines and these never disagree
     found = proxy_timeouts(verdict_rows, read_timeout, proxy)
-    withheld = keepalive_withheld(verdict_rows, settings.get("keep_alive_interval"), proxy)
+    withheld = keepalive_withheld(
+        verdict_rows, settings.get("keep_alive_interval"), proxy, read_timeout or settings.get("proxy_read_timeout")
+    )
+    held = headers_withheld(verdict_rows, proxy)
     statuses = requests["status"].dropna().astype(int).value_counts().sort_index()
     streamed = requests[(requests["status"] == 200) & requests["keepalive_frames"].notna()]  # raw streams only
     bins = pd.cut(streamed["silence_before_first_token_s"], SILENCE_BINS_S, right=False)
@@ -636,6 +646,7 @@ def causes(
         "cut_after_headers": int((requests["outcome"] == Outcome.CUT).sum()),
         "proxy_timeouts": {**found.as_dict(), "line": found.phrase()},
         "keepalive_withheld": None if withheld is None else withheld.as_dict(),
+        "headers_withheld": None if held is None else held.as_dict(),
         "protocol_errors": _messages(requests[requests["outcome"] == Outcome.PROTOCOL_ERROR]),
         "harness_errors": _messages(requests[requests["outcome"] == Outcome.HARNESS_ERROR]),
         "malformed_usage": int(requests["raw_usage"].notna().sum()),

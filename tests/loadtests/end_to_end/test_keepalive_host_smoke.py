@@ -29,7 +29,7 @@ def test_a_host_runs_keepalive_interval_is_inferred_from_its_comments_not_the_sc
     assert settings["keep_alive_interval"] == pytest.approx(1.0, abs=0.05)
     covered = run.gate("keepalive_covered")
     assert covered["passed"] and int(covered["detail"].split("/")[0]) >= 2, covered["detail"]
-    assert "the interval inferred from the comments of" in covered["detail"]
+    assert "the interval inferred from " in covered["detail"] and " comments on " in covered["detail"]
     assert "gate PASS keepalive_covered:" in run.output
 
 
