@@ -707,17 +707,18 @@ class RunController:
     def _write_report(self, environment: Environment, test: _Test) -> None:
         run = test.writer.run
         record = RunRecord(run)
-        settings = _with_interval_inferred(self._settings(environment), record)
         ended, interrupted = test.how_it_ended(self._guard.received)
         options = _options(environment)
-        settings_recorded = {
-            **recorded_settings(settings),
-            "prompt_sizing": self._prompt_sizing(environment),
-            "max_line_bytes": options.max_line_bytes,
-            "max_unjudged_share": options.max_unjudged_share,
-        }
+        prompt_sizing = self._prompt_sizing(environment)
         closing: list[str] = []  # the test's closing block: said once all is recorded (``_close``)
         with self._guard.deferred():  # the summary and the exit code are never cut
+            settings = _with_interval_inferred(self._settings(environment), record)
+            settings_recorded = {
+                **recorded_settings(settings),
+                "prompt_sizing": prompt_sizing,
+                "max_line_bytes": options.max_line_bytes,
+                "max_unjudged_share": options.max_unjudged_share,
+            }
             gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
             told = JudgeOptions(
                 gates,
