@@ -49,7 +49,7 @@ class RunSettings:
     """``--rate``'s schedule (``rate``, ``arrival``, ``seed``, ``max_in_flight``); None in a closed loop."""
     keep_alive_interval_source: str = BUNDLED
     """Where ``keep_alive_interval`` comes from: ``bundled server``, ``real vLLM`` (``--server
-    vllm``: the profile's, in whole seconds), ``given`` (``--host`` with ``--keep-alive-interval``)
+    vllm``: the profile's, in whole seconds), ``given`` (``--host`` with ``--keep-alive-interval``),
     ``unknown`` (the run's judgement then infers it: ``loadtests.run.judging``) or ``inferred``
     (the settings the gates of such a run are formed with once inferred)."""
     server: str = "bundled"
