@@ -52,11 +52,15 @@ def mix(prompt_tokens: int) -> RequestMix:
 
 def gates(settings: RunSettings) -> list[Gate]:
     """The keep-alive gates are written in the run's keep-alive interval (0: off, the negative
-    control); a ``--host`` run that was not told the server's interval cannot form them."""
+    control); a ``--host`` run that was not told the server's interval forms them at the interval
+    inferred from its comments when it is judged, and cannot form them when no comment showed it."""
     interval = settings.keep_alive_interval
     every_stream_ok = Expect("every_stream_ok", where=None, require="outcome == 'ok'")
     if interval is None:
-        unknown = "the server's keep-alive interval is unknown: pass --keep-alive-interval S to judge keep-alive"
+        unknown = (
+            "the server's keep-alive interval is unknown and no stream's comments showed it: pass "
+            "--keep-alive-interval S to judge keep-alive"
+        )
         names = ("keepalive_through_silence", f"max_gap_within_interval_plus_{SLACK_S:g}s")
         return [every_stream_ok, *(Unjudgeable(name, unknown) for name in names)]
     return [

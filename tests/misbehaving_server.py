@@ -178,6 +178,17 @@ async def keepalive_ok(ex: Exchange) -> bool:
     return await ex.stream([piece for frame in frames[:-1] for piece in (KEEP_ALIVE, frame)] + [frames[-1]])
 
 
+OTHER_COMMENTS = (b":ping\n\n", b": \n\n", b":\n\n", b":: heartbeat 7\n\n")
+"""Comments other than ``: keep-alive``: each is a keep-alive to a proxy, and to the harness."""
+
+
+async def other_comments_ok(ex: Exchange) -> bool:
+    """A well-formed stream with a comment other than ``: keep-alive`` before every frame but the last."""
+    frames = ex.frames()
+    comments = itertools.cycle(OTHER_COMMENTS)
+    return await ex.stream([piece for frame in frames[:-1] for piece in (next(comments), frame)] + [frames[-1]])
+
+
 async def no_done(ex: Exchange) -> bool:
     return await ex.stream(ex.frames(done=False))
 
@@ -435,6 +446,7 @@ MODES: dict[str, Mode] = {
         malformed_usage,
         huge_usage,
         keepalive_ok,
+        other_comments_ok,
         retry_only_event,
         done_with_trailing_space,
         frames_after_done,

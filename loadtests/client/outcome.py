@@ -52,7 +52,7 @@ from typing import Any
 
 import orjson
 
-from loadtests.client.sse import KEEP_ALIVE_TEXT, Frame
+from loadtests.client.sse import Frame
 
 
 class Outcome(str, Enum):
@@ -138,7 +138,10 @@ class RequestRow:
     duration_s: float
     data_frames: int
     keepalive_frames: int | None
+    """Frames holding an SSE comment and no data, whatever the comment says (``: keep-alive``, ``:ping``,
+    ``:``): each is a keep-alive to a proxy (``frame_kind``)."""
     comment_frames: int | None
+    """Frames with neither data nor a comment (``retry:``, ``event:`` or ``id:`` alone)."""
     bytes: int
     max_gap_s: float | None
     max_data_gap_s: float | None
@@ -197,10 +200,14 @@ class RequestPlan:
 
 def frame_kind(frame: Frame) -> str:
     """``data``, ``keepalive``, ``comment``, ``error`` or ``done`` (a data frame that is not a JSON
-    object counts as ``data``; the tracker judges it)."""
+    object counts as ``data``; the tracker judges it). A frame without data is a ``keepalive`` when it
+    holds any comment line, whatever its text (``: keep-alive``, ``:ping``, a bare ``:``): any comment
+    re-arms a proxy's read timer, so to a proxy every comment is a keep-alive. ``comment`` is a frame
+    without data and without a comment line (``retry:``, ``event:`` or ``id:`` alone), dispatched by
+    no client."""
     data = frame.data
     if data is None:
-        return "keepalive" if frame.comments == [KEEP_ALIVE_TEXT] else "comment"
+        return "keepalive" if frame.comments else "comment"
     if data == "[DONE]":
         return "done"
     payload = _json_or_none(data)
@@ -447,7 +454,7 @@ class StreamTracker:
             self.protocol_error(INVALID_UTF8)
         data = frame.data
         if data is None:
-            kind = "keepalive" if frame.comments == [KEEP_ALIVE_TEXT] else "comment"
+            kind = "keepalive" if frame.comments else "comment"  # any comment is a keep-alive (frame_kind)
             if kind == "keepalive":
                 self._keepalive += 1
             else:

@@ -24,6 +24,7 @@ from loadtests.base.safe_text import plain_name
 from loadtests.declare.options import option
 from loadtests.errors import UsageError
 from loadtests.judge.gates import BUNDLED, Gate, HarnessKeptUp, KeepAliveCovered, run_point
+from loadtests.judge.keep_alive import InferredInterval
 
 __all__ = ["REDACTED", "GateList", "RunSettings", "Scenario"]
 
@@ -48,8 +49,9 @@ class RunSettings:
     """``--rate``'s schedule (``rate``, ``arrival``, ``seed``, ``max_in_flight``); None in a closed loop."""
     keep_alive_interval_source: str = BUNDLED
     """Where ``keep_alive_interval`` comes from: ``bundled server``, ``real vLLM`` (``--server
-    vllm``: the profile's, in whole seconds), ``given`` (``--host`` with ``--keep-alive-interval``)
-    or ``unknown`` (then the judgement infers it: ``loadtests.run.judging``)."""
+    vllm``: the profile's, in whole seconds), ``given`` (``--host`` with ``--keep-alive-interval``),
+    ``unknown`` (the run's judgement then infers it: ``loadtests.run.judging``) or ``inferred``
+    (the settings the gates of such a run are formed with once inferred)."""
     server: str = "bundled"
     """The server the run starts when no host is given: ``bundled`` or ``vllm`` (real vLLM, running
     the profile as ``loadtests.services.real_vllm.VllmProfile`` translates it)."""
@@ -57,6 +59,9 @@ class RunSettings:
     """``--ca-cert``: a CA file every client trusted besides the system's (``loadtests.client.tls``)."""
     insecure: bool = False
     """``--insecure``: no TLS certificate was verified."""
+    keep_alive_inferred: dict[str, Any] | None = None
+    """How an ``inferred`` interval was inferred (``InferredInterval.as_settings``: from how many
+    comments and streams, the batching seen); None otherwise."""
 
     @property
     def starts_server(self) -> str | None:
@@ -168,7 +173,9 @@ class Scenario:
         declared = self.gates(settings) if callable(self.gates) else self.gates
         gates: list[Gate] = [gate.for_run(settings) for gate in declared]
         if settings.keep_alive_interval:
-            gates.append(KeepAliveCovered(settings.keep_alive_interval, proxy=settings.proxy))
+            found = InferredInterval.from_settings(settings.keep_alive_inferred)
+            source = None if found is None else found.source
+            gates.append(KeepAliveCovered(settings.keep_alive_interval, source=source, proxy=settings.proxy))
         if harness_lag_limit_ms > 0:
             gates.append(HarnessKeptUp(harness_lag_limit_ms))
         return gates

@@ -37,9 +37,14 @@ the token gaps show it, so the gaps and first-token times recorded are that view
 (``errors_owned``): a 500 whose message is a gateway's own body (LiteLLM's ``litellm.<Exception>:``)
 and names an upstream failure is the gateway's, apart from the server's.
 
-Keep-alive withheld (``keepalive_withheld``): when the server's keep-alive interval is known and raw
-streams were silent from their send for longer than it (plus ``keepalive_tolerance``) and none of
-them got any comment, something between strips comments or holds the headers (LiteLLM does both).
+Keep-alive withheld (``keepalive_withheld``): raw streams were silent from their send for longer than
+the server's keep-alive interval (plus ``keepalive_tolerance``) and none of them got any comment:
+something between strips comments or holds the headers (LiteLLM does both), or keep-alive is off.
+When the interval is unknown (``--host`` not told it, and no comment showed it), the silence must be
+longer than any interval that could keep the run's proxy alive: the proxy read timeout the run
+judges, at most ``MAX_PLAUSIBLE_INTERVAL_S``. Headers withheld (``headers_withheld``), said apart and
+whatever the interval: every stream silent ``HEADERS_HELD_SILENCE_S`` or more from its send got its
+response headers only with its first token (a server sends them at once, queued or not).
 
 What is known of each proxy the run can start (the name a line gives it, the pattern that finds it
 in a response, a whole-second timer, withheld keep-alive) is its kind's (``loadtests.services.proxies``).
@@ -484,6 +489,15 @@ def writes_merged(frames: pd.DataFrame, run_proxy_kind: str | None) -> WritesMer
     return WritesMerged(started, len(gaps), int(merged.sum()), longest, bool(shown))
 
 
+MAX_PLAUSIBLE_INTERVAL_S = 5.0
+"""The longest keep-alive interval assumed of a server whose interval is unknown: vLLM's is whole
+seconds, and users keep it well under their proxies' timeouts (60 s for nginx, AWS ALB)."""
+HEADERS_HELD_SILENCE_S = 1.0
+"""A stream silent this long from its send shows whether its headers were held."""
+HEADERS_WITH_TOKEN_S = 0.1
+"""Headers that came less than this before the first token came with it (LiteLLM: under 10 ms)."""
+
+
 def keepalive_tolerance(interval: float) -> float:
     """How late a keep-alive comment may come: timers fire a little late, and the server's first timer
     starts at its headers, a little after the send (about 0.1 s for vLLM and the bundled server)."""
@@ -512,6 +526,8 @@ class KeepAliveWithheld:
     not from the headers): a gateway held the headers."""
     started: str | None
     """The run's ``--proxy`` (``none`` when it started none); None when not recorded."""
+    interval_known: bool = True
+    """False when the server's interval is unknown: ``period_s`` is then the longest plausible one."""
 
     @property
     def _withholds_keep_alive(self) -> bool:
@@ -522,6 +538,7 @@ class KeepAliveWithheld:
     def line(self) -> str:
         """The one line the console, the summary and ``keepalive_covered`` say it with."""
         held = f" ({self.headers_held} got their headers only with their first token)" if self.headers_held else ""
+        unknown = "" if self.interval_known else " (longer than any keep-alive interval the run could judge)"
         named = run_proxy(self.started)
         between = (
             f" (the run's proxy, {named}, which does both, measured)"
@@ -533,9 +550,9 @@ class KeepAliveWithheld:
             else ""
         )
         return (
-            f"sse-soak: {self.streams} raw streams were silent over {self.period_s:.2f} s and none got a keep-alive "
-            f"comment{held}: an intermediary that strips SSE comments or holds the response headers until the "
-            f"first token (a gateway such as LiteLLM) may stand between the harness and the server{between}, "
+            f"sse-soak: {self.streams} raw streams were silent over {self.period_s:.2f} s{unknown} and none got a "
+            f"keep-alive comment{held}: an intermediary that strips SSE comments or holds the response headers until "
+            f"the first token (a gateway such as LiteLLM) may stand between the harness and the server{between}, "
             "or the server's keep-alive is off"
         )
 
@@ -545,19 +562,28 @@ class KeepAliveWithheld:
             "period_s": round(self.period_s, 3),
             "headers_held": self.headers_held,
             "run_proxy": self.started,
+            "interval_known": self.interval_known,
             "line": self.line(),
         }
 
 
 def keepalive_withheld(
-    requests: pd.DataFrame, interval: float | None, run_proxy_kind: str | None = None
+    requests: pd.DataFrame,
+    interval: float | None,
+    run_proxy_kind: str | None = None,
+    read_timeout: float | None = None,
 ) -> KeepAliveWithheld | None:
     """The streams of the rule above when every raw stream silent over the interval plus its tolerance
-    got no comment at all (keep-alive or other); None when the interval is unknown or off, when no
-    stream was silent that long, or when any of them got a comment."""
-    if not interval:
+    got no comment at all (any comment is a keep-alive); an unknown interval (None) is taken as the
+    longest plausible one (``read_timeout``, the proxy read timeout the run judges, at most
+    ``MAX_PLAUSIBLE_INTERVAL_S``). None when keep-alive is off (0), when no stream was silent that
+    long, or when any of them got a comment."""
+    if interval is None:
+        period = min(read_timeout or MAX_PLAUSIBLE_INTERVAL_S, MAX_PLAUSIBLE_INTERVAL_S)
+    elif not interval:
         return None
-    period = interval + keepalive_tolerance(interval)
+    else:
+        period = interval + keepalive_tolerance(interval)
     raw, silence = raw_silences(requests)
     silent = raw[silence > period]
     if silent.empty:
@@ -565,5 +591,63 @@ def keepalive_withheld(
     comments = silent["keepalive_frames"].astype("float64") + _column(silent, "comment_frames").fillna(0.0)
     if comments.sum() > 0:
         return None
-    held = int((silent["silence_before_first_token_s"].astype("float64") < interval).sum())
-    return KeepAliveWithheld(len(silent), period, held, run_proxy_kind)
+    held = (silent["silence_before_first_token_s"].astype("float64") < (interval or HEADERS_WITH_TOKEN_S)).sum()
+    return KeepAliveWithheld(len(silent), period, int(held), run_proxy_kind, interval is not None)
+
+
+@dataclass(frozen=True)
+class HeadersWithheld:
+    """Streams silent from their send that got their response headers only with their first token:
+    something between held the headers, so nothing the server sent before, keep-alive included,
+    reached the client."""
+
+    streams: int
+    shortest_silence_s: float
+    started: str | None
+    """The run's ``--proxy`` (``none`` when it started none); None when not recorded."""
+
+    def line(self) -> str:
+        """The one line the console and the summary say it with."""
+        kind = proxies.find(self.started)
+        named = run_proxy(self.started)
+        between = (
+            f" (the run's proxy, {named}, does, measured)"
+            if kind is not None and kind.withholds_keep_alive
+            else f" (the run's proxy, {named}, or something behind it)"
+            if named
+            else " (the run started no proxy: it stands in front of the server the run was given)"
+            if self.started == "none"
+            else ""
+        )
+        return (
+            f"sse-soak: {self.streams} streams silent {self.shortest_silence_s:.2f} s or more from their send got "
+            f"their response headers only with their first token: an intermediary holds the headers until the "
+            f"first token (a gateway such as LiteLLM){between}, so nothing the server sends before it, keep-alive "
+            "included, reaches the client"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "streams": self.streams,
+            "shortest_silence_s": round(self.shortest_silence_s, 3),
+            "run_proxy": self.started,
+            "line": self.line(),
+        }
+
+
+def headers_withheld(requests: pd.DataFrame, run_proxy_kind: str | None = None) -> HeadersWithheld | None:
+    """The rule of the module docstring, over the 200 streams of any client that got a first token:
+    named when every one silent ``HEADERS_HELD_SILENCE_S`` or more from its send got its headers less
+    than ``HEADERS_WITH_TOKEN_S`` before that token; None when any got them earlier, or none was silent
+    that long. Whatever the keep-alive interval, given or not."""
+    if "silence_from_send_s" not in requests.columns:
+        return None  # a run written before the column: the silence from the send is unknown
+    streamed = requests[(requests["status"] == 200).fillna(False).astype(bool) & requests["ttft_s"].notna()]
+    from_send = pd.to_numeric(streamed["silence_from_send_s"], errors="coerce")
+    silent = streamed[from_send >= HEADERS_HELD_SILENCE_S]
+    if silent.empty:
+        return None
+    from_headers = pd.to_numeric(silent["silence_before_first_token_s"], errors="coerce")
+    if not (from_headers < HEADERS_WITH_TOKEN_S).all():
+        return None
+    return HeadersWithheld(len(silent), float(from_send[silent.index].min()), run_proxy_kind)

@@ -678,27 +678,6 @@ class KeepAliveCovered(Gate):
         return GateResult(self.name, passed, detail, False, len(excused), len(silent))
 
 
-INFERENCE_COLUMNS = ["request_id", "seq", "kind", "gap_s"]
-"""The columns of frames.parquet that ``inferred_keep_alive_interval`` reads."""
-
-
-def inferred_keep_alive_interval(frames: pd.DataFrame) -> tuple[float, int] | None:
-    """The server's keep-alive interval as its comments show it, and over how many streams: the median
-    gap between two consecutive frames of one stream that are both keep-alive comments, over the
-    streams that had such a pair; None when none had. A comment is sent after one whole interval of
-    idleness (the timer restarts at every chunk), so only comment-to-comment gaps measure it, and the
-    median shrugs off a late timer or a read that batched two frames."""
-    if frames.empty:
-        return None
-    ordered = frames.sort_values(["request_id", "seq"])
-    keepalive = ordered["kind"] == "keepalive"
-    after_one = keepalive & keepalive.groupby(ordered["request_id"]).shift(1, fill_value=False)
-    pairs = ordered[after_one]
-    if pairs.empty:
-        return None
-    return round(float(pairs["gap_s"].median()), 3), int(pairs["request_id"].nunique())
-
-
 @dataclass(frozen=True)
 class Unjudgeable(Gate):
     """A gate a scenario cannot form for this run (say, one written in a keep-alive interval a

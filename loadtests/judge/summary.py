@@ -28,8 +28,9 @@ import pandas as pd
 
 from loadtests.client.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, SummaryError, UnknownName
-from loadtests.judge.causes import errors_owned, keepalive_withheld, proxy_timeouts, run_proxy
+from loadtests.judge.causes import errors_owned, headers_withheld, keepalive_withheld, proxy_timeouts, run_proxy
 from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS, GateResult, gate_is_noise, run_point, verdict_of
+from loadtests.judge.keep_alive import interval_line
 from loadtests.record.figures import PERCENTILES, count_500s, http_500, inband_500, judged, quantiles
 from loadtests.record.lag import lag_summary
 from loadtests.record.run_dir import RunDir
@@ -98,6 +99,9 @@ class Causes(Section):
     gateway_500s: dict[str, Any] | None = None
     """The run's 500s (HTTP and in-band) by who wrote them, when a gateway wrote or relayed any
     (``loadtests.judge.causes.ErrorsOwned.as_dict``, with its ``line``); None when none did."""
+    headers_withheld: dict[str, Any] | None = None
+    """Response headers held until the first token (``HeadersWithheld.as_dict``), with its ``line``;
+    None when not (and in summaries written before it)."""
     protocol_errors: dict[str, int] = field(default_factory=dict)
     harness_errors: dict[str, int] = field(default_factory=dict)
     malformed_usage: int = 0
@@ -303,8 +307,9 @@ class Summary:
             f"{causes.cut_after_headers} streams cut after headers"
         )
         lines = [f"causes: {said}; statuses {causes.status or '{}'}"]
-        if causes.keepalive_withheld:
-            lines.append(causes.keepalive_withheld["line"])
+        for withheld in (causes.headers_withheld, causes.keepalive_withheld):
+            if withheld:
+                lines.append(withheld["line"])
         if causes.gateway_500s:
             lines.append(causes.gateway_500s["line"])
         if causes.writes_merged:
@@ -320,6 +325,8 @@ class Summary:
         lines = [f"requests: {self.requests} ({outcomes or 'none'})"]
         if self.arrival is not None:
             lines.append(arrival_line(self.arrival))
+        inferred = interval_line(self.settings)
+        lines += [inferred] if inferred else []
         lines += self.causes_lines()
         lag = self.harness_lag_ms
         if lag is not None and lag.p99 is not None:
@@ -635,7 +642,13 @@ def causes(
         read_timeout = settings.get("proxy_read_timeout")
     verdict_rows = judged(requests)  # the rows the gates read: their lines and these never disagree
     found = proxy_timeouts(verdict_rows, read_timeout, proxy)
-    withheld = keepalive_withheld(verdict_rows, settings.get("keep_alive_interval"), proxy)
+    withheld = keepalive_withheld(
+        verdict_rows,
+        settings.get("keep_alive_interval"),
+        proxy,
+        found.read_timeout or settings.get("proxy_read_timeout"),
+    )
+    held = headers_withheld(verdict_rows, proxy)
     five_hundreds = verdict_rows[http_500(verdict_rows) | inband_500(verdict_rows)]
     owned = errors_owned(five_hundreds[five_hundreds["outcome"] != Outcome.GATEWAY_TIMEOUT])
     statuses = requests["status"].dropna().astype(int).value_counts().sort_index()
@@ -650,6 +663,7 @@ def causes(
         "keepalive_withheld": None if withheld is None else withheld.as_dict(),
         "writes_merged": None,  # the judgement sets it from the frames (loadtests.run.judging)
         "gateway_500s": None if not owned.phrase() else {**owned.as_dict(), "line": f"500s: {owned.phrase()}"},
+        "headers_withheld": None if held is None else held.as_dict(),
         "protocol_errors": _messages(requests[requests["outcome"] == Outcome.PROTOCOL_ERROR]),
         "harness_errors": _messages(requests[requests["outcome"] == Outcome.HARNESS_ERROR]),
         "malformed_usage": int(requests["raw_usage"].notna().sum()),

@@ -35,6 +35,7 @@ from dataclasses import dataclass, fields
 
 from loadtests.client.outcome import FAILURE_OUTCOMES, Outcome
 from loadtests.errors import InvalidValue
+from loadtests.judge.gates import INFERRED, UNKNOWN
 from loadtests.judge.summary import INCONCLUSIVE, Summary
 
 LATENCY_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p95"), ("duration_s", "p95"), ("max_gap_s", "p99"))
@@ -99,7 +100,8 @@ def _rate(count: int, summary: Summary) -> float:
 COMPARABLE_SETTINGS = ("proxy", "proxy_read_timeout", "keep_alive_interval", "open_loop")
 """The settings two runs must share to be compared: how the load was made and measured. The server
 may differ (another build, another host, injected faults): comparing servers is what compare is
-for. Duration and prompt sizing may differ too: the figures are rates and percentiles."""
+for, so a keep-alive interval a run inferred from its server's comments (or did not know) is not
+held. Duration and prompt sizing may differ too: the figures are rates and percentiles."""
 
 
 def incomparable(base: Summary, new: Summary) -> str | None:
@@ -107,10 +109,18 @@ def incomparable(base: Summary, new: Summary) -> str | None:
     None. A summary that does not record a setting (a baseline kept by hand) is not held to it."""
     if base.scenario and new.scenario and base.scenario != new.scenario:
         return f"the base ran {base.scenario}, the new run {new.scenario}"
+    measured = {  # an interval inferred from a server's comments is the server's, measured: never held
+        "keep_alive_interval"
+        for summary in (base, new)
+        if summary.settings.get("keep_alive_interval_source") in (INFERRED, UNKNOWN)
+    }
     differing = [
         f"{name} {base.settings[name]!r} against {new.settings[name]!r}"
         for name in COMPARABLE_SETTINGS
-        if name in base.settings and name in new.settings and base.settings[name] != new.settings[name]
+        if name in base.settings
+        and name in new.settings
+        and name not in measured
+        and base.settings[name] != new.settings[name]
     ]
     return f"the runs differ in {'; '.join(differing)}" if differing else None
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import dataclasses
 import functools
 import os
 import signal
@@ -84,7 +85,7 @@ from loadtests.errors import (
     VllmError,
     reported,
 )
-from loadtests.judge.gates import gate_sources
+from loadtests.judge.gates import INFERRED, UNKNOWN, gate_sources
 from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.load.open_loop import not_sent_row
 from loadtests.load.state import RunState, run_state
@@ -95,7 +96,7 @@ from loadtests.record.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDi
 from loadtests.record.server_metrics import OFF, ServerMetricsScraper
 from loadtests.run.collect import Collector
 from loadtests.run.ending import how_it_ended
-from loadtests.run.judging import JudgeOptions, judge, keep_elsewhere, write_html_files
+from loadtests.run.judging import JudgeOptions, inferred_interval, judge, keep_elsewhere, write_html_files
 from loadtests.run.roles import Local, Role, role_of
 from loadtests.run.settings import api_key_in_server_args, recorded_settings, run_settings
 from loadtests.run.signals import SignalGuard
@@ -242,6 +243,24 @@ def _options(environment: Environment) -> Namespace:
     """The run's parsed options (Locust sets them before ``init``)."""
     assert environment.parsed_options is not None
     return environment.parsed_options
+
+
+def _with_interval_inferred(settings: RunSettings, record: RunRecord) -> RunSettings:
+    """The settings a finished test's gates are formed with: a server's keep-alive interval the run
+    was not told (``unknown``) inferred once from the comments it recorded, so every gate, the
+    scenario's own written in the interval included, and every line judge one interval; the settings
+    as they were when told, or when no comment showed it."""
+    if settings.keep_alive_interval_source != UNKNOWN:
+        return settings
+    found = inferred_interval(record)
+    if found is None:
+        return settings
+    return dataclasses.replace(
+        settings,
+        keep_alive_interval=found.interval,
+        keep_alive_interval_source=INFERRED,
+        keep_alive_inferred=found.as_settings(),
+    )
 
 
 def _stack_of(settings: RunSettings) -> tuple[Any, ...]:
@@ -686,18 +705,20 @@ class RunController:
         self._judge_test(environment)  # waits for the judging under way, or judges if none came
 
     def _write_report(self, environment: Environment, test: _Test) -> None:
-        settings = self._settings(environment)
         run = test.writer.run
+        record = RunRecord(run)
         ended, interrupted = test.how_it_ended(self._guard.received)
         options = _options(environment)
-        settings_recorded = {
-            **recorded_settings(settings),
-            "prompt_sizing": self._prompt_sizing(environment),
-            "max_line_bytes": options.max_line_bytes,
-            "max_unjudged_share": options.max_unjudged_share,
-        }
+        prompt_sizing = self._prompt_sizing(environment)
         closing: list[str] = []  # the test's closing block: said once all is recorded (``_close``)
         with self._guard.deferred():  # the summary and the exit code are never cut
+            settings = _with_interval_inferred(self._settings(environment), record)
+            settings_recorded = {
+                **recorded_settings(settings),
+                "prompt_sizing": prompt_sizing,
+                "max_line_bytes": options.max_line_bytes,
+                "max_unjudged_share": options.max_unjudged_share,
+            }
             gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
             told = JudgeOptions(
                 gates,
@@ -710,7 +731,6 @@ class RunController:
                 point=self.scenario.point_of(settings),
                 lost_rows=self._collector.lost if self._collector is not None else None,
             )
-            record = RunRecord(run)
             summary = judge(record, told, html=False)
             closing += summary.console_lines()
             if test.writer.rows_unwritable or test.writer.rows_pending:

@@ -16,9 +16,13 @@ a re-judgement in another process loads it from there. One it cannot load is jud
 line saying why (``Summary.unrebuilt``: ``report`` prints it), and the rest are judged as ever.
 
 A run against ``--host`` whose server's keep-alive interval was not given records it as ``unknown``:
-its judgement infers the interval from the keep-alive comments in frames.parquet, records it in the
-settings as ``inferred`` and judges ``keepalive_covered`` at it (skipped, with a line saying how to
-give the interval, when there is nothing to infer from); a re-judgement keeps what was inferred.
+its judgement infers the interval once from the comments in frames.parquet
+(``loadtests.judge.keep_alive``, robust to a proxy that batches them), records it in the settings as
+``inferred`` with how (``keep_alive_inferred``), and every gate judges at it: the run's controller
+infers it before it forms the scenario's gates, so gates written in the interval are formed with it;
+a run judged from its manifest gets ``keepalive_covered`` and the proxy gate at it. With nothing to
+infer from, ``keepalive_covered`` is skipped with a line saying how to give the interval. A
+re-judgement keeps what was inferred.
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ from loadtests.judge.causes import MERGE_COLUMNS, WritesMerged, writes_merged
 from loadtests.judge.drift import DriftLimits, LatencyDrift, MemoryGrowth, WindowJudge, soak_section
 from loadtests.judge.gates import (
     DEFAULT_MAX_UNJUDGED_SHARE,
-    INFERENCE_COLUMNS,
     INFERRED,
     UNKNOWN,
     Gate,
@@ -48,10 +51,10 @@ from loadtests.judge.gates import (
     RunTables,
     evaluate,
     gate_sources,
-    inferred_keep_alive_interval,
     rebuild_gates,
     run_point,
 )
+from loadtests.judge.keep_alive import INFERENCE_COLUMNS, InferredInterval, infer_interval
 from loadtests.judge.summary import ServerMetrics, Soak, Summary, summarize
 from loadtests.record import figures
 from loadtests.record.lag import STALLED_COLUMN, stalled_while_open, while_streams_open
@@ -288,29 +291,47 @@ def keep_elsewhere(run: RunDir, summary: Summary) -> str:
     return f"sse-soak: {summary.unwritten}; the summary is in {fallback}"
 
 
+def inferred_interval(record: RunRecord) -> InferredInterval | None:
+    """The server's keep-alive interval as the run's comments show it (``loadtests.judge.keep_alive``),
+    read from its frames: once per judgement of a run that was not told it, never on the load's loop."""
+    return infer_interval(record.frame_columns(INFERENCE_COLUMNS))
+
+
+def with_inferred(settings: dict[str, Any], found: InferredInterval) -> dict[str, Any]:
+    """Recorded settings that say the interval was inferred, and how (``keep_alive_inferred``)."""
+    return {
+        **settings,
+        "keep_alive_interval": found.interval,
+        "keep_alive_interval_source": INFERRED,
+        "keep_alive_inferred": found.as_settings(),
+    }
+
+
 def _with_inferred_interval(
     record: RunRecord, gates: list[Gate], settings: dict[str, Any]
 ) -> tuple[list[Gate], dict[str, Any]]:
-    """The gates and settings of a run whose server's keep-alive interval was ``unknown`` when it
-    started (``--host`` without ``--keep-alive-interval``): ``keepalive_covered`` at the interval the
-    run's keep-alive comments show, the settings recording it as ``inferred``; else that gate without an
-    interval (skipped, saying how to give one). Any other run's are returned as they are."""
+    """The gates and settings of a run whose server's keep-alive interval is still ``unknown`` when it
+    is judged (``--host`` without ``--keep-alive-interval``, judged from its manifest or so far: a
+    finished run's controller infers it before it forms its gates): ``keepalive_covered`` at the
+    interval the run's comments show, the proxy gate told it, the settings recording it as
+    ``inferred``; else that gate without an interval (skipped, saying how to give one). Any other
+    run's are returned as they are."""
     if settings.get("keep_alive_interval_source") != UNKNOWN:
         return gates, settings
     others = [gate for gate in gates if not isinstance(gate, KeepAliveCovered)]
-    found = inferred_keep_alive_interval(record.frame_columns(INFERENCE_COLUMNS))
+    found = inferred_interval(record)
     proxy = settings.get("proxy")
     if found is None:
         return [*others, KeepAliveCovered(None, proxy=proxy)], settings
-    interval, streams = found
-    inferred = KeepAliveCovered(interval, source=f"inferred from the comments of {streams} streams", proxy=proxy)
+    interval = found.interval
+    inferred = KeepAliveCovered(interval, source=found.source, proxy=proxy)
     others = [  # a proxy gate told no interval names the one seen
         dataclasses.replace(gate, keep_alive_interval=interval)
         if isinstance(gate, NoProxyTimeouts) and gate.keep_alive_interval is None
         else gate
         for gate in others
     ]
-    return [*others, inferred], {**settings, "keep_alive_interval": interval, "keep_alive_interval_source": INFERRED}
+    return [*others, inferred], with_inferred(settings, found)
 
 
 def _first(*values: Any) -> Any:

@@ -274,7 +274,11 @@ def _figure_rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
     )
     return [
         _row("requests", figures["requests"], f"{figures['requests_judged']} judged: {outcomes}"),
-        _row("keep-alive frames", figures["keepalive_frames"], "': keep-alive' comments received, all streams"),
+        _row(
+            "keep-alive frames",
+            figures["keepalive_frames"],
+            "SSE comments received (any text: each is a keep-alive), raw streams",
+        ),
         _row("protocol errors", figures["protocol_errors"], "streams whose SSE the harness could not read"),
         _row("in-band errors", figures["inband_errors"], f"{figures['inband_500']} with code 500 (under HTTP 200)"),
         _row("HTTP 500", figures["http_500"], "answers with status 500"),

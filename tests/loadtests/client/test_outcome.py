@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadtests.client.outcome import OUTCOMES, Outcome, RequestPlan, StreamTracker, frame_kind
-from loadtests.client.sse import Frame
+from loadtests.client.sse import Frame, SSEParser
 from loadtests.record.parts_writer import RunWriter
 from loadtests.record.recorder import Recorder
 from loadtests.record.run_dir import RunDir
@@ -146,13 +146,35 @@ def test_streams_the_client_ended(status: int | None, failure: str | None, outco
     assert stream.finish(1.0, None if failure is None else Outcome(failure)).outcome == outcome
 
 
-def test_other_comments_are_counted_apart_from_keepalives() -> None:
+@pytest.mark.parametrize("text", ["keep-alive", "ping", "", "heartbeat 12", "keep-alive\u00e9"])
+def test_any_comment_is_a_keepalive_whatever_it_says(text: str) -> None:
+    """A proxy's read timer is re-armed by any comment: ``:ping`` and a bare ``:`` count as ``: keep-alive``."""
     stream = tracker()
     stream.headers(200, 0.01, "text/event-stream")
-    assert stream.frame(Frame(t=0.0, nbytes=8, comments=["ping"]), 0.1) == "comment"
+    assert stream.frame(Frame(t=0.0, nbytes=8, comments=[text]), 0.1) == "keepalive"
+    assert stream.frame(Frame(t=0.0, nbytes=8, comments=[text, "more"]), 0.2) == "keepalive"
+    stream.frame(DONE, 0.3)
+    row = stream.finish(0.3)
+    assert (row.keepalive_frames, row.comment_frames, row.data_frames) == (2, 0, 1)
+
+
+def test_a_frame_of_fields_without_data_or_comment_is_counted_apart() -> None:
+    stream = tracker()
+    stream.headers(200, 0.01, "text/event-stream")
+    assert stream.frame(Frame(t=0.0, nbytes=10, retry="1000"), 0.1) == "comment"
     stream.frame(DONE, 0.2)
     row = stream.finish(0.2)
     assert (row.keepalive_frames, row.comment_frames, row.data_frames) == (0, 1, 1)
+
+
+def test_comments_parsed_from_the_wire_count_as_keepalives() -> None:
+    """Every line starting with a colon, as the parser reads it off the wire, is one keep-alive frame."""
+    stream = tracker()
+    stream.headers(200, 0.01, "text/event-stream")
+    wire = b":ping\n\n: \n\n:\n\n: keep-alive\n\n:: odd\n\ndata: [DONE]\n\n"
+    kinds = [stream.frame(frame, 0.1) for frame in SSEParser().feed(wire, 0.1)]
+    assert kinds == ["keepalive"] * 5 + ["done"]
+    assert stream.finish(0.2).keepalive_frames == 5
 
 
 def test_frame_records_hold_sequence_kind_time_gap_bytes_and_wait() -> None:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from loadtests.services.proxies import start_real_proxy
 from loadtests.services.proxies.litellm import start_litellm
-from tests.conftest import StartServer, require_litellm
+from tests.conftest import StartServer, require_litellm, require_proxy
 from tests.loadtests.locust_run import run_locust
 
 pytestmark = [pytest.mark.smoke, pytest.mark.extended]
@@ -29,7 +30,7 @@ def test_a_host_runs_keepalive_interval_is_inferred_from_its_comments_not_the_sc
     assert settings["keep_alive_interval"] == pytest.approx(1.0, abs=0.05)
     covered = run.gate("keepalive_covered")
     assert covered["passed"] and int(covered["detail"].split("/")[0]) >= 2, covered["detail"]
-    assert "the interval inferred from the comments of" in covered["detail"]
+    assert "the interval inferred from " in covered["detail"] and " comments on " in covered["detail"]
     assert "gate PASS keepalive_covered:" in run.output
 
 
@@ -98,3 +99,90 @@ def test_too_few_users_to_queue_at_a_fast_server_is_inconclusive_saying_how_to_q
     assert through.get("skipped") and "run more users (-u) than its concurrent slots" in through["detail"]
     verdict = next(line for line in run.output.splitlines() if line.startswith("verdict: "))
     assert verdict.startswith("verdict: INCONCLUSIVE (its point could not be judged: keepalive_through_silence")
+
+
+HAPROXY_QUEUE = ("--max-num-seqs", "2", "--time-to-first-token", "3000", "--inter-token-latency", "20")
+"""Two slots and 3 s to each first token: four users keep two streams queued, silent, for 3-6 s."""
+
+
+@pytest.mark.proxies
+@pytest.mark.parametrize("interval", [0.2, 0.1])
+def test_behind_haproxy_the_interval_is_inferred_as_the_servers_not_its_pairs(
+    tmp_path: Path, start_server: StartServer, interval: float
+) -> None:
+    """Real HAProxy (defaults, started by hand) delivers comments in pairs: the median gap read 0.2 s as
+    0.396 s and 0.1 s as 0 s (a false FAIL, "0" recorded as inferred). Here: the server's interval,
+    with the batching seen recorded and said."""
+    require_proxy("haproxy")
+    server = start_server(*HAPROXY_QUEUE, "--sse-keep-alive-interval", str(interval))
+    proxy = start_real_proxy("haproxy", server.url, 10.0)
+    try:
+        run = run_locust("proxy_timeout", tmp_path, "--host", proxy.url, "--proxy", "none", users=4, seconds=9)
+    finally:
+        proxy.stop()
+    assert run.returncode == 0, run.output[-3000:]
+    settings = run.summary["settings"]
+    assert settings["keep_alive_interval_source"] == "inferred"
+    assert settings["keep_alive_interval"] == pytest.approx(interval, rel=0.15), settings["keep_alive_inferred"]
+    inferred = settings["keep_alive_inferred"]
+    assert inferred["comments"] >= 10 and inferred["interval"] == settings["keep_alive_interval"]
+    covered = run.gate("keepalive_covered")
+    assert covered["passed"] and f"keep-alive every {settings['keep_alive_interval']:g} s" in covered["detail"]
+    line = next(line for line in run.output.splitlines() if line.startswith("keep-alive: every "))
+    assert line.startswith(f"keep-alive: every {settings['keep_alive_interval']:g} s, inferred from ")
+    assert ("at once" in line) == (inferred["batched_deliveries"] > 0)
+
+
+NGINX_FAST_PREFILL = ("--max-num-seqs", "2", "--inter-token-latency", "2", "--sse-keep-alive-interval", "0.3")
+
+
+@pytest.mark.proxies
+def test_every_gate_of_slow_prefill_judges_the_one_interval_inferred_behind_nginx(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    """Was: keepalive_covered inferred 0.3 s and passed while the scenario's own keep-alive gates said
+    the interval was unknown: INCONCLUSIVE, exit 3, for a good server."""
+    require_proxy("nginx")
+    server = start_server(*NGINX_FAST_PREFILL)
+    proxy = start_real_proxy("nginx", server.url, 10.0)
+    try:
+        # four users on two slots: two wait up to one 3 s hold, silent, never the 5 s of a stuck stream
+        run = run_locust("slow_prefill", tmp_path, "--host", proxy.url, "--proxy", "none", users=4, seconds=12)
+    finally:
+        proxy.stop()
+    assert run.returncode == 0, run.output[-3000:]
+    settings = run.summary["settings"]
+    assert settings["keep_alive_interval_source"] == "inferred"
+    interval = settings["keep_alive_interval"]
+    assert interval == pytest.approx(0.3, rel=0.1)
+    for name in ("keepalive_through_silence", "max_gap_within_interval_plus_0.25s", "keepalive_covered"):
+        gate = run.gate(name)
+        assert gate["passed"] and not gate.get("skipped"), (name, gate["detail"])
+    assert f"silence_before_first_token_s > {interval + 0.25}" in run.gate("keepalive_through_silence")["detail"]
+    assert f"max_gap_s <= {interval + 0.25}" in run.gate("max_gap_within_interval_plus_0.25s")["detail"]
+
+
+@pytest.mark.litellm
+def test_a_gateway_that_holds_headers_and_strips_comments_is_named_without_an_interval(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    """``--host`` at LiteLLM without ``--keep-alive-interval`` passed with keepalive_covered unjudged, and
+    nothing said the headers came with the first token and the comments were stripped."""
+    require_litellm()
+    server = start_server(*PROXY_TIMEOUT_PROFILE, "--sse-keep-alive-interval", "0.5")
+    gateway = start_litellm(server.url, 30.0)
+    try:
+        run = run_locust("proxy_timeout", tmp_path, "--host", gateway.url, "--proxy", "none", users=2, seconds=20)
+    finally:
+        gateway.stop()
+    assert run.summary["settings"]["keep_alive_interval_source"] == "unknown", run.output[-3000:]
+    finished = run.requests.query("outcome == 'ok'")
+    assert len(finished) >= 1 and (finished["keepalive_frames"] == 0).all()
+    causes = run.summary["causes"]
+    held, stripped = causes["headers_withheld"], causes["keepalive_withheld"]
+    assert held is not None and held["streams"] == len(finished), run.output[-3000:]
+    assert stripped is not None and not stripped["interval_known"]
+    lines = run.output.splitlines()
+    assert held["line"] in lines and stripped["line"] in lines
+    assert "got their response headers only with their first token" in held["line"]
+    assert "none got a keep-alive comment" in stripped["line"]

@@ -27,6 +27,7 @@ EXPECTED = {
     "crlf_ok": "ok",
     "close_delimited_ok": "ok",
     "keepalive_ok": "ok",
+    "other_comments_ok": "ok",
     "no_done": "cut",
     "content_length_short": "cut",
     "content_length_short_one_read": "cut",
@@ -178,6 +179,9 @@ def test_each_misbehaviour_ends_in_its_outcome(run: Run, mode: str, client: str)
         assert finished["keepalive_frames"].isna().all(), "the SDK hides comments: its count must be null"
     elif mode == "keepalive_ok":
         assert (finished["keepalive_frames"] >= 1).all(), _describe(finished)
+    elif mode == "other_comments_ok":  # `:ping`, `: `, `:`: every comment is a keep-alive, none another kind
+        assert (finished["keepalive_frames"] >= 2).all(), _describe(finished)
+        assert (finished["comment_frames"] == 0).all(), _describe(finished)
 
 
 def test_the_line_limit_is_an_option_and_both_clients_stop_at_it(

@@ -15,6 +15,7 @@ from loadtests.client.sse import KEEP_ALIVE_TEXT, Frame
 from loadtests.judge import causes, gates
 from loadtests.judge.causes import (
     MERGE_COLUMNS,
+    headers_withheld,
     keepalive_withheld,
     proxies_named,
     proxy_timeouts,
@@ -258,9 +259,66 @@ def test_keepalive_withheld_fails_keepalive_covered_and_the_summary_says_the_sam
     summary = summarize("s", requests, [gate], {"keep_alive_interval": 0.5, "proxy": "embedded"})
     assert (summary.causes.keepalive_withheld or {})["line"] == line and line in summary.console_lines()
     assert "the run started no proxy" in (keepalive_withheld(requests, 0.5, "none") or withheld).line()
-    assert keepalive_withheld(requests, None) is None and keepalive_withheld(requests, 0.0) is None
+    assert keepalive_withheld(requests, 0.0) is None  # keep-alive off: no comment is expected
     with_comment = table(held_silent(0), stream([keepalive(1.0), token(5.0)], 5.1, index=1))
     assert keepalive_withheld(with_comment, 0.5) is None  # one got a comment: none were stripped on the way
+
+
+@pytest.mark.parametrize("text", ["ping", "", "keep-alive", "heartbeat"])
+def test_keepalive_covered_counts_any_comment_as_a_keepalive(text: str) -> None:
+    """A stream silent 3 s with five comments is covered, whatever its comments say (``:ping``, ``:``)."""
+    comments = [Frame(0.55 * (n + 1), 8, comments=[text]) for n in range(5)]
+    requests = table(stream([*comments, token(3.0), Frame(3.1, 14, data="[DONE]")], 3.1))
+    gate = KeepAliveCovered(0.5).evaluate(requests)
+    assert gate.passed and not gate.skipped, gate.detail
+    assert gate.detail.startswith("1/1 raw streams") and "(5 keep-alive frames on them)" in gate.detail
+    assert keepalive_withheld(requests, 0.5) is None and keepalive_withheld(requests, None, read_timeout=2.0) is None
+
+
+def test_comments_stripped_are_named_when_the_interval_is_unknown() -> None:
+    """``--host`` at LiteLLM without ``--keep-alive-interval``: no interval to judge, the line says it anyway."""
+    requests = table(held_silent(0), held_silent(1))
+    withheld = keepalive_withheld(requests, None, "none", read_timeout=2.0)
+    assert withheld is not None and withheld.streams == 2 and withheld.period_s == 2.0
+    line = withheld.line()
+    assert line.startswith(
+        "sse-soak: 2 raw streams were silent over 2.00 s (longer than any keep-alive interval the run could judge) "
+        "and none got a keep-alive comment"
+    )
+    longer = table(stream([token(6.0), Frame(6.1, 14, data="[DONE]")], 6.1, headers_at=6.0))
+    assert keepalive_withheld(longer, None, "none", read_timeout=60.0) is not None  # over 5 s: no plausible interval
+    assert keepalive_withheld(requests, None, "none", read_timeout=60.0) is None  # 5 s: a plausible interval
+    summary = summarize("s", requests, [], {"keep_alive_interval": None, "proxy": "none", "proxy_read_timeout": 2.0})
+    assert (summary.causes.keepalive_withheld or {})["line"] == line and line in summary.console_lines()
+    shorter = table(stream([token(1.5), Frame(1.6, 14, data="[DONE]")], 1.6, headers_at=1.5))
+    assert keepalive_withheld(shorter, None, "none", read_timeout=2.0) is None  # a plausible interval's silence
+
+
+@pytest.mark.parametrize("interval", [None, 0.5, 0.0])
+def test_headers_withheld_are_named_in_one_line_whatever_the_interval(interval: float | None) -> None:
+    requests = table(held_silent(0), held_silent(1))
+    held = headers_withheld(requests, "none")
+    assert held is not None and (held.streams, held.shortest_silence_s) == (2, 5.0)
+    line = held.line()
+    assert line.startswith(
+        "sse-soak: 2 streams silent 5.00 s or more from their send got their response headers only with their "
+        "first token: an intermediary holds the headers until the first token (a gateway such as LiteLLM)"
+    )
+    settings = {"keep_alive_interval": interval, "proxy": "none", "proxy_read_timeout": 2.0}
+    summary = summarize("s", requests, [], settings)
+    assert (summary.causes.headers_withheld or {})["line"] == line
+    assert [said for said in summary.console_lines() if said == line] == [line]
+    assert "(the run's proxy, LiteLLM, does, measured)" in (headers_withheld(requests, "litellm") or held).line()
+
+
+def test_headers_sent_at_once_by_a_slow_server_are_not_withheld() -> None:
+    slow = stream([token(5.0), Frame(5.1, 14, data="[DONE]")], 5.1, headers_at=0.05)
+    assert headers_withheld(table(slow)) is None
+    assert headers_withheld(table(held_silent(0), slow)) is None  # one stream got them at once: not held
+    quick = stream([token(0.3), Frame(0.4, 14, data="[DONE]")], 0.4, headers_at=0.3)
+    assert headers_withheld(table(quick)) is None  # not silent long enough to tell
+    sdk = stream([token(5.0), Frame(5.1, 14, data="[DONE]")], 5.1, headers_at=5.0, client="sdk")
+    assert headers_withheld(table(sdk)) is not None  # any client sees when its headers came
 
 
 def test_a_stream_the_run_stopped_counts_in_neither_the_withheld_line_nor_the_gate() -> None:

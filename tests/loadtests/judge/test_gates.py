@@ -9,8 +9,6 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from loadtests.client.outcome import RequestPlan, StreamTracker
-from loadtests.client.sse import KEEP_ALIVE_TEXT, Frame
 from loadtests.judge.gates import (
     GATE_TYPES,
     Expect,
@@ -26,10 +24,8 @@ from loadtests.judge.gates import (
     RunTables,
     TruncationHonoured,
     evaluate,
-    inferred_keep_alive_interval,
 )
-from loadtests.record.recorder import Recorder
-from tests.loadtests.tables import frames_of, raw_stream, table
+from tests.loadtests.tables import raw_stream, table
 
 pytestmark = pytest.mark.fast
 
@@ -325,35 +321,6 @@ def test_keepalive_covered_stores_its_source_only_when_it_has_one() -> None:
     assert "(keep-alive every 1 s + 0.20 s, the interval inferred from the comments of 3 streams)" in (
         inferred.evaluate(table(from_send(1.5, 1, headers_at=0.1))).detail
     )
-
-
-def stream_frames(request_id: str, events: list[tuple[str, float]]) -> pd.DataFrame:
-    """frames.parquet's rows of one stream: ``(kind, t_s)`` as a tracker records them."""
-    tracker = StreamTracker(RequestPlan(request_id, "n", "completions"), 0.0)
-    tracker.headers(200, 0.1, "text/event-stream")
-    for kind, t in events:
-        if kind == "keepalive":
-            tracker.frame(Frame(t, 14, comments=[KEEP_ALIVE_TEXT]), t)
-        else:
-            tracker.frame(Frame(t, 30, data='{"choices": [{"text": "a"}]}'), t)
-    recorder = Recorder()
-    recorder.add(tracker.finish(events[-1][1]), tracker.frames)
-    return frames_of(recorder)
-
-
-def test_the_interval_is_inferred_from_gaps_between_consecutive_comments_of_one_stream() -> None:
-    """Only comment-to-comment gaps measure the interval: not headers-to-comment, not across a token."""
-    frames = pd.concat(
-        [
-            stream_frames("a", [("keepalive", 1.1), ("keepalive", 2.101), ("keepalive", 3.1), ("data", 3.2)]),
-            stream_frames("b", [("keepalive", 1.1), ("data", 1.5), ("keepalive", 2.5), ("keepalive", 3.502)]),
-            stream_frames("c", [("keepalive", 1.1), ("data", 1.3)]),  # one comment: no gap to measure
-        ],
-        ignore_index=True,
-    )
-    assert inferred_keep_alive_interval(frames) == (1.001, 2)
-    assert inferred_keep_alive_interval(stream_frames("c", [("keepalive", 1.1), ("data", 1.3)])) is None
-    assert inferred_keep_alive_interval(frames.iloc[0:0]) is None
 
 
 @pytest.mark.fast

@@ -13,7 +13,7 @@ import pytest
 
 from loadtests.errors import SummaryError
 from loadtests.judge.summary import Summary
-from loadtests.report.compare import Thresholds, compare
+from loadtests.report.compare import Thresholds, compare, incomparable
 from tests.loadtests.locust_run import ROOT, run_locust
 
 pytestmark = pytest.mark.extended
@@ -316,3 +316,19 @@ def test_compare_refuses_runs_of_other_scenarios_or_load_settings_unless_asked(t
     assert run_compare(base, str(tmp_path / "other_proxy.json"), "--allow-different").returncode == 0
     assert run_compare(base, str(tmp_path / "other_server.json")).returncode == 0  # comparing servers: the point
     assert run_compare(str(tmp_path / "by_hand.json"), base).returncode == 0
+
+
+@pytest.mark.fast
+def test_a_keep_alive_interval_inferred_from_the_servers_comments_is_not_held_to_be_equal() -> None:
+    """Two --host runs infer 0.202 s and 0.201 s from the same server's comments: the same load, comparable."""
+    inferred = {"proxy": "none", "keep_alive_interval_source": "inferred"}
+    base = loaded(summary(settings={**inferred, "keep_alive_interval": 0.202}))
+    new = loaded(summary(settings={**inferred, "keep_alive_interval": 0.201}))
+    assert incomparable(base, new) is None
+    given = loaded(
+        summary(settings={"proxy": "none", "keep_alive_interval_source": "given", "keep_alive_interval": 1.0})
+    )
+    other = loaded(
+        summary(settings={"proxy": "none", "keep_alive_interval_source": "given", "keep_alive_interval": 2.0})
+    )
+    assert incomparable(given, other) == "the runs differ in keep_alive_interval 1.0 against 2.0"

@@ -47,7 +47,7 @@ def test_an_unknown_interval_is_inferred_from_the_comments_and_recorded_as_infer
     assert summary.settings["keep_alive_interval_source"] == "inferred"
     covered = next(gate for gate in summary.gates if gate.name == "keepalive_covered")
     assert covered.passed and not covered.skipped, covered.detail
-    assert "the interval inferred from the comments of 2 streams" in covered.detail
+    assert "the interval inferred from 5 comments on 2 streams" in covered.detail
     assert rejudged_alike(run.path)["settings"]["keep_alive_interval"] == 1.0  # a re-judgement keeps it
 
 
