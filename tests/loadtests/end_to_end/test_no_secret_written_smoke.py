@@ -12,6 +12,7 @@ import base64
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -120,8 +121,6 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _run(command: list[str], env: dict[str, str] | None = None, timeout: float = 240) -> tuple[int, str]:
-    import subprocess
-
     result = subprocess.run(
         command,
         capture_output=True,
@@ -158,9 +157,33 @@ Command = Callable[[Path, MisbehavingServer, StartServer, pytest.Pytester], Writ
 
 
 def headless_raw_and_openai_users(reports: Path, server: MisbehavingServer, *_: object) -> Written:
-    code, output = _run(_locust("--host", credentialed(server.url), "--report-dir", str(reports)))
+    log = ("--logfile", str(reports / "locust.log"))
+    code, output = _run(_locust("--host", credentialed(server.url), "--report-dir", str(reports), *log))
     assert code == 0 and "no server metrics: GET http://sseuser:***@" in output, output[-3000:]
-    return Written(output, [reports], ["raw and openai users", "metrics 404 notice"])
+    assert (reports / "locust.log").stat().st_size > 0
+    return Written(output, [reports], ["raw and openai users", "metrics 404 notice", "Locust's log file"])
+
+
+def embedded_proxy_in_front_of_the_host(reports: Path, server: MisbehavingServer, *_: object) -> Written:
+    code, output = _run(
+        _locust("--host", credentialed(server.url), "--proxy", "embedded", "--report-dir", str(reports))
+    )
+    assert code == 0 and "embedded proxy: " in output, output[-3000:]
+    return Written(output, [reports], ["--proxy embedded before --host"])
+
+
+def proxy_command(_: Path, server: MisbehavingServer, *__: object) -> Written:
+    command = [sys.executable, "-m", "loadtests", "proxy", "--upstream", credentialed(server.url)]
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "stdin": subprocess.DEVNULL}
+    proxy = subprocess.Popen(command, text=True, cwd=ROOT, env=_env(), **streams)  # type: ignore[call-overload]
+    assert proxy.stdout is not None
+    try:
+        ready = proxy.stdout.readline()
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        rest, _ = proxy.communicate(timeout=30)
+    assert ready.startswith("proxy ready: http://127.0.0.1:"), ready + rest
+    return Written(ready + rest, [], ["python -m loadtests proxy"])
 
 
 def processes_2(reports: Path, server: MisbehavingServer, *_: object) -> Written:
@@ -285,9 +308,11 @@ def unauthorized(reports: Path, _: MisbehavingServer, start_server: StartServer,
 
 
 COMMANDS: dict[str, Command] = {
-    command.__name__: command  # type: ignore[misc]
+    command.__name__: command
     for command in (
         headless_raw_and_openai_users,
+        embedded_proxy_in_front_of_the_host,
+        proxy_command,
         processes_2,
         api_key_in_the_environment,
         bundled_server_key_in_server_args,
