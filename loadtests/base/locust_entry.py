@@ -50,4 +50,4 @@ def refuse_while_locust_imports(exc: SseSoakError) -> None:
     if _locust_is_importing_a_locustfile():
         line, exit_code = reported(exc)
         print(printable(f"sse-soak: {line}"), file=sys.stderr, flush=True)
-        raise SystemExit(exit_code)
+        sys.exit(exit_code)
