@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import httpx
 
+from loadtests.base.locust_entry import refuse_while_locust_imports
 from loadtests.client.outcome import Outcome, decode_json
 from loadtests.errors import InvalidValue, TargetUnusable, TokenizeError, UndecodableJson, error_kind
 
@@ -296,9 +297,21 @@ class RequestMix:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        """A mix Locust would fail on at its first request is refused where it is declared (one line
+        and exit 2 in a locustfile Locust imports: ``refuse_while_locust_imports``)."""
+        try:
+            self._check()
+        except InvalidValue as exc:
+            refuse_while_locust_imports(exc)
+            raise
+
+    def _check(self) -> None:
         if not self.specs:
             raise InvalidValue("a request mix needs at least one spec")
         for spec in self.specs:
+            if spec.route not in ROUTE_PATHS:
+                routes = ", ".join(sorted(ROUTE_PATHS))
+                raise InvalidValue(f"request spec {spec.label}: no route {spec.route!r} (routes: {routes})")
             owned = sorted(set(spec.extra_body) & OWNED_FIELDS)
             if owned:
                 raise InvalidValue(f"request spec {spec.label}: extra_body may not set {', '.join(owned)}")

@@ -250,11 +250,21 @@ BAD_NAME_LINE = (
 )
 
 
-def _locustfile_with_a_bad_scenario_name(directory: Path) -> Path:
-    locustfile = directory / "bad_name.py"
+BAD_DECLARATIONS = {
+    "scenario_name": (f"scenario = Scenario(name={BAD_NAME!r})", BAD_NAME_LINE),
+    "request_route": (
+        "scenario = Scenario(name='fine')\nMIX = RequestMix([RequestSpec('small', 'bogus', 8)])",
+        "request spec small: no route 'bogus' (routes: chat, completions)",
+    ),
+}
+"""A locustfile's declaration Locust would import, and the one line that refuses it."""
+
+
+def _locustfile_declaring(directory: Path, declaration: str) -> Path:
+    locustfile = directory / "bad_declaration.py"
     locustfile.write_text(
-        "from loadtests import Scenario, SSEUser\n\n"
-        f"scenario = Scenario(name={BAD_NAME!r})\n\n\n"
+        "from loadtests import RequestMix, RequestSpec, Scenario, SSEUser\n\n"
+        f"{declaration}\n\n\n"
         "class User(SSEUser):\n"
         "    pass\n"
     )
@@ -270,16 +280,21 @@ SCENARIO_PICKERS = {
 }  # fmt: skip
 
 
+@pytest.mark.parametrize("declaration", sorted(BAD_DECLARATIONS))
 @pytest.mark.parametrize("picker", sorted(SCENARIO_PICKERS))
-def test_a_scenario_with_a_bad_name_is_one_line_and_exit_2_however_it_is_picked(tmp_path: Path, picker: str) -> None:
-    """Declared in a locustfile that Locust imports, a bad name is refused as every set-up mistake is,
-    not with the 21 lines of Locust's traceback of the import (exit 1)."""
+def test_a_bad_declaration_is_one_line_and_exit_2_however_the_locustfile_is_picked(
+    tmp_path: Path, picker: str, declaration: str
+) -> None:
+    """Declared in a locustfile that Locust imports, a bad scenario name (or a request on no route) is
+    refused as every set-up mistake is, not with the 21 lines of Locust's traceback of the import
+    (exit 1), nor (the route) a harness_error on every request."""
     reports = tmp_path / "reports"
-    command = SCENARIO_PICKERS[picker](_locustfile_with_a_bad_scenario_name(tmp_path), reports)
+    source, refusal = BAD_DECLARATIONS[declaration]
+    command = SCENARIO_PICKERS[picker](_locustfile_declaring(tmp_path, source), reports)
     result = run_in_checkout(*command, timeout=120)
     lines = (result.stdout + result.stderr).strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, lines
-    assert lines[0].endswith(f"sse-soak: {BAD_NAME_LINE}"), lines
+    assert lines[0].endswith(f"sse-soak: {refusal}"), lines
     assert not reports.exists() or not any(reports.iterdir())
 
 
