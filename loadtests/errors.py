@@ -34,6 +34,7 @@ builtin base its callers catch (``ValueError``, ``OSError``...). The tree (exit 
         ├── ScheduleClosed ....................... the open-loop schedule hands out no more tickets
         ├── LineTooLong (ValueError) ............. an SSE line over the parser's limit: stop reading
         ├── StreamBroken (ValueError) ............ the wire broke the protocol under the SDK
+        ├── UndecodableJson (ValueError) ......... a server's JSON no decoder takes (not JSON, too deep...)
         ├── UnexpectedOutcome .................... a request's failure, as Locust's statistics show it
         ├── ScrapeError .......................... a /metrics scrape that gave no metrics
         ├── TokenizeError ........................ /tokenize did not count as vLLM does
@@ -79,6 +80,7 @@ __all__ = [
     "TargetUnusable",
     "TokenizeError",
     "ToolInstallError",
+    "UndecodableJson",
     "UnexpectedOutcome",
     "UnknownName",
     "UsageError",
@@ -234,6 +236,16 @@ class LineTooLong(InternalSignal, ValueError):
 
 class StreamBroken(InternalSignal, ValueError):
     """The wire broke the protocol in a way the SDK would not notice; its reading ends here."""
+
+
+class UndecodableJson(InternalSignal, ValueError):
+    """JSON a server sent that cannot be decoded, whatever the decoder's failure (a syntax error,
+    nesting deeper than the recursion limit, a number beyond Python's digit limit, memory): the
+    server's protocol error, never the harness's. ``reason`` is short and never quotes the text."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class UnexpectedOutcome(InternalSignal):

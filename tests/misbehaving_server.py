@@ -206,6 +206,29 @@ async def non_object_frame(ex: Exchange) -> bool:
     return await ex.stream([b"data: [1, 2]\n\n", DONE])
 
 
+DEEP = 100_000
+"""Nesting far past any JSON decoder's recursion limit (Python's is 1,000 frames)."""
+
+
+async def deep_json_frame(ex: Exchange) -> bool:
+    """A token, then a data frame of arrays nested 100,000 deep (``[[[[...]]]]``)."""
+    first = ex.frames(done=False)[0]
+    return await ex.stream([first, b"data: " + b"[" * DEEP + b"]" * DEEP + b"\n\n", DONE])
+
+
+async def long_number_frame(ex: Exchange) -> bool:
+    """A token chunk whose usage holds an integer of 5,000 digits (Python converts 4,300 at most)."""
+    usage = b'{"prompt_tokens": ' + b"9" * 5000 + b', "total_tokens": 1, "completion_tokens": 1}'
+    frame = b'data: {"choices": [], "usage": ' + usage + b"}\n\n"
+    return await ex.stream([*ex.frames(done=False), frame, DONE])
+
+
+async def deep_json_error_body(ex: Exchange) -> bool:
+    """An HTTP 500 whose JSON body is objects nested 100,000 deep."""
+    await ex.whole("500 Internal Server Error", "application/json", b'{"error": ' * DEEP + b"1" + b"}" * DEEP)
+    return True
+
+
 async def invalid_utf8(ex: Exchange) -> bool:
     frames = ex.frames()
     first_token = 1 if ex.route == "chat" else 0
@@ -431,6 +454,9 @@ MODES: dict[str, Mode] = {
         non_json_frame,
         non_object_frame,
         invalid_utf8,
+        deep_json_frame,
+        long_number_frame,
+        deep_json_error_body,
         long_line,
         headers_then_silence,
         content_length_short,

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
@@ -53,6 +54,7 @@ from typing import Any
 import orjson
 
 from loadtests.client.sse import Frame
+from loadtests.errors import UndecodableJson
 
 
 class Outcome(str, Enum):
@@ -227,27 +229,56 @@ def done_marker_problem(data: str) -> str | None:
     return None
 
 
-def decode_json(data: str) -> Any:
-    """What ``json.loads(data)`` returns or raises, for the judgement of a frame, at about a third of
-    its cost for the token chunks that are most of every stream (the harness's largest per-frame
-    cost). orjson decodes first. It refuses some text ``json`` accepts (NaN and Infinity, lone
-    surrogates, numbers beyond a double): ``json`` decides those, so both clients judge a frame alike
-    (the openai SDK decodes with ``json``). orjson turns an integer beyond 64 bits into a float, so
-    whatever a row keeps values from (usage, errors, the excerpt of a payload that is no object) is
-    decoded by ``json`` again. Invariant: equal to ``json.loads`` but for such an integer elsewhere
-    in a token chunk, which may come back as a float (no verdict reads it)."""
+def decode_json(data: str | bytes) -> Any:
+    """What ``json.loads(data)`` returns, for the judgement of a frame or a body a server sent, at
+    about a third of its cost for the token chunks that are most of every stream (the harness's
+    largest per-frame cost). orjson decodes first. It refuses some text ``json`` accepts (NaN and
+    Infinity, lone surrogates, numbers beyond a double): ``json`` decides those, so both clients
+    judge a frame alike (the openai SDK decodes with ``json``). orjson turns an integer beyond 64
+    bits into a float, so whatever a row keeps values from (usage, errors, the excerpt of a payload
+    that is no object) is decoded by ``json`` again. Invariant: equal to ``json.loads`` but for such
+    an integer elsewhere in a token chunk, which may come back as a float (no verdict reads it); and
+    every way decoding fails (a syntax error, nesting past the recursion limit, a number past
+    Python's digit limit, bytes that are not UTF-8, memory) is one ``UndecodableJson`` (a
+    ``ValueError``) with a short reason: what the server sent is its protocol error, never ours."""
     try:
-        payload = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-    token_chunk = type(payload) is dict and payload.get("usage") is None and "error" not in payload
-    return payload if token_chunk and payload.get("object") != "error" else json.loads(data)
+        try:
+            payload = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return json.loads(data)
+        token_chunk = type(payload) is dict and payload.get("usage") is None and "error" not in payload
+        return payload if token_chunk and payload.get("object") != "error" else json.loads(data)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise UndecodableJson(_undecodable_reason(exc)) from None
+
+
+def _undecodable_reason(exc: BaseException) -> str:
+    """Why a server's JSON could not be decoded, in a few words that quote none of it."""
+    if isinstance(exc, RecursionError):
+        return "nested deeper than a JSON decoder goes"
+    if isinstance(exc, MemoryError):
+        return "too large to decode"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8"
+    if isinstance(exc, json.JSONDecodeError):
+        return "not JSON"
+    if "digits" in str(exc):  # ValueError: Exceeds the limit (4300 digits) for integer string conversion
+        return f"a number longer than {sys.get_int_max_str_digits()} digits"
+    return f"not JSON ({type(exc).__name__})"
+
+
+def undecodable_frame(number: int, data: str, reason: str) -> str:
+    """A data frame's protocol error when its JSON cannot be decoded (``UndecodableJson.reason``):
+    one wording for both clients, with a short excerpt."""
+    if reason == "not JSON":
+        return f"data frame {number} is not JSON: {data[:60]!r}"
+    return f"data frame {number} is JSON that cannot be decoded ({reason}): {data[:60]!r}"
 
 
 def _json_or_none(data: str) -> Any:
     try:
-        return json.loads(data)
-    except ValueError:
+        return decode_json(data)
+    except UndecodableJson:
         return None
 
 
@@ -477,13 +508,10 @@ class StreamTracker:
     def _judge_payload(self, data: str, t: float) -> str:
         try:
             payload = decode_json(data)
-        except ValueError:
-            self.protocol_error(self._not_json(data))
+        except UndecodableJson as exc:
+            self.protocol_error(undecodable_frame(self._data, data, exc.reason))
             return "data"
         return self._judge(payload, t)
-
-    def _not_json(self, excerpt: str) -> str:
-        return f"data frame {self._data} is not JSON: {excerpt[:60]!r}"
 
     def payload(self, payload: Any, t: float) -> str:
         """A data frame as decoded by a client that hides the wire (the openai SDK): judged like a
@@ -499,11 +527,14 @@ class StreamTracker:
         """A client that hides the wire failed to decode the next data frame as JSON."""
         self._last_t = t
         self._data_arrival(t)
-        self.protocol_error(self._not_json(excerpt))
+        self.protocol_error(undecodable_frame(self._data, excerpt, "not JSON"))
 
     def _judge(self, payload: Any, t: float) -> str:
         if not isinstance(payload, dict):
-            excerpt = json.dumps(payload, default=str)[:60]
+            try:
+                excerpt = json.dumps(payload, default=str)[:60]
+            except (ValueError, RecursionError):  # nested near the limit the decoder took it at
+                excerpt = f"a JSON {type(payload).__name__}"
             self.protocol_error(f"data frame {self._data} is not a JSON object: {excerpt}")
             return "data"
         error = _error_of(payload)

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from loadtests.base.safe_text import redacted_url, url_has_credentials, without_header_values
-from loadtests.client.outcome import redirect_message
+from loadtests.client.outcome import decode_json, redirect_message
 from loadtests.client.tls import TLS_FIX, certificate_problem, client_context
-from loadtests.errors import PreflightError
+from loadtests.errors import PreflightError, UndecodableJson
 
 DEFAULT_PREFLIGHT_TIMEOUT = 10.0
 API_KEY_HINT = "pass --api-key or set SSE_SOAK_API_KEY"
@@ -141,8 +141,8 @@ def preflight(host: str, api_key: str | None, model: str | None, timeout: float 
 def _model_ids(response: httpx.Response) -> list[str] | None:
     """The ids of an OpenAI models list, or None when the body is not one."""
     try:
-        body = response.json()
-    except ValueError:
+        body = decode_json(response.content)
+    except UndecodableJson:
         return None
     cards = body.get("data") if isinstance(body, dict) else None
     if not isinstance(cards, list) or not all(isinstance(card, dict) and "id" in card for card in cards):

@@ -21,9 +21,16 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from loadtests.client.outcome import INVALID_UTF8, done_marker_problem, frame_kind, is_event_stream
+from loadtests.client.outcome import (
+    INVALID_UTF8,
+    decode_json,
+    done_marker_problem,
+    frame_kind,
+    is_event_stream,
+    undecodable_frame,
+)
 from loadtests.client.sse import SSEParser
-from loadtests.errors import StreamBroken
+from loadtests.errors import StreamBroken, UndecodableJson
 
 
 class WireEnd:
@@ -58,9 +65,21 @@ class WireEnd:
                 self.done = True
             else:
                 self.problem = done_marker_problem(data)
+                if self.problem is None and (undecodable := self._undecodable(data)) is not None:
+                    self.problem, self.ended = undecodable, True
+                    continue  # never handed over: the SDK's own json.loads would raise past its caller
             self.ended = self.done or self.problem is not None or frame_kind(frame) == "error"
             events.append("".join(f"data: {line}\n" for line in data.split("\n")) + "\n")
         return "".join(events).encode()
+
+    def _undecodable(self, data: str) -> str | None:
+        """The protocol error of a data frame no JSON decoder takes (``outcome.decode_json``), in the
+        raw client's words; None when it decodes."""
+        try:
+            decode_json(data)
+        except UndecodableJson as exc:
+            return undecodable_frame(self.data_frames, data, exc.reason)
+        return None
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadtests.base.locust_entry import install_where_locust_runs
+from loadtests.base.locust_entry import install_where_locust_runs, refuse_while_locust_imports
 from loadtests.base.safe_text import plain_name
 from loadtests.declare.options import option
 from loadtests.errors import UsageError
@@ -108,7 +108,9 @@ class Scenario:
         try:  # the name names the run directory: never a path out of --report-dir
             plain_name(self.name, "Scenario name")
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            refused = UsageError(str(exc))
+            refuse_while_locust_imports(refused)
+            raise refused from None
         args = shlex.split(self.server_args) if isinstance(self.server_args, str) else tuple(self.server_args)
         object.__setattr__(self, "profile", tuple(args))
         install_where_locust_runs()  # declared where Locust runs: the run controller takes it from here

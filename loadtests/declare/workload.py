@@ -24,8 +24,9 @@ from typing import Any, Literal
 
 import httpx
 
-from loadtests.client.outcome import Outcome
-from loadtests.errors import InvalidValue, TargetUnusable, TokenizeError, error_kind
+from loadtests.base.locust_entry import refuse_while_locust_imports
+from loadtests.client.outcome import Outcome, decode_json
+from loadtests.errors import InvalidValue, TargetUnusable, TokenizeError, UndecodableJson, error_kind
 
 Route = Literal["completions", "chat"]
 ROUTE_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -178,7 +179,7 @@ def discover(client: httpx.Client, model: str | None = None, probe_timeout: floa
     try:
         response = client.get("/v1/models")
         response.raise_for_status()
-        listed = response.json().get("data")
+        listed = decode_json(response.content).get("data")
         cards = [card for card in listed if isinstance(card, dict)] if isinstance(listed, list) else []
     except (httpx.HTTPError, ValueError, AttributeError):  # no /v1/models, or not a JSON object
         if model is None:
@@ -244,8 +245,8 @@ def count_tokens(client: httpx.Client, model: str, route: Route, text: str, time
     if response.status_code != 200:
         raise TokenizeError(f"/tokenize answered {response.status_code} to vLLM's request body ({shape})")
     try:
-        payload = response.json()
-    except ValueError:
+        payload = decode_json(response.content)
+    except UndecodableJson:
         kind = response.headers.get("content-type", "no content-type")
         raise TokenizeError(f"/tokenize answered 200 with a body that is not JSON ({kind})") from None
     count = payload.get("count") if isinstance(payload, dict) else None
@@ -296,9 +297,21 @@ class RequestMix:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        """A mix Locust would fail on at its first request is refused where it is declared (one line
+        and exit 2 in a locustfile Locust imports: ``refuse_while_locust_imports``)."""
+        try:
+            self._check()
+        except InvalidValue as exc:
+            refuse_while_locust_imports(exc)
+            raise
+
+    def _check(self) -> None:
         if not self.specs:
             raise InvalidValue("a request mix needs at least one spec")
         for spec in self.specs:
+            if spec.route not in ROUTE_PATHS:
+                routes = ", ".join(sorted(ROUTE_PATHS))
+                raise InvalidValue(f"request spec {spec.label}: no route {spec.route!r} (routes: {routes})")
             owned = sorted(set(spec.extra_body) & OWNED_FIELDS)
             if owned:
                 raise InvalidValue(f"request spec {spec.label}: extra_body may not set {', '.join(owned)}")

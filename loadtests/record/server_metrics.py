@@ -51,6 +51,7 @@ from gevent import monkey
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.base.lines import say
+from loadtests.base.safe_text import redacted_url
 from loadtests.client.tls import TLS_FIX, certificate_problem, client_context
 from loadtests.errors import ScrapeError
 from loadtests.record.figures import quantile
@@ -301,6 +302,8 @@ class ServerMetricsScraper:
         timeout: float = SCRAPE_TIMEOUT_S,
     ) -> None:
         self.url = server_url.rstrip("/") + "/metrics"
+        self.shown_url = redacted_url(self.url)
+        """The URL as every line and file shows it: ``--host``'s password and query values masked."""
         self.directory = directory
         self.interval = interval
         self.flush_interval = flush_interval
@@ -354,7 +357,7 @@ class ServerMetricsScraper:
                     break
             self._flush()
         except Exception:  # a bug of ours: the run goes on, without the rest of its server metrics
-            logger.exception("sse-soak: scraping %s stopped", self.url)
+            logger.exception("sse-soak: scraping %s stopped", self.shown_url)
 
     def _scrape_once(self) -> bool:
         """One scrape into the batch; False once the server refused the first one (scraping stops)."""
@@ -364,7 +367,7 @@ class ServerMetricsScraper:
             if self.scrapes:
                 self.failed_scrapes += 1
                 return True
-            self.refusal = f"GET {self.url} {exc}"
+            self.refusal = f"GET {self.shown_url} {exc}"
             say(f"sse-soak: no server metrics: {self.refusal}; the run goes on without them")
             return False
         self.scrapes += 1

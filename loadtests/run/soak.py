@@ -101,6 +101,10 @@ class Soak:
         self._sampler: ResourceSampler | None = None
         self._services_known = False
         self._last_error: str | None = None
+        self._held: list[str] | None = []
+        """Lines passed on before the run wrote its manifest, held until it does (or Locust exits):
+        a Locust that refuses to start is the soak's one refusal line, not its lines and then that
+        line. None once released."""
 
     def run(self) -> int:
         started = time.monotonic()
@@ -121,6 +125,15 @@ class Soak:
         if line.startswith("sse-soak: ") or "error: " in line:
             self._last_error = line
         if line.startswith(_SHOWN_LINES):
+            if self._held is not None and self.run_dir is not None and not self.run_dir.manifest.exists():
+                self._held.append(line)
+                return
+            self._release_held()
+            self.printer.print(line)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, None
+        for line in held or ():
             self.printer.print(line)
 
     def _learn_services(self) -> None:
@@ -177,7 +190,6 @@ class Soak:
 
     def _finish(self, locust_code: int) -> int:
         assert self.run_dir is not None
-        self.printer.print(f"locust exited with {locust_code}")
         if not self.run_dir.manifest.exists() and locust_code == USAGE_EXIT_CODE:  # an option refused: no run
             with contextlib.suppress(OSError):
                 self.run_dir.path.rmdir()
@@ -187,6 +199,8 @@ class Soak:
                 flush=True,
             )
             return USAGE_EXIT_CODE
+        self._release_held()
+        self.printer.print(f"locust exited with {locust_code}")
         if not self.run_dir.holds_results():
             self.printer.print("verdict: FAIL (the run wrote no results)")
             return 1

@@ -36,6 +36,7 @@ import sys
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from loadtests.base.safe_text import redacted_url
 from loadtests.errors import BadRequest, InvalidValue
 from loadtests.services.child import ChildService
 from loadtests.services.parent_watch import exit_when_stdin_closes
@@ -65,7 +66,7 @@ class ProxySettings:
     def upstream_address(self) -> tuple[str, int]:
         parts = urlsplit(self.upstream)
         if parts.scheme != "http" or not parts.hostname:
-            raise InvalidValue(f"--upstream must be an http:// URL, got {self.upstream!r}")
+            raise InvalidValue(f"--upstream must be an http:// URL, got {redacted_url(self.upstream)!r}")
         return parts.hostname, parts.port or 80
 
 
@@ -335,7 +336,7 @@ async def serve(settings: ProxySettings) -> None:
     proxy = ReverseProxy(settings)
     server = await proxy.start()
     host, port = server.sockets[0].getsockname()[:2]
-    upstream = f"{settings.upstream} (read timeout {settings.read_timeout:g} s)"
+    upstream = f"{redacted_url(settings.upstream)} (read timeout {settings.read_timeout:g} s)"
     print(f"{READY_PREFIX}http://{host}:{port} -> {upstream}", flush=True)
     try:
         async with server:

@@ -37,6 +37,9 @@ EXPECTED = {
     "non_json_frame": "protocol_error",
     "non_object_frame": "protocol_error",
     "invalid_utf8": "protocol_error",
+    "deep_json_frame": "protocol_error",
+    "long_number_frame": "protocol_error",
+    "deep_json_error_body": "http_5xx",
     "long_line": "protocol_error",
     "not_http": "protocol_error",
     "close_before_any_byte": "connect_error",
@@ -68,6 +71,8 @@ PROTOCOL_REASONS = {
     "non_json_frame": "not json",
     "non_object_frame": "not a json object",
     "invalid_utf8": "utf-8",
+    "deep_json_frame": "json that cannot be decoded (nested deeper than a json decoder goes)",
+    "long_number_frame": "json that cannot be decoded (a number longer than 4300 digits)",
     "long_line": "longer than",
     "not_http": "malformed http response",
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import StartServer
-from tests.loadtests.locust_run import LiveLocust, LocustRun, run_locust
+from tests.loadtests.locust_run import (
+    LiveLocust,
+    LocustRun,
+    locust_command,
+    run_in_checkout,
+    run_locust,
+    run_python,
+    soak_command,
+)
 
 pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
@@ -232,3 +241,73 @@ def test_a_key_in_the_server_args_is_used_and_never_written(tmp_path: Path) -> N
     for written in run.run_dir.rglob("*"):
         if written.is_file():
             assert secret.encode() not in written.read_bytes(), written
+
+
+BAD_NAME = "../evil"
+BAD_NAME_LINE = (
+    f"Scenario name {BAD_NAME!r} is not a plain name: use letters, digits, '.', '_' and '-', starting with a "
+    "letter or digit (it names a directory)"
+)
+
+
+BAD_DECLARATIONS = {
+    "scenario_name": (f"scenario = Scenario(name={BAD_NAME!r})", BAD_NAME_LINE),
+    "request_route": (
+        "scenario = Scenario(name='fine')\nMIX = RequestMix([RequestSpec('small', 'bogus', 8)])",
+        "request spec small: no route 'bogus' (routes: chat, completions)",
+    ),
+}
+"""A locustfile's declaration Locust would import, and the one line that refuses it."""
+
+
+def _locustfile_declaring(directory: Path, declaration: str) -> Path:
+    locustfile = directory / "bad_declaration.py"
+    locustfile.write_text(
+        "from loadtests import RequestMix, RequestSpec, Scenario, SSEUser\n\n"
+        f"{declaration}\n\n\n"
+        "class User(SSEUser):\n"
+        "    pass\n"
+    )
+    return locustfile
+
+
+SCENARIO_PICKERS = {
+    "locust": lambda file, reports: locust_command(file, "--headless", "-t", "2s", "--report-dir", str(reports)),
+    "run": lambda file, reports: [
+        sys.executable, "-m", "loadtests", "run", str(file), "--headless", "-t", "2s", "--report-dir", str(reports)
+    ],
+    "soak": lambda file, reports: soak_command(reports, "--scenario", str(file), "--duration", "2s"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("declaration", sorted(BAD_DECLARATIONS))
+@pytest.mark.parametrize("picker", sorted(SCENARIO_PICKERS))
+def test_a_bad_declaration_is_one_line_and_exit_2_however_the_locustfile_is_picked(
+    tmp_path: Path, picker: str, declaration: str
+) -> None:
+    """Declared in a locustfile that Locust imports, a bad scenario name (or a request on no route) is
+    refused as every set-up mistake is, not with the 21 lines of Locust's traceback of the import
+    (exit 1), nor (the route) a harness_error on every request."""
+    reports = tmp_path / "reports"
+    source, refusal = BAD_DECLARATIONS[declaration]
+    command = SCENARIO_PICKERS[picker](_locustfile_declaring(tmp_path, source), reports)
+    result = run_in_checkout(*command, timeout=120)
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, lines
+    assert lines[0].endswith(f"sse-soak: {refusal}"), lines
+    assert not reports.exists() or not any(reports.iterdir())
+
+
+def test_a_scenario_with_a_bad_name_is_a_usage_error_where_locust_does_not_run() -> None:
+    """Outside a Locust process (a test, ``launch``) the declaration raises, and the process goes on."""
+    result = run_python(
+        f"""
+        import locust  # imported, yet no locustfile is being loaded
+        from loadtests import Scenario, UsageError
+        try:
+            Scenario(name={BAD_NAME!r})
+        except UsageError as exc:
+            print("raised:", exc)
+        """
+    )
+    assert result.returncode == 0 and result.stdout.strip() == f"raised: {BAD_NAME_LINE}", result.stderr[-2000:]

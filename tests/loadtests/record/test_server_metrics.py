@@ -266,6 +266,20 @@ def test_a_target_without_metrics_is_said_once_and_scraping_stops(
     assert scraper.scrapes == 0 and not (tmp_path / "server_metrics.parquet").exists()
 
 
+def test_a_refusal_shows_the_url_without_its_password(
+    serve: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scraper scrapes the URL given and shows it redacted: the notice goes to the console,
+    summary.json and report.html."""
+    url = serve((404, b"")).replace("http://", "http://user:PASSWORD@")
+    scraper = ServerMetricsScraper(url, tmp_path / "server_metrics.parquet", interval=0.01, timeout=0.5)
+    scraper.start()
+    unavailable = scraper.stop()
+    shown = url.replace("user:PASSWORD@", "user:***@")
+    assert unavailable == f"GET {shown}/metrics answered HTTP 404"
+    assert "PASSWORD" not in capsys.readouterr().out
+
+
 @pytest.mark.fast
 def test_failures_after_a_good_scrape_are_skipped_and_counted(
     serve: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
