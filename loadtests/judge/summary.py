@@ -963,6 +963,8 @@ def served(requests: pd.DataFrame, server_metrics: pd.DataFrame) -> tuple[int | 
     if counter.empty or not handlers:
         return None, None, None
     ours = counter["labels"].map(lambda labels: any(f'handler="{handler}"' in labels for handler in handlers))
+    if not ours.any():  # the server counts none of the run's routes (another name, or none of them yet)
+        return None, None, None
     # every scrape, 0 where it had no sample yet of these handlers (a counter appears at its first request)
     series = counter[ours].groupby("time")["value"].sum().reindex(counter["time"].unique(), fill_value=0.0)
     series = series.sort_index()
