@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,7 +37,7 @@ T0 = 1_800_000_000.0
 BUNDLED = {"proxy": "none", "host": None, "keep_alive_interval": None}
 
 
-def ok_row(index: int, route: str = "completions") -> tuple[RequestRow, list[object]]:
+def ok_row(index: int, route: str = "completions") -> tuple[RequestRow, list[Any]]:
     tracker = StreamTracker(RequestPlan(f"ok-{index}", "n", route), T0 + index * 0.1)
     tracker.headers(200, 0.01, "text/event-stream")
     tracker.frame(Frame(0.02, 30, data='{"choices": [{"index": 0, "text": "a"}]}'), 0.02)
