@@ -215,7 +215,8 @@ class Coverage(Section):
     """Whether a shortfall against the server's count counts as lost: only for a server the run
     started (a ``--host`` server may serve other clients too)."""
     unwritten: int = 0
-    """Rows the run held and its disk refused (``unwritable-rows.jsonl`` or nowhere)."""
+    """Rows the run held and could not write into its tables: the disk refused them, or they did not
+    fit the schema (kept as text in ``unwritable-rows.jsonl``)."""
     workers_missing: int = 0
     max_share: float = DEFAULT_MAX_UNJUDGED_SHARE
 
@@ -258,8 +259,8 @@ class Coverage(Section):
         if self.stopped:
             said += f"; {self.stopped} stopped by the run's end"
         if self.lost:
-            why = [f"the disk refused {self.unwritten}"] if self.unwritten else []
-            why += [f"{self.workers_missing} of workers' requests never arrived"] if self.workers_missing else []
+            why = [f"the run could not write {self.unwritten}"] if self.unwritten else []
+            why += [f"{self.workers_missing} from workers whose rows never arrived"] if self.workers_missing else []
             said += f"; {self.lost} lost (never recorded{': ' + ', '.join(why) if why else ''})"
         if self.not_sent:
             said += f"; {self.not_sent} never sent"
@@ -920,7 +921,7 @@ def coverage(
 ) -> dict[str, Any]:
     """The ``coverage`` section (``Coverage``) of the run whose rows are ``requests``: judged rows
     against Locust's count (``live``), the server's count in ``server_metrics`` (weighed only when the
-    run started the server: no ``host`` in ``settings``), the rows the disk refused, the workers' rows
+    run started the server: no ``host`` in ``settings``), the rows it could not write, the workers' rows
     that never arrived (``lost_rows``) and the open loop's schedule."""
     outcomes = requests["outcome"]
     judged_rows = int((~outcomes.isin(UNJUDGED_OUTCOMES)).sum())

@@ -141,7 +141,7 @@ def test_a_run_whose_disk_refused_its_rows_never_passes_on_the_rest(
     result, run_dir = run_breaking_the_disk(small_disk, breaks)
     output = result.stdout
     (said,) = [line for line in output.splitlines() if line.startswith("coverage: ")]
-    refused = re.search(r"; (\d+) lost \(never recorded: the disk refused (\d+)\)", said)
+    refused = re.search(r"; (\d+) lost \(never recorded: the run could not write (\d+)\)", said)
     assert refused and int(refused[1]) >= int(refused[2]) > 0, said
     verdict = next(line for line in output.splitlines() if line.startswith("verdict: "))
     assert "verdict: PASS" not in output and "over the 10% allowed" in said, output[-3000:]

@@ -316,3 +316,12 @@ def test_compare_refuses_runs_of_other_scenarios_or_load_settings_unless_asked(t
     assert run_compare(base, str(tmp_path / "other_proxy.json"), "--allow-different").returncode == 0
     assert run_compare(base, str(tmp_path / "other_server.json")).returncode == 0  # comparing servers: the point
     assert run_compare(str(tmp_path / "by_hand.json"), base).returncode == 0
+
+
+@pytest.mark.fast
+def test_what_each_verdict_covers_is_shown_beside_the_figures_never_a_regression() -> None:
+    covered = {"judged": 308, "seen": 2503, "lost": 2195, "not_sent": 0, "max_share": 0.1}
+    rows = {row.metric: row for row in compare(loaded(summary()), loaded(summary(coverage=covered)))}
+    seen, share = rows["requests seen (Locust, server, schedule)"], rows["share lost or never sent"]
+    assert (seen.base, seen.new, share.base) == (None, 2503, None) and share.new == pytest.approx(2195 / 2503)
+    assert not seen.regressed and not share.regressed

@@ -82,8 +82,8 @@ def test_rows_the_disk_refused_leave_the_run_inconclusive_and_say_so_on_disk_and
     summary = judge(RunRecord(run), told, html=False)
     assert summary.verdict == INCONCLUSIVE and summary.exit_code == 3
     assert summary.coverage is not None and summary.coverage.line() == (
-        "coverage: 31 of 250 requests judged (Locust counted 250); 219 lost (never recorded: the disk refused 219); "
-        "88% not judged, over the 10% allowed"
+        "coverage: 31 of 250 requests judged (Locust counted 250); 219 lost (never recorded: the run could not "
+        "write 219); 88% not judged, over the 10% allowed"
     )
     assert "219 of 250 requests lost (never recorded) (88%, over the 10% allowed)" in completed(summary)
     assert "219 of 250 requests lost (never recorded)" in summary.verdict_line()
