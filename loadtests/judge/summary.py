@@ -407,9 +407,10 @@ class Summary:
 
     def console_lines(self) -> list[str]:
         """What a finished run prints before its ``ended`` and verdict lines: its requests by outcome,
-        its arrivals (open loop), the causes of failures, and each gate's line but those of gates
-        outside the run's point that had nothing to judge (``truncation_honoured: 0/0`` in a scenario
-        that never truncates): noise there, kept in summary.json and counted in the verdict line."""
+        its arrivals (open loop), what its verdict covers (``Coverage.line``), the causes of failures,
+        and each gate's line but those of gates outside the run's point that had nothing to judge
+        (``truncation_honoured: 0/0`` in a scenario that never truncates): noise there, kept in
+        summary.json and counted in the verdict line."""
         outcomes = ", ".join(f"{n} {outcome}" for outcome, n in self.outcomes.items() if n)
         lines = [f"requests: {self.requests} ({outcomes or 'none'})"]
         if self.arrival is not None:
