@@ -161,8 +161,8 @@ class ScenarioRun:
 
     def explain(self, *gates: str) -> str:
         """What a CI log needs to start debugging: the run directory, the lines of the failing gates
-        (or of ``gates``, when named), the verdict, the worst streams (failed ones first), and, when
-        the run wrote no summary, why and the end of its output."""
+        (or of ``gates``, when named), what the verdict covers, the verdict, the worst streams (failed
+        ones first), and, when the run wrote no summary, why and the end of its output."""
         if self.run_dir.path.is_dir():
             lines = [f"run directory: {self.run_dir}  (report: {self.run_dir.report_html})"]
         else:
@@ -173,6 +173,8 @@ class ScenarioRun:
             return "\n".join(lines)
         lines += [self.gate(name).line() for name in gates] or [g.line() for g in self.gates if not g.passed]
         exit_note = "" if self.returncode in (0, 1) else f" (Locust exit {self.returncode})"
+        if self.summary.coverage is not None:  # what the verdict covers: judged of seen, by source
+            lines.append(self.summary.coverage.line())
         lines.append(self.summary.verdict_line() + exit_note)
         lines.append(worst_streams_text(self.requests))
         return "\n".join(lines)

@@ -598,6 +598,8 @@ def _run_report(options: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     for line in summary.unrebuilt:  # a user's gate this process cannot load: unjudged, and why
         print(f"report: {line}")
+    if summary.coverage is not None:
+        print(summary.coverage.line())
     print(summary.verdict_line())
     if summary.unwritten is not None:  # a read-only or full disk: the verdict stands, the file went elsewhere
         print(keep_elsewhere(run, summary))

@@ -727,10 +727,13 @@ OPTIONS: tuple[Option, ...] = (
         "max_unjudged_share",
         SHARE,
         "share of a gate's qualifying requests that may be unjudged (the harness stalled longer than the gate's "
-        "timing tolerance while they were open) before the gate as a whole is unjudged rather than passed",
+        "timing tolerance while they were open) before the gate as a whole is unjudged rather than passed; also "
+        "the share of the run's requests that may be lost (rows never recorded) or never sent (open loop) before "
+        "requests_completed is unjudged",
         DEFAULT_MAX_UNJUDGED_SHARE,
         group="recording",
-        short="share of a gate's requests that may be unjudged (harness stalls) before the gate is unjudged",
+        short="share of a gate's requests left unjudged (harness stalls), or of the run's lost or unsent, "
+        "before it is unjudged",
         label="share a gate may leave unjudged",
     ),
     Option(

@@ -147,6 +147,10 @@ class RunTables:
     lost_rows: dict[str, dict[str, Any]] | None = None
     """Workers whose rows never all arrived (``loadtests.run.collect.Collector.lost``): their missing
     requests are not judged, so ``requests_completed`` is not either."""
+    uncovered: str | None = None
+    """Why the rows cover too few of the requests the run made or scheduled (more than the allowed
+    share lost or never sent: ``loadtests.judge.summary.Coverage.shortfall``): ``requests_completed``
+    is unjudged, so the verdict is no PASS; None when they cover enough."""
 
 
 class RunFigures(Protocol):
@@ -334,9 +338,14 @@ class RequestsCompleted(Gate):
             return unjudged(self.name, "no request finished: nothing was judged")
         return GateResult(self.name, True, f"{len(requests)} requests finished")
 
-    def with_losses(self, result: GateResult, lost: dict[str, dict[str, Any]] | None) -> GateResult:
-        """``result``, unjudged when a worker's rows never all arrived: the line names each such
-        worker, how many of the requests it started have no row, and when it was last heard from."""
+    def with_losses(
+        self, result: GateResult, lost: dict[str, dict[str, Any]] | None, uncovered: str | None = None
+    ) -> GateResult:
+        """``result``, unjudged when a worker's rows never all arrived (the line names each such
+        worker, how many of the requests it started have no row, and when it was last heard from) or
+        when the rows cover too few of the run's requests (``uncovered``, said in the line)."""
+        if uncovered is not None:
+            result = unjudged(self.name, f"{result.detail}; {uncovered}")
         if not lost:
             return result
         said = "; ".join(
@@ -767,7 +776,7 @@ def evaluate(
     results = []
     for gate in ALWAYS_ON:
         if isinstance(gate, RequestsCompleted):
-            results.append(gate.with_losses(gate.evaluate(tables.requests), tables.lost_rows))
+            results.append(gate.with_losses(gate.evaluate(tables.requests), tables.lost_rows, tables.uncovered))
         elif tables.requests.empty:
             results.append(unjudged(gate.name, NOTHING_TO_JUDGE))
         else:

@@ -10,7 +10,7 @@ recomputes them: a file edited to say PASS does not; only ``compare``, which jud
 recorded, reads them back (``Summary.recorded_verdict``).
 
 Its sections are typed records (``Causes``, ``KeepalivePerStream``, ``HarnessLag``, ``Arrival``,
-``ServerMetrics``, ``Soak``: each a ``Section``), read from and written to the same JSON: a file
+``ServerMetrics``, ``Soak``, ``Coverage``: each a ``Section``), read from and written to the same JSON: a file
 written before they were typed reads into them and is written back key for key.
 """
 
@@ -29,11 +29,21 @@ import pandas as pd
 from loadtests.client.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, SummaryError, UnknownName
 from loadtests.judge.causes import errors_owned, headers_withheld, keepalive_withheld, proxy_timeouts, run_proxy
-from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS, GateResult, gate_is_noise, run_point, verdict_of
+from loadtests.judge.gates import (
+    DEFAULT_MAX_UNJUDGED_SHARE,
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    GateResult,
+    gate_is_noise,
+    run_point,
+    verdict_of,
+)
 from loadtests.judge.keep_alive import interval_line
 from loadtests.record.figures import PERCENTILES, count_500s, http_500, inband_500, judged, quantiles
 from loadtests.record.lag import lag_summary
 from loadtests.record.run_dir import RunDir
+from loadtests.record.server_metrics import increase
 
 KEEPALIVE_COUNTED_ON = "raw streams only (the openai SDK cannot see comments)"
 SILENCE_BINS_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
@@ -186,6 +196,97 @@ class Soak(Section):
 
 
 @dataclass
+class Coverage(Section):
+    """What the verdict covers (``coverage``, made by ``coverage``): the requests the gates judged
+    against the requests each source saw, and why the others were not judged. The sources: the rows
+    recorded; Locust's own count of the run's requests (a live run; in a re-judgement as the run
+    recorded it); the server's ``http_requests_total`` on the routes the run used, between its first
+    and last scrape, set against the rows that ended in that span; rows the run held but its disk
+    refused; workers' requests whose rows never arrived; the open loop's schedule. ``lost`` (rows
+    never recorded) is the most any source shows, never their sum (they see the same requests);
+    ``seen`` the requests the run sent, by the best count. Invariant: when more than ``max_share``
+    of the requests the run made or scheduled were lost or never sent, the verdict is no PASS
+    (``requests_completed`` is unjudged, ``shortfall`` says why)."""
+
+    judged: int = 0
+    seen: int = 0
+    stopped: int = 0
+    lost: int = 0
+    not_sent: int = 0
+    scheduled: int | None = None
+    locust: int | None = None
+    """Requests Locust's statistics counted (it never counts stopped or unsent ones); None when not known."""
+    server: int | None = None
+    """The server's own count of requests on the run's routes between its first and last scrape."""
+    server_rows: int | None = None
+    """Rows that ended in that span (or within ``SCRAPE_EDGE_S`` of it): what ``server`` is set against."""
+    server_span_s: float | None = None
+    server_weighed: bool = False
+    """Whether a shortfall against the server's count counts as lost: only for a server the run
+    started (a ``--host`` server may serve other clients too)."""
+    unwritten: int = 0
+    """Rows the run held and could not write into its tables: the disk refused them, or they did not
+    fit the schema (kept as text in ``unwritable-rows.jsonl``)."""
+    workers_missing: int = 0
+    max_share: float = DEFAULT_MAX_UNJUDGED_SHARE
+
+    @property
+    def total(self) -> int:
+        """Every request the run made or scheduled: those it sent, by the best count, and those never sent."""
+        return self.seen + self.not_sent
+
+    @property
+    def unjudged_share(self) -> float:
+        """The share of ``total`` lost or never sent (stopped streams are neither: the run ended them)."""
+        return (self.lost + self.not_sent) / self.total if self.total else 0.0
+
+    def shortfall(self) -> str | None:
+        """Why the verdict covers too few of the run's requests, in a few words; None when it covers enough."""
+        if self.unjudged_share <= self.max_share:
+            return None
+        missing = self.lost + self.not_sent
+        return (
+            f"{missing} of {self.total} requests {_lost_or_unsent(self)} ({self.unjudged_share:.0%}, over the "
+            f"{self.max_share:.0%} allowed): the verdict would cover too few"
+        )
+
+    def line(self) -> str:
+        """``coverage: N of M requests judged (...)`` in one console line: judged of seen, each source's
+        count, what was lost and never sent, and the share allowed when it is exceeded."""
+        counted = []
+        if self.locust is not None:
+            counted.append(f"Locust counted {self.locust}")
+        if self.server is not None:
+            weighed = "" if self.server_weighed else "; not weighed: a --host server may serve other clients"
+            counted.append(
+                f"the server {self.server} over its {self.server_span_s or 0.0:.0f} s of scrapes, "
+                f"against {self.server_rows} rows that ended then{weighed}"
+            )
+        if self.scheduled is not None:
+            counted.append(f"{self.scheduled} scheduled")
+        said = f"coverage: {self.judged} of {self.seen} requests judged"
+        said += f" ({', '.join(counted)})" if counted else ""
+        if self.stopped:
+            said += f"; {self.stopped} stopped by the run's end"
+        if self.lost:
+            why = [f"the run could not write {self.unwritten}"] if self.unwritten else []
+            why += [f"{self.workers_missing} from workers whose rows never arrived"] if self.workers_missing else []
+            said += f"; {self.lost} lost (never recorded{': ' + ', '.join(why) if why else ''})"
+        if self.not_sent:
+            said += f"; {self.not_sent} never sent"
+        shortfall = self.shortfall()
+        if shortfall is not None:
+            said += f"; {self.unjudged_share:.0%} not judged, over the {self.max_share:.0%} allowed"
+        return said
+
+
+def _lost_or_unsent(section: Coverage) -> str:
+    if section.lost and section.not_sent:
+        return "lost or never sent"
+    return "lost (never recorded)" if section.lost else "never sent"
+
+
+@dataclass
 class Summary:
     scenario: str
     settings: dict[str, Any]
@@ -225,6 +326,9 @@ class Summary:
     parts: dict[str, int] | None = None
     """Each parquet file of the run directory's tables and its rows, as judged (``RunDir.part_counts``):
     a later ``report`` refuses a directory that lost or changed one. None: not recorded (older runs)."""
+    coverage: Coverage | None = None
+    """What the verdict covers: the requests judged against those each source saw (``Coverage``);
+    None in a summary written before it was recorded."""
     gate_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     """Where each stored gate type sse-soak does not ship is defined (``loadtests.judge.gates.gate_sources``),
     so a later ``report`` can load a user's gate class; in the file only when there is one."""
@@ -318,13 +422,16 @@ class Summary:
 
     def console_lines(self) -> list[str]:
         """What a finished run prints before its ``ended`` and verdict lines: its requests by outcome,
-        its arrivals (open loop), the causes of failures, and each gate's line but those of gates
-        outside the run's point that had nothing to judge (``truncation_honoured: 0/0`` in a scenario
-        that never truncates): noise there, kept in summary.json and counted in the verdict line."""
+        its arrivals (open loop), what its verdict covers (``Coverage.line``), the causes of failures,
+        and each gate's line but those of gates outside the run's point that had nothing to judge
+        (``truncation_honoured: 0/0`` in a scenario that never truncates): noise there, kept in
+        summary.json and counted in the verdict line."""
         outcomes = ", ".join(f"{n} {outcome}" for outcome, n in self.outcomes.items() if n)
         lines = [f"requests: {self.requests} ({outcomes or 'none'})"]
         if self.arrival is not None:
             lines.append(arrival_line(self.arrival))
+        if self.coverage is not None:
+            lines.append(self.coverage.line())
         inferred = interval_line(self.settings)
         lines += [inferred] if inferred else []
         lines += self.causes_lines()
@@ -359,8 +466,9 @@ class Summary:
 
     def verdict_line(self) -> str:
         """``verdict: PASS``, or ``verdict: FAIL (...)`` / ``verdict: INCONCLUSIVE (...)`` with why, in
-        one line: the interruption, what could not be judged, the gates passed on how many requests,
-        the failed gates."""
+        one line: the interruption, what could not be judged, too few requests covered, the gates
+        passed on how many requests, the failed gates. Every verdict is said after its ``coverage:``
+        line (``Coverage.line``: judged of seen, by source)."""
         verdict = self.verdict
         if verdict == PASS:
             return "verdict: PASS"
@@ -372,6 +480,9 @@ class Summary:
             reasons.append("no request finished")
         elif verdict == INCONCLUSIVE:
             reasons.append("its point could not be judged: " + ", ".join(g.name for g in self.unjudged_point))
+        shortfall = self.coverage.shortfall() if self.coverage is not None else None
+        if shortfall is not None:
+            reasons.append(shortfall)
         counted = f"{passed}/{len(self.gates)} gates passed on {self.requests_judged} requests judged"
         reasons.append(counted + (f", {unjudged} unjudged" if unjudged else ""))
         if failed:
@@ -407,6 +518,8 @@ class Summary:
             data["point"] = self.point
         if self.lost_rows:
             data["lost_rows"] = self.lost_rows
+        if self.coverage is not None:
+            data["coverage"] = self.coverage.to_json()
         if self.parts is not None:
             data["parts"] = self.parts
         if self.gate_sources:
@@ -457,6 +570,7 @@ class Summary:
             point=data.get("point"),
             parts=data.get("parts"),
             lost_rows=data.get("lost_rows"),
+            coverage=_optional_section(Coverage, data.get("coverage"), source),
             gate_sources=dict(data.get("gate_sources") or {}),
             extra={key: value for key, value in data.items() if key not in fields | _COMPUTED},
             said=frozenset(key for key, value in data.items() if value is not None),
@@ -615,6 +729,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "an object",
     ),
     "arrival": (_optional(dict), "an object"),
+    "coverage": (_optional(dict), "an object"),
     "gate_sources": (_optional_objects, "an object of objects"),
     "server_metrics": (_optional(dict), "an object"),
     "passed": (lambda v: isinstance(v, bool), "true or false"),
@@ -804,3 +919,89 @@ def arrival_line(section: Arrival | dict[str, Any]) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} s"
+
+
+SERVED_ROUTES = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+"""A row's ``route`` and the handler the server's ``http_requests_total`` counts it under
+(``loadtests.declare.workload.ROUTE_PATHS``, as vLLM's instrumentator labels it)."""
+SERVED_COUNTER = "http_requests_total"
+SCRAPE_EDGE_S = 0.5
+"""A request that ended this close outside the scrapes' span may be in the server's count (its end
+is stamped by the client, the count by the server): it is set against the count, so ``lost`` by the
+server's count is a lower bound."""
+
+
+@dataclass(frozen=True)
+class LiveCounts:
+    """What only the live run knows of its requests: Locust's count of them, and the rows its disk
+    refused (``Coverage.locust``, ``Coverage.unwritten``); a re-judgement carries them over."""
+
+    locust: int | None = None
+    unwritten: int = 0
+
+
+def coverage(
+    requests: pd.DataFrame,
+    server_metrics: pd.DataFrame,
+    settings: dict[str, Any],
+    live: LiveCounts,
+    lost_rows: dict[str, dict[str, Any]] | None,
+    max_share: float,
+) -> dict[str, Any]:
+    """The ``coverage`` section (``Coverage``) of the run whose rows are ``requests``: judged rows
+    against Locust's count (``live``), the server's count in ``server_metrics`` (weighed only when the
+    run started the server: no ``host`` in ``settings``), the rows it could not write, the workers' rows
+    that never arrived (``lost_rows``) and the open loop's schedule."""
+    outcomes = requests["outcome"]
+    judged_rows = int((~outcomes.isin(UNJUDGED_OUTCOMES)).sum())
+    stopped = int((outcomes == Outcome.STOPPED).sum())
+    not_sent = int((outcomes == Outcome.NOT_SENT).sum())
+    server, server_rows, span = served(requests, server_metrics)
+    weighed = settings.get("host") is None
+    missing = sum(int(figures.get("missing") or 0) for figures in (lost_rows or {}).values())
+    shortfalls = [live.unwritten, missing]
+    if live.locust is not None:
+        shortfalls.append(live.locust - judged_rows)
+    if weighed and server is not None and server_rows is not None:
+        shortfalls.append(server - server_rows)
+    lost = max(0, *shortfalls)
+    scheduled = int(requests["scheduled_time"].notna().sum()) if (settings.get("open_loop") or not_sent) else None
+    return {
+        "judged": judged_rows,
+        "seen": judged_rows + stopped + lost,
+        "stopped": stopped,
+        "lost": lost,
+        "not_sent": not_sent,
+        "scheduled": scheduled,
+        "locust": live.locust,
+        "server": server,
+        "server_rows": server_rows,
+        "server_span_s": span,
+        "server_weighed": weighed and server is not None,
+        "unwritten": live.unwritten,
+        "workers_missing": missing,
+        "max_share": max_share,
+    }
+
+
+def served(requests: pd.DataFrame, server_metrics: pd.DataFrame) -> tuple[int | None, int | None, float | None]:
+    """``(count, rows, span_s)``: the requests the server's ``http_requests_total`` counted on the
+    routes the rows used between its first and last scrape (``span_s`` apart), and the rows sent that
+    ended in that span or within ``SCRAPE_EDGE_S`` outside it; Nones without two such scrapes."""
+    handlers = {SERVED_ROUTES[route] for route in requests["route"].dropna().unique() if route in SERVED_ROUTES}
+    counter = server_metrics[server_metrics["name"] == SERVED_COUNTER]
+    if counter.empty or not handlers:
+        return None, None, None
+    ours = counter["labels"].map(lambda labels: any(f'handler="{handler}"' in labels for handler in handlers))
+    if not ours.any():  # the server counts none of the run's routes (another name, or none of them yet)
+        return None, None, None
+    # every scrape, 0 where it had no sample yet of these handlers (a counter appears at its first request)
+    series = counter[ours].groupby("time")["value"].sum().reindex(counter["time"].unique(), fill_value=0.0)
+    series = series.sort_index()
+    if len(series) < 2:
+        return None, None, None
+    first, last = float(series.index[0]), float(series.index[-1])
+    sent = requests[requests["outcome"] != Outcome.NOT_SENT]
+    ends = sent["start_time"].astype("float64") + sent["duration_s"].astype("float64")
+    rows = int(((ends > first - SCRAPE_EDGE_S) & (ends <= last + SCRAPE_EDGE_S)).sum())
+    return round(increase(series) or 0.0), rows, round(last - first, 3)

@@ -14,6 +14,8 @@ with a default threshold:
   ``max_keepalive_drop`` (relative, 0.5);
 - the base run passed its gates and the new one did not.
 
+What each run's verdict covers (its ``coverage``: requests seen, the share lost or never sent)
+is shown for information: a run that covered too few is INCONCLUSIVE by its own verdict.
 The server's own figures from its ``/metrics`` (waiting requests p95 and max, KV-cache usage max;
 ``SERVER_FIGURES``) are shown for information, never a regression: they describe the load as much
 as the server. A figure a summary lacks (no metrics, an older summary) is shown as ``-``.
@@ -135,6 +137,11 @@ def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> l
     """Every figure side by side; ``regressed`` marks those beyond ``limits``. The verdicts compared
     are those the runs recorded (``Summary.recorded_verdict``)."""
     rows = [Row("requests judged", base.requests_judged, new.requests_judged, False)]
+    for label, figure in (
+        ("requests seen (Locust, server, schedule)", "total"),
+        ("share lost or never sent", "unjudged_share"),
+    ):
+        rows.append(Row(label, _covered(base, figure), _covered(new, figure), False))
     rate_500 = [_rate(s.http_500 + s.inband_500, s) for s in (base, new)]
     rows.append(
         Row(
@@ -194,6 +201,18 @@ def compare(base: Summary, new: Summary, limits: Thresholds = Thresholds()) -> l
         )
     )
     return rows
+
+
+def _covered(summary: Summary, figure: str) -> float | None:
+    """A figure of ``summary``'s coverage (``Coverage.total``, ``Coverage.unjudged_share``), None
+    when it recorded none (an older summary) or one of another type (a file edited by hand)."""
+    if summary.coverage is None:
+        return None
+    try:
+        value = getattr(summary.coverage, figure)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def _server_figure(summary: Summary, concept: str, stat: str) -> float | None:

@@ -19,6 +19,7 @@ or attached to a ticket. Every piece of text from the run is HTML-escaped.
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
 import math
@@ -166,9 +167,16 @@ def write_requests_csv(directory: Path, requests: pd.DataFrame) -> Path:
 
 
 def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
+    """``write`` to a temporary name, renamed into place; when the disk refuses (``OSError``, raised),
+    the temporary file is removed: a failed write leaves the file as it was and nothing beside it."""
     temporary = path.with_name(path.name + ".tmp")
-    write(temporary)
-    temporary.replace(path)
+    try:
+        write(temporary)
+        temporary.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise
 
 
 def _with_columns(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
@@ -274,15 +282,18 @@ def _headline_section(summary: Summary, requests: pd.DataFrame, sample_rate: flo
     seen = ", ".join(f"{n} {name}" for name, n in outcomes.items() if n) or "none"
     body = (
         f"{verdict}{_ending(summary)}<p><b>{_text(count)}</b> requests ({_text(seen)}){_run_span(requests)}</p>"
-        f"{_arrival(summary)}{_sample_note(sample_rate)}<h3>Gates</h3>{_gate_list(summary.gates, summary.point_names)}"
+        f"{_arrival(summary)}{_coverage(summary)}{_sample_note(sample_rate)}"
+        f"<h3>Gates</h3>{_gate_list(summary.gates, summary.point_names)}"
         f"<h3>Causes</h3>{''.join(f'<p>{_text(line)}</p>' for line in summary.causes_lines())}"
         f"<h3>Settings</h3>{_settings_table(summary.settings)}"
     )
     how = (
         f"The verdict is {FAIL} when a gate below failed or the run was interrupted (a signal ended it before its "
         f"planned duration); {INCONCLUSIVE} when nothing failed but the run could not judge its point (no request "
-        f"finished, or a gate of the scenario's point had nothing to judge: {UNJUDGED}); {PASS} otherwise. Each gate "
-        "line gives its figure, in the words the console prints."
+        f"finished, a gate of the scenario's point had nothing to judge: {UNJUDGED}, or more of the run's requests "
+        f"than --max-unjudged-share were lost or never sent); {PASS} otherwise. The coverage line sets the requests "
+        "judged against those Locust, the server and the schedule counted. Each gate line gives its figure, in the "
+        "words the console prints."
     )
     return _section(f"sse-soak run: {summary.scenario or 'run'}", how, body, level=1)
 
@@ -297,6 +308,17 @@ def _arrival(summary: Summary) -> str:
     except (KeyError, TypeError, ValueError):
         return ""  # a summary written by hand or by another version: nothing to show rather than no report
     return f'<p class="arrival">{_text(line.removeprefix("arrivals: "))}</p>'
+
+
+def _coverage(summary: Summary) -> str:
+    """What the verdict covers (judged of seen, by source), as the console says it."""
+    if summary.coverage is None:
+        return ""
+    try:
+        line = summary.coverage.line()
+    except (KeyError, TypeError, ValueError):
+        return ""  # a summary written by hand or by another version: nothing to show rather than no report
+    return f'<p class="coverage">{_text(line.removeprefix("coverage: "))}</p>'
 
 
 def _ending(summary: Summary) -> str:

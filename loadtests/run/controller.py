@@ -86,10 +86,11 @@ from loadtests.errors import (
     reported,
 )
 from loadtests.judge.gates import INFERRED, UNKNOWN, gate_sources
+from loadtests.judge.summary import LiveCounts
 from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.load.open_loop import not_sent_row
 from loadtests.load.state import RunState, run_state
-from loadtests.load.users import StreamingUser
+from loadtests.load.users import REQUEST_TYPE, StreamingUser
 from loadtests.record.membership import Admission, RunIdentity, own_run_id
 from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.record.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunRecord, Service, versions
@@ -730,6 +731,7 @@ class RunController:
                 server_metrics_unavailable=test.server_metrics_unavailable,
                 point=self.scenario.point_of(settings),
                 lost_rows=self._collector.lost if self._collector is not None else None,
+                live=LiveCounts(locust_counted(environment), test.writer.rows_unwritable + test.writer.rows_pending),
             )
             summary = judge(record, told, html=False)
             closing += summary.console_lines()
@@ -778,6 +780,12 @@ class RunController:
                     say(line)
             except OSError:
                 self._closing.clear()
+
+
+def locust_counted(environment: Environment) -> int:
+    """The run's requests Locust's statistics counted in this test (its users' requests, never
+    another request type a locustfile may add); on a master, as its workers last reported them."""
+    return sum(entry.num_requests for (_, method), entry in environment.stats.entries.items() if method == REQUEST_TYPE)
 
 
 def _read_streams_as_told(environment: Environment) -> None:

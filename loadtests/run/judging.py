@@ -55,7 +55,16 @@ from loadtests.judge.gates import (
     run_point,
 )
 from loadtests.judge.keep_alive import INFERENCE_COLUMNS, InferredInterval, infer_interval
-from loadtests.judge.summary import ServerMetrics, Soak, Summary, summarize
+from loadtests.judge.summary import (
+    Coverage,
+    LiveCounts,
+    ServerMetrics,
+    Soak,
+    Summary,
+    coverage,
+    is_count,
+    summarize,
+)
 from loadtests.record import figures
 from loadtests.record.lag import STALLED_COLUMN, stalled_while_open, while_streams_open
 from loadtests.record.run_dir import RunDir, RunRecord, parts_problem
@@ -113,6 +122,8 @@ class JudgeOptions:
     server_metrics_unavailable: str | None = None
     """Why a run without server metrics has none (its scraper's finding)."""
     lost_rows: dict[str, dict[str, Any]] | None = None
+    live: LiveCounts | None = None
+    """What only the live run knows of its requests (Locust's count, rows its disk refused)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +143,7 @@ class _Account:
     soak: SoakState | None
     metrics_reason: str | None
     lost_rows: dict[str, dict[str, Any]] | None
+    live: LiveCounts
 
 
 def _account(record: RunRecord, previous: Summary | None, told: JudgeOptions) -> _Account:
@@ -172,7 +184,16 @@ def _account(record: RunRecord, previous: Summary | None, told: JudgeOptions) ->
         metrics_reason=told.server_metrics_unavailable
         or (previous.server_metrics.reason if previous and previous.server_metrics else None),
         lost_rows=told.lost_rows if told.lost_rows is not None else previous.lost_rows if previous else None,
+        live=told.live or _live_counts(previous),
     )
+
+
+def _live_counts(previous: Summary | None) -> LiveCounts:
+    """What the live run counted, as the summary it wrote recorded it; nothing when it recorded none."""
+    said = previous.coverage if previous is not None else None
+    if not said:
+        return LiveCounts()
+    return LiveCounts(said.locust if is_count(said.locust) else None, said.unwritten if is_count(said.unwritten) else 0)
 
 
 def judge(record: RunRecord, options: JudgeOptions | None = None, *, html: bool = True) -> Summary:
@@ -188,6 +209,10 @@ def judge(record: RunRecord, options: JudgeOptions | None = None, *, html: bool 
         record.frames  # noqa: B018
     gates, settings = _with_inferred_interval(record, account.gates, account.settings)
     share = float(settings.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE))
+    covered = Coverage.from_json(
+        coverage(tables.requests, record.server_metrics, settings, account.live, account.lost_rows, share)
+    )
+    tables = dataclasses.replace(tables, uncovered=covered.shortfall())
     summary = summarize(
         account.scenario,
         tables.requests,
@@ -208,7 +233,12 @@ def judge(record: RunRecord, options: JudgeOptions | None = None, *, html: bool 
     summary.ended, summary.interrupted = account.ended, account.interrupted
     summary.parts = record.parts
     summary.lost_rows = account.lost_rows or None
+    summary.coverage = covered
     summary.soak = _soak_section(tables, gates, account.soak, record.server_metrics, summary, share)
+    if summary.soak is None and previous is not None and previous.soak is not None and previous.soak.partial:
+        # the soak job's checkpoint, judged here without its drift gates (the Locust run's own end): the
+        # final judgement is the soak job's, and until it is written the directory says it is missing
+        summary.soak = previous.soak
     summary.server_metrics = ServerMetrics.from_json(
         server_metrics_summary(record.server_metrics, account.metrics_reason)
     )

@@ -23,7 +23,13 @@ from typing import Any
 
 from loadtests.declare import catalog
 from loadtests.declare.options import Surface, option
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, InvalidValue, ManifestError
+from loadtests.errors import (
+    INCONCLUSIVE_EXIT_CODE,
+    UNWRITTEN_EXIT_CODE,
+    USAGE_EXIT_CODE,
+    InvalidValue,
+    ManifestError,
+)
 from loadtests.judge.drift import DRIFT_GATES, DriftLimits
 from loadtests.judge.summary import FAIL, INCONCLUSIVE, Summary
 from loadtests.record.run_dir import RunDir
@@ -37,7 +43,9 @@ SAMPLE_INTERVAL_S = 5.0
 DEFAULT_SCENARIO = catalog.locate(option("scenario").default_on(Surface.SOAK))
 
 
-_SHOWN_LINES = ("gate ", "arrivals: ", "sse-soak:", "Traceback", "run directory:", *(f"{n}:" for n in SERVER_NAMES))
+_SHOWN_LINES = (
+    "gate ", "arrivals: ", "coverage: ", "sse-soak:", "Traceback", "run directory:", *(f"{n}:" for n in SERVER_NAMES)
+)  # fmt: skip
 """The Locust run's lines the soak passes on: gates, notices, tracebacks, the run directory, the server."""
 
 
@@ -105,6 +113,8 @@ class Soak:
         """Lines passed on before the run wrote its manifest, held until it does (or Locust exits):
         a Locust that refuses to start is the soak's one refusal line, not its lines and then that
         line. None once released."""
+        self.html_unwritten: str | None = None
+        """One line saying report.html could not be written at the end; None when it was."""
 
     def run(self) -> int:
         started = time.monotonic()
@@ -179,14 +189,23 @@ class Soak:
 
     def _judge(self, partial: bool) -> Any:
         """The run judged from what is on disk, its drift gates added: at a checkpoint (``partial``:
-        summary.json only; the HTML report reads every frame) or at the end."""
+        summary.json only; the HTML report reads every frame) or at the end, when report.html and
+        requests.csv follow the summary unless the disk refused it (a disk that refuses them is said
+        in ``html_unwritten``, one line)."""
         from loadtests.judge.drift import drift_gates  # pandas, only when needed
         from loadtests.record.run_dir import RunRecord
-        from loadtests.run.judging import JudgeOptions, SoakState, judge
+        from loadtests.run.judging import JudgeOptions, SoakState, judge, write_html_files
 
         assert self.run_dir is not None
         told = JudgeOptions(add_gates=drift_gates(self.plan.limits), soak=SoakState(partial, self.plan.duration_s))
-        return judge(RunRecord(self.run_dir), told, html=not partial)
+        record = RunRecord(self.run_dir)
+        summary = judge(record, told, html=False)
+        if not partial and summary.unwritten is None:
+            try:
+                write_html_files(record, summary)
+            except OSError as exc:  # the disk filled up after the summary
+                self.html_unwritten = f"sse-soak: report.html was not written in {self.run_dir}: {exc.strerror or exc}"
+        return summary
 
     def _finish(self, locust_code: int) -> int:
         assert self.run_dir is not None
@@ -212,6 +231,19 @@ class Soak:
         if windows is not None:
             self.printer.print(windows)
         regressions = self._compare_with_baseline(summary)
+        code = self._verdict(summary, locust_code, regressions)
+        if summary.unwritten is not None:  # the verdict stands; the record on disk lacks it: never 0
+            from loadtests.run.judging import keep_elsewhere
+
+            self.printer.print(keep_elsewhere(self.run_dir, summary))
+            return UNWRITTEN_EXIT_CODE
+        if self.html_unwritten is not None:
+            self.printer.print(self.html_unwritten)
+            return UNWRITTEN_EXIT_CODE
+        return code
+
+    def _verdict(self, summary: Summary, locust_code: int, regressions: list[str]) -> int:
+        """Print the report's place and the soak's verdict; its exit code."""
         self.printer.print(f"report: {self.run_dir}")
         reasons = [gate.name for gate in summary.gates if not gate.passed and not gate.unjudged] + regressions
         if self.interrupted_by:

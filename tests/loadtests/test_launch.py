@@ -87,6 +87,7 @@ def test_a_failed_run_explains_itself_with_its_directory_gate_lines_and_worst_st
     assert failed.gate("no_http_500").line() in explained
     assert all(gate.line() not in explained for gate in failed.gates if gate.passed)  # only what failed
     assert failed.summary.verdict_line() in explained
+    assert failed.summary.coverage is not None and f"{failed.summary.coverage.line()}\n" in explained
     shown = explained.split("worst streams (as in report.html):\n", 1)[1]
     five_hundreds = requests.loc[requests["status"] == 500, "request_id"]
     assert any(request_id in shown for request_id in five_hundreds)

@@ -372,3 +372,43 @@ def test_workers_of_a_killed_master_stop_promptly_and_write_their_unsent_rows_in
     report = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert report.returncode == 1, report.stdout + report.stderr  # killed: judged as interrupted, so FAIL
     assert Summary.read(RunDir(run_dir).summary).requests == len(requests)  # judged on every row, the workers' too
+
+
+def test_a_killed_masters_run_says_how_many_requests_its_server_counted_against_its_rows(tmp_path: Path) -> None:
+    """SIGKILL a ``--processes`` master that started the bundled server: before, the server had logged
+    48 requests, the run directory held 32-44, and nothing said rows were missing. Now ``report``
+    sets the rows against the server's own count between its first and last scrape, says it in its
+    coverage line and in summary.json, and a run short of it by more than the share allowed has
+    ``requests_completed`` unjudged (the verdict fails anyway: the run never wrote its summary)."""
+    command = locust_command(
+        SCENARIO, "--headless", "-u", "6", "-r", "6", "-t", "30s", "--processes", "2",
+        "--report-dir", str(tmp_path), "--only-summary",
+    )  # fmt: skip
+    master = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    workers: list[psutil.Process] = []
+    others: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 or len(list(tmp_path.glob("*/server_metrics.parquet/*.parquet"))) < 2:
+            assert master.poll() is None and time.monotonic() < deadline, "the run never got going"
+            workers, others = forked_workers(master.pid)
+            time.sleep(0.1)  # polling for the forked workers and two parts of server metrics on disk
+        master.kill()
+        master.wait()
+        psutil.wait_procs([*workers, *others], timeout=20)
+    finally:
+        for process in [*workers, *others]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+    (run_dir,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    command = [sys.executable, "-m", "loadtests", "report", str(run_dir)]
+    report = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert report.returncode == 1, report.stdout + report.stderr  # killed: judged as interrupted, so FAIL
+    section = json.loads((run_dir / "summary.json").read_text())["coverage"]
+    assert section["server_weighed"] is True and section["server"] > 0 and section["server_rows"] > 0
+    assert section["lost"] == max(0, section["server"] - section["server_rows"])
+    (line,) = [line for line in report.stdout.splitlines() if line.startswith("coverage: ")]
+    assert f"(the server {section['server']} over its " in line and f"against {section['server_rows']} rows" in line
+    completed = next(gate for gate in json.loads((run_dir / "summary.json").read_text())["gates"])
+    short = (section["lost"] + section["not_sent"]) > section["max_share"] * (section["seen"] + section["not_sent"])
+    assert completed["name"] == "requests_completed" and completed["skipped"] == short, (completed, section)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -127,3 +128,32 @@ def test_report_on_a_read_only_run_directory_prints_its_verdict_and_exits_4(smal
     judged = subprocess.CompletedProcess([], again.returncode, again.stdout, "")
     assert_the_verdict_survives(judged, run_dir, gates=False)
     assert (run_dir / "summary.json").read_bytes() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI is root)")
+@pytest.mark.parametrize("breaks", [fill, remount_read_only], ids=["full", "read-only"])
+def test_a_run_whose_disk_refused_its_rows_never_passes_on_the_rest(
+    small_disk: Path, breaks: Callable[[Path], None]
+) -> None:
+    """Before: ``verdict: PASS`` on 308 of 2,503 requests (118 of 460 on a remount), and a summary.json
+    saying PASS with no lost count. Now the coverage line says how many the disk refused, the verdict
+    is no PASS, and every summary written (in place, or where it went) says the same figures."""
+    result, run_dir = run_breaking_the_disk(small_disk, breaks)
+    output = result.stdout
+    (said,) = [line for line in output.splitlines() if line.startswith("coverage: ")]
+    refused = re.search(r"; (\d+) lost \(never recorded: the run could not write (\d+)\)", said)
+    assert refused and int(refused[1]) >= int(refused[2]) > 0, said
+    verdict = next(line for line in output.splitlines() if line.startswith("verdict: "))
+    assert "verdict: PASS" not in output and "over the 10% allowed" in said, output[-3000:]
+    assert not list(run_dir.rglob("*.tmp")), list(run_dir.rglob("*.tmp"))
+    fallback = Path(tempfile.gettempdir()) / f"sse-soak-{run_dir.name}-summary.json"
+    try:
+        kept = (
+            json.loads(fallback.read_text())
+            if fallback.exists()
+            else json.loads((run_dir / "summary.json").read_text())
+        )
+        assert verdict.startswith(f"verdict: {kept['verdict']} ") and kept["coverage"]["lost"] == int(refused[1])
+        assert kept["coverage"]["unwritten"] == int(refused[2]) and kept["coverage"]["locust"] > 0
+    finally:
+        fallback.unlink(missing_ok=True)

@@ -124,7 +124,10 @@ def test_report_passes_a_run_whose_gates_passed(tmp_path: Path) -> None:
         JudgeOptions([Expect("all_ok", None, "outcome == 'ok'")], ended="run time of 5 s reached"),
     )
     result = report_command(directory)
-    assert (result.returncode, result.stdout) == (0, f"verdict: PASS\nreport: {directory}\n")
+    assert (result.returncode, result.stdout) == (
+        0,
+        f"coverage: 3 of 3 requests judged\nverdict: PASS\nreport: {directory}\n",
+    )
 
 
 def test_report_fails_a_run_that_never_wrote_its_summary_as_interrupted(tmp_path: Path) -> None:
@@ -132,7 +135,7 @@ def test_report_fails_a_run_that_never_wrote_its_summary_as_interrupted(tmp_path
     RunWriter(directory).write_batch(ok_rows(3).take_batch())
     result = report_command(directory)
     assert result.returncode == 1
-    line = result.stdout.splitlines()[0]
+    line = result.stdout.splitlines()[1]
     assert re.fullmatch(
         r"verdict: FAIL \(interrupted: the run ended before writing its summary; "
         r"(\d+)/\d+ gates passed on 3 requests judged(, 1 unjudged)?\)",
@@ -152,7 +155,7 @@ def test_report_keeps_an_interrupted_run_failed(tmp_path: Path) -> None:
     judge(RunRecord(RunDir(directory)), JudgeOptions([], ended=interrupted, interrupted=interrupted))
     result = report_command(directory)
     assert result.returncode == 1
-    assert result.stdout.startswith(f"verdict: FAIL (interrupted: {interrupted}; ")
+    assert result.stdout.splitlines()[1].startswith(f"verdict: FAIL (interrupted: {interrupted}; ")
     assert f"Interrupted: {interrupted}" in (directory / "report.html").read_text()
 
 
@@ -166,7 +169,7 @@ def test_report_never_passes_a_run_without_requests(tmp_path: Path, with_summary
     result = report_command(directory)
     verdict = "INCONCLUSIVE" if with_summary else "FAIL"
     assert result.returncode == (3 if with_summary else 1)
-    assert result.stdout.startswith(f"verdict: {verdict} (") and "on 0 requests judged" in result.stdout
+    assert result.stdout.splitlines()[1].startswith(f"verdict: {verdict} (") and "on 0 requests judged" in result.stdout
     assert "verdict: PASS" not in result.stdout
 
 

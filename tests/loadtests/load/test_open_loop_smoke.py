@@ -3,12 +3,13 @@ not keep is written down (late starts, ``not_sent`` rows), alone and across work
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.loadtests.locust_run import run_locust
+from tests.loadtests.locust_run import run_in_checkout, run_locust
 
 pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
@@ -62,3 +63,19 @@ def test_workers_split_the_rate_and_together_keep_one_schedule(tmp_path: Path) -
     times = scheduled(requests)["scheduled_time"].diff().dropna()
     assert times.to_numpy() == pytest.approx(0.1, abs=1e-6)  # interleaved from one shared start: 10 a second in all
     assert run.summary["arrival"]["rate_achieved"] == pytest.approx(10.0, rel=1e-3)
+
+
+def test_an_open_loop_that_sent_few_of_its_schedule_is_inconclusive_live_and_in_report(tmp_path: Path) -> None:
+    """Before: 36 of 197,482 scheduled requests sent, ``verdict: PASS``, exit 0. What was never sent
+    is no verdict on the server, but a verdict on so little of the schedule is no PASS either."""
+    args = ("--rate", "40", "--arrival", "constant", "--max-in-flight", "1", SLOW)
+    run = run_locust("mixed_truncate", tmp_path, *args, users=2, seconds=4)
+    assert run.returncode == 3, run.output[-3000:]
+    section = run.summary["coverage"]
+    assert section["scheduled"] == run.summary["arrival"]["scheduled"] and section["not_sent"] > section["judged"]
+    (line,) = [line for line in run.output.splitlines() if line.startswith("coverage: ")]
+    assert f"{section['scheduled']} scheduled" in line and f"; {section['not_sent']} never sent; " in line
+    verdict = next(line for line in run.output.splitlines() if line.startswith("verdict: "))
+    assert verdict.startswith("verdict: INCONCLUSIVE (its point could not be judged: ") and "never sent (" in verdict
+    again = run_in_checkout(sys.executable, "-m", "loadtests", "report", str(run.checked_run_dir), timeout=120)
+    assert again.returncode == 3 and line in again.stdout.splitlines() and verdict in again.stdout.splitlines()

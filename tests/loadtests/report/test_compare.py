@@ -332,3 +332,12 @@ def test_a_keep_alive_interval_inferred_from_the_servers_comments_is_not_held_to
         summary(settings={"proxy": "none", "keep_alive_interval_source": "given", "keep_alive_interval": 2.0})
     )
     assert incomparable(given, other) == "the runs differ in keep_alive_interval 1.0 against 2.0"
+
+
+@pytest.mark.fast
+def test_what_each_verdict_covers_is_shown_beside_the_figures_never_a_regression() -> None:
+    covered = {"judged": 308, "seen": 2503, "lost": 2195, "not_sent": 0, "max_share": 0.1}
+    rows = {row.metric: row for row in compare(loaded(summary()), loaded(summary(coverage=covered)))}
+    seen, share = rows["requests seen (Locust, server, schedule)"], rows["share lost or never sent"]
+    assert (seen.base, seen.new, share.base) == (None, 2503, None) and share.new == pytest.approx(2195 / 2503)
+    assert not seen.regressed and not share.regressed

@@ -557,3 +557,29 @@ def test_the_lag_plot_draws_the_gates_limit_or_says_none_was_set(
         caption = section(page, "Harness lag")
         said = "gate's limit of 20 ms" if limit else NO_LAG_LIMIT
         assert html.escape(said) in caption
+
+
+def test_the_headline_says_what_the_verdict_covers_in_the_consoles_words(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    requests, frames, summary = run
+    covered = {"judged": 308, "seen": 2503, "lost": 2195, "locust": 2503, "unwritten": 2195, "max_share": 0.1}
+    line = Summary.from_json({**summary, "coverage": covered}).coverage.line()  # type: ignore[union-attr]
+    assert line.startswith("coverage: 308 of 2503 requests judged (Locust counted 2503)")
+    page = render(tmp_path, {**summary, "coverage": covered}, requests, frames)
+    headline = page[: page.index("</section>")]
+    assert f'<p class="coverage">{html.escape(line.removeprefix("coverage: "))}</p>' in headline
+
+
+def test_a_report_the_disk_refuses_leaves_nothing_beside_it(
+    run: tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Before: ``report.html.tmp`` was left in the run directory when the disk refused the page."""
+    requests, frames, summary = run
+    (tmp_path / "report.html").mkdir()  # the page cannot take its place: as a disk that refuses it
+    (tmp_path / "requests.csv").mkdir()
+    with pytest.raises(OSError):
+        write_html_report(tmp_path, Summary.from_json(summary), requests, frames)
+    with pytest.raises(OSError):
+        write_requests_csv(tmp_path, requests)
+    assert not list(tmp_path.glob("*.tmp"))
