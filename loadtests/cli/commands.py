@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from loadtests.base.ending_signals import ENDING_SIGNALS
 from loadtests.base.safe_text import printable
 from loadtests.declare.options import (
     REPORT_DIR,
@@ -490,9 +491,9 @@ def _run_vllm(options: argparse.Namespace) -> int | None:
 
 
 def _stop_on_signals() -> threading.Event:
-    """An event set by SIGINT (Ctrl-C) or SIGTERM, which then no longer interrupt anything."""
+    """An event set by any ending signal (Ctrl-C, SIGTERM, a hang-up), which then no longer interrupts anything."""
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in ENDING_SIGNALS:
         signal.signal(signum, lambda _signum, _frame: stop.set())
     return stop
 
@@ -621,7 +622,7 @@ def _run_proxy(options: argparse.Namespace) -> None:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in ENDING_SIGNALS:
             loop.add_signal_handler(sig, task.cancel)
         try:
             await serve(settings)

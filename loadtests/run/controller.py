@@ -25,7 +25,7 @@ interrupted test's non-zero exit code set (never zero: Locust's own failures kee
 ``--autoquit``): Locust prints its final tables on the way out, so the block waits for its ``quit``
 event, after them, and a run's last lines are its verdict and report. Quitting while a test
 runs stops and judges it; the judging runs once per test whoever asks (Locust's SIGTERM handler
-and its main greenlet can both enter ``shutdown()``). Ctrl-C and SIGTERM go through a
+and its main greenlet can both enter ``shutdown()``). Ctrl-C, SIGTERM and SIGHUP go through a
 ``SignalGuard``: they end the run the way Ctrl-C does, wait while the summary is written, and
 may only cut report.html. In the web UI, each test re-reads the options its form may have changed.
 
@@ -43,7 +43,6 @@ import atexit
 import copy
 import functools
 import os
-import signal
 import ssl
 import sys
 import time
@@ -98,7 +97,7 @@ from loadtests.run.ending import how_it_ended
 from loadtests.run.judging import JudgeOptions, judge, keep_elsewhere, write_html_files
 from loadtests.run.roles import Local, Role, role_of
 from loadtests.run.settings import api_key_in_server_args, recorded_settings, run_settings
-from loadtests.run.signals import SignalGuard
+from loadtests.run.signals import AT_INIT, SignalGuard
 from loadtests.run.web_tab import WebTab
 from loadtests.services import proxies
 from loadtests.services.parent_watch import end_with_launcher
@@ -377,7 +376,7 @@ class RunController:
         self._collector.start()
         role.watch(self._collector, options)
         self._guard.speaks = role.leads
-        self._guard.install((signal.SIGINT,))  # an idle web UI's Ctrl-C quits, every time
+        self._guard.install(AT_INIT)  # an idle web UI's Ctrl-C (or hang-up) quits, every time
         self._open_web_tab(environment)
         lifecycle = environment.events
         lifecycle.test_start.add_listener(self._on_test_start)

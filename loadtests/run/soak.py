@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadtests.base.ending_signals import ENDING_SIGNALS
 from loadtests.declare import catalog
 from loadtests.declare.options import Surface, option
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, InvalidValue, ManifestError
@@ -109,8 +110,8 @@ class Soak:
         with ChildRun.start(headless, self.run_dir, on_line=self._on_line) as self._locust:
             self._sampler = ResourceSampler(self._locust.pid)
             self._sampler.path = self.run_dir.resources
-            # SIGTERM, not SIGINT, for either: Locust then stops its users and writes its report
-            with self._locust.forwarding((signal.SIGINT, signal.SIGTERM), signal.SIGTERM):
+            # SIGTERM for any ending signal (a hang-up too): Locust then stops its users and writes its report
+            with self._locust.forwarding(ENDING_SIGNALS, signal.SIGTERM):
                 self._watch(started)
             locust_code, _, _ = self._locust.wait()
         self.interrupted_by = self._locust.interrupted_by

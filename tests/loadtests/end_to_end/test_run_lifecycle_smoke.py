@@ -41,7 +41,7 @@ pytestmark = pytest.mark.extended
 RUN_DIR = r"^run directory: (.+)$"
 REPORT = r"^report: (.+)$"
 VERDICT = r"^verdict: .*$"
-FIRST_SIGNAL = r"^sse-soak: SIG(INT|TERM): ending the run$"
+FIRST_SIGNAL = r"^sse-soak: SIG(INT|TERM|HUP): ending the run$"
 HTML_CUT = r"^sse-soak: report\.html was not written"
 HEADLESS = ("--headless", "-u", "3", "-r", "3", "--flush-interval", "1")
 
@@ -221,7 +221,7 @@ def test_with_locusts_json_stdout_is_the_stats_json_alone_and_the_run_lines_go_t
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_before_the_run_time_fails_the_run_as_interrupted(tmp_path: Path, signum: int) -> None:
     with LiveLocust("mixed_truncate", tmp_path, *HEADLESS, "-t", "15s") as locust:
         run_dir = Path(locust.wait_for(RUN_DIR)[1])
@@ -258,10 +258,15 @@ def test_ctrl_c_ends_a_run_without_run_time_without_failing_it(tmp_path: Path) -
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("to_group", [False, True], ids=["SIGTERM-to-the-master", "Ctrl-C-to-every-process"])
-def test_a_signal_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path, to_group: bool) -> None:
+@pytest.mark.parametrize(
+    ("signum", "to_group"),
+    [(signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGHUP, True)],
+    ids=["SIGTERM-to-the-master", "Ctrl-C-to-every-process", "hang-up-to-every-process"],
+)
+def test_a_signal_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path, signum: int, to_group: bool) -> None:
     """SIGTERM to the master alone, as a job scheduler sends it; SIGINT to every process of the run,
-    as a terminal's Ctrl-C does (each worker then heard it too, and each said so before)."""
+    as a terminal's Ctrl-C does (each worker then heard it too, and each said so before); SIGHUP
+    to every process, as a closed terminal sends it (it killed each process before, no verdict)."""
     port, trace = free_port(), tmp_path / "trace.jsonl"
     with LiveLocust(
         "mixed_truncate",
@@ -284,12 +289,12 @@ def test_a_signal_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path, 
         run_dir = Path(locust.wait_for(RUN_DIR)[1])
         wait_for_parts(run_dir, 4)
         if to_group:
-            locust.signal_group(signal.SIGINT)
+            locust.signal_group(signum)
         else:
-            locust.signal(signal.SIGTERM)
+            locust.signal(signum)
         assert locust.wait(60) == 1, locust.output[-3000:]
     summary = complete(run_dir)
-    name = "SIGINT" if to_group else "SIGTERM"
+    name = signal.Signals(signum).name
     assert summary["interrupted"].startswith(f"{name} at ") and summary["passed"] is False
     for prefix in ("run directory: ", "requests: ", "ended: ", "verdict: ", "report: "):
         assert len(locust.matching("^" + prefix)) == 1, prefix
@@ -515,6 +520,29 @@ def test_web_ui_ctrl_c_at_any_moment_leaves_a_complete_run(tmp_path: Path, momen
     assert list(tmp_path.iterdir()) == [run_dir]
     if moment in ("twice_while_judging", "again_during_html"):
         assert html_cut or locust.matching(r"^sse-soak: SIGINT: already ending")
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("idle", [False, True], ids=["during-a-test", "idle"])
+def test_web_ui_hang_up_ends_it_as_ctrl_c_does(tmp_path: Path, idle: bool) -> None:
+    """SIGHUP (its terminal closed) during a test judges that test and quits, as Ctrl-C does; an
+    idle web UI quits and writes nothing. It killed the web UI before, with no verdict (exit 129)."""
+    locust, ui = web_locust(tmp_path)
+    with locust:
+        ui.start()
+        run_dir = Path(locust.wait_for(RUN_DIR)[1])
+        wait_for_parts(run_dir)
+        if idle:
+            ui.stop()
+            assert locust.wait_for(REPORT)[1] == str(run_dir)
+        locust.signal(signal.SIGHUP)
+        code = locust.wait(60)
+    summary = complete(run_dir)
+    ended = r"stopped at \d+\.\d s" if idle else r"SIGHUP at \d+\.\d s"
+    assert summary["interrupted"] is None and re.fullmatch(ended, summary["ended"]), summary["ended"]
+    assert_one_verdict_per_run(locust, [summary])
+    assert code == (0 if summary["passed"] else 1 if summary["verdict"] == "FAIL" else 3), locust.output[-3000:]
+    assert list(tmp_path.iterdir()) == [run_dir]
 
 
 @pytest.mark.smoke
