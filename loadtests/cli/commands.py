@@ -579,8 +579,11 @@ def _run_compare(options: argparse.Namespace) -> int:
 
 
 def _run_report(options: argparse.Namespace) -> int:
-    """Re-judge a run directory: exit 0 only on a PASS; a run that never wrote its summary (killed,
-    or still going) is judged as interrupted, so FAIL; not a run directory (or unreadable): 2."""
+    """Re-judge a run directory: exit 0 only on a PASS; a run that never wrote its summary (killed)
+    is judged as interrupted, so FAIL; not a run directory (or unreadable): 2. A run still in
+    progress (its writer holds the directory's lock) is refused, exit 2, with nothing read or
+    written: its own judging would see any write as a change. The directory is held while judged,
+    so no late writer adds a part meanwhile; parts a late writer kept apart are named, one line each."""
     from loadtests.record.run_dir import RunDir, RunRecord
     from loadtests.run.judging import (  # pandas, matplotlib: only here
         JudgeOptions,
@@ -592,11 +595,15 @@ def _run_report(options: argparse.Namespace) -> int:
 
     run = RunDir(options.run_dir)
     try:
-        summary = judge(RunRecord(run), JudgeOptions(interrupted=unfinished(previous_summary(run))))
+        with run.writer_lock(create=False):  # RunInProgress: a run still going is its writer's alone
+            summary = judge(RunRecord(run), JudgeOptions(interrupted=unfinished(previous_summary(run))))
+            late = run.late_writers()
     except SseSoakError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:  # a file of the run that cannot be read
         raise UsageError(str(exc)) from None
+    for writer in late:  # a worker that wrote after the run was judged: named, never judged
+        print(f"report: {writer.line()}")
     for line in summary.unrebuilt:  # a user's gate this process cannot load: unjudged, and why
         print(f"report: {line}")
     print(summary.verdict_line())

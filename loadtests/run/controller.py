@@ -77,6 +77,7 @@ from loadtests.errors import (
     PreflightError,
     RunDirError,
     RunFailed,
+    RunInProgress,
     ServerStartError,
     SseSoakError,
     UsageError,
@@ -90,7 +91,16 @@ from loadtests.load.state import RunState, run_state
 from loadtests.load.users import StreamingUser
 from loadtests.record.membership import Admission, RunIdentity, own_run_id
 from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
-from loadtests.record.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunRecord, Service, versions
+from loadtests.record.run_dir import (
+    PLAN_ONLY_ENV,
+    RUN_DIR_ENV,
+    Manifest,
+    RunDir,
+    RunRecord,
+    Service,
+    WriterLock,
+    versions,
+)
 from loadtests.record.server_metrics import OFF, ServerMetricsScraper
 from loadtests.run.collect import Collector
 from loadtests.run.ending import how_it_ended
@@ -269,6 +279,8 @@ class _Test:
     """Scraping the server's ``/metrics`` while the test runs; None when turned off."""
     load_started: float | None = None
     """``time.monotonic()`` once the test's start-up (the test_start hooks) was over and users spawned."""
+    lock: WriterLock | None = None
+    """The run directory's writer lock, held from test_start until the test is judged (``record.run_dir``)."""
 
     @property
     def server_metrics_unavailable(self) -> str | None:
@@ -457,14 +469,15 @@ class RunController:
         self._use_host_of_this_test(environment)
         try:
             run = self._next_run_dir(options.report_dir)
-        except RunDirError as exc:  # checked at start; something changed the directory since
+            lock = run.writer_lock()  # this run's own until judged: before anything is written in it
+        except (RunDirError, RunInProgress) as exc:  # checked at start; something changed the directory since
             print(printable(f"sse-soak: {exc}: the test is not run"), file=sys.stderr, flush=True)
             environment.process_exit_code = 2
             gevent.spawn(environment.runner.quit)
             return
         writer = RunWriter(run)
         run.write_manifest(self._manifest(environment))
-        self._test = _Test(writer, entered, getattr(options, "run_time", None) or None)
+        self._test = _Test(writer, entered, getattr(options, "run_time", None) or None, lock=lock)
         self._collector.begin(writer)
         say(f"run directory: {run}")
         self._show_in_web_tab(environment, run)
@@ -640,6 +653,8 @@ class RunController:
             self._write_report(environment, test)
         finally:
             self._collector.end()
+            if test.lock is not None:
+                test.lock.release()  # judged: a reader (``report``) may take the directory now
             test.judged.set()
             if self._web_tab is not None:
                 self._web_tab.judged()

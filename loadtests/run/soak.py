@@ -24,7 +24,7 @@ from typing import Any
 from loadtests.base.ending_signals import ENDING_SIGNALS
 from loadtests.declare import catalog
 from loadtests.declare.options import Surface, option
-from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, InvalidValue, ManifestError
+from loadtests.errors import INCONCLUSIVE_EXIT_CODE, USAGE_EXIT_CODE, InvalidValue, ManifestError, RunInProgress
 from loadtests.judge.drift import DRIFT_GATES, DriftLimits
 from loadtests.judge.summary import FAIL, INCONCLUSIVE, Summary
 from loadtests.record.run_dir import RunDir
@@ -35,6 +35,8 @@ from loadtests.run.resources import ResourceSampler
 from loadtests.services.stack import SERVER_NAMES
 
 SAMPLE_INTERVAL_S = 5.0
+LAST_JUDGING_WAIT_S = 60.0
+"""How long the soak's last judgement waits for another holder of the run directory (a ``report``)."""
 DEFAULT_SCENARIO = catalog.locate(option("scenario").default_on(Surface.SOAK))
 
 
@@ -176,6 +178,20 @@ class Soak:
         told = JudgeOptions(add_gates=drift_gates(self.plan.limits), soak=SoakState(partial, self.plan.duration_s))
         return judge(RunRecord(self.run_dir), told, html=not partial)
 
+    def _judge_last(self) -> Any:
+        """The soak's last judgement, holding the run directory (``RunDir.writer_lock``) as the run did
+        until it ended: no ``report`` or late writer changes it meanwhile. A holder that keeps it
+        past ``LAST_JUDGING_WAIT_S`` is named in one line, and the run judged all the same."""
+        assert self.run_dir is not None
+        try:
+            lock = self.run_dir.writer_lock(LAST_JUDGING_WAIT_S)
+        except RunInProgress:
+            held = f"another process held {self.run_dir} for {LAST_JUDGING_WAIT_S:g} s"
+            self.printer.print(f"sse-soak: {held}; the run is judged all the same")
+            return self._judge(partial=False)
+        with lock:
+            return self._judge(partial=False)
+
     def _finish(self, locust_code: int) -> int:
         assert self.run_dir is not None
         self.printer.print(f"locust exited with {locust_code}")
@@ -191,7 +207,7 @@ class Soak:
         if not self.run_dir.holds_results():
             self.printer.print("verdict: FAIL (the run wrote no results)")
             return 1
-        summary = self._judge(partial=False)
+        summary = self._judge_last()
         for gate in summary.gates:
             if gate.name in DRIFT_GATES:
                 self.printer.print(gate.line())

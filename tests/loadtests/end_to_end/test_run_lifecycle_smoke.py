@@ -187,6 +187,33 @@ def test_report_on_something_not_a_run_directory_is_one_line_and_exit_2(tmp_path
 
 
 @pytest.mark.smoke
+def test_report_on_a_run_in_progress_refuses_in_one_line_and_the_run_ends_judged(tmp_path: Path) -> None:
+    """``report`` on a live run judged it and wrote its summary: at its end the run refused its own
+    directory (``RunDirChanged``: no gates, no verdict, exit 2), and so did every later ``report``.
+    The run's writer holds the directory until it is judged: ``report`` says so in one line, exit 2,
+    and writes nothing; the run ends judged; a ``report`` after its end re-judges it alike."""
+    with LiveLocust("mixed_truncate", tmp_path, *HEADLESS) as locust:
+        run_dir = Path(locust.wait_for(RUN_DIR)[1])
+        wait_for_parts(run_dir)
+        during = report_command(run_dir)
+        assert during.returncode == 2 and during.stdout == "", during.stderr
+        (line,) = during.stderr.splitlines()
+        assert line.startswith(f"python -m loadtests report: {run_dir}: the run is still in progress (pid ")
+        assert f"(pid {locust.process.pid} on " in line and "nothing was read or written" in line
+        assert not [
+            run_dir / name for name in ("summary.json", "report.html", "requests.csv") if (run_dir / name).exists()
+        ]
+        locust.signal(signal.SIGINT)
+        code = locust.wait(60)
+    summary = complete(run_dir)
+    assert code == (0 if summary["passed"] else 1 if summary["verdict"] == "FAIL" else 3), locust.output[-3000:]
+    assert_one_verdict_per_run(locust, [summary])
+    after = report_command(run_dir)
+    assert after.returncode == code, after.stdout + after.stderr
+    assert verdict_line(summary) in after.stdout.splitlines()
+
+
+@pytest.mark.smoke
 def test_the_run_time_ends_the_run_on_time_and_is_no_interruption(tmp_path: Path, start_server: StartServer) -> None:
     """With ``--host`` startup blocks the event loop for a second or more (imports, discovery) and
     libev's cached clock goes stale: Locust's -t timer would fire that much early."""
