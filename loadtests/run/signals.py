@@ -21,7 +21,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import gevent
@@ -111,11 +111,11 @@ class SignalGuard:
         said = self.test_started and self.speaks
         if self._quit_requested or self.quitting:
             if said:
-                loop.run_callback(say, f"sse-soak: {name}: already ending, the run's report comes first")
+                loop.run_callback(_say_if_heard, f"sse-soak: {name}: already ending, the run's report comes first")
             return
         self._quit_requested = True
         if said:
-            loop.run_callback(say, f"sse-soak: {name}: ending the run")
+            loop.run_callback(_say_if_heard, f"sse-soak: {name}: ending the run")
         loop.run_callback(self._interrupt_main)
 
     def _interrupt_main(self) -> None:
@@ -123,3 +123,10 @@ class SignalGuard:
             main = gevent.get_hub().parent
             assert main is not None  # the hub of the main thread always runs under its main greenlet
             main.throw(KeyboardInterrupt)
+
+
+def _say_if_heard(line: str) -> None:
+    """``say`` the line; an output that is gone (a closed terminal, whose SIGHUP this may answer)
+    loses only the line, and the run ends as it would have."""
+    with suppress(OSError):
+        say(line)

@@ -10,12 +10,17 @@ never passes a run that judged nothing or never wrote its summary.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
+import pty
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -547,6 +552,59 @@ def test_web_ui_ctrl_c_at_any_moment_leaves_a_complete_run(tmp_path: Path, momen
     assert list(tmp_path.iterdir()) == [run_dir]
     if moment in ("twice_while_judging", "again_during_html"):
         assert html_cut or locust.matching(r"^sse-soak: SIGINT: already ending")
+
+
+@pytest.mark.smoke
+def test_a_closed_terminal_ends_the_run_judged_as_interrupted(tmp_path: Path) -> None:
+    """Locust on a terminal of its own (a pty it controls), which then closes: the kernel hangs up
+    the session (SIGHUP) and every later write to the terminal fails. The run is judged, interrupted
+    by SIGHUP, its summary and report written, exit 1; before, SIGHUP killed it (exit 129, no
+    summary). What it would have printed is lost with the terminal; its files say it all."""
+    terminal, run_side = pty.openpty()
+
+    def own_terminal() -> None:  # in the child: a session of its own whose controlling terminal is the pty
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    command = locust_command(
+        ROOT / "scenarios" / "mixed_truncate.py",
+        *HEADLESS,
+        "-t",
+        "30s",
+        "--report-dir",
+        str(tmp_path),
+        "--only-summary",
+    )
+    locust = subprocess.Popen(
+        command, stdin=run_side, stdout=run_side, stderr=run_side, cwd=ROOT, preexec_fn=own_terminal
+    )
+    os.close(run_side)
+    shown = b""
+    try:
+        deadline = time.monotonic() + 60
+        while not re.search(rb"^run directory: (.+?)\r?$", shown, re.MULTILINE):
+            assert time.monotonic() < deadline and locust.poll() is None, shown.decode(errors="replace")[-3000:]
+            if select.select([terminal], [], [], 0.5)[0]:
+                shown += os.read(terminal, 65536)
+        found = re.search(rb"^run directory: (.+?)\r?$", shown, re.MULTILINE)
+        assert found is not None
+        run_dir = Path(found[1].decode())
+        wait_for_parts(run_dir, 2)
+        os.close(terminal)  # the terminal closes: SIGHUP to its session, and its output is gone
+        terminal = -1
+        assert locust.wait(60) == 1
+    finally:
+        if terminal != -1:
+            os.close(terminal)
+        if locust.poll() is None:  # a failed test: Locust, then the services it started, by their ids
+            os.killpg(locust.pid, signal.SIGKILL)
+            locust.wait()
+            for pid in re.findall(rb"\(pid (\d+)\)", shown):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+    summary = complete(run_dir)
+    assert re.fullmatch(r"SIGHUP at \d+\.\d s of 30 s", summary["interrupted"] or ""), summary["interrupted"]
+    assert summary["ended"] == summary["interrupted"] and summary["passed"] is False
 
 
 @pytest.mark.smoke
