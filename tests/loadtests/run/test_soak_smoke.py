@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -86,6 +87,14 @@ def test_an_ending_signal_midway_still_leaves_a_readable_report(tmp_path: Path, 
                 break
             assert time.monotonic() < deadline, "no progress"
         assert json.loads(checkpoint.read_text())["soak"]["partial"] is True  # readable while running
+        report = subprocess.run(  # a run still going is its writer's: report refuses it, writes nothing
+            [sys.executable, "-m", "loadtests", "report", str(checkpoint.parent)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+        assert report.returncode == 2 and "the run is still in progress (pid " in report.stderr, report
         os.kill(soak.pid, signum)
         output = line + soak.stdout.read()
         assert soak.wait(timeout=120) == 1
