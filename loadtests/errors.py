@@ -19,6 +19,7 @@ builtin base its callers catch (``ValueError``, ``OSError``...). The tree (exit 
     │   │   ├── CatalogError (ValueError) ........ 2  no such scenario (declare.catalog)
     │   │   ├── RunDirError (ValueError) ......... 2  the report root cannot hold a run directory
     │   │   ├── RunDirChanged (ValueError) ....... 2  a run directory lost or changed parts since judged
+    │   │   ├── RunInProgress .................... 2  a run directory's writer is still writing it
     │   │   ├── ManifestError (ValueError) ....... 2  manifest.json is not a manifest
     │   │   ├── SummaryError (ValueError) ........ 2  summary.json is not a summary
     │   │   └── NotARunDirectory (FileNotFoundError) 2  no requests.parquet there
@@ -71,6 +72,7 @@ __all__ = [
     "RunDirChanged",
     "RunDirError",
     "RunFailed",
+    "RunInProgress",
     "ScheduleClosed",
     "ScrapeError",
     "ServerStartError",
@@ -155,6 +157,12 @@ class RunDirError(UsageError, ValueError):
 class RunDirChanged(UsageError, ValueError):
     """A run directory no longer holds the parts its summary recorded (one missing, or holding other
     rows): judging it again would judge less than the run recorded. Exit 2, nothing rewritten."""
+
+
+class RunInProgress(UsageError):
+    """A run directory is held by its live writer (``RunDir.writer_lock``): the run has not been
+    judged yet, and a reader that wrote into it would break the judging. One line naming the
+    writer; nothing was read or written."""
 
 
 class ManifestError(UsageError, ValueError):

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from loadtests.base.ending_signals import ENDING_SIGNALS
 from loadtests.base.safe_text import printable
 from loadtests.declare.options import (
     REPORT_DIR,
@@ -490,9 +491,9 @@ def _run_vllm(options: argparse.Namespace) -> int | None:
 
 
 def _stop_on_signals() -> threading.Event:
-    """An event set by SIGINT (Ctrl-C) or SIGTERM, which then no longer interrupt anything."""
+    """An event set by any ending signal (Ctrl-C, SIGTERM, a hang-up), which then no longer interrupts anything."""
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in ENDING_SIGNALS:
         signal.signal(signum, lambda _signum, _frame: stop.set())
     return stop
 
@@ -578,8 +579,11 @@ def _run_compare(options: argparse.Namespace) -> int:
 
 
 def _run_report(options: argparse.Namespace) -> int:
-    """Re-judge a run directory: exit 0 only on a PASS; a run that never wrote its summary (killed,
-    or still going) is judged as interrupted, so FAIL; not a run directory (or unreadable): 2."""
+    """Re-judge a run directory: exit 0 only on a PASS; a run that never wrote its summary (killed)
+    is judged as interrupted, so FAIL; not a run directory (or unreadable): 2. A run still in
+    progress (its writer holds the directory's lock) is refused, exit 2, with nothing read or
+    written: its own judging would see any write as a change. The directory is held while judged,
+    so no late writer adds a part meanwhile; parts a late writer kept apart are named, one line each."""
     from loadtests.record.run_dir import RunDir, RunRecord
     from loadtests.run.judging import (  # pandas, matplotlib: only here
         JudgeOptions,
@@ -591,11 +595,15 @@ def _run_report(options: argparse.Namespace) -> int:
 
     run = RunDir(options.run_dir)
     try:
-        summary = judge(RunRecord(run), JudgeOptions(interrupted=unfinished(previous_summary(run))))
+        with run.writer_lock(create=False):  # RunInProgress: a run still going is its writer's alone
+            summary = judge(RunRecord(run), JudgeOptions(interrupted=unfinished(previous_summary(run))))
+            late = run.late_writers()
     except SseSoakError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:  # a file of the run that cannot be read
         raise UsageError(str(exc)) from None
+    for writer in late:  # a worker that wrote after the run was judged: named, never judged
+        print(f"report: {writer.line()}")
     for line in summary.unrebuilt:  # a user's gate this process cannot load: unjudged, and why
         print(f"report: {line}")
     if summary.coverage is not None:
@@ -623,7 +631,7 @@ def _run_proxy(options: argparse.Namespace) -> None:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in ENDING_SIGNALS:
             loop.add_signal_handler(sig, task.cancel)
         try:
             await serve(settings)

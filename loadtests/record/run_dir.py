@@ -8,15 +8,29 @@
 ``requests.csv`` and, when the disk refused rows, ``unwritable-rows.jsonl``. No other module
 spells these names: they ask a ``RunDir``. Every whole-file write goes to a temporary name and is
 renamed into place, so a reader never sees half a file.
+
+One writer at a time. ``writer.lock`` is the directory's writer lock (``RunDir.writer_lock``: an
+exclusive ``flock``, which the kernel drops when its holder dies, however it dies, so a killed run
+leaves no stale lock; the file names its holder). The process that leads a run holds it from the
+test's start until the test is judged; ``python -m loadtests report`` holds it while it re-judges,
+and refuses a directory whose lock is held (``RunInProgress``): a run still in progress, which
+nothing but its own writer may write into, since its judging checks that the parts it judges are
+those a summary recorded. A worker of ``--processes`` whose master died writes what it could not
+ship under the lock: into the run's tables while the run is unjudged (its killed master never
+judged it), else into ``late/`` (``RunDir.late``), parts kept apart, never judged, named by
+``report`` (``late_writers``), so a judged directory stays as it was judged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import os
 import platform
+import re
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -28,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadtests.base.safe_text import plain_name
-from loadtests.errors import ManifestError, RecordNotWritten, RunDirError, WrongType, error_kind
+from loadtests.errors import ManifestError, RecordNotWritten, RunDirError, RunInProgress, WrongType, error_kind
 from loadtests.record.lag import LAG_SCHEMA
 from loadtests.record.recorder import FRAME_SCHEMA, REQUEST_SCHEMA, to_pandas
 from loadtests.record.server_metrics import SERVER_METRICS_SCHEMA
@@ -149,6 +163,29 @@ def versions() -> dict[str, str]:
     return found
 
 
+def _open_lock(path: Path, create: bool) -> int | None:
+    """The lock file, opened to take its ``flock`` (made when it is not there, if to ``create`` it and
+    it can be); None when it can be neither made nor opened. Opened close-on-exec: no service started
+    later inherits it."""
+    try:
+        return os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o644)
+    except OSError:
+        pass
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, as the holder wrote it in the file."""
+    try:
+        said = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        said = ""
+    return said or "another process"
+
+
 def report_root_problem(report_root: str | os.PathLike[str]) -> str | None:
     """Why ``report_root`` cannot hold run directories, without writing anything; None when it can.
     It must be a writable directory, or be creatable under the nearest existing ancestor."""
@@ -165,6 +202,52 @@ def report_root_problem(report_root: str | os.PathLike[str]) -> str | None:
     return None
 
 
+WRITER_LOCK_POLL_S = 0.05
+"""How often ``writer_lock`` tries again while it waits for another holder."""
+_LATE_PART = re.compile(r"^part-(\d+)-\d+\.parquet$")
+
+
+class WriterLock:
+    """The run directory's writer lock, held until ``release()`` or this process's end (``fd``
+    None: the directory could hold no lock file, a read-only one, so nothing can write there)."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
+
+    def release(self) -> None:
+        """Let the next writer in (closing the file drops the ``flock``); once."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> WriterLock:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
+
+
+@dataclass(frozen=True)
+class LateWriter:
+    """One process's parts in ``late/``: written after its run was judged, never judged."""
+
+    pid: int
+    worker: str
+    """The worker its rows name, else ``pid N``."""
+    parts: int
+    rows: int
+
+    def line(self) -> str:
+        return (
+            f"{self.parts} late part(s) ({self.rows} rows) from {self.worker}, written after the run was judged: "
+            f"kept apart in {RunDir.LATE}/, not judged"
+        )
+
+
 class RunDir:
     """A run directory (it may not hold a run yet: see ``holds_results``)."""
 
@@ -178,6 +261,8 @@ class RunDir:
     REPORT = "report.html"
     REQUESTS_CSV = "requests.csv"
     UNWRITABLE_ROWS = "unwritable-rows.jsonl"
+    WRITER_LOCK = "writer.lock"
+    LATE = "late"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -263,6 +348,64 @@ class RunDir:
     @property
     def unwritable_rows(self) -> Path:
         return self.path / self.UNWRITABLE_ROWS
+
+    @property
+    def writer_lock_file(self) -> Path:
+        return self.path / self.WRITER_LOCK
+
+    @property
+    def late(self) -> RunDir:
+        """Where parts written after the run was judged are kept apart (the same layout)."""
+        return RunDir(self.path / self.LATE)
+
+    def writer_lock(self, wait_s: float = 0.0, create: bool = True) -> WriterLock:
+        """Take the directory's writer lock (module docstring), waiting up to ``wait_s`` for another
+        holder; ``RunInProgress`` naming that holder when it still has it. Taken, it names this
+        process in the file. A directory that cannot hold the file (read-only), or has none when
+        not to ``create`` it (a reader's: a run written before the lock, no writer to wait for),
+        gives an unheld lock. Never creates the directory."""
+        fd = _open_lock(self.writer_lock_file, create)
+        if fd is None:
+            return WriterLock(None)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = _holder(fd)
+                    os.close(fd)
+                    raise RunInProgress(
+                        f"{self.path}: the run is still in progress ({holder} writes it): nothing was read or "
+                        "written; report it once the run has ended"
+                    ) from None
+                time.sleep(WRITER_LOCK_POLL_S)
+        with contextlib.suppress(OSError):  # a lock file opened read-only is still a lock
+            started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {started}\n".encode(), 0)
+        return WriterLock(fd)
+
+    def late_writers(self) -> list[LateWriter]:
+        """The processes that wrote parts into ``late/``, by pid (module docstring)."""
+        by_pid: dict[int, list[Path]] = {}
+        for table in (self.REQUESTS, self.FRAMES, self.LAG):
+            for file in sorted((self.late.path / table).glob("part-*.parquet")):
+                match = _LATE_PART.match(file.name)
+                if match:
+                    by_pid.setdefault(int(match[1]), []).append(file)
+        writers = []
+        for pid, files in sorted(by_pid.items()):
+            rows, workers = 0, set()
+            for file in files:
+                if file.parent.name == self.REQUESTS:
+                    named = pq.read_table(file, columns=["worker"]).column("worker").to_pylist()
+                    rows += len(named)
+                    workers |= {str(name) for name in named if name}
+            worker = ", ".join(sorted(workers)) or f"pid {pid}"
+            writers.append(LateWriter(pid, worker, len(files), rows))
+        return writers
 
     def part_counts(self) -> dict[str, int]:
         """Each parquet file of the run's tables (``requests.parquet/part-….parquet``, or a table

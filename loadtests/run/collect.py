@@ -16,6 +16,10 @@ master writes its own on the same cadence.
 A ``--processes`` worker whose master died (SIGKILL, say) writes what it has not shipped, rows,
 frames and lag, as parts of its own into the test's run directory (``TEST_RUN_DIR``), where
 ``python -m loadtests report`` finds them with the master's: the killed run is judged on every row.
+It writes holding the directory's writer lock (``record.run_dir``), and only into a run not judged
+yet: a worker that was frozen (SIGSTOP) until after its master judged the run, or a ``report``
+judged it, writes its parts into the directory's ``late/``, kept apart and named by ``report``,
+never merged into a judged run.
 
 Every batch also says how many requests its worker started since the last one, so the master
 knows, per worker, requests started against rows received: a worker killed mid-test leaves that
@@ -26,6 +30,7 @@ run directory once, in the test it was recorded in.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -49,13 +54,18 @@ from locust.runners import (
 
 from loadtests.base.process_part import Part
 from loadtests.client.outcome import Outcome
+from loadtests.errors import RunInProgress, SummaryError
 from loadtests.load.state import run_state
 from loadtests.record.parts_writer import RunWriter
 from loadtests.record.run_dir import RunDir
+from loadtests.run.judging import previous_summary, unfinished
 
 BATCH_MESSAGE = "sse_soak_batch"
 FLUSH_MESSAGE = "sse_soak_flush"
 FINAL_BATCH_TIMEOUT_S = 30.0
+LATE_WRITE_WAIT_S = 30.0
+"""How long a worker whose master died waits for the run directory's writer lock before it keeps
+its parts apart (``late/``) rather than merge them into a run it cannot see is unjudged."""
 TEST_RUN_DIR = "sse_soak_test_run_dir"
 """The option (set by the master, which Locust hands its workers with every spawn message) naming
 the current test's run directory: where a worker whose master died writes what it could not send."""
@@ -105,7 +115,12 @@ class Collector:
         self.participants: set[str] = set()
         self.final_from: set[str] = set()
         self._orphaned = False
-        self._orphan_writer: RunWriter | None = None
+        self.forked_by: int | None = None
+        """Worker of ``--processes``: its master's pid; once this process has another parent, the
+        master is gone, whether or not the greenlet that watches for it (``master_gone``) ran yet
+        (a worker frozen until after its master ended may ship before it does)."""
+        self._orphan_writers: dict[Path, RunWriter] = {}
+        """Where a worker whose master died writes, by directory: the run's own, or its ``late/``."""
         self.tallies: dict[str, WorkerTally] = {}
         """Per worker of the current test (by Locust's client id): requests started, rows received."""
         self._greenlet: gevent.Greenlet | None = None
@@ -201,32 +216,38 @@ class Collector:
 
     def _ship(self, final: bool = False) -> None:
         batch = self._own_batch()
+        if self.forked_by is not None and os.getppid() != self.forked_by:
+            self._orphaned = True  # sent, the batch would go to no one
         if self._orphaned:
             self._keep_locally(batch)
         elif final or batch["rows"] or batch["frames"]["request_id"] or batch["lag"]["lag_s"]:
             self._running.send_message(BATCH_MESSAGE, {**batch, "final": final})
 
     def _keep_locally(self, batch: dict[str, Any]) -> None:
-        rows, writer = batch["rows"], self._run_dir_writer()
-        if writer is not None:
-            before = writer.rows_written
-            writer.write_batch(batch)  # parts named by this process's pid: never the master's
-            rows = writer.take_pending_rows()  # the disk refused them: kept as text below
+        rows = batch["rows"]
+        named = getattr(self.environment.parsed_options, TEST_RUN_DIR, None)
+        run = RunDir(named) if named else None
+        if run is not None and run.holds_results():
+            try:
+                lock = run.writer_lock(LATE_WRITE_WAIT_S)  # no judging reads the directory meanwhile
+            except RunInProgress:
+                lock = None  # held all this time (a report of a large run): not ours to merge into
+            with lock or contextlib.nullcontext():
+                judged = lock is None or _judged(run)
+                writer = self._orphan_writer(run.late if judged else run)
+                before = writer.rows_written
+                writer.write_batch(batch)  # parts named by this process's pid: never the master's
+                rows = writer.take_pending_rows()  # the disk refused them: kept as text below
             if writer.rows_written > before:
-                logger.error(
-                    "sse-soak: %d rows the master never got are in %s", writer.rows_written - before, writer.directory
-                )
+                where = f"{writer.directory}, kept apart: the run was judged without them" if judged else run
+                logger.error("sse-soak: %d rows the master never got are in %s", writer.rows_written - before, where)
         if rows:
             self._keep_as_text(rows, str(batch["worker"]))
 
-    def _run_dir_writer(self) -> RunWriter | None:
-        """A writer into the current test's run directory, None when the master named none or it is
-        not a directory here."""
-        if self._orphan_writer is None:
-            named = getattr(self.environment.parsed_options, TEST_RUN_DIR, None)
-            if named and RunDir(named).holds_results():
-                self._orphan_writer = RunWriter(Path(named))
-        return self._orphan_writer
+    def _orphan_writer(self, run: RunDir) -> RunWriter:
+        if run.path not in self._orphan_writers:
+            self._orphan_writers[run.path] = RunWriter(run)
+        return self._orphan_writers[run.path]
 
     def _keep_as_text(self, rows: list[dict[str, Any]], worker: str) -> None:
         root = Path(getattr(self.environment.parsed_options, "report_dir", None) or ".")
@@ -301,3 +322,12 @@ class Collector:
                 len(missing),
                 sorted(missing),
             )
+
+
+def _judged(run: RunDir) -> bool:
+    """The run holds a final verdict (a soak's checkpoint is none); a summary that cannot be read
+    counts as one: what is written now is kept apart rather than merged into it."""
+    try:
+        return unfinished(previous_summary(run)) is None
+    except (SummaryError, OSError):
+        return True

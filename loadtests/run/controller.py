@@ -25,7 +25,7 @@ interrupted test's non-zero exit code set (never zero: Locust's own failures kee
 ``--autoquit``): Locust prints its final tables on the way out, so the block waits for its ``quit``
 event, after them, and a run's last lines are its verdict and report. Quitting while a test
 runs stops and judges it; the judging runs once per test whoever asks (Locust's SIGTERM handler
-and its main greenlet can both enter ``shutdown()``). Ctrl-C and SIGTERM go through a
+and its main greenlet can both enter ``shutdown()``). Ctrl-C, SIGTERM and SIGHUP go through a
 ``SignalGuard``: they end the run the way Ctrl-C does, wait while the summary is written, and
 may only cut report.html. In the web UI, each test re-reads the options its form may have changed.
 
@@ -44,7 +44,6 @@ import copy
 import dataclasses
 import functools
 import os
-import signal
 import ssl
 import sys
 import time
@@ -79,6 +78,7 @@ from loadtests.errors import (
     PreflightError,
     RunDirError,
     RunFailed,
+    RunInProgress,
     ServerStartError,
     SseSoakError,
     UsageError,
@@ -93,14 +93,23 @@ from loadtests.load.state import RunState, run_state
 from loadtests.load.users import REQUEST_TYPE, StreamingUser
 from loadtests.record.membership import Admission, RunIdentity, own_run_id
 from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
-from loadtests.record.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunRecord, Service, versions
+from loadtests.record.run_dir import (
+    PLAN_ONLY_ENV,
+    RUN_DIR_ENV,
+    Manifest,
+    RunDir,
+    RunRecord,
+    Service,
+    WriterLock,
+    versions,
+)
 from loadtests.record.server_metrics import OFF, ServerMetricsScraper
 from loadtests.run.collect import Collector
 from loadtests.run.ending import how_it_ended
 from loadtests.run.judging import JudgeOptions, inferred_interval, judge, keep_elsewhere, write_html_files
 from loadtests.run.roles import Local, Role, role_of
 from loadtests.run.settings import api_key_in_server_args, recorded_settings, run_settings
-from loadtests.run.signals import SignalGuard
+from loadtests.run.signals import AT_INIT, SignalGuard
 from loadtests.run.web_tab import WebTab
 from loadtests.services import proxies
 from loadtests.services.parent_watch import end_with_launcher
@@ -290,6 +299,8 @@ class _Test:
     """Scraping the server's ``/metrics`` while the test runs; None when turned off."""
     load_started: float | None = None
     """``time.monotonic()`` once the test's start-up (the test_start hooks) was over and users spawned."""
+    lock: WriterLock | None = None
+    """The run directory's writer lock, held from test_start until the test is judged (``record.run_dir``)."""
 
     @property
     def server_metrics_unavailable(self) -> str | None:
@@ -397,7 +408,7 @@ class RunController:
         self._collector.start()
         role.watch(self._collector, options)
         self._guard.speaks = role.leads
-        self._guard.install((signal.SIGINT,))  # an idle web UI's Ctrl-C quits, every time
+        self._guard.install(AT_INIT)  # an idle web UI's Ctrl-C (or hang-up) quits, every time
         self._open_web_tab(environment)
         lifecycle = environment.events
         lifecycle.test_start.add_listener(self._on_test_start)
@@ -478,14 +489,15 @@ class RunController:
         self._use_host_of_this_test(environment)
         try:
             run = self._next_run_dir(options.report_dir)
-        except RunDirError as exc:  # checked at start; something changed the directory since
+            lock = run.writer_lock()  # this run's own until judged: before anything is written in it
+        except (RunDirError, RunInProgress) as exc:  # checked at start; something changed the directory since
             print(printable(f"sse-soak: {exc}: the test is not run"), file=sys.stderr, flush=True)
             environment.process_exit_code = 2
             gevent.spawn(environment.runner.quit)
             return
         writer = RunWriter(run)
         run.write_manifest(self._manifest(environment))
-        self._test = _Test(writer, entered, getattr(options, "run_time", None) or None)
+        self._test = _Test(writer, entered, getattr(options, "run_time", None) or None, lock=lock)
         self._collector.begin(writer)
         say(f"run directory: {run}")
         self._show_in_web_tab(environment, run)
@@ -661,6 +673,8 @@ class RunController:
             self._write_report(environment, test)
         finally:
             self._collector.end()
+            if test.lock is not None:
+                test.lock.release()  # judged: a reader (``report``) may take the directory now
             test.judged.set()
             if self._web_tab is not None:
                 self._web_tab.judged()

@@ -11,6 +11,7 @@ directory and judges each test. A worker only sends and records.
 
 from __future__ import annotations
 
+import os
 import time
 from argparse import Namespace
 
@@ -97,6 +98,7 @@ class Worker(Role):
     def watch(self, collector: Collector, options: Namespace) -> None:
         """Forked by the master (``--processes``): gone with it, its rows kept here."""
         if getattr(options, "processes", None):
+            collector.forked_by = os.getppid()
             end_with_parent(collector.master_gone)
 
 

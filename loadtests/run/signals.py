@@ -1,11 +1,13 @@
-"""SIGINT and SIGTERM during a Locust run: end the run once, never half-way through its verdict.
+"""SIGINT, SIGTERM and SIGHUP during a Locust run: end the run once, never half-way through its verdict.
 
 Locust turns Ctrl-C into a ``KeyboardInterrupt`` raised in whatever greenlet runs at that instant
 (a user's, losing its row, or the one computing the summary, losing the summary), and SIGTERM
 into a call of its ``shutdown()`` from a new greenlet while the main greenlet may enter it too
 (everything at quitting ran twice); an idle web UI's Ctrl-C was lost in about 1 of 6 tries, raised
-where nothing passed it on. SIGINT comes here from Locust's init on (``install((SIGINT,))``),
-SIGTERM from the first test start (Locust installs its own after init). The first signal asks
+where nothing passed it on; SIGHUP (a closed terminal, a CI runner's hang-up) killed the run with
+no verdict and no summary. Every ending signal (``loadtests.base.ending_signals``) is handled alike:
+SIGINT and SIGHUP come here from Locust's init on (``install(AT_INIT)``), SIGTERM from the first
+test start (Locust installs its own after init). The first signal asks
 Locust's main greenlet to shut down, the way Ctrl-C does when Locust is idle, so ``shutdown()``
 runs once, in one greenlet; while the summary is computed and written
 (``deferred()``) a signal is only noted and acted on after (``release()``); while report.html is
@@ -19,19 +21,24 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import gevent
 
+from loadtests.base.ending_signals import ENDING_SIGNALS
 from loadtests.base.lines import say
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS: tuple[int, ...] = ENDING_SIGNALS
+"""What the guard handles once a test started: every signal that ends a run."""
+AT_INIT: tuple[int, ...] = tuple(signum for signum in ENDING_SIGNALS if signum != signal.SIGTERM)
+"""What it handles from Locust's init on: all but SIGTERM, whose handler Locust installs after init
+(ours replaces it at the first test start)."""
 
 
 class SignalGuard:
-    """One per process; SIGINT installed at init, SIGTERM at the first test start, both restored
-    when Locust quits."""
+    """One per process; ``AT_INIT`` installed at init, SIGTERM too at the first test start, all
+    restored when Locust quits."""
 
     def __init__(self) -> None:
         self.received: list[tuple[str, float]] = []
@@ -104,11 +111,11 @@ class SignalGuard:
         said = self.test_started and self.speaks
         if self._quit_requested or self.quitting:
             if said:
-                loop.run_callback(say, f"sse-soak: {name}: already ending, the run's report comes first")
+                loop.run_callback(_say_if_heard, f"sse-soak: {name}: already ending, the run's report comes first")
             return
         self._quit_requested = True
         if said:
-            loop.run_callback(say, f"sse-soak: {name}: ending the run")
+            loop.run_callback(_say_if_heard, f"sse-soak: {name}: ending the run")
         loop.run_callback(self._interrupt_main)
 
     def _interrupt_main(self) -> None:
@@ -116,3 +123,10 @@ class SignalGuard:
             main = gevent.get_hub().parent
             assert main is not None  # the hub of the main thread always runs under its main greenlet
             main.throw(KeyboardInterrupt)
+
+
+def _say_if_heard(line: str) -> None:
+    """``say`` the line; an output that is gone (a closed terminal, whose SIGHUP this may answer)
+    loses only the line, and the run ends as it would have."""
+    with suppress(OSError):
+        say(line)

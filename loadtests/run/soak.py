@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadtests.base.ending_signals import ENDING_SIGNALS
 from loadtests.declare import catalog
 from loadtests.declare.options import Surface, option
 from loadtests.errors import (
@@ -29,6 +30,7 @@ from loadtests.errors import (
     USAGE_EXIT_CODE,
     InvalidValue,
     ManifestError,
+    RunInProgress,
 )
 from loadtests.judge.drift import DRIFT_GATES, DriftLimits
 from loadtests.judge.summary import FAIL, INCONCLUSIVE, Summary
@@ -40,6 +42,8 @@ from loadtests.run.resources import ResourceSampler
 from loadtests.services.stack import SERVER_NAMES
 
 SAMPLE_INTERVAL_S = 5.0
+LAST_JUDGING_WAIT_S = 60.0
+"""How long the soak's last judgement waits for another holder of the run directory (a ``report``)."""
 DEFAULT_SCENARIO = catalog.locate(option("scenario").default_on(Surface.SOAK))
 
 
@@ -123,8 +127,8 @@ class Soak:
         with ChildRun.start(headless, self.run_dir, on_line=self._on_line) as self._locust:
             self._sampler = ResourceSampler(self._locust.pid)
             self._sampler.path = self.run_dir.resources
-            # SIGTERM, not SIGINT, for either: Locust then stops its users and writes its report
-            with self._locust.forwarding((signal.SIGINT, signal.SIGTERM), signal.SIGTERM):
+            # SIGTERM for any ending signal (a hang-up too): Locust then stops its users and writes its report
+            with self._locust.forwarding(ENDING_SIGNALS, signal.SIGTERM):
                 self._watch(started)
             locust_code, _, _ = self._locust.wait()
         self.interrupted_by = self._locust.interrupted_by
@@ -207,6 +211,20 @@ class Soak:
                 self.html_unwritten = f"sse-soak: report.html was not written in {self.run_dir}: {exc.strerror or exc}"
         return summary
 
+    def _judge_last(self) -> Any:
+        """The soak's last judgement, holding the run directory (``RunDir.writer_lock``) as the run did
+        until it ended: no ``report`` or late writer changes it meanwhile. A holder that keeps it
+        past ``LAST_JUDGING_WAIT_S`` is named in one line, and the run judged all the same."""
+        assert self.run_dir is not None
+        try:
+            lock = self.run_dir.writer_lock(LAST_JUDGING_WAIT_S)
+        except RunInProgress:
+            held = f"another process held {self.run_dir} for {LAST_JUDGING_WAIT_S:g} s"
+            self.printer.print(f"sse-soak: {held}; the run is judged all the same")
+            return self._judge(partial=False)
+        with lock:
+            return self._judge(partial=False)
+
     def _finish(self, locust_code: int) -> int:
         assert self.run_dir is not None
         if not self.run_dir.manifest.exists() and locust_code == USAGE_EXIT_CODE:  # an option refused: no run
@@ -223,7 +241,7 @@ class Soak:
         if not self.run_dir.holds_results():
             self.printer.print("verdict: FAIL (the run wrote no results)")
             return 1
-        summary = self._judge(partial=False)
+        summary = self._judge_last()
         for gate in summary.gates:
             if gate.name in DRIFT_GATES:
                 self.printer.print(gate.line())

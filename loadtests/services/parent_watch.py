@@ -10,9 +10,10 @@ means nobody is left to stop the service. Two ways to act on it:
   as a normal stop, with a SIGKILL of itself if that hangs. Opt-in through
   ``SSE_SOAK_EXIT_ON_STDIN_EOF=1``, so a proxy started by hand is not stopped by its terminal.
 - ``python -m loadtests.services.parent_watch [--remove DIR] -- COMMAND...``: a watchdog for programs that
-  cannot watch a pipe (nginx). It runs COMMAND in the foreground, forwards SIGTERM/SIGINT to it as
-  SIGTERM, stops it by pid at EOF on its own stdin (and then removes DIR, which no one else is left
-  to remove), and exits as COMMAND exited, whether COMMAND was stopped or ended by itself.
+  cannot watch a pipe (nginx). It runs COMMAND in the foreground, forwards every ending signal
+  (SIGINT, SIGTERM, SIGHUP: ``loadtests.base.ending_signals``) to it as SIGTERM, stops it by pid
+  at EOF on its own stdin (and then removes DIR, which no one else is left to remove), and exits
+  as COMMAND exited, whether COMMAND was stopped or ended by itself.
 
 A Locust run started by a launcher (the soak job, ``launch``) has no pipe to watch: its stdin is
 not ours to read on an event loop. The launcher names itself in ``LAUNCHER_ENV`` and the run's
@@ -33,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from loadtests.base.ending_signals import ENDING_SIGNALS
 from sse_soak_lifeline import ENV_VAR, GRACE_S, exit_when_stdin_closes, wait_for_stdin_eof
 
 __all__ = ["ENV_VAR", "GRACE_S", "LAUNCHER_ENV", "end_with_launcher", "exit_when_stdin_closes", "main", "watchdog"]
@@ -90,7 +92,7 @@ def watchdog(command: Sequence[str], remove: Sequence[str] = ()) -> int:
         if child is not None:
             child.send_signal(signal.SIGTERM)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in ENDING_SIGNALS:
         signal.signal(signum, stop)  # before the child exists: a stop that comes first is not lost
     child = subprocess.Popen(list(command), stdin=subprocess.DEVNULL)
     if kill_at:

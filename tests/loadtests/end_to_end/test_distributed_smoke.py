@@ -412,3 +412,62 @@ def test_a_killed_masters_run_says_how_many_requests_its_server_counted_against_
     completed = next(gate for gate in json.loads((run_dir / "summary.json").read_text())["gates"])
     short = (section["lost"] + section["not_sent"]) > section["max_share"] * (section["seen"] + section["not_sent"])
     assert completed["name"] == "requests_completed" and completed["skipped"] == short, (completed, section)
+
+
+def _until_gone(process: psutil.Process, timeout: float) -> None:
+    """Until ``process`` (not our child) has exited: gone, or a zombie its new parent has yet to reap."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        assert time.monotonic() < deadline, f"pid {process.pid} still running {timeout:g} s after it was resumed"
+        time.sleep(0.1)  # polling a process that is not ours to wait for
+
+
+def test_a_worker_frozen_until_after_its_master_ended_keeps_its_parts_apart_and_report_names_them(
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP one of two workers mid-run: the master judges the run without it (its rows named
+    lost) and then waits for it forever, so it is killed, as a person or a CI job ends a hung run.
+    The worker, resumed (SIGCONT), writes what it never shipped; before, into the judged run's
+    tables, and every ``report`` refused the directory from then on (exit 2). Its parts go to
+    ``late/``: ``report`` re-judges the run as it was judged and names them in one line."""
+    from tests.loadtests.locust_run import LiveLocust
+
+    args = ("--headless", "-u", "4", "-r", "4", "-t", "20s", "--processes", "2", "--flush-interval", "1")
+    frozen: psutil.Process | None = None
+    with LiveLocust("mixed_truncate", tmp_path, *args) as locust:
+        run_dir = Path(locust.wait_for(r"^run directory: (.+)$")[1])
+        deadline = time.monotonic() + 60
+        workers: list[psutil.Process] = []
+        while len(workers) < 2 or not any((run_dir / "requests.parquet").glob("part-*.parquet")):
+            assert time.monotonic() < deadline, "the run never got going"
+            workers, _ = forked_workers(locust.process.pid)
+            time.sleep(0.1)  # polling for the forked workers and the first rows on disk
+        frozen = workers[0]
+        frozen.suspend()
+        try:
+            locust.wait_for(r"^report: ", timeout=120)  # judged without the frozen worker
+            judged = json.loads((run_dir / "summary.json").read_text())
+            locust.process.kill()  # it waits for its frozen worker to exit, forever
+            locust.process.wait(30)
+        finally:
+            frozen.resume()
+        _until_gone(frozen, 60)
+    late = list((run_dir / "late").glob("*.parquet/part-*.parquet"))
+    assert late and all(part.name.startswith(f"part-{frozen.pid}-") for part in late), late
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests", "report", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode in (1, 3), result.stdout + result.stderr  # judged as before: never a PASS, never 2
+    named = [line for line in result.stdout.splitlines() if " late part(s) " in line]
+    assert len(named) == 1 and named[0].startswith(f"report: {len(late)} late part(s) ("), result.stdout
+    assert "written after the run was judged: kept apart in late/, not judged" in named[0]
+    assert json.loads((run_dir / "summary.json").read_text())["parts"] == judged["parts"]

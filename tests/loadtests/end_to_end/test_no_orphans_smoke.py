@@ -145,7 +145,7 @@ def test_the_watchdog_runs_its_command_on_the_cpus_it_is_given() -> None:
     assert refused.returncode == 2 and "'x' is not a comma-separated list of CPU numbers" in refused.stderr
 
 
-@pytest.mark.parametrize("stop", ["pipe closes", "SIGTERM"])
+@pytest.mark.parametrize("stop", ["pipe closes", "SIGTERM", "SIGHUP"])
 def test_the_watchdog_stops_its_command_by_pid(tmp_path: Path, stop: str) -> None:
     marker = tmp_path / "started"
     script = f"import pathlib, time; pathlib.Path({str(marker)!r}).write_text('x'); time.sleep(120)"
@@ -160,8 +160,8 @@ def test_the_watchdog_stops_its_command_by_pid(tmp_path: Path, stop: str) -> Non
             assert len(commands) == 1 and process.stdin is not None
             if stop == "pipe closes":
                 process.stdin.close()
-            else:
-                process.send_signal(signal.SIGTERM)
+            else:  # a scheduler's SIGTERM, or a hang-up: either is passed on as SIGTERM
+                process.send_signal(signal.Signals[stop])
             assert process.wait(10) == -signal.SIGTERM  # the command ended by the SIGTERM it was passed
             assert not running(commands[0].pid)
     finally:

@@ -10,12 +10,17 @@ never passes a run that judged nothing or never wrote its summary.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
+import pty
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -41,7 +46,7 @@ pytestmark = pytest.mark.extended
 RUN_DIR = r"^run directory: (.+)$"
 REPORT = r"^report: (.+)$"
 VERDICT = r"^verdict: .*$"
-FIRST_SIGNAL = r"^sse-soak: SIG(INT|TERM): ending the run$"
+FIRST_SIGNAL = r"^sse-soak: SIG(INT|TERM|HUP): ending the run$"
 HTML_CUT = r"^sse-soak: report\.html was not written"
 HEADLESS = ("--headless", "-u", "3", "-r", "3", "--flush-interval", "1")
 
@@ -190,6 +195,33 @@ def test_report_on_something_not_a_run_directory_is_one_line_and_exit_2(tmp_path
 
 
 @pytest.mark.smoke
+def test_report_on_a_run_in_progress_refuses_in_one_line_and_the_run_ends_judged(tmp_path: Path) -> None:
+    """``report`` on a live run judged it and wrote its summary: at its end the run refused its own
+    directory (``RunDirChanged``: no gates, no verdict, exit 2), and so did every later ``report``.
+    The run's writer holds the directory until it is judged: ``report`` says so in one line, exit 2,
+    and writes nothing; the run ends judged; a ``report`` after its end re-judges it alike."""
+    with LiveLocust("mixed_truncate", tmp_path, *HEADLESS) as locust:
+        run_dir = Path(locust.wait_for(RUN_DIR)[1])
+        wait_for_parts(run_dir)
+        during = report_command(run_dir)
+        assert during.returncode == 2 and during.stdout == "", during.stderr
+        (line,) = during.stderr.splitlines()
+        assert line.startswith(f"python -m loadtests report: {run_dir}: the run is still in progress (pid ")
+        assert f"(pid {locust.process.pid} on " in line and "nothing was read or written" in line
+        assert not [
+            run_dir / name for name in ("summary.json", "report.html", "requests.csv") if (run_dir / name).exists()
+        ]
+        locust.signal(signal.SIGINT)
+        code = locust.wait(60)
+    summary = complete(run_dir)
+    assert code == (0 if summary["passed"] else 1 if summary["verdict"] == "FAIL" else 3), locust.output[-3000:]
+    assert_one_verdict_per_run(locust, [summary])
+    after = report_command(run_dir)
+    assert after.returncode == code, after.stdout + after.stderr
+    assert verdict_line(summary) in after.stdout.splitlines()
+
+
+@pytest.mark.smoke
 def test_the_run_time_ends_the_run_on_time_and_is_no_interruption(tmp_path: Path, start_server: StartServer) -> None:
     """With ``--host`` startup blocks the event loop for a second or more (imports, discovery) and
     libev's cached clock goes stale: Locust's -t timer would fire that much early."""
@@ -224,7 +256,7 @@ def test_with_locusts_json_stdout_is_the_stats_json_alone_and_the_run_lines_go_t
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_before_the_run_time_fails_the_run_as_interrupted(tmp_path: Path, signum: int) -> None:
     with LiveLocust("mixed_truncate", tmp_path, *HEADLESS, "-t", "15s") as locust:
         run_dir = Path(locust.wait_for(RUN_DIR)[1])
@@ -261,10 +293,15 @@ def test_ctrl_c_ends_a_run_without_run_time_without_failing_it(tmp_path: Path) -
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("to_group", [False, True], ids=["SIGTERM-to-the-master", "Ctrl-C-to-every-process"])
-def test_a_signal_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path, to_group: bool) -> None:
+@pytest.mark.parametrize(
+    ("signum", "to_group"),
+    [(signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGHUP, True)],
+    ids=["SIGTERM-to-the-master", "Ctrl-C-to-every-process", "hang-up-to-every-process"],
+)
+def test_a_signal_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path, signum: int, to_group: bool) -> None:
     """SIGTERM to the master alone, as a job scheduler sends it; SIGINT to every process of the run,
-    as a terminal's Ctrl-C does (each worker then heard it too, and each said so before)."""
+    as a terminal's Ctrl-C does (each worker then heard it too, and each said so before); SIGHUP
+    to every process, as a closed terminal sends it (it killed each process before, no verdict)."""
     port, trace = free_port(), tmp_path / "trace.jsonl"
     with LiveLocust(
         "mixed_truncate",
@@ -287,12 +324,12 @@ def test_a_signal_with_processes_2_judges_once_and_loses_no_row(tmp_path: Path, 
         run_dir = Path(locust.wait_for(RUN_DIR)[1])
         wait_for_parts(run_dir, 4)
         if to_group:
-            locust.signal_group(signal.SIGINT)
+            locust.signal_group(signum)
         else:
-            locust.signal(signal.SIGTERM)
+            locust.signal(signum)
         assert locust.wait(60) == 1, locust.output[-3000:]
     summary = complete(run_dir)
-    name = "SIGINT" if to_group else "SIGTERM"
+    name = signal.Signals(signum).name
     assert summary["interrupted"].startswith(f"{name} at ") and summary["passed"] is False
     for prefix in ("run directory: ", "requests: ", "ended: ", "verdict: ", "report: "):
         assert len(locust.matching("^" + prefix)) == 1, prefix
@@ -518,6 +555,82 @@ def test_web_ui_ctrl_c_at_any_moment_leaves_a_complete_run(tmp_path: Path, momen
     assert list(tmp_path.iterdir()) == [run_dir]
     if moment in ("twice_while_judging", "again_during_html"):
         assert html_cut or locust.matching(r"^sse-soak: SIGINT: already ending")
+
+
+@pytest.mark.smoke
+def test_a_closed_terminal_ends_the_run_judged_as_interrupted(tmp_path: Path) -> None:
+    """Locust on a terminal of its own (a pty it controls), which then closes: the kernel hangs up
+    the session (SIGHUP) and every later write to the terminal fails. The run is judged, interrupted
+    by SIGHUP, its summary and report written, exit 1; before, SIGHUP killed it (exit 129, no
+    summary). What it would have printed is lost with the terminal; its files say it all."""
+    terminal, run_side = pty.openpty()
+
+    def own_terminal() -> None:  # in the child: a session of its own whose controlling terminal is the pty
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    command = locust_command(
+        ROOT / "scenarios" / "mixed_truncate.py",
+        *HEADLESS,
+        "-t",
+        "30s",
+        "--report-dir",
+        str(tmp_path),
+        "--only-summary",
+    )
+    locust = subprocess.Popen(
+        command, stdin=run_side, stdout=run_side, stderr=run_side, cwd=ROOT, preexec_fn=own_terminal
+    )
+    os.close(run_side)
+    shown = b""
+    try:
+        deadline = time.monotonic() + 60
+        while not re.search(rb"^run directory: (.+?)\r?$", shown, re.MULTILINE):
+            assert time.monotonic() < deadline and locust.poll() is None, shown.decode(errors="replace")[-3000:]
+            if select.select([terminal], [], [], 0.5)[0]:
+                shown += os.read(terminal, 65536)
+        found = re.search(rb"^run directory: (.+?)\r?$", shown, re.MULTILINE)
+        assert found is not None
+        run_dir = Path(found[1].decode())
+        wait_for_parts(run_dir, 2)
+        os.close(terminal)  # the terminal closes: SIGHUP to its session, and its output is gone
+        terminal = -1
+        assert locust.wait(60) == 1
+    finally:
+        if terminal != -1:
+            os.close(terminal)
+        if locust.poll() is None:  # a failed test: Locust, then the services it started, by their ids
+            os.killpg(locust.pid, signal.SIGKILL)
+            locust.wait()
+            for pid in re.findall(rb"\(pid (\d+)\)", shown):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+    summary = complete(run_dir)
+    assert re.fullmatch(r"SIGHUP at \d+\.\d s of 30 s", summary["interrupted"] or ""), summary["interrupted"]
+    assert summary["ended"] == summary["interrupted"] and summary["passed"] is False
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("idle", [False, True], ids=["during-a-test", "idle"])
+def test_web_ui_hang_up_ends_it_as_ctrl_c_does(tmp_path: Path, idle: bool) -> None:
+    """SIGHUP (its terminal closed) during a test judges that test and quits, as Ctrl-C does; an
+    idle web UI quits and writes nothing. It killed the web UI before, with no verdict (exit 129)."""
+    locust, ui = web_locust(tmp_path)
+    with locust:
+        ui.start()
+        run_dir = Path(locust.wait_for(RUN_DIR)[1])
+        wait_for_parts(run_dir)
+        if idle:
+            ui.stop()
+            assert locust.wait_for(REPORT)[1] == str(run_dir)
+        locust.signal(signal.SIGHUP)
+        code = locust.wait(60)
+    summary = complete(run_dir)
+    ended = r"stopped at \d+\.\d s" if idle else r"SIGHUP at \d+\.\d s"
+    assert summary["interrupted"] is None and re.fullmatch(ended, summary["ended"]), summary["ended"]
+    assert_one_verdict_per_run(locust, [summary])
+    assert code == (0 if summary["passed"] else 1 if summary["verdict"] == "FAIL" else 3), locust.output[-3000:]
+    assert list(tmp_path.iterdir()) == [run_dir]
 
 
 @pytest.mark.smoke

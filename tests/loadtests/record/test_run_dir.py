@@ -155,3 +155,49 @@ def test_a_run_name_that_is_a_path_is_refused_and_nothing_is_made(tmp_path: Path
     with pytest.raises(RunDirError, match=r"run name '\.\./\.\./x' is not a plain name"):
         RunDir.create(root, "../../x")
     assert not (tmp_path / "reports").exists()
+
+
+# A writer that holds a run directory until its stdin closes (or it is killed).
+HOLDER = """
+import sys
+from loadtests.record.run_dir import RunDir
+lock = RunDir(sys.argv[1]).writer_lock()
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_run_directory_has_one_writer_at_a_time_and_a_killed_one_leaves_no_lock(tmp_path: Path) -> None:
+    """The lock names its holder to whoever else asks (``RunInProgress``, one line); the kernel
+    drops it with its holder however that dies, so a killed run is never left unreportable."""
+    from loadtests.errors import RunInProgress
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(run.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(RunInProgress) as refused:
+            run.writer_lock()
+        (line,) = str(refused.value).splitlines()
+        assert f"{run.path}: the run is still in progress (pid {holder.pid} on " in line
+        holder.kill()
+        holder.wait(30)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        for pipe in (holder.stdin, holder.stdout):
+            if pipe is not None:
+                pipe.close()
+    with run.writer_lock() as lock:  # the killed holder's lock went with it
+        assert lock.held
+        assert run.writer_lock_file.read_text().startswith(f"pid {os.getpid()} on ")
+    with run.writer_lock() as again:  # released: the next writer takes it at once
+        assert again.held

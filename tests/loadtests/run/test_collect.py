@@ -89,3 +89,27 @@ def test_a_worker_that_lost_its_master_writes_its_rows_into_the_run_else_beside_
     rows = pd.read_json(kept, lines=True)
     assert len(rows) == 3 and set(rows["outcome"]) == {"not_sent"} and rows["request_id"].is_unique
     assert not RunDir(tmp_path / "on-another-host").holds_results() and len(run.read_requests()) == 3
+
+
+def test_a_worker_that_lost_its_master_after_the_run_was_judged_keeps_its_parts_apart(tmp_path: Path) -> None:
+    """A worker frozen until after its master judged the run (or a ``report`` did) must not add
+    parts to the judged run: they go to ``late/``, named by ``late_writers``, and the run re-judges
+    as it was judged (before, its parts joined the run's and every later judgement refused it)."""
+    import pandas as pd
+
+    from loadtests.record.parts_writer import RunWriter
+    from loadtests.record.run_dir import RunRecord
+    from loadtests.run.judging import judge
+
+    run = RunWriter(tmp_path / "run").run
+    orphan_rows(tmp_path, run.path)  # the master was killed before judging: the rows are the run's
+    judged = judge(RunRecord(run), html=False)
+    assert judged.requests == 3
+    orphan_rows(tmp_path, run.path)  # another worker, resumed after the run was judged
+    assert len(run.read_requests()) == 3 and len(pd.read_parquet(run.late.requests)) == 3
+    (late,) = run.late_writers()
+    assert (late.worker, late.rows, late.parts) == ("worker-0", 3, 1)
+    assert late.line() == (
+        "1 late part(s) (3 rows) from worker-0, written after the run was judged: kept apart in late/, not judged"
+    )
+    assert judge(RunRecord(run), html=False).parts == judged.parts  # no RunDirChanged: the run is as judged

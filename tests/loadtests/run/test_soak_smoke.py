@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -71,7 +72,10 @@ def test_a_soak_with_injected_failures_fails_with_the_counts_and_against_its_bas
     assert f"{len(failing)} FAIL (" in next(line for line in result.stdout.splitlines() if line.startswith("windows:"))
 
 
-def test_sigterm_midway_still_leaves_a_readable_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_an_ending_signal_midway_still_leaves_a_readable_report(tmp_path: Path, signum: int) -> None:
+    """SIGTERM (a scheduler) or SIGHUP (a closed terminal, a CI runner's hang-up): the soak passes it
+    on to its run as SIGTERM and judges what the run recorded, interrupted by that signal."""
     soak = subprocess.Popen(soak_command(tmp_path, "--duration", "10m"), stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert soak.stdout is not None
@@ -83,7 +87,15 @@ def test_sigterm_midway_still_leaves_a_readable_report(tmp_path: Path) -> None:
                 break
             assert time.monotonic() < deadline, "no progress"
         assert json.loads(checkpoint.read_text())["soak"]["partial"] is True  # readable while running
-        os.kill(soak.pid, signal.SIGTERM)
+        report = subprocess.run(  # a run still going is its writer's: report refuses it, writes nothing
+            [sys.executable, "-m", "loadtests", "report", str(checkpoint.parent)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+        assert report.returncode == 2 and "the run is still in progress (pid " in report.stderr, report
+        os.kill(soak.pid, signum)
         output = line + soak.stdout.read()
         assert soak.wait(timeout=120) == 1
     finally:
@@ -92,7 +104,8 @@ def test_sigterm_midway_still_leaves_a_readable_report(tmp_path: Path) -> None:
             soak.wait()
         if soak.stdout is not None:
             soak.stdout.close()
-    assert output.strip().splitlines()[-1].startswith("verdict: FAIL (interrupted by SIGTERM")
+    name = signal.Signals(signum).name
+    assert output.strip().splitlines()[-1].startswith(f"verdict: FAIL (interrupted by {name}")
     run_dir = run_dir_of(output)
     summary = Summary.read(RunDir(run_dir).summary)
     assert summary.requests == len(pd.read_parquet(run_dir / "requests.parquet")) > 0
