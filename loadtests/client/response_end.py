@@ -54,10 +54,10 @@ class FramedResponse(HTTPSocketPoolResponse):
     """Head bytes received while no final head is complete; None once the final head was read."""
     _status = 0
     body_failure: HTTPParseError | None = None
-    """Bad framing in the body bytes that came in the read that completed the head: raised by the
-    body's reader once it took the frames before it (so they count, as they do for the SDK), never
-    by the request, which would throw the response away. The connection is closed at once, so the
-    body of an error answer is what came before it."""
+    """Bad framing found in the body while the request read the head (the bytes came in one read) or
+    while an error answer's body was read whole (``read``). The body is what came before it, as
+    httpx hands it over: the stream's reader takes those frames, then raises it; the request never
+    raises it (that would throw the response away). The connection is closed at once."""
 
     def feed(self, data: str | bytes) -> None:
         head = self._head

@@ -329,7 +329,8 @@ class SSEUser(StreamingUser, FastHttpUser):
     @staticmethod
     def _read(response: Any, tracker: StreamTracker, started: float, max_line_bytes: int) -> Outcome | None:
         """Read the response into ``tracker``; returns ``"timeout"``/``"connect_error"`` when the
-        client, not the server, ended it. Stops at a protocol error and closes the connection."""
+        client, not the server, ended it. Stops at the stream's terminal frame (``[DONE]``, an error
+        frame, a protocol error), as the SDK does; the connection is reused only when its body had ended."""
         status = getattr(response, "status_code", 0) or 0
         if not status:
             error = getattr(response, "error", None)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from loadtests.client.framing import CHUNK_HEADER, RULES, Conclusion, Part, rule
@@ -371,7 +371,40 @@ def _row(row: Row) -> str:
     return ", ".join(f"{name}={row[name]!r}" for name in fields)
 
 
+TOKEN_FRAME = b'data: {"object": "text_completion", "choices": [{"index": 0, "text": " t0"}]}\n\n'
+EXCESS = b'data: {"excess": true}\n\n'
+
+
+def _excess_in_a_later_read() -> Response:
+    """Issue 36's case: bytes after a Content-Length body on a kept-alive connection, arriving after
+    the body (raw: the next request read them as its answer)."""
+    response = Response(framing="content_length", frames=[TOKEN_FRAME], breaking="excess_after_content_length")
+    response.splits = [len(response.wire()) - len(EXCESS)]
+    return response
+
+
+ISSUE_CASES = [
+    _excess_in_a_later_read(),
+    Response(framing="content_length", frames=[TOKEN_FRAME], breaking="excess_after_content_length"),
+    Response(head_lines=[b"X-Folded: first\r\n folded"], frames=[TOKEN_FRAME], rules={"obs_fold"}),
+    Response(head_lines=[b"X-Control: a\x01b"], frames=[TOKEN_FRAME], rules={"control_in_value"}),
+    Response(status=504, head_lines=[b"X-Folded: first\r\n\tfolded"], rules={"obs_fold"}),
+    Response(status=504, head_lines=[b"X-Control: a\x1fb"], framing="content_length", rules={"control_in_value"}),
+    Response(frames=[TOKEN_FRAME, TOKEN_FRAME], size_lines=[SizeLine(), SizeLine(lead=b"zz")]),
+    Response(frames=[TOKEN_FRAME], breaking="held_after_done"),
+    Response(frames=[TOKEN_FRAME], framing="content_length", breaking="held_after_done"),
+]
+"""The issue's cases, always tried (hypothesis's own examples come on top)."""
+
+
+def _with_issue_cases(test: Any) -> Any:
+    for case in reversed(ISSUE_CASES):
+        test = example(response=case)(test)
+    return test
+
+
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@_with_issue_cases
 @given(response=responses())
 def test_both_clients_conclude_what_the_table_says(clients: Clients, response: Response) -> None:
     wire = response.wire()
