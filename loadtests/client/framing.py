@@ -274,9 +274,4 @@ def install() -> bool:
     return True
 
 
-def rule(name: str) -> FramingRule:
-    """The row named ``name``."""
-    for candidate in RULES:
-        if candidate.name == name:
-            return candidate
-    raise KeyError(name)
+RULES_BY_NAME = {row.name: row for row in RULES}

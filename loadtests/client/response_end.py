@@ -43,10 +43,6 @@ _HEAD_END = re.compile(b"\n\r?\n")
 """Where h11 ends a head: the first blank line, LF or CRLF (h11's ``ReceiveBuffer``)."""
 
 
-class _ExcessAfterEnd(Exception):
-    """llhttp began another message after the final response ended: the bytes are excess."""
-
-
 class FramedResponse(HTTPSocketPoolResponse):
     """geventhttpclient's pooled response, its head read by h11 and excess after its end dropped."""
 
@@ -120,16 +116,14 @@ class FramedResponse(HTTPSocketPoolResponse):
     def _feed_framed(self, data: str | bytes) -> None:
         try:
             super().feed(data)
-        except _ExcessAfterEnd:
-            self._trailing_data_dropped = True  # should_close() is now True: the connection is never reused
         except HTTPParseError:
             if not (self.message_complete and self.get_code() >= 200):
                 raise
-            self._trailing_data_dropped = True
+            self._trailing_data_dropped = True  # should_close() is now True: the connection is never reused
 
     def _on_message_begin(self) -> None:
         if self.message_complete:  # interim heads never reach llhttp: the final response has ended
-            raise _ExcessAfterEnd
+            raise HTTPParseError("excess after the response's end")  # raised before llhttp forgets the end
         super()._on_message_begin()
 
 

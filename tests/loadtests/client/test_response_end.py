@@ -105,5 +105,6 @@ def test_bad_framing_in_the_read_of_the_head_keeps_what_came_before_it() -> None
     """The frames before a bad chunk size are the body's; the failure waits for the body's reader."""
     chunked = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
     response = answer(chunked + b"%x\r\n" % len(BODY) + BODY + b"\r\nzz\r\n", FramedResponse)
+    assert isinstance(response, FramedResponse)
     assert response.status_code == 200 and bytes(response._body_buffer) == BODY
     assert response.body_failure is not None and response.should_close()

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from loadtests.client.framing import CHUNK_HEADER, RULES, Conclusion, Part, rule
+from loadtests.client.framing import CHUNK_HEADER, RULES, RULES_BY_NAME, Conclusion, Part
 from loadtests.client.outcome import Outcome
 from tests.loadtests.misbehaving import WIRE_CLIENTS_READY, MisbehavingServer, start_misbehaving_server
 from tests.misbehaving_server import HOLD_LIMIT_S
@@ -220,7 +220,10 @@ class Response:
             return "hold"
         if self.framing == "close" or self.breaking in ("no_final_chunk", "closed_before_content_length"):
             return "close"
-        if self.breaking is not None and rule(self.breaking).conclusion in (Conclusion.REFUSED, Conclusion.NO_RESPONSE):
+        if self.breaking is not None and RULES_BY_NAME[self.breaking].conclusion in (
+            Conclusion.REFUSED,
+            Conclusion.NO_RESPONSE,
+        ):
             return "close"
         return "keep"
 
@@ -231,7 +234,7 @@ class Response:
 
     def expected(self) -> tuple[Outcome, int, bool]:
         """The outcome, data frames and ``[DONE]`` the table concludes for this response."""
-        conclusion = rule(self.breaking).conclusion if self.breaking else Conclusion.AS_IF_ABSENT
+        conclusion = RULES_BY_NAME[self.breaking].conclusion if self.breaking else Conclusion.AS_IF_ABSENT
         if conclusion == Conclusion.REFUSED:
             return Outcome.PROTOCOL_ERROR, 0, False
         if conclusion == Conclusion.NO_RESPONSE:
@@ -409,7 +412,7 @@ def _with_issue_cases(test: Any) -> Any:
 def test_both_clients_conclude_what_the_table_says(clients: Clients, response: Response) -> None:
     wire = response.wire()
     for name in response.rules | ({response.breaking} if response.breaking else set()):
-        row = rule(name)
+        row = RULES_BY_NAME[name]
         truncated = response.breaking == "closed_within_head" != name  # its other quirks may be cut off
         if row.part is Part.HEAD and row.pattern.pattern and not truncated:
             assert row.pattern.search(response.final_head), (
