@@ -138,6 +138,8 @@ class Response:
     """The frame before which a body quirk breaks the framing."""
     splits: list[int] = field(default_factory=list)
     rules: set[str] = field(default_factory=set)
+    refused_value: bytes = b"X-Bad: a\rb"
+    """The header line of ``nul_or_bare_cr_in_value``."""
     final_head: bytes = b""
     """The final response's head, as ``wire()`` last made it."""
 
@@ -208,7 +210,7 @@ class Response:
 
     def _refused_lines(self) -> list[bytes]:
         return {
-            "nul_or_bare_cr_in_value": [b"X-Bad: a\rb"],
+            "nul_or_bare_cr_in_value": [self.refused_value],
             "whitespace_before_colon": [b"X-Spaced : value"],
             "conflicting_content_length": [b"Content-Length: 1", b"Content-Length: 2"],
             "content_length_and_chunked": [b"Content-Length: 5"] if self.framing == "chunked" else [],
@@ -323,6 +325,11 @@ def responses(draw: st.DrawFn) -> Response:
         if draw(st.booleans()):
             response.head_lines.append(draw(strategy))
             response.rules.add(name)
+    generated = b"X-Generated: v" + draw(st.binary(max_size=6).filter(lambda value: b"\n" not in value)) + b"v"
+    if RULES_BY_NAME["nul_or_bare_cr_in_value"].pattern.search(generated):  # the table decides which it is
+        response.refused_value = generated
+    else:
+        response.head_lines.append(generated)
     if draw(st.booleans()):
         response.line_end = b"\n"
         response.rules.add("lf_line_ends")
@@ -332,7 +339,10 @@ def responses(draw: st.DrawFn) -> Response:
         response.size_lines = draw(st.lists(size_lines(), max_size=len(response.body_frames()) + 1))
         response.trailers = draw(st.booleans())
     fits = [name for name in BREAKING if _fits(name, response)]
-    response.breaking = draw(st.none() | st.sampled_from(fits))
+    if response.refused_value.startswith(b"X-Generated"):
+        response.breaking = "nul_or_bare_cr_in_value"
+    else:
+        response.breaking = draw(st.none() | st.sampled_from(fits))
     if response.breaking == "chunk_data_not_crlf":
         response.break_at = draw(st.integers(0, len(response.body_frames()) - 1))
     wire_size = len(response.wire())
