@@ -7,7 +7,10 @@ in the part of the response it names), where RFC 9112 or 9110 speaks of it, and 
 both clients must reach: the outcome, which frames are kept, and where the row's duration ends.
 ``tests/loadtests/load/test_framing_parity.py`` generates responses from these rows (hypothesis),
 sends each to both clients from a real server and fails on any difference between them or
-with the row. The SDK's reading (h11) is the reference wherever the RFC leaves the choice.
+with the row. The SDK's reading (h11) is the reference wherever the RFC leaves the choice; where
+h11 parts from the RFC, ``install`` makes it read as the raw client does: chunk size lines
+(``CHUNK_HEADER``) and excess after a response that came in the read that ended it (h11 kept it
+for the next response; RFC 9112 6.3 forbids that).
 
 Conclusions (``Conclusion``):
 
@@ -32,8 +35,11 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+
+import h11
 
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"
 _QUOTED = rb'"(?:[\t !#-\[\]-~\x80-\xff]|\\[\t -~\x80-\xff])*"'
@@ -265,13 +271,31 @@ RULES: tuple[FramingRule, ...] = (
 
 
 def install() -> bool:
-    """Make h11 (below the openai SDK, in this process) take chunk size lines by ``CHUNK_HEADER``,
-    as the raw client does; False when this h11 has no such rule to replace (the parity test fails)."""
+    """Make h11 (below the openai SDK, in this process) read as the raw client reads: chunk size
+    lines by ``CHUNK_HEADER``, and excess after a complete response dropped (``_drop_excess``);
+    False when this h11 has no chunk rule to replace (the parity test then fails)."""
+    if not getattr(h11.Connection.start_next_cycle, "drops_excess", False):
+        h11.Connection.start_next_cycle = _drop_excess(h11.Connection.start_next_cycle)  # type: ignore[method-assign, assignment]
     readers = importlib.import_module("h11._readers")
     if not isinstance(getattr(readers, "chunk_header_re", None), re.Pattern):
         return False
     vars(readers)["chunk_header_re"] = CHUNK_HEADER  # h11 looks it up at each chunk
     return True
+
+
+def _drop_excess(start_next_cycle: Callable[[h11.Connection], None]) -> Callable[[h11.Connection], None]:
+    """h11's ``start_next_cycle`` that drops what a server sent after the response it ended: bytes
+    that came in the read that ended the response stay in h11's buffer, and httpcore reused the
+    connection, so the next request read them as its answer ("illegal status line"). RFC 9112 6.3
+    forbids processing them as a separate response; the raw client drops them too."""
+
+    def next_cycle(connection: h11.Connection) -> None:
+        start_next_cycle(connection)
+        if connection.our_role is h11.CLIENT and connection.trailing_data[0]:
+            connection._receive_buffer = type(connection._receive_buffer)()
+
+    next_cycle.drops_excess = True  # type: ignore[attr-defined]
+    return next_cycle
 
 
 RULES_BY_NAME = {row.name: row for row in RULES}

@@ -58,27 +58,37 @@ class FramedResponse(HTTPSocketPoolResponse):
     def feed(self, data: str | bytes) -> None:
         head = self._head
         if head is not None:
-            if not data:
-                raise HTTPConnectionClosed(CLOSED_IN_HEAD)
-            final = self._read_heads(head + (data.encode("latin-1") if isinstance(data, str) else bytes(data)))
-            if final is None:
-                return
-            response, data = final
-            self._status = response.status_code
-            self._feed_framed(_framing_head(response))
-            self.status_message = response.reason.decode("latin-1")
-            index = self._headers_index
-            index.clear()
-            for name, value in response.headers.raw_items():
-                index.add(name.decode("latin-1"), value.decode("latin-1"))
-            if data:
-                try:
-                    self._feed_framed(data)
-                except HTTPParseError as exc:
-                    self.body_failure = exc
-                    self.release()  # closed: a reader of the body gets what came before the failure
+            self._feed_head(head, data)
             return
-        self._feed_framed(data)
+        try:  # every read of a body: nothing here beyond what geventhttpclient does
+            super().feed(data)
+        except HTTPParseError:
+            if not (self.message_complete and self.get_code() >= 200):
+                raise
+            self._trailing_data_dropped = True  # should_close() is now True: the connection is never reused
+
+    def _feed_head(self, head: bytes, data: str | bytes) -> None:
+        """Bytes while no final head is whole: once one is, llhttp gets its framing, the headers are
+        h11's, and the body bytes that came with it are fed (bad framing in them deferred)."""
+        if not data:
+            raise HTTPConnectionClosed(CLOSED_IN_HEAD)
+        final = self._read_heads(head + (data.encode("latin-1") if isinstance(data, str) else bytes(data)))
+        if final is None:
+            return
+        response, body = final
+        self._status = response.status_code
+        self.feed(_framing_head(response))
+        self.status_message = response.reason.decode("latin-1")
+        index = self._headers_index
+        index.clear()
+        for name, value in response.headers.raw_items():
+            index.add(name.decode("latin-1"), value.decode("latin-1"))
+        if body:
+            try:
+                self.feed(body)
+            except HTTPParseError as exc:
+                self.body_failure = exc
+                self.release()  # closed: a reader of the body gets what came before the failure
 
     def _read_heads(self, received: bytes) -> tuple[h11.Response, bytes] | None:
         """The final response's head and the bytes after it, once it is whole (interim heads
@@ -112,14 +122,6 @@ class FramedResponse(HTTPSocketPoolResponse):
     def get_code(self) -> int:
         """The final response's status, as h11 read it (llhttp forgets it once the body's framing broke)."""
         return self._status or super().get_code()
-
-    def _feed_framed(self, data: str | bytes) -> None:
-        try:
-            super().feed(data)
-        except HTTPParseError:
-            if not (self.message_complete and self.get_code() >= 200):
-                raise
-            self._trailing_data_dropped = True  # should_close() is now True: the connection is never reused
 
     def _on_message_begin(self) -> None:
         if self.message_complete:  # interim heads never reach llhttp: the final response has ended
