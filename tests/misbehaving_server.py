@@ -11,6 +11,8 @@ interleaving). The mode is appended to the ``--log`` JSONL file, ``{"request_id"
 BEFORE any byte of the answer is written: a request the server saw is in the log even when the
 client never records it. Chunks look like vLLM's completions/chat chunks; streams are chunked
 unless the mode says otherwise, and a connection is kept alive only after a well-framed answer.
+A generation request whose body carries ``WIRE_FIELD`` gets exactly the bytes it names instead of
+a mode (``tests/loadtests/load/test_framing_parity.py`` sends both clients generated responses so).
 The process prints ``listening on http://127.0.0.1:PORT`` once it accepts connections, and exits
 on SIGTERM/SIGINT or after ``--lifetime`` seconds.
 """

@@ -289,7 +289,7 @@ class StreamingUser:
 
 
 response_end.install()  # a response ends where its framing says, as it does for the openai client
-framing.install()  # the openai client's h11 takes chunk size lines as the raw client's llhttp does
+framing.install()  # the openai client's h11 reads chunk size lines and excess after a response as the raw client does
 
 
 class SSEUser(StreamingUser, FastHttpUser):
