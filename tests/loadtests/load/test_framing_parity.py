@@ -4,8 +4,9 @@
 Hypothesis composes a response from the table's quirks (benign ones in any number, at most one
 that refuses, cuts or follows the response), a real server (``tests/misbehaving_server.py``,
 ``WIRE_FIELD``) sends it byte for byte, split into writes where hypothesis says, and the raw user
-and the openai SDK user (in this process, as Locust runs them) each send a request that gets it,
-then a plain one on the same user (a connection that carried excess must not answer it). Both
+and the openai SDK user (in one child process patched as Locust's, ``tests/loadtests/wire_clients.py``)
+each send a request that gets it, then a plain one on the same user (a connection that carried
+excess must not answer it). Both
 rows must have the outcome, the data-frame count and ``[DONE]`` the table concludes, and a
 duration that ends at the stream's terminal frame (a server holding the connection after
 ``[DONE]`` for ``HOLD_LIMIT_S`` is not waited for; the bound is the client's idle timeout, far
