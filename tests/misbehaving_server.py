@@ -11,6 +11,8 @@ interleaving). The mode is appended to the ``--log`` JSONL file, ``{"request_id"
 BEFORE any byte of the answer is written: a request the server saw is in the log even when the
 client never records it. Chunks look like vLLM's completions/chat chunks; streams are chunked
 unless the mode says otherwise, and a connection is kept alive only after a well-framed answer.
+A generation request whose body carries ``WIRE_FIELD`` gets exactly the bytes it names instead of
+a mode (``tests/loadtests/load/test_framing_parity.py`` sends both clients generated responses so).
 The process prints ``listening on http://127.0.0.1:PORT`` once it accepts connections, and exits
 on SIGTERM/SIGINT or after ``--lifetime`` seconds.
 """
@@ -489,6 +491,29 @@ MODES: dict[str, Mode] = {
 }
 
 
+WIRE_FIELD = "misbehaving_wire"
+"""A request body field that says the answer's bytes, whatever the modes: ``{"parts": [hex, ...],
+"then": "keep" | "close" | "hold"}``. Each part is its own write, sent once the previous one left
+(a test's client sees reads split there, or merged); then the connection is kept for the next
+request, closed, or held open without a byte until the client leaves (``HOLD_LIMIT_S`` at most).
+The request is not logged: the test that sent it knows what it asked for."""
+HOLD_LIMIT_S = 10.0
+PART_GAP_S = 0.002
+
+
+async def replay(wire: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    """Send the bytes ``wire`` says (``WIRE_FIELD``); True when the connection may carry another request."""
+    for index, part in enumerate(wire["parts"]):
+        if index:
+            await asyncio.sleep(PART_GAP_S)
+        writer.write(bytes.fromhex(part))
+        await writer.drain()
+    if wire["then"] == "hold":
+        with contextlib.suppress(asyncio.TimeoutError, ConnectionError):
+            await asyncio.wait_for(reader.read(1), HOLD_LIMIT_S)
+    return wire["then"] == "keep"
+
+
 async def unacked_drained(sock: Any, limit_s: float = 2.0) -> None:
     """Wait until the peer acknowledged every byte sent (Linux TIOCOUTQ), so a reset loses none."""
     deadline = time.monotonic() + limit_s
@@ -534,6 +559,8 @@ class MisbehavingServer:
         keep = headers.get("connection", "").lower() != "close"
         path = path.split("?", 1)[0]
         request = json.loads(body) if body else {}
+        if method == "POST" and path in ("/v1/completions", "/v1/chat/completions") and WIRE_FIELD in request:
+            return await replay(request[WIRE_FIELD], reader, writer) and keep
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             mode = self.next_mode(headers.get("user-agent", ""))
             self.log.write(json.dumps({"request_id": headers.get("x-request-id"), "mode": mode}) + "\n")

@@ -417,6 +417,12 @@ class StreamTracker:
         return self._protocol_error is not None
 
     @property
+    def stream_ended(self) -> bool:
+        """True once the stream ended at a frame: a terminal event or one that broke the protocol.
+        A reader stops there (nothing after it is judged), so a row's duration ends at that frame."""
+        return self.done or self._error is not None or self._protocol_error is not None
+
+    @property
     def finished_by_server(self) -> bool:
         """True once a terminal event came (``[DONE]`` or an error frame): nothing after it is judged."""
         return self.done or self._error is not None

@@ -38,10 +38,35 @@ class WireEnd:
     (``loadtests.client.outcome``): the stream ends at its first terminal event, ``[DONE]``, an error
     frame or a frame that breaks the protocol; nothing after it is handed over or counted."""
 
-    __slots__ = ("bytes", "data_frames", "done", "ended", "parser", "problem")
+    __slots__ = (
+        "both_lengths",
+        "bytes",
+        "data_frames",
+        "done",
+        "ended",
+        "parser",
+        "problem",
+        "server",
+        "status",
+        "transport_errors",
+        "via",
+    )
 
-    def __init__(self, max_line_bytes: int) -> None:
+    def __init__(self, max_line_bytes: int, response: Any = None) -> None:
         self.parser = SSEParser(max_line_bytes)
+        self.status: int | None = None if response is None else response.status_code
+        """The response's status, as it came (None: no response yet)."""
+        headers = {} if response is None else response.headers
+        self.server: str | None = headers.get("server")
+        self.via: str | None = headers.get("via")
+        self.both_lengths = "content-length" in headers and "transfer-encoding" in headers
+        """Both framings announced (RFC 9112 6.1): the raw client's parser refuses the answer."""
+        self.transport_errors: tuple[type[BaseException], ...] = ()
+        """The HTTP client's errors of the wire (its ``TransportError``): what the SDK lets out unwrapped
+        when it reads an error answer's body."""
+        if response is not None:
+            module = importlib.import_module(type(response).__module__.partition(".")[0])
+            self.transport_errors = (module.TransportError,)
         self.done = False
         self.ended = False
         self.bytes = 0
@@ -116,7 +141,7 @@ class WireTap:
         self.last: WireEnd | None = None
 
     def __call__(self, response: Any) -> None:
-        self.last = WireEnd(self.max_line_bytes)
+        self.last = WireEnd(self.max_line_bytes, response)
         if not (200 <= response.status_code < 300 and is_event_stream(response.headers.get("content-type"))):
             return  # an error body or a page: the SDK reads it as sent (the tracker judges the content type)
         stream_class = _tapped_stream_class(type(response).__module__.partition(".")[0])

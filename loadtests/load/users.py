@@ -28,7 +28,6 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import gevent
@@ -39,8 +38,8 @@ from locust.exception import StopUser
 
 from loadtests.base.locust_entry import install_where_locust_runs
 from loadtests.base.safe_text import printable, without_header_values
+from loadtests.client import framing, response_end
 from loadtests.client import kernel_stamps as arrival_clock
-from loadtests.client import response_end
 from loadtests.client.body_mux import MuxedBody, TLSReads
 from loadtests.client.outcome import INVALID_UTF8, Outcome, RequestPlan, RequestRow, StreamTracker
 from loadtests.client.sse import SSEParser
@@ -68,8 +67,6 @@ _harness_errors_logged: set[str] = set()
 
 
 CLOSED_BEFORE_ANY_BYTE = "the server closed or reset the connection before any response"
-MAX_HEADER_BYTES = 100 * 1024
-"""The largest response head either client takes: httpcore's limit below the openai client."""
 HEADERS_TOO_LARGE = "malformed HTTP response: headers over 100 KiB"
 BOTH_LENGTHS = "malformed HTTP response: both Content-Length and Transfer-Encoding (RFC 9112 6.1)"
 IDLE_BEFORE_HEADERS = "no response headers within the client's idle timeout (--client-idle-timeout)"
@@ -292,6 +289,7 @@ class StreamingUser:
 
 
 response_end.install()  # a response ends where its framing says, as it does for the openai client
+framing.install()  # the openai client's h11 reads chunk size lines and excess after a response as the raw client does
 
 
 class SSEUser(StreamingUser, FastHttpUser):
@@ -331,7 +329,8 @@ class SSEUser(StreamingUser, FastHttpUser):
     @staticmethod
     def _read(response: Any, tracker: StreamTracker, started: float, max_line_bytes: int) -> Outcome | None:
         """Read the response into ``tracker``; returns ``"timeout"``/``"connect_error"`` when the
-        client, not the server, ended it. Stops at a protocol error and closes the connection."""
+        client, not the server, ended it. Stops at the stream's terminal frame (``[DONE]``, an error
+        frame, a protocol error), as the SDK does; the connection is reused only when its body had ended."""
         status = getattr(response, "status_code", 0) or 0
         if not status:
             error = getattr(response, "error", None)
@@ -350,10 +349,6 @@ class SSEUser(StreamingUser, FastHttpUser):
             tracker.client_ended(_describe(error) if error is not None else "no response and no error to say why")
             return Outcome.CONNECT_ERROR
         raw = response._response  # geventhttpclient's response: the only handle on the live socket
-        if header_bytes(raw.items()) > MAX_HEADER_BYTES:  # the openai client's parser refuses them unread
-            tracker.protocol_error(HEADERS_TOO_LARGE)
-            raw.release()
-            return Outcome.PROTOCOL_ERROR
         headers = response.headers
         tracker.headers(
             status,
@@ -367,6 +362,8 @@ class SSEUser(StreamingUser, FastHttpUser):
         body: RawBody | None = None
         try:
             if not 200 <= status < 300:
+                if raw.body_failure is not None:  # its body's framing broke in the read of its head
+                    return None  # the status judges it, as the SDK judges it
                 tracker.error_body(response.content or b"")  # Locust has read it (raise_for_status)
                 return None
             if tracker.broken:
@@ -374,7 +371,8 @@ class SSEUser(StreamingUser, FastHttpUser):
             body = RawBody(raw, SSEParser(max_line_bytes), tracker, started)
             try:
                 if body.read_to_end():
-                    return None  # the stream broke the protocol at a frame: read no further
+                    body.keep_connection_if_whole()
+                    return None  # the stream ended at a frame ([DONE], an error, a broken one): read no further
             except gevent.GreenletExit as ending:  # the run ends: what had arrived is the stream's, not lost
                 with contextlib.suppress(HTTPParseError, OSError, LineTooLong):  # never keeps the user alive
                     body.take_arrived_already()
@@ -421,12 +419,16 @@ class RawBody:
         """How long the last read's bytes lay in the kernel before they were read (None: unknown)."""
 
     def read_to_end(self) -> bool:
-        """Read and judge the body to its end; True when the stream broke the protocol at a frame
-        (nothing after it is read). Raises ``TimeoutError`` after the client's idle timeout without a
-        byte, ``OSError`` or ``HTTPParseError`` when the connection ends mid-body, ``LineTooLong``."""
+        """Read and judge the body to its end; True when the stream ended at a frame (``[DONE]``, an
+        error frame or one that broke the protocol): nothing after it is read or waited for, as the
+        openai SDK stops there, so the row's duration ends at that frame, not at the body's end.
+        Raises ``TimeoutError`` after the client's idle timeout without a byte, ``OSError`` or
+        ``HTTPParseError`` when the connection ends mid-body (the frames before it kept), ``LineTooLong``."""
         raw = self.raw
         if raw._body_buffer and self.take(_buffered(raw), None, time.monotonic()):  # came with the headers
             return True
+        if raw.body_failure is not None:  # bad framing in those bytes: the frames before it are taken
+            raise raw.body_failure
         if raw.message_complete:
             return False
         sock = raw._sock
@@ -436,18 +438,31 @@ class RawBody:
             return self._read_tls(sock)
         muxed = MuxedBody(sock._sock, arrival_clock.stamp_arrivals(sock), raw.block_size, sock.timeout, self.take_read)
         muxed.read()
-        return self.tracker.broken
+        return self.tracker.stream_ended
 
     def _read_tls(self, sock: Any) -> bool:
         with TLSReads(sock) as reads:
             MuxedBody(reads, False, self.raw.block_size, reads.idle_timeout, self.take_read).read(read_first=True)
-        return self.tracker.broken
+        return self.tracker.stream_ended
+
+    def keep_connection_if_whole(self) -> None:
+        """The stream ended at a frame: if the rest of the body has arrived already (the last chunk
+        after ``[DONE]``, usually), read it without waiting, so the connection can be reused; otherwise
+        it is closed on release, as the openai SDK closes it."""
+        if not self.raw.message_complete:
+            with contextlib.suppress(HTTPParseError, OSError):
+                _arrived_already(self.raw)
 
     def take_read(self, data: bytes, arrived: float | None, read_at: float) -> bool:
         """One receive (``b""``: the peer closed) through the HTTP parser; True when the body needs
-        no more: it ended, or the stream broke the protocol at a frame."""
+        no more: it ended, or the stream ended at a frame."""
         raw = self.raw
-        raw.feed(data)
+        try:
+            raw.feed(data)
+        except HTTPParseError:  # bad framing (a chunk size, say): the frames before it are the stream's
+            if raw._body_buffer and self.take(_buffered(raw), arrived, read_at):
+                return True  # it ended before the bad bytes, as the SDK ends it there
+            raise
         if not data and not raw.message_complete:
             raise ConnectionResetError("connection closed mid-body")
         if raw._body_buffer and self.take(_buffered(raw), arrived, read_at):
@@ -456,13 +471,13 @@ class RawBody:
 
     def take(self, chunk: bytes, arrived: float | None, read_at: float) -> bool:
         """Body bytes that arrived at ``arrived`` (None: unknown) and were read at ``read_at``; True
-        when the stream broke the protocol at one of their frames (however the reads were split)."""
+        when the stream ended at one of their frames (however the reads were split)."""
         self.wait = None if arrived is None else read_at - arrived
         t = self.t = max(self.t, (read_at if arrived is None else arrived) - self._started)
         on_frame, wait, tracker = self._frame, self.wait, self.tracker
         for frame in self._feed(chunk, t):
             on_frame(frame, t, wait)
-            if tracker.broken:
+            if tracker.stream_ended:
                 return True
         return False
 
@@ -488,7 +503,7 @@ _PARSER_WORDS = (
         ),
         BOTH_LENGTHS,
     ),
-    (("Receive buffer too long",), HEADERS_TOO_LARGE),  # h11: a head over httpcore's 100 KiB
+    ((response_end.HEAD_TOO_LARGE,), HEADERS_TOO_LARGE),  # h11 (both clients' head parser): over 100 KiB
 )
 """What geventhttpclient's parser (llhttp) and the openai client's (h11) say of the same fault,
 in one wording: both clients give the same reason for the same bytes."""
@@ -500,11 +515,6 @@ def malformed_response(detail: str) -> str:
         if any(words in detail for words in said):
             return wording
     return f"malformed HTTP response: {detail}"
-
-
-def header_bytes(items: Iterable[tuple[str, str]]) -> int:
-    """The size of a response's header lines as sent (``name: value`` and CRLF each)."""
-    return sum(len(name) + len(value) + 4 for name, value in items)
 
 
 def _arrived_already(raw: Any) -> bytes:
@@ -582,6 +592,18 @@ class OpenAISDKUser(StreamingUser, User):
         self.wire.last = None
         try:
             return self._read(create, body, tracker, started)
+        except Exception as exc:
+            answered = self.wire.last
+            if answered is None or answered.status is None or not isinstance(exc, answered.transport_errors):
+                raise
+            # The SDK reads an error answer's body before it raises, outside its own error handling: a
+            # body whose framing breaks is what the raw client meets too. The status judges the answer.
+            if answered.both_lengths:
+                tracker.protocol_error(BOTH_LENGTHS)
+                return Outcome.PROTOCOL_ERROR
+            tracker.headers(answered.status, time.monotonic() - started, server=answered.server, via=answered.via)
+            forget_traceback(exc)
+            return None
         finally:
             wire = self.wire.last
             if wire is not None and tracker.status is not None and 200 <= tracker.status < 300:
@@ -629,6 +651,9 @@ def _sdk_failure(exc: Exception, tracker: StreamTracker, t: float) -> Outcome | 
     openai = _sdk()
     if isinstance(exc, openai.APIStatusError):
         answered = exc.response.headers
+        if "content-length" in answered and "transfer-encoding" in answered:
+            tracker.protocol_error(BOTH_LENGTHS)  # whatever the status: the raw client's parser refuses it
+            return Outcome.PROTOCOL_ERROR
         server, via = answered.get("server"), answered.get("via")
         tracker.headers(exc.status_code, t, location=answered.get("location"), server=server, via=via)
         tracker.error_body(exc.response.content)

@@ -19,6 +19,8 @@ from tests.misbehaving_server import MODES
 ROOT = Path(__file__).resolve().parents[2]
 READY_PREFIX = "listening on "
 MISBEHAVING_LOCUSTFILE = ROOT / "tests" / "loadtests" / "misbehaving_locustfile.py"
+WIRE_CLIENTS_READY = "both clients ready"
+"""The line ``tests/loadtests/wire_clients.py`` prints once its users can send."""
 
 
 @dataclass
