@@ -118,6 +118,8 @@ class SlotHolders:
         self.longest_wait_s = 0.0
         """The longest silence before a first token of the run's streams sent while holding."""
         self.waited = 0
+        self.requests_sent = 0
+        """Holder requests sent: the server counts them among its own (its metrics), the run does not."""
         """The run's streams that finished after waiting while holding (silent over a release period's half)."""
         self._holders: list[gevent.Greenlet] = []
         self._main: gevent.Greenlet | None = None
@@ -158,8 +160,8 @@ class SlotHolders:
         adjusted = "" if held == self.found.concurrency else f", adjusted to {held} by the waits seen"
         line = (
             f"sse-soak: silence by queueing: held {held} streams (concurrency {self.found.concurrency} found from "
-            f"{self.found.how}{adjusted}); {self.waited} streams waited, silent up to {self.longest_wait_s:.2f} s "
-            "before their first token"
+            f"{self.found.how}{adjusted}, {self.requests_sent} holder requests sent, not recorded); {self.waited} "
+            f"streams waited, silent up to {self.longest_wait_s:.2f} s before their first token"
         )
         if not self.waited:
             shortest = math.ceil(self._found_after_s + 3 * self.release_every_s)
@@ -368,6 +370,7 @@ class SlotHolders:
                 body = {"model": self.model, "prompt": HOLDER_PROMPT, "max_tokens": self.max_tokens, "stream": False}
                 if self._ignore_eos:
                     body["ignore_eos"] = True
+                self.requests_sent += 1
                 try:
                     status = client.post("/v1/completions", json=body).status_code
                 except httpx.HTTPError as exc:
@@ -387,9 +390,13 @@ class SlotHolders:
             self._holders.append(holder)
 
     def _failed(self, status: int | None, why: str) -> None:
-        if status is not None and 400 <= status < 500 and self._ignore_eos:
-            self._ignore_eos = False  # a server that refuses vLLM's ignore_eos: holders ask without it
-            return
+        if status is not None and 400 <= status < 500 and status != 429:
+            if self._ignore_eos:
+                self._ignore_eos = False  # a server that refuses vLLM's ignore_eos: holders ask without it
+                return
+            if self.max_tokens > 16:
+                self.max_tokens = max(16, self.max_tokens // 2)  # a context shorter than /v1/models said
+                return
         self._failures += 1
         self._last_failure = why
         if self._failures >= HOLDER_FAILURES and self.gave_up is None:

@@ -8,6 +8,7 @@ silence scenarios then failed or could not judge.)"""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,17 +68,27 @@ def test_the_soak_passes_against_real_vllm_with_window_verdicts(tmp_path: Path, 
     assert any(line.startswith("windows: 3 PASS") for line in lines)
 
 
-def test_the_smoke_mode_judges_silence_against_real_vllm_at_its_own_slot_count(pytester: pytest.Pytester) -> None:
-    """vLLM served as users serve it: its own default of 128 slots, more than any run's users. The
-    silence scenarios find the 128 from vLLM's gauges and hold them, so their streams queue, silent,
-    and every verdict is PASS (before: all three INCONCLUSIVE, the longest wait 0.09 s). Its own
-    vLLM, started before the session's (tests that use ``vllm_server`` run last)."""
-    require_vllm()
-    with real.VllmServer(keep_alive_interval=VLLM_KEEP_ALIVE, api_key=VLLM_KEY) as server:
-        result, seen = user_pytest(
-            pytester, "--pyargs", "loadtests.smoke", "--sse-soak-host", server.url, "--sse-soak-report-dir", "runs",
-            "--sse-soak-keep-alive-interval", str(VLLM_KEEP_ALIVE), "--sse-soak-duration", "20s", "-rs",
-        )  # fmt: skip
+@pytest.fixture
+def vllm_at_its_own_slot_count() -> Iterator[real.VllmServer]:
+    """Real vLLM as users serve it: no ``--max-num-seqs``, so its own 128 slots on a CPU. Started
+    before ``pytester``, which moves HOME (where the install is found) to a fresh directory."""
+    install = require_vllm()
+    with real.VllmServer(keep_alive_interval=VLLM_KEEP_ALIVE, api_key=VLLM_KEY, home=install.home) as server:
+        yield server
+
+
+def test_the_smoke_mode_judges_silence_against_real_vllm_at_its_own_slot_count(
+    vllm_at_its_own_slot_count: real.VllmServer, pytester: pytest.Pytester
+) -> None:
+    """More slots than any run's users: the silence scenarios find the 128 from vLLM's gauges and
+    hold them, so their streams queue, silent, and every verdict is PASS (before: all three
+    INCONCLUSIVE, the longest wait before a first token 0.09 s). Its own vLLM, stopped before the
+    session's starts (tests that use ``vllm_server`` run last)."""
+    result, seen = user_pytest(
+        pytester, "--pyargs", "loadtests.smoke", "--sse-soak-host", vllm_at_its_own_slot_count.url,
+        "--sse-soak-report-dir", "runs", "--sse-soak-keep-alive-interval", str(VLLM_KEEP_ALIVE),
+        "--sse-soak-duration", "20s",
+    )  # fmt: skip
     report = "\n".join(result.outlines[-80:] + result.errlines[-30:])
     assert result.ret == 0 and result.parseoutcomes().get("failed", 0) == 0, report
     verdicts = {scenario: outcome for (test, scenario), outcome in seen.items() if test == "test_verdict"}
