@@ -11,20 +11,20 @@ of the run (the single one, or worker 0) therefore:
    many tokens as the context leaves, ``ignore_eos``) in growing steps. Where the server exposes
    vLLM's gauges at ``/metrics`` (real vLLM, the bundled server), ``C`` is
    ``vllm:num_requests_running`` once ``vllm:num_requests_waiting`` stays above 0 (steps of
-   ``GAUGE_STEP`` times more: the extra holders are closed). Else a ramp (steps of twice more)
+   ``GAUGE_STEP`` times more; the extra holders are closed, the newest first). Else a ramp (steps of twice more)
    watches first-token waits: a one-token probe stream that gets no first token within
    ``PROBE_WAIT_S`` found the server full, and a bisection finds the fewest holders that fill it.
-2. **holds** ``C`` streams, so every stream of the run waits in the queue, and every
-   ``release_every_s`` (the scenario's ``hold_s``, at least 1.5 times the read timeout a gate
-   judges and 3 keep-alive intervals) **releases** the oldest holders, one per stream of the run
-   open then (their connections closed: the server frees their slots), and sends as many again at
-   the queue's tail: the streams queued by then take those slots, the holders take them back as
-   they finish, and the streams sent after them wait for the next release. A waiting stream is
-   silent up to about ``release_every_s``, whatever the server's pace, and only the streams sent in
-   a run's last ``release_every_s`` are still queued at its end (stopped, left out of the gates):
-   the work is sized so that silent streams finish before the end. After each release the holders
-   adjust by one: one more when streams finished without waiting, one fewer when none finished
-   while some are open.
+2. **holds** ``C`` streams, so every stream of the run waits in the queue, and once the oldest
+   stream queued since the last release has waited ``release_every_s`` (the scenario's ``hold_s``,
+   at least 1.5 times the read timeout a gate judges and 3 keep-alive intervals) **releases** the
+   oldest holders, one per stream queued (their connections closed: the server frees their slots),
+   and sends as many again at the queue's tail: the queued streams take those slots, the holders
+   take them back as they finish, and the streams sent after them wait for the next release. A
+   waiting stream is silent about ``release_every_s``, whatever the server's pace, and only the
+   streams sent in a run's last ``release_every_s`` are still queued at its end (stopped, left out
+   of the gates): the work is sized so that silent streams finish before the end. After each
+   release the holders adjust by one: one more when streams finished without waiting, one fewer
+   when none finished while some are open.
 
 Bounded: at most ``max_holders`` holders (``--max-slot-holders``), at most ``FIND_BOUND_S`` to
 find ``C``; each holder is one connection and one greenlet. Each outcome is one line: what was
@@ -118,9 +118,9 @@ class SlotHolders:
         self.longest_wait_s = 0.0
         """The longest silence before a first token of the run's streams sent while holding."""
         self.waited = 0
+        """The run's streams that finished after waiting while holding (silent over a release period's half)."""
         self.requests_sent = 0
         """Holder requests sent: the server counts them among its own (its metrics), the run does not."""
-        """The run's streams that finished after waiting while holding (silent over a release period's half)."""
         self._holders: list[gevent.Greenlet] = []
         self._main: gevent.Greenlet | None = None
         self._ignore_eos = True
@@ -200,8 +200,8 @@ class SlotHolders:
         self._found_after_s = time.monotonic() - self._started
         say(
             f"sse-soak: silence by queueing: found concurrency {found.concurrency} from {found.how}; holding "
-            f"{len(self._holders)} streams, one released every {self.release_every_s:g} s, so the run's streams "
-            f"wait in the queue, silent up to ~{self.release_every_s:g} s"
+            f"{len(self._holders)} streams and releasing slots to the run's streams once they waited "
+            f"{self.release_every_s:g} s in the queue, silent"
         )
         last_release: float | None = None
         while self.gave_up is None:
@@ -216,7 +216,7 @@ class SlotHolders:
             last_release = time.monotonic()
 
     def _adjust(self) -> None:
-        """After a release, the run's queued streams passed through the freed slot: one holder more
+        """After a release, the run's queued streams took the freed slots: one holder more
         when streams finished without waiting (a slot was left to them), one fewer when none finished
         while some are open (a holder queued ahead of them). Bounded by ``max_holders`` and 1."""
         finished, waited = self._period_finished, self._period_waited
