@@ -119,6 +119,8 @@ class SlotHolders:
         """The longest silence before a first token of the run's streams sent while holding."""
         self.waited = 0
         """The run's streams that finished after waiting while holding (silent over a release period's half)."""
+        self.not_needed = False
+        """The server's own first token comes after a release period: it is silent enough unheld."""
         self.requests_sent = 0
         """Holder requests sent: the server counts them among its own (its metrics), the run does not."""
         self._holders: list[gevent.Greenlet] = []
@@ -138,7 +140,7 @@ class SlotHolders:
     def making_silence(self) -> bool:
         """Started and not given up (finding, holding, or ended with the test): the run's own streams
         need not be lengthened to queue."""
-        return self._main is not None and self.gave_up is None
+        return self._main is not None and self.gave_up is None and not self.not_needed
 
     def start(self) -> None:
         if self._main is None:
@@ -187,6 +189,13 @@ class SlotHolders:
 
     # -- the search, then the holding --------------------------------------------------------------
     def _run(self) -> None:
+        if self._probe_waits(self.release_every_s):  # before any holder: the server's own first token
+            self.not_needed = True
+            say(
+                f"sse-soak: silence by queueing not needed: the server's first token took over "
+                f"{self.release_every_s:g} s on its own; no slot is held"
+            )
+            return
         try:
             found = self._find()
         except Exception as exc:  # a bug of ours: the run goes on, without made silence, saying so
@@ -322,11 +331,11 @@ class SlotHolders:
         timeout = httpx.Timeout(10.0, read=read_timeout)
         return httpx.Client(base_url=self.host, headers=self.headers, timeout=timeout, verify=client_context())
 
-    def _probe_waits(self) -> bool:
-        """A one-token stream got no first token within ``PROBE_WAIT_S`` (its connection then closed)."""
+    def _probe_waits(self, wait_s: float = PROBE_WAIT_S) -> bool:
+        """A one-token stream got no first token within ``wait_s`` (its connection then closed)."""
         gevent.sleep(RAMP_SETTLE_S)
         body = {"model": self.model, "prompt": HOLDER_PROMPT, "max_tokens": 1, "stream": True}
-        timer = gevent.Timeout(PROBE_WAIT_S)
+        timer = gevent.Timeout(wait_s)
         try:
             with self._client(None) as client, timer, client.stream("POST", "/v1/completions", json=body) as response:
                 if response.status_code == 200:
