@@ -8,9 +8,10 @@ cut) and every stream ``ok``. ``--keep-alive-interval 0`` is the negative contro
 cut, the run fails, and the gate line says why. ``scenarios/soak.py`` reuses ``mix``.
 
 Against a server given with ``--host`` whose first token comes within ``HOLD_S``, the silence comes
-from queueing: each request asks for as many tokens as that server streams in ``HOLD_S`` (its pace
-probed once), so with more users than its concurrent slots the rest wait behind them, silent,
-through the proxy. A run where no stream was silent for the read timeout is INCONCLUSIVE, saying so.
+from queueing: the run finds the server's concurrency and holds its slots with streams of its own,
+releasing one every ``HOLD_S`` (at least 1.5 times the read timeout), so the run's streams wait
+behind them, silent, through the proxy (``loadtests.load.slot_holders``). A run where no stream was
+silent for the read timeout is INCONCLUSIVE, saying so.
 
     locust -f scenarios/proxy_timeout.py --headless -u 4 -r 4 -t 20s [--proxy nginx]
 """
@@ -22,8 +23,8 @@ from locust import run_single_user
 from loadtests import Expect, NoProxyTimeouts, RequestMix, RequestSpec, Scenario, SSEUser
 
 HOLD_S = 3.0
-"""How long each stream holds a slot against a ``--host`` server with fast prefill: 1.5 times the
-scenario's read timeout of 2 s, so streams queued behind it outlast the timeout."""
+"""How long a stream waits in the queue of a ``--host`` server with fast prefill (the slot holders'
+release period, at least): 1.5 times the scenario's read timeout of 2 s, so it outlasts the timeout."""
 
 
 def mix(prompt_tokens: int, max_tokens: int) -> RequestMix:

@@ -9,9 +9,11 @@ negative control: the run fails and its gate lines say which streams went uncove
 ``scenarios/soak.py`` reuses ``mix``.
 
 Against a server given with ``--host`` (real vLLM prefills 1500 tokens in milliseconds) the silence
-comes from queueing instead: each request asks for as many tokens as that server streams in
-``HOLD_S`` (its pace probed once), so with more users than its concurrent slots the rest wait, silent.
-A run where no stream was silent longer than the interval is INCONCLUSIVE, saying so, never a PASS.
+comes from queueing instead: the run finds the server's concurrency and holds its slots with
+streams of its own, releasing one every ``HOLD_S``, so the run's streams wait, silent, however few
+users it has (``loadtests.load.slot_holders``, docs/scenarios.md). A run where no stream was silent
+longer than the interval (a bound on the holders reached, said in one line) is INCONCLUSIVE, never
+a PASS.
 
     locust -f scenarios/slow_prefill.py --headless -u 6 -r 6 -t 15s
 """
@@ -35,8 +37,8 @@ from loadtests import (
 SLACK_S = 0.25
 """How late a keep-alive may arrive: event-loop and scheduling jitter on a loaded 2-core machine."""
 HOLD_S = 3.0
-"""How long each stream holds a slot against a ``--host`` server with fast prefill: queued streams
-wait up to this long, several intervals of a keep-alive of 1 s (vLLM takes whole seconds)."""
+"""How long a stream waits in the queue of a ``--host`` server with fast prefill (the slot holders'
+release period, at least): several intervals of a keep-alive of 1 s (vLLM takes whole seconds)."""
 
 
 def mix(prompt_tokens: int) -> RequestMix:

@@ -34,6 +34,7 @@ from loadtests.base.ports import bind_address_problem
 from loadtests.base.safe_text import redacted_url
 from loadtests.client.preflight import DEFAULT_PREFLIGHT_TIMEOUT
 from loadtests.client.sse import DEFAULT_MAX_LINE_BYTES
+from loadtests.declare.workload import DEFAULT_MAX_SLOT_HOLDERS
 from loadtests.errors import InvalidValue, UnknownName, UsageError
 from loadtests.judge.drift import DriftLimits
 from loadtests.judge.gates import DEFAULT_MAX_UNJUDGED_SHARE
@@ -501,6 +502,17 @@ OPTIONS: tuple[Option, ...] = (
         group="load",
     ),
     Option(
+        "max_slot_holders",
+        _whole(1),
+        "the most streams of its own the run sends to a server it did not start to fill its slots, so that a "
+        "scenario whose point is silence (slow_prefill, proxy_timeout, soak) makes its streams wait in the "
+        "server's queue; a server that runs more at once leaves those scenarios INCONCLUSIVE, saying so",
+        DEFAULT_MAX_SLOT_HOLDERS,
+        group="load",
+        form=False,
+        short="the most slot holders sent to fill a `--host` server's slots so that streams queue, silent",
+    ),
+    Option(
         "run_id",
         TEXT,
         "this run's identity, checked in every worker's hello: the master refuses a worker whose --run-id "
@@ -749,7 +761,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "no_server_metrics",
         SWITCH,
-        "do not scrape the server's /metrics during the run",
+        "do not scrape the server's /metrics during the run (slot holders then find its concurrency by a ramp, "
+        "not by its gauges)",
         False,
         group="recording",
         label="scrape no /metrics",

@@ -61,10 +61,12 @@ class RequestSpec:
     they may not replace the fields a spec owns (``prompt``/``messages``, ``max_tokens``,
     ``truncate_prompt_tokens``, ``model``, ``stream``, ``stream_options``)."""
     hold_s: float | None = None
-    """Against a server the run did not start (``--host``), whose first token comes sooner than
-    this: once the run's first stream has shown the server's pace, ask for enough tokens to stream
-    for about this long, so that each such request holds a slot and more users than slots queue in
-    silence behind it (how a scenario whose point is silence makes it when prefill is fast). None:
+    """How a scenario whose point is silence makes it when prefill is fast. Against a server the run
+    did not start (``--host``), a mix with such specs starts the run's slot holders, which fill the
+    server's slots and release one at least every ``hold_s``, so its streams wait about this long,
+    silent (``loadtests.load.slot_holders``). Should the holders give up (a bound reached), once the
+    run's first stream has shown the server's pace, such a request asks for enough tokens to stream
+    for about this long, so that it holds a slot and more users than slots queue behind it. None:
     ``max_tokens`` as given, always."""
 
 
@@ -125,6 +127,10 @@ class ServerFacts:
     def can_tokenize(self) -> bool:
         return self.estimate_reason is None
 
+
+DEFAULT_MAX_SLOT_HOLDERS = 256
+"""The most slot holders one run sends (``--max-slot-holders``, ``loadtests.load.slot_holders``):
+twice vLLM's default concurrency on a CPU (128), one connection and one greenlet each."""
 
 HOLD_MAX_TOKENS = 16384
 """The most tokens a slot-holding request asks for, whatever the pace: a bound on its length."""

@@ -122,7 +122,8 @@ def gate_is_noise(result: GateResult, point: Collection[str]) -> bool:
 
 
 QUEUE_FOR_SILENCE = (
-    "against a server with fast prefill, silence comes from queueing: run more users (-u) than its concurrent slots"
+    "against a server with fast prefill, silence comes from queueing: the run fills the server's slots with "
+    "streams of its own, and its 'silence by queueing' line says what it found and held, or which bound it reached"
 )
 """How a run whose point is silence makes it happen when the server's prefill is fast."""
 

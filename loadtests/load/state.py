@@ -37,6 +37,7 @@ from loadtests.declare.workload import (
 )
 from loadtests.errors import OutOfOrder
 from loadtests.load.open_loop import ArrivalSchedule
+from loadtests.load.slot_holders import DEFAULT_MAX_SLOT_HOLDERS, SlotHolders, release_period
 from loadtests.record.lag import LagMonitor
 from loadtests.record.membership import Admission
 from loadtests.record.recorder import Recorder
@@ -82,8 +83,25 @@ class RunState:
     probe_timeout: float = PROBE_TIMEOUT
     """Seconds the first ``/tokenize`` request may take before prompt sizing turns to estimates."""
     hold_slots: bool = False
-    """The target is a server the run did not start (``--host``): once a stream shows its pace,
-    requests with ``hold_s`` are lengthened to it so that streams queue (``learn_pace``)."""
+    """The target is a server the run did not start (``--host``, ``--server vllm``): a mix with
+    ``hold_s`` specs starts this test's ``slot_holders``, which make its streams queue; when they
+    cannot (a bound reached), once a stream shows its pace, requests with ``hold_s`` are lengthened
+    to it so that streams queue behind each other (``learn_pace``)."""
+    max_slot_holders: int = DEFAULT_MAX_SLOT_HOLDERS
+    """``--max-slot-holders``: the bound on the streams the slot holders send."""
+    slot_holders: SlotHolders | None = None
+    """This test's slot holders (``loadtests.load.slot_holders``); None until a mix needs them, and
+    again at each test's start."""
+    _slot_holders_ended: bool = False
+    """The test is stopping: its last users start no holders."""
+    read_server_gauges: bool = True
+    """The slot holders may read the server's gauges at ``/metrics`` (not ``--no-server-metrics``)."""
+    read_timeout_judged: float | None = None
+    """The proxy read timeout a gate of the run judges silence against, None when none does: the
+    slot holders make streams wait past it (set by the run's controller)."""
+    streams_open: dict[int, float] = field(default_factory=dict)
+    """The run's streams this process has open now (sent, not yet reported): when each was sent
+    (``time.monotonic()``), by a key of its own."""
     runner: Runner | None = None
     part: Part | None = None
     """The part this process plays (``loadtests.run.roles``), handed over at init; None before."""
@@ -173,7 +191,47 @@ class RunState:
                         self._announce_estimate()
                         if self.facts.pace is not None:  # a mix prepared after the pace was learnt
                             prepared.hold_slots(self.facts.pace, self.facts.max_model_len)
+        if self.slot_holders is None and self.hold_slots and not self._slot_holders_ended:
+            self._start_slot_holders(mix, host)
         return prepared
+
+    def _start_slot_holders(self, mix: RequestMix, host: str) -> None:
+        """Start this test's slot holders when ``mix`` needs silence (a spec with ``hold_s``), in one
+        process of the run (the single one, or worker 0), aimed at the server itself (behind any
+        proxy the run started): holding is set-up, never load."""
+        holds = [spec.hold_s for spec in mix.specs if spec.hold_s is not None]
+        if not holds or self.facts is None or self.part is Part.MASTER:
+            return
+        if self.part is Part.WORKER and getattr(self.runner, "worker_index", -1) != 0:
+            return
+        settings = self.settings
+        read_timeout = self.read_timeout_judged
+        interval = None if settings is None else settings.keep_alive_interval
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self.slot_holders = SlotHolders(
+            self.sizing_host or host,
+            headers,
+            self.facts.model,
+            self.facts.max_model_len,
+            release_period(max(holds), read_timeout, interval),
+            lambda: list(self.streams_open.values()),
+            self.max_slot_holders,
+            self.read_server_gauges,
+        )
+        self.slot_holders.start()
+
+    def stop_slot_holders(self) -> None:
+        """The test is stopping: close every holder (the object stays, so no user starts new ones)."""
+        self._slot_holders_ended = True
+        if self.slot_holders is not None:
+            self.slot_holders.stop()
+
+    def reset_slot_holders(self) -> None:
+        """A test starts: its first mix that needs silence starts holders anew."""
+        if self.slot_holders is not None:
+            self.slot_holders.stop()
+        self.slot_holders = None
+        self._slot_holders_ended = False
 
     def note_finished(self, row: RequestRow) -> None:
         """Remember how long a stream the server ended took, for ``stuck_after``."""
@@ -219,8 +277,12 @@ class RunState:
         (said in one more line the first time). The pace settles at the first holder that was not
         faster, or after ``PACE_MAX_RESIZES``: from then on the workload is fixed, so a server that
         slows down shows as longer waits (latency drift), never as shorter holders."""
+        if self.slot_holders is not None:
+            self.slot_holders.note(row.silence_before_first_token_s, row.start_time)
         if not self.hold_slots or self.facts is None or row.outcome != Outcome.OK:
             return
+        if self.slot_holders is not None and self.slot_holders.making_silence:
+            return  # the holders make the queue: the run's streams keep their own length
         tokens = row.usage_completion_tokens or row.data_frames - 1
         pace = ServerPace.of(row.ttft_s, row.duration_s, tokens)
         if pace is None:

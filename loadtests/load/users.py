@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import logging
 import os
@@ -52,6 +53,8 @@ from loadtests.load.open_loop import Ticket
 from loadtests.load.state import RunState, run_state
 
 REQUEST_TYPE = "SSE"
+_stream_keys = itertools.count()
+"""A key per stream sent by this process, for ``RunState.streams_open``."""
 SDK_PARAMETERS = frozenset({"model", "prompt", "messages", "max_tokens", "stream", "stream_options"})
 """Body fields the openai SDK's ``create`` takes as keywords; it sends any other as ``extra_body``."""
 HARNESS_ERROR_PAUSE_S = 1.0
@@ -160,6 +163,16 @@ class StreamingUser:
         return self.send(request)
 
     def send(self, request: PreparedRequest) -> RequestRow:
+        """Send ``request`` to its end; counted in ``streams_open`` while it is under way."""
+        harness = self.harness
+        key = next(_stream_keys)
+        harness.streams_open[key] = time.monotonic()
+        try:
+            return self._send(request)
+        finally:
+            harness.streams_open.pop(key, None)
+
+    def _send(self, request: PreparedRequest) -> RequestRow:
         plan = self.plan(request)
         harness = self.harness
         tracker = StreamTracker(plan, time.time(), harness.worker, self.sees_comments)

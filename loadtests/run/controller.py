@@ -85,7 +85,7 @@ from loadtests.errors import (
     VllmError,
     reported,
 )
-from loadtests.judge.gates import INFERRED, UNKNOWN, gate_sources
+from loadtests.judge.gates import INFERRED, UNKNOWN, NoProxyTimeouts, gate_sources
 from loadtests.judge.summary import LiveCounts
 from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.load.open_loop import not_sent_row
@@ -374,6 +374,7 @@ class RunController:
         self._given_host = options.host
         state = run_state(environment)
         state.settings = settings = run_settings(self.scenario, options)
+        state.read_timeout_judged = self._read_timeout_judged(settings)
         state.model_option = options.model
         state.api_key = options.api_key
         if state.api_key is None and options.host is None:  # the bundled server's own key, if it was given one
@@ -478,6 +479,7 @@ class RunController:
         settle_after_setup()  # before any user spawns: one-time costs paid while no stream is open
         state = run_state(environment)
         state.lag.excuse_current_wait()
+        state.reset_slot_holders()  # this test's first mix that needs silence starts them anew
         if self._role.leads and not self._take_form_options(environment):
             return
         _read_streams_as_told(environment)  # the form's values (a worker has them from its spawn message)
@@ -513,6 +515,13 @@ class RunController:
             )
         self._test.load_started = time.monotonic()
 
+    def _read_timeout_judged(self, settings: RunSettings) -> float | None:
+        """The proxy read timeout a gate of this run judges silence against (``no_proxy_timeouts``),
+        None when none does: the slot holders make streams wait past it."""
+        gates = self.scenario.gates(settings) if callable(self.scenario.gates) else self.scenario.gates
+        judged = [gate.for_run(settings) for gate in gates if isinstance(gate, NoProxyTimeouts)]
+        return max((gate.read_timeout for gate in judged if gate.read_timeout is not None), default=None)
+
     def _take_form_options(self, environment: Environment) -> bool:
         """The web UI's form may change any option for each test (as text): check them as the command
         line's are, compute the test's settings once (kept on the run's state), and when the stack's
@@ -529,6 +538,7 @@ class RunController:
             if state.settings is not None and _stack_of(settings) != _stack_of(state.settings):
                 self._restart_stack(environment, settings)
             state.settings = settings
+            state.read_timeout_judged = self._read_timeout_judged(settings)
         except SseSoakError as exc:
             print(printable(f"sse-soak: {exc}: the test is not run"), file=sys.stderr, flush=True)
             assert environment.runner is not None
@@ -650,6 +660,7 @@ class RunController:
     def _on_test_stopping(self, environment: Environment, **_: Any) -> None:
         if self._test is not None and self._test.stopping_at is None:
             self._test.stopping_at = time.monotonic()
+        run_state(environment).stop_slot_holders()  # its closing line, before the gates'
         _close_arrivals(run_state(environment))
 
     def _on_test_stop(self, environment: Environment, **_: Any) -> None:
@@ -811,6 +822,8 @@ def _read_streams_as_told(environment: Environment) -> None:
     state.stream_deadline = options.stream_deadline
     state.frame_sample_rate = options.frame_sample_rate
     state.max_line_bytes = options.max_line_bytes
+    state.max_slot_holders = options.max_slot_holders
+    state.read_server_gauges = not options.no_server_metrics
     for user_class in environment.user_classes:
         if issubclass(user_class, FastHttpUser):
             user_class.network_timeout = options.client_idle_timeout

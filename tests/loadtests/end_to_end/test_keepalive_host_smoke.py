@@ -67,36 +67,68 @@ def test_a_gateway_that_holds_headers_and_strips_comments_fails_keepalive_and_is
     assert "(the run started no proxy: it stands in front of the server the run was given)" in withheld["line"]
 
 
-FAST_PREFILL = ("--max-num-seqs", "2", "--inter-token-latency", "2", "--sse-keep-alive-interval", "0.5")
-"""A server like real vLLM on a CPU: prompts prefill at once, a token every 2 ms, two slots."""
+MANY_SLOTS = ("--max-num-seqs", "32", "--inter-token-latency", "2", "--sse-keep-alive-interval", "0.5")
+"""A server like real vLLM on a CPU: prompts prefill at once, a token every 2 ms, and 32 slots, so the
+run's 4 users alone never queue (real vLLM on a CPU runs 128 at once)."""
 
 
-def test_slow_prefill_makes_its_silence_by_queueing_at_a_server_with_fast_prefill(
-    tmp_path: Path, start_server: StartServer
+@pytest.mark.parametrize(
+    ("scenario", "point"),
+    [
+        ("slow_prefill", "keepalive_through_silence"),
+        ("proxy_timeout", "no_proxy_timeouts"),
+        ("soak", "no_proxy_timeouts"),
+    ],
+)
+def test_a_scenario_whose_point_is_silence_finds_the_servers_concurrency_and_holds_it(
+    tmp_path: Path, start_server: StartServer, scenario: str, point: str
 ) -> None:
-    server = start_server(*FAST_PREFILL)
-    run = run_locust(
-        "slow_prefill", tmp_path, "--host", server.url, "--keep-alive-interval", "0.5", users=6, seconds=12
-    )
+    """32 slots and 4 users: the run finds the 32 from the server's gauges, holds them, and its own
+    streams wait, silent, a release period at most: judged, not stopped at the end."""
+    server = start_server(*MANY_SLOTS)
+    run = run_locust(scenario, tmp_path, "--host", server.url, "--keep-alive-interval", "0.5", users=4, seconds=15)
     assert run.returncode == 0, run.output[-3000:]
-    assert "to make silence by queueing, slow-prefill now asks for" in run.output
-    finished = run.requests.query("outcome == 'ok' and client == 'raw'")
-    short = finished["max_tokens"] == 8  # sent before the first stream showed the server's pace: one per user
-    assert short.sum() <= 6 and (finished.loc[~short, "max_tokens"] > 500).all() and (~short).sum() >= 4
-    silent = finished.query("silence_before_first_token_s > 0.75")  # the interval and slow_prefill.SLACK_S
-    assert len(silent) >= 3 and (silent["keepalive_frames"] >= 1).all()
-    through = run.gate("keepalive_through_silence")
-    assert through["passed"] and int(through["detail"].split("/")[1].split()[0]) == len(silent)
+    found = "sse-soak: silence by queueing: found concurrency 32 from the server's gauges"
+    holding = "holding 32 streams and releasing slots to the run's streams once they waited 3 s in the queue"
+    assert found in run.output and holding in run.output
+    held = next(line for line in run.output.splitlines() if line.startswith("sse-soak: silence by queueing: held"))
+    gate = run.gate(point)
+    assert gate["passed"] and not gate.get("skipped"), gate["detail"]
+    rows = run.requests.query("client == 'raw'")
+    silent = rows.query("outcome != 'stopped' and silence_before_first_token_s > 1.9")  # the read timeout, 2 s
+    assert len(silent) >= 4 and (silent["keepalive_frames"] >= 3).all(), held
+    assert (rows["outcome"] == "stopped").sum() <= 4  # only those sent in the last release period
 
 
-def test_too_few_users_to_queue_at_a_fast_server_is_inconclusive_saying_how_to_queue(
+def test_without_the_servers_gauges_a_ramp_of_first_token_waits_finds_its_concurrency(
     tmp_path: Path, start_server: StartServer
 ) -> None:
-    server = start_server(*FAST_PREFILL)
-    run = run_locust("slow_prefill", tmp_path, "--host", server.url, "--keep-alive-interval", "0.5", users=2, seconds=6)
-    assert run.returncode == 3, run.output[-3000:]
+    server = start_server(*MANY_SLOTS)
+    run = run_locust(
+        "slow_prefill", tmp_path, "--host", server.url, "--keep-alive-interval", "0.5", "--no-server-metrics",
+        users=4, seconds=15,
+    )  # fmt: skip
+    assert run.returncode == 0, run.output[-3000:]
+    found = "from a ramp that watched first-token waits (--no-server-metrics); holding"
+    assert found in run.output and "the server's gauges" not in run.output
     through = run.gate("keepalive_through_silence")
-    assert through.get("skipped") and "run more users (-u) than its concurrent slots" in through["detail"]
+    assert through["passed"] and not through.get("skipped"), through["detail"]
+
+
+def test_a_server_that_runs_more_streams_than_the_bound_is_inconclusive_naming_the_bound(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(*MANY_SLOTS)
+    run = run_locust(
+        "slow_prefill", tmp_path, "--host", server.url, "--keep-alive-interval", "0.5", "--max-slot-holders", "4",
+        users=2, seconds=6,
+    )  # fmt: skip
+    assert run.returncode == 3, run.output[-3000:]
+    bound = "4 is the bound on slot holders (--max-slot-holders); streams that needed it are unjudged"
+    assert "sse-soak: silence by queueing not made: the server ran 4 slot holders" in run.output
+    assert bound in run.output
+    through = run.gate("keepalive_through_silence")
+    assert through.get("skipped") and "which bound it reached" in through["detail"]
     verdict = next(line for line in run.output.splitlines() if line.startswith("verdict: "))
     assert verdict.startswith("verdict: INCONCLUSIVE (its point could not be judged: keepalive_through_silence")
 

@@ -8,12 +8,13 @@ silence scenarios then failed or could not judge.)"""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from loadtests.services import real_vllm as real
-from tests.conftest import VLLM_KEEP_ALIVE, VLLM_KEY
+from tests.conftest import VLLM_KEEP_ALIVE, VLLM_KEY, require_vllm
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command, run_locust, soak_command
 from tests.user_pytest import user_pytest
 
@@ -48,7 +49,7 @@ def test_scenarios_whose_point_is_silence_make_it_by_queueing_and_pass(
         scenario, tmp_path, "--host", vllm_server.url, "--keep-alive-interval", interval, *proxy, users=4, seconds=20
     )
     assert run.returncode == 0, run.output[-3000:]
-    assert "to make silence by queueing" in run.output
+    assert "sse-soak: silence by queueing: found concurrency 1 from the server's gauges" in run.output
     point = "keepalive_through_silence" if scenario == "slow_prefill" else "no_proxy_timeouts"
     gate = run.gate(point)
     assert gate["passed"] and not gate.get("skipped"), gate["detail"]
@@ -65,6 +66,33 @@ def test_the_soak_passes_against_real_vllm_with_window_verdicts(tmp_path: Path, 
     lines = result.stdout.strip().splitlines()
     assert result.returncode == 0 and lines[-1] == "verdict: PASS", result.stdout[-3000:] + result.stderr[-2000:]
     assert any(line.startswith("windows: 3 PASS") for line in lines)
+
+
+@pytest.fixture
+def vllm_at_its_own_slot_count() -> Iterator[real.VllmServer]:
+    """Real vLLM as users serve it: no ``--max-num-seqs``, so its own 128 slots on a CPU. Started
+    before ``pytester``, which moves HOME (where the install is found) to a fresh directory."""
+    install = require_vllm()
+    with real.VllmServer(keep_alive_interval=VLLM_KEEP_ALIVE, api_key=VLLM_KEY, home=install.home) as server:
+        yield server
+
+
+def test_the_smoke_mode_judges_silence_against_real_vllm_at_its_own_slot_count(
+    vllm_at_its_own_slot_count: real.VllmServer, pytester: pytest.Pytester
+) -> None:
+    """More slots than any run's users: the silence scenarios find the 128 from vLLM's gauges and
+    hold them, so their streams queue, silent, and every verdict is PASS (before: all three
+    INCONCLUSIVE, the longest wait before a first token 0.09 s). Its own vLLM, stopped before the
+    session's starts (tests that use ``vllm_server`` run last)."""
+    result, seen = user_pytest(
+        pytester, "--pyargs", "loadtests.smoke", "--sse-soak-host", vllm_at_its_own_slot_count.url,
+        "--sse-soak-report-dir", "runs", "--sse-soak-keep-alive-interval", str(VLLM_KEEP_ALIVE),
+        "--sse-soak-duration", "20s",
+    )  # fmt: skip
+    report = "\n".join(result.outlines[-80:] + result.errlines[-30:])
+    assert result.ret == 0 and result.parseoutcomes().get("failed", 0) == 0, report
+    verdicts = {scenario: outcome for (test, scenario), outcome in seen.items() if test == "test_verdict"}
+    assert set(verdicts) >= {"slow_prefill", "proxy_timeout", "soak"} and set(verdicts.values()) == {"PASSED"}, report
 
 
 def test_the_pytest_plugins_smoke_mode_passes_against_real_vllm(
