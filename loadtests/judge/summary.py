@@ -222,8 +222,11 @@ class Coverage(Section):
     """Rows that ended in that span (or within ``SCRAPE_EDGE_S`` of it): what ``server`` is set against."""
     server_span_s: float | None = None
     server_weighed: bool = False
-    """Whether a shortfall against the server's count counts as lost: only for a server the run
-    started (a ``--host`` server may serve other clients too)."""
+    """Whether a shortfall against the server's count counts as lost: only for the bundled server the
+    run started (``server_unweighed_why`` says why not)."""
+    server_unweighed_why: str | None = None
+    """Why the server's count is shown but not weighed; None when it is weighed (and in summaries
+    written before it, whose line gives the ``--host`` reason)."""
     unwritten: int = 0
     """Rows the run held and could not write into its tables: the disk refused them, or they did not
     fit the schema (kept as text in ``unwritable-rows.jsonl``)."""
@@ -257,7 +260,8 @@ class Coverage(Section):
         if self.locust is not None:
             counted.append(f"Locust counted {self.locust}")
         if self.server is not None:
-            weighed = "" if self.server_weighed else "; not weighed: a --host server may serve other clients"
+            why = self.server_unweighed_why or HOST_SERVES_OTHERS
+            weighed = "" if self.server_weighed else f"; not weighed: {why}"
             counted.append(
                 f"the server {self.server} over its {self.server_span_s or 0.0:.0f} s of scrapes, "
                 f"against {self.server_rows} rows that ended then{weighed}"
@@ -269,9 +273,11 @@ class Coverage(Section):
         if self.stopped:
             said += f"; {self.stopped} stopped by the run's end"
         if self.lost:
-            why = [f"the run could not write {self.unwritten}"] if self.unwritten else []
-            why += [f"{self.workers_missing} from workers whose rows never arrived"] if self.workers_missing else []
-            said += f"; {self.lost} lost (never recorded{': ' + ', '.join(why) if why else ''})"
+            how_lost = [f"the run could not write {self.unwritten}"] if self.unwritten else []
+            how_lost += (
+                [f"{self.workers_missing} from workers whose rows never arrived"] if self.workers_missing else []
+            )
+            said += f"; {self.lost} lost (never recorded{': ' + ', '.join(how_lost) if how_lost else ''})"
         if self.not_sent:
             said += f"; {self.not_sent} never sent"
         shortfall = self.shortfall()
@@ -940,6 +946,21 @@ class LiveCounts:
     unwritten: int = 0
 
 
+HOST_SERVES_OTHERS = "a --host server may serve other clients"
+
+
+def server_unweighed_why(settings: dict[str, Any]) -> str | None:
+    """Why the server's own request count cannot count rows as lost, or None when it can: only the
+    bundled server the run started serves the run's recorded requests alone. A ``--host`` server may
+    serve others; a server the run started that is not the bundled one (``--server vllm``) is sent
+    slot holders (``loadtests.load.slot_holders``) that the run never records."""
+    if settings.get("host") is not None:
+        return HOST_SERVES_OTHERS
+    if (settings.get("server") or "bundled") != "bundled":
+        return f"the {settings.get('server')} server also counts the run's slot holders, which are not recorded"
+    return None
+
+
 def coverage(
     requests: pd.DataFrame,
     server_metrics: pd.DataFrame,
@@ -957,7 +978,8 @@ def coverage(
     stopped = int((outcomes == Outcome.STOPPED).sum())
     not_sent = int((outcomes == Outcome.NOT_SENT).sum())
     server, server_rows, span = served(requests, server_metrics)
-    weighed = settings.get("host") is None
+    unweighed_why = server_unweighed_why(settings)
+    weighed = unweighed_why is None
     missing = sum(int(figures.get("missing") or 0) for figures in (lost_rows or {}).values())
     shortfalls = [live.unwritten, missing]
     if live.locust is not None:
@@ -978,6 +1000,7 @@ def coverage(
         "server_rows": server_rows,
         "server_span_s": span,
         "server_weighed": weighed and server is not None,
+        "server_unweighed_why": None if weighed or server is None else unweighed_why,
         "unwritten": live.unwritten,
         "workers_missing": missing,
         "max_share": max_share,

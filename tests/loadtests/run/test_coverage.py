@@ -145,6 +145,19 @@ def test_a_host_servers_count_is_said_but_not_weighed(tmp_path: Path) -> None:
     assert "not weighed: a --host server may serve other clients" in summary.coverage.line()
 
 
+def test_a_started_vllms_count_is_said_but_not_weighed_as_it_counts_the_slot_holders(tmp_path: Path) -> None:
+    """``--server vllm`` is sent slot holders (``loadtests.load.slot_holders``) that the run never
+    records: the server's larger count is no loss of ours, and the line says why it is not weighed."""
+    run = run_of(tmp_path, 32)
+    scraped(run, [(T0 - 1.0, 0.0), (T0 + 4.0, 60.0)], handler="/v1/completions")
+    settings = {**BUNDLED, "server": "vllm"}
+    summary = judge(RunRecord(run), JudgeOptions([], settings=settings, live=LiveCounts(locust=32)), html=False)
+    assert summary.verdict == PASS and summary.coverage is not None
+    assert summary.coverage.lost == 0 and summary.coverage.server == 60 and not summary.coverage.server_weighed
+    assert "not weighed: the vllm server also counts the run's slot holders" in summary.coverage.line()
+    assert rejudged_alike(run.path)["coverage"]["server_unweighed_why"] == summary.coverage.server_unweighed_why
+
+
 def test_the_servers_count_is_of_the_runs_routes_only(tmp_path: Path) -> None:
     run = run_of(tmp_path, 32)
     scraped(run, [(T0 - 1.0, 0.0), (T0 + 4.0, 480.0)], handler="/tokenize")
