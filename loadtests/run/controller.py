@@ -87,6 +87,7 @@ from loadtests.errors import (
 from loadtests.judge.gates import gate_sources
 from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.load.open_loop import not_sent_row
+from loadtests.load.pacing import paced_answers, pacing_line
 from loadtests.load.state import RunState, run_state
 from loadtests.load.users import StreamingUser
 from loadtests.record.membership import Admission, RunIdentity, own_run_id
@@ -94,11 +95,12 @@ from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.record.run_dir import PLAN_ONLY_ENV, RUN_DIR_ENV, Manifest, RunDir, RunRecord, Service, versions
 from loadtests.record.server_metrics import OFF, ServerMetricsScraper
 from loadtests.run.collect import Collector
-from loadtests.run.ending import how_it_ended
+from loadtests.run.ending import ended_by_a_death, how_it_ended
 from loadtests.run.judging import JudgeOptions, judge, keep_elsewhere, write_html_files
 from loadtests.run.roles import Local, Role, role_of
 from loadtests.run.settings import api_key_in_server_args, recorded_settings, run_settings
 from loadtests.run.signals import SignalGuard
+from loadtests.run.stack_watch import StackWatch
 from loadtests.run.web_tab import WebTab
 from loadtests.services import proxies
 from loadtests.services.parent_watch import end_with_launcher
@@ -300,6 +302,9 @@ class RunController:
         self._role: Role = Local(None)
         """This process's part in the run (``loadtests.run.roles``), chosen once at init."""
         self._stack: Stack | None = None
+        self._stack_watch: StackWatch | None = None
+        self._death: tuple[str, float] | None = None
+        """The first service of the stack that died by itself, in words, and when (``time.monotonic()``)."""
         self._collector: Collector | None = None
         self._test: _Test | None = None
         self._sizing_probe: gevent.Greenlet | None = None
@@ -418,6 +423,14 @@ class RunController:
         run_state(environment).sizing_host = self._stack.server_url or _server_url(settings.host)
         for line in self._stack.describe():
             say(line)
+        self._stack_watch = StackWatch(self._stack, self._on_service_death).start()
+
+    def _on_service_death(self, what: str) -> None:
+        """A service of the stack died by itself: said once, and the run ends as interrupted (as a
+        first Ctrl-C ends it: judged, its verdict FAIL, ``interrupted`` naming the service)."""
+        self._death = (what, time.monotonic())
+        say(f"sse-soak: {what} while the run went: ending the run (interrupted)")
+        self._guard.end_run()
 
     def _preflight(self, environment: Environment, state: RunState) -> None:
         """Refuse, in one line and before any user starts, a target the run cannot use."""
@@ -435,6 +448,9 @@ class RunController:
         state.model_option = target.model
 
     def _stop_stack(self) -> None:
+        if self._stack_watch is not None:
+            self._stack_watch.stop()  # first: our stop is no death
+            self._stack_watch = None
         if self._stack is not None:
             self._stack.stop()
             self._stack = None
@@ -689,6 +705,8 @@ class RunController:
         settings = self._settings(environment)
         run = test.writer.run
         ended, interrupted = test.how_it_ended(self._guard.received)
+        if self._death is not None and test.started <= self._death[1] <= (test.stopping_at or self._death[1]):
+            ended = interrupted = ended_by_a_death(test.started, self._death, test.duration_s)
         options = _options(environment)
         settings_recorded = {
             **recorded_settings(settings),
@@ -713,6 +731,9 @@ class RunController:
             record = RunRecord(run)
             summary = judge(record, told, html=False)
             closing += summary.console_lines()
+            paced = pacing_line(paced_answers(record.requests))
+            if paced is not None:
+                closing.append(paced)
             if test.writer.rows_unwritable or test.writer.rows_pending:
                 closing.append(
                     f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "

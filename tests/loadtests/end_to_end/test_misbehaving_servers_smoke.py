@@ -44,6 +44,8 @@ EXPECTED = {
     "error_frame_no_done": "inband_error",
     "inband_500": "inband_error",
     "http_500": "http_5xx",
+    "http_429": "rejected",
+    "http_503_retry_after": "http_5xx",
     "malformed_usage": "ok",
     "huge_usage": "ok",
     "retry_only_event": "ok",
