@@ -20,9 +20,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadtests.load.pacing import ERROR_ANSWER_PAUSE_S, RETRY_AFTER_MAX_S
+from loadtests.load.pacing import ERROR_ANSWER_PAUSE_S, INSTANT_ANSWER_S, RETRY_AFTER_MAX_S
 from loadtests.services.proxies import real_proxies
-from tests.conftest import real_proxy_params, require_proxy
+from tests.conftest import StartServer, real_proxy_params, require_proxy
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LiveLocust, assert_the_verdict_comes_last, locust_command
 from tests.loadtests.misbehaving import MISBEHAVING_LOCUSTFILE, start_misbehaving_server
 from tests.misbehaving_server import RETRY_AFTER_S
@@ -87,12 +87,37 @@ def test_a_service_killed_mid_run_is_said_once_and_ends_the_run_interrupted_with
     assert summary["ended"] == interrupted and not summary["passed"]
     assert block[-2].startswith(f"verdict: FAIL (interrupted: {interrupted}")
     requests = pd.read_parquet(run_dir / "requests.parquet")
+    # what the users met between the death and the run's end (none, when the watch was first)
     failing = requests[requests["outcome"].isin(["http_5xx", "connect_error"])]
-    assert len(failing) >= 1, output[-3000:]
-    assert len(failing) <= paced_bound(failing, ERROR_ANSWER_PAUSE_S), (len(failing), output[-3000:])
+    assert failing.empty or len(failing) <= paced_bound(failing, ERROR_ANSWER_PAUSE_S), (len(failing), output[-3000:])
     answered = failing[failing["status"].notna()]
     if len(answered):  # the proxy's own answers for the dead server: counted in the one line
         assert pacing_counts(output) == answered["status"].astype(int).value_counts().to_dict()
+
+
+def test_a_server_given_with_host_that_dies_behind_the_proxy_gets_paced_rows_and_one_line(
+    tmp_path: Path, proxy: str, start_server: StartServer
+) -> None:
+    """The server is the user's (``--host``), not the run's: its death is no death of the run's, and
+    the proxy's instant answers for it are rows at the users' pace, counted in one line."""
+    server = start_server()
+    args = ("--headless", "-u", str(USERS), "-r", str(USERS), "-t", "8s", "--flush-interval", "1")
+    with LiveLocust("mixed_truncate", tmp_path, *args, "--host", server.url, "--proxy", proxy) as locust:
+        run_dir = Path(locust.wait_for(RUN_DIR)[1])
+        _wait_for_rows(run_dir)
+        os.kill(server.pid, signal.SIGKILL)
+        code = locust.wait(120)
+    output = locust.output
+    assert code == 1 and "while the run went" not in output, output[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is None and summary["ended"].startswith("run time of 8 s reached")
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    failing = requests[requests["outcome"].isin(["http_5xx", "connect_error", "gateway_timeout"])]
+    assert len(failing) >= 1, output[-3000:]
+    assert len(failing) <= paced_bound(failing, ERROR_ANSWER_PAUSE_S), (len(failing), output[-3000:])
+    answered = failing[failing["status"].notna() & (failing["duration_s"] < INSTANT_ANSWER_S)]
+    assert pacing_counts(output) == answered["status"].astype(int).value_counts().to_dict()
+    assert_the_verdict_comes_last(output)
 
 
 def _wait_for_rows(run_dir: Path, timeout: float = 60.0) -> None:
@@ -103,7 +128,7 @@ def _wait_for_rows(run_dir: Path, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def _misbehaving_run(tmp_path: Path, mode: str, seconds: int = 6) -> tuple[str, pd.DataFrame, set[str]]:
+def _misbehaving_run(tmp_path: Path, mode: str, *args: str, seconds: int = 6) -> tuple[str, pd.DataFrame, set[str]]:
     """The misbehaving locustfile (raw and SDK users) against a server that answers every request
     with ``mode``: its output, its rows, and the ids of the requests the server saw."""
     server = start_misbehaving_server(tmp_path / "modes.jsonl", modes=[mode])
@@ -122,6 +147,7 @@ def _misbehaving_run(tmp_path: Path, mode: str, seconds: int = 6) -> tuple[str, 
             "--report-dir",
             str(tmp_path / "reports"),
             "--only-summary",
+            *args,
         )
         result = subprocess.run(
             command, capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL
@@ -132,7 +158,9 @@ def _misbehaving_run(tmp_path: Path, mode: str, seconds: int = 6) -> tuple[str, 
     output = result.stdout + result.stderr
     match = REPORT_LINE.search(result.stdout)
     assert match, output[-3000:]
-    return output, pd.read_parquet(Path(match["path"]) / "requests.parquet"), seen
+    requests = pd.read_parquet(Path(match["path"]) / "requests.parquet")
+    requests.attrs["summary"] = json.loads((Path(match["path"]) / "summary.json").read_text())
+    return output, requests, seen
 
 
 @pytest.mark.extended
@@ -152,3 +180,18 @@ def test_a_server_that_answers_an_error_at_once_gets_paced_rows_and_one_line(
     assert len(answered) <= paced_bound(answered, pause_s), (len(answered), output[-3000:])
     assert pacing_counts(output) == {status: len(answered)}
     assert "Traceback" not in output
+
+
+@pytest.mark.extended
+def test_in_open_loop_the_requests_a_paced_user_never_sent_count_as_not_sent(tmp_path: Path) -> None:
+    """40 a second asked of 4 users facing instant 429s: they send at their pace, and the rest of
+    the schedule is ``not_sent``, so the run's coverage says how little was sent."""
+    output, requests, seen = _misbehaving_run(tmp_path, "http_429", "--rate", "40", "--arrival", "constant")
+    section = requests.attrs["summary"]["arrival"]
+    sent = requests[requests["outcome"] != "not_sent"]
+    not_sent = requests[requests["outcome"] == "not_sent"]
+    assert seen <= set(sent["request_id"])
+    assert len(sent) <= paced_bound(sent, ERROR_ANSWER_PAUSE_S), (len(sent), output[-3000:])
+    assert section["sent"] == len(sent) and section["not_sent"] == len(not_sent) > 0
+    assert section["scheduled"] == len(sent) + len(not_sent) and section["rate_achieved"] < section["rate"]
+    assert pacing_counts(output) == {429: int((sent["status"] == 429).sum())}
