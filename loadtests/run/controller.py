@@ -374,6 +374,7 @@ class RunController:
                 sys.exit(0)
             self._start_stack(environment, settings)
             self._preflight(environment, state)
+            self._watch_stack(environment)
         arrival_clock.keep_kernel_stamping_on()  # before the first stream, so its first frames are stamped
         if environment.runner is None:
             return  # run_single_user (debugging): Locust prints each request; no run directory
@@ -423,13 +424,22 @@ class RunController:
         run_state(environment).sizing_host = self._stack.server_url or _server_url(settings.host)
         for line in self._stack.describe():
             say(line)
-        self._stack_watch = StackWatch(self._stack, self._on_service_death).start()
 
-    def _on_service_death(self, what: str) -> None:
+    def _watch_stack(self, environment: Environment) -> None:
+        """Watch the stack's services (``loadtests.run.stack_watch``) once the preflight accepted it:
+        one that dies before then fails the preflight in its own words."""
+        if self._stack is not None:
+            watch = StackWatch(self._stack, functools.partial(self._on_service_death, environment))
+            self._stack_watch = watch.start()
+
+    def _on_service_death(self, environment: Environment, what: str) -> None:
         """A service of the stack died by itself: said once, and the run ends as interrupted (as a
-        first Ctrl-C ends it: judged, its verdict FAIL, ``interrupted`` naming the service)."""
+        first Ctrl-C ends it: judged, its verdict FAIL, ``interrupted`` naming the service). Its exit
+        code is 1 even when no test was under way (an idle web UI) to fail."""
         self._death = (what, time.monotonic())
         say(f"sse-soak: {what} while the run went: ending the run (interrupted)")
+        if environment.process_exit_code in (None, 0):
+            environment.process_exit_code = 1
         self._guard.end_run()
 
     def _preflight(self, environment: Environment, state: RunState) -> None:
@@ -527,6 +537,7 @@ class RunController:
         self._target_host = None
         self._start_stack(environment, settings)
         self._preflight(environment, run_state(environment))
+        self._watch_stack(environment)
 
     def _use_host_of_this_test(self, environment: Environment) -> None:
         """The web UI's form sets the host for each test (before the users, or the workers' spawn

@@ -9,14 +9,17 @@ with their counts. Bounds are counts against the span the rows themselves cover,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import pandas as pd
 import pytest
 
@@ -118,6 +121,32 @@ def test_a_server_given_with_host_that_dies_behind_the_proxy_gets_paced_rows_and
     answered = failing[failing["status"].notna() & (failing["duration_s"] < INSTANT_ANSWER_S)]
     assert pacing_counts(output) == answered["status"].astype(int).value_counts().to_dict()
     assert_the_verdict_comes_last(output)
+
+
+def test_a_server_that_dies_while_the_web_ui_is_idle_is_said_and_fails_the_run(tmp_path: Path) -> None:
+    """No test under way, so nothing to judge: the one line, and the run quits with exit 1."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with LiveLocust("mixed_truncate", tmp_path, "--web-host", "127.0.0.1", "--web-port", str(port)) as locust:
+        pid = int(locust.wait_for(SERVICE)[2])
+        _wait_for_the_tab(port)  # installed once the run's start-up (the preflight) is over
+        os.kill(pid, signal.SIGKILL)
+        code = locust.wait(120)
+    said = locust.matching(rf"^sse-soak: target server \(pid {pid}\) was killed by SIGKILL while the run went")
+    assert len(said) == 1 and code == 1, locust.output[-3000:]
+    assert not any(tmp_path.iterdir())  # no test, no run directory
+
+
+def _wait_for_the_tab(port: int, timeout: float = 60.0) -> None:
+    """Until sse-soak's tab answers in the web UI on ``port``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/sse-soak/live.json", timeout=5).status_code == 200:
+                return
+        assert time.monotonic() < deadline, f"no sse-soak tab on port {port}"
+        time.sleep(0.1)
 
 
 def _the_program(pid: int) -> int:
