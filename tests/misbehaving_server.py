@@ -365,6 +365,30 @@ async def http_500(ex: Exchange) -> bool:
     return True
 
 
+RETRY_AFTER_S = 2
+"""What ``http_503_retry_after`` asks a client to wait (``Retry-After``)."""
+
+
+async def http_429(ex: Exchange) -> bool:
+    """A rate limit answered at once (as a gateway in front of vLLM answers it), no ``Retry-After``."""
+    body = json.dumps(error_body(429, "rate limit exceeded", "RateLimitError")).encode()
+    await ex.whole("429 Too Many Requests", "application/json", body)
+    return True
+
+
+async def http_503_retry_after(ex: Exchange) -> bool:
+    """Unavailable at once, asking the client to come back in ``RETRY_AFTER_S`` seconds."""
+    body = json.dumps(error_body(503, "overloaded: try again later", "ServiceUnavailableError")).encode()
+    headers = [
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+        ("Retry-After", str(RETRY_AFTER_S)),
+    ]
+    await ex.head("503 Service Unavailable", headers)
+    await ex.send(body)
+    return True
+
+
 async def not_http(ex: Exchange) -> bool:
     """Bytes that are not an HTTP response at all (a service on the wrong port, say), then close."""
     await ex.send(b"SSH-2.0-OpenSSH_9.2\r\nProtocol mismatch.\r\n\r\n")
@@ -468,6 +492,8 @@ MODES: dict[str, Mode] = {
         error_frame_no_done,
         inband_500,
         http_500,
+        http_429,
+        http_503_retry_after,
         not_http,
         close_before_any_byte,
         reset_before_any_byte,

@@ -50,6 +50,7 @@ from loadtests.declare.workload import PreparedRequest, RequestMix
 from loadtests.errors import LineTooLong, ScheduleClosed, StreamBroken, UnexpectedOutcome, error_kind, exception_chain
 from loadtests.load.failure_cycles import forget_failure, forget_traceback
 from loadtests.load.open_loop import Ticket
+from loadtests.load.pacing import pause_after
 from loadtests.load.state import RunState, run_state
 
 REQUEST_TYPE = "SSE"
@@ -60,10 +61,6 @@ SDK_PARAMETERS = frozenset({"model", "prompt", "messages", "max_tokens", "stream
 HARNESS_ERROR_PAUSE_S = 1.0
 """A user whose request failed inside sse-soak waits this long before its next one: a harness bug
 must not turn into a tight loop of failing rows."""
-CONNECT_ERROR_PAUSE_S = 0.5
-"""A user that got no HTTP response at all (the server died or refuses connections) waits this long
-before its next request: one row per user per pause says the server is gone, without a loop of
-thousands of refused connections a second burning the load generator's CPU."""
 logger = logging.getLogger(__name__)
 _harness_errors_logged: set[str] = set()
 """Messages already logged with their traceback in this process: each is logged once, counted in rows."""
@@ -143,6 +140,8 @@ class StreamingUser:
     host: str | None
     _ticket: Ticket | None = None
     """The open-loop ticket of the request under way, if any."""
+    _retry_after: str | None = None
+    """The ``Retry-After`` header of the last answer, if it had one (``loadtests.load.pacing``)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Invariant: a class's tasks are the default task alone, or only the tasks it (or a base
@@ -180,6 +179,7 @@ class StreamingUser:
         started = time.monotonic()
         deadline = harness.stream_deadline
         timer = gevent.Timeout(deadline)  # a BaseException raised into this greenlet: no except Exception stops it
+        self._retry_after = None
         try:
             with timer:
                 failure = self._stream_into(request, tracker, started)
@@ -200,8 +200,9 @@ class StreamingUser:
             return self._harness_failure(plan, exc, tracker, started)
         row = tracker.finish(time.monotonic() - started, failure)
         self.report(row, tracker.frames, request.path)
-        if row.outcome == Outcome.CONNECT_ERROR:
-            gevent.sleep(CONNECT_ERROR_PAUSE_S)
+        pause = pause_after(row, self._retry_after)
+        if pause:  # a connect error or an instant error answer: never a loop of them (loadtests.load.pacing)
+            gevent.sleep(pause)
         return row
 
     def _harness_failure(
@@ -337,6 +338,8 @@ class SSEUser(StreamingUser, FastHttpUser):
             catch_response=True,
             name=tracker.plan.name,
         )
+        answered = getattr(response, "headers", None)  # None: no answer (an error response)
+        self._retry_after = answered.get("retry-after") if answered is not None else None
         return self._read(response, tracker, started, self.harness.max_line_bytes)
 
     @staticmethod
@@ -585,7 +588,7 @@ class OpenAISDKUser(StreamingUser, User):
         http_client = openai.DefaultHttpxClient(
             verify=client_context(),
             follow_redirects=False,
-            event_hooks={"response": [self.wire]},
+            event_hooks={"response": [self.wire, self._note_retry_after]},
             headers={"Accept-Encoding": "identity"},  # as the raw client asks: a compressed stream is refused
         )
         self.sdk = openai.OpenAI(
@@ -598,6 +601,10 @@ class OpenAISDKUser(StreamingUser, User):
 
     def on_stop(self) -> None:
         self.sdk.close()
+
+    def _note_retry_after(self, response: Any) -> None:
+        """Every answer the SDK's client gets: its ``Retry-After``, for the pacing after it."""
+        self._retry_after = response.headers.get("retry-after")
 
     def _stream_into(self, request: PreparedRequest, tracker: StreamTracker, started: float) -> Outcome | None:
         body = request.stream_body(self.harness.model)

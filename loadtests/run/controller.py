@@ -89,6 +89,7 @@ from loadtests.judge.gates import INFERRED, UNKNOWN, NoProxyTimeouts, gate_sourc
 from loadtests.judge.summary import LiveCounts
 from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.load.open_loop import not_sent_row
+from loadtests.load.pacing import paced_answers, pacing_line
 from loadtests.load.state import RunState, run_state
 from loadtests.load.users import REQUEST_TYPE, StreamingUser
 from loadtests.record.membership import Admission, RunIdentity, own_run_id
@@ -105,11 +106,12 @@ from loadtests.record.run_dir import (
 )
 from loadtests.record.server_metrics import OFF, ServerMetricsScraper
 from loadtests.run.collect import Collector
-from loadtests.run.ending import how_it_ended
+from loadtests.run.ending import ended_by_a_death, how_it_ended
 from loadtests.run.judging import JudgeOptions, inferred_interval, judge, keep_elsewhere, write_html_files
 from loadtests.run.roles import Local, Role, role_of
 from loadtests.run.settings import api_key_in_server_args, recorded_settings, run_settings
 from loadtests.run.signals import AT_INIT, SignalGuard
+from loadtests.run.stack_watch import StackWatch
 from loadtests.run.web_tab import WebTab
 from loadtests.services import proxies
 from loadtests.services.parent_watch import end_with_launcher
@@ -331,6 +333,9 @@ class RunController:
         self._role: Role = Local(None)
         """This process's part in the run (``loadtests.run.roles``), chosen once at init."""
         self._stack: Stack | None = None
+        self._stack_watch: StackWatch | None = None
+        self._death: tuple[str, float] | None = None
+        """The first service of the stack that died by itself, in words, and when (``time.monotonic()``)."""
         self._collector: Collector | None = None
         self._test: _Test | None = None
         self._sizing_probe: gevent.Greenlet | None = None
@@ -401,6 +406,7 @@ class RunController:
                 sys.exit(0)
             self._start_stack(environment, settings)
             self._preflight(environment, state)
+            self._watch_stack(environment)
         arrival_clock.keep_kernel_stamping_on()  # before the first stream, so its first frames are stamped
         if environment.runner is None:
             return  # run_single_user (debugging): Locust prints each request; no run directory
@@ -451,6 +457,23 @@ class RunController:
         for line in self._stack.describe():
             say(line)
 
+    def _watch_stack(self, environment: Environment) -> None:
+        """Watch the stack's services (``loadtests.run.stack_watch``) once the preflight accepted it:
+        one that dies before then fails the preflight in its own words."""
+        if self._stack is not None:
+            watch = StackWatch(self._stack, functools.partial(self._on_service_death, environment))
+            self._stack_watch = watch.start()
+
+    def _on_service_death(self, environment: Environment, what: str) -> None:
+        """A service of the stack died by itself: said once, and the run ends as interrupted (as a
+        first Ctrl-C ends it: judged, its verdict FAIL, ``interrupted`` naming the service). Its exit
+        code is 1 even when no test was under way (an idle web UI) to fail."""
+        self._death = (what, time.monotonic())
+        say(f"sse-soak: {what} while the run went: ending the run (interrupted)")
+        if environment.process_exit_code in (None, 0):
+            environment.process_exit_code = 1
+        self._guard.end_run()
+
     def _preflight(self, environment: Environment, state: RunState) -> None:
         """Refuse, in one line and before any user starts, a target the run cannot use."""
         host = environment.host
@@ -467,6 +490,9 @@ class RunController:
         state.model_option = target.model
 
     def _stop_stack(self) -> None:
+        if self._stack_watch is not None:
+            self._stack_watch.stop()  # first: our stop is no death
+            self._stack_watch = None
         if self._stack is not None:
             self._stack.stop()
             self._stack = None
@@ -553,6 +579,7 @@ class RunController:
         self._target_host = None
         self._start_stack(environment, settings)
         self._preflight(environment, run_state(environment))
+        self._watch_stack(environment)
 
     def _use_host_of_this_test(self, environment: Environment) -> None:
         """The web UI's form sets the host for each test (before the users, or the workers' spawn
@@ -734,6 +761,8 @@ class RunController:
         run = test.writer.run
         record = RunRecord(run)
         ended, interrupted = test.how_it_ended(self._guard.received)
+        if self._death is not None and test.started <= self._death[1] <= (test.stopping_at or self._death[1]):
+            ended = interrupted = ended_by_a_death(test.started, self._death, test.duration_s)
         options = _options(environment)
         prompt_sizing = self._prompt_sizing(environment)
         closing: list[str] = []  # the test's closing block: said once all is recorded (``_close``)
@@ -760,6 +789,9 @@ class RunController:
             )
             summary = judge(record, told, html=False)
             closing += summary.console_lines()
+            paced = pacing_line(paced_answers(record.requests))
+            if paced is not None:
+                closing.append(paced)
             if test.writer.rows_unwritable or test.writer.rows_pending:
                 closing.append(
                     f"sse-soak: {test.writer.rows_unwritable} rows kept as text in {UNWRITABLE_ROWS} and "

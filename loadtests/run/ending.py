@@ -3,7 +3,8 @@
 A test ends by a signal (Ctrl-C, SIGTERM), by its run time (``-t``), or by a stop (the web UI's Stop,
 every worker gone). Locust arms its ``-t`` timer as it spawns the greenlet that fires test_start, so
 the run time counts from there: a test whose start-up hooks took part of it says how long its load
-phase really ran. A signal during a test with a planned duration interrupts it (its verdict fails).
+phase really ran. A signal during a test with a planned duration interrupts it (its verdict fails);
+a service of the run that died (``loadtests.run.stack_watch``) interrupts it whatever its duration.
 """
 
 from __future__ import annotations
@@ -42,3 +43,12 @@ def how_it_ended(
         load = f"load ran {elapsed - start_up:.1f} s: the test's start-up took {start_up:.1f} s of it"
         return f"run time of {duration_s:g} s reached ({load})", None
     return f"stopped at {elapsed:.1f} s{of}", None  # the web UI's Stop, or every worker gone
+
+
+def ended_by_a_death(started: float, death: tuple[str, float], duration_s: float | None) -> str:
+    """What ``ended`` and ``interrupted`` both say of a test that a service's death ended: the
+    service in words and when, from the test's start. Always an interruption, with ``-t`` or without:
+    the rest of the test ran against no server."""
+    what, at = death
+    of = f" of {duration_s:g} s" if duration_s else ""
+    return f"{what} at {at - started:.1f} s{of}"

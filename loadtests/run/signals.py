@@ -94,6 +94,15 @@ class SignalGuard:
         if name is not None:
             self._request_quit(name)
 
+    def end_run(self) -> None:
+        """End the run as a first signal does (Locust's main greenlet shuts it down, once), for a
+        cause that is no signal and that the caller says (a service of the run died); nothing when
+        the run is ending already. Call it from a greenlet, never from a signal handler."""
+        if self._quit_requested or self.quitting:
+            return
+        self._quit_requested = True
+        gevent.get_hub().loop.run_callback(self._interrupt_main)
+
     def _handle(self, signum: int, _frame: Any) -> None:
         # A Python signal handler: it runs between two bytecodes of whatever greenlet is current, so
         # it only notes and schedules (printing here could re-enter a print in progress).

@@ -75,6 +75,11 @@ class ChildService:
         drainer.start()
         return cls(process, url, name, drainer)
 
+    def exited(self) -> str | None:
+        """How it ended (``exited with 1``, ``was killed by SIGKILL``), or None while it runs."""
+        code = self.process.poll()
+        return None if code is None else exit_words(code)
+
     def stop(self, grace: float = 5.0) -> int | None:
         """Stop by pid (SIGTERM, then SIGKILL), reap it, close its pipe; returns the exit code."""
         code = _terminate(self.process, grace)
@@ -85,6 +90,17 @@ class ChildService:
             self._cleanup()
             self._cleanup = None
         return code
+
+
+def exit_words(code: int) -> str:
+    """A child's exit status as a line says it: ``exited with 1``, ``was killed by SIGKILL``
+    (``Popen.returncode``: negative for the signal that ended it)."""
+    if code >= 0:
+        return f"exited with {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
 
 
 def _wait_for_ready_line(process: subprocess.Popen[str], name: str, timeout: float) -> str:

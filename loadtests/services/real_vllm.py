@@ -584,6 +584,11 @@ class VllmServer:
         """Started, and not ended (checked without reaping it: only ``stop()`` reaps)."""
         return self._process is not None and _ended(self._process.pid) is None
 
+    def exited(self) -> str | None:
+        """How the started server ended (``exited with 1``, ``was killed by SIGKILL``), None while it
+        runs (or before it started); checked without reaping it."""
+        return None if self._process is None else _ended(self._process.pid)
+
     def stop(self, grace: float = STOP_GRACE_S) -> int | None:
         """SIGTERM to the started process (the watchdog passes it on to vLLM, which stops its
         engine), SIGKILL to its whole group after ``grace`` s; what is left of the group once it

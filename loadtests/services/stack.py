@@ -90,13 +90,17 @@ class TargetServerProcess(ChildService):
 
 
 class Service(Protocol):
-    """A started part of the stack: its name, the URL it serves, its process id; ``stop()`` ends it."""
+    """A started part of the stack: its name, the URL it serves, its process id; ``stop()`` ends it;
+    ``exited()`` says how it ended by itself (``exited with 1``, ``was killed by SIGKILL``), None while
+    it runs."""
 
     name: str
     url: str
 
     @property
     def pid(self) -> int: ...
+
+    def exited(self) -> str | None: ...
 
     def stop(self) -> int | None: ...
 
@@ -158,6 +162,16 @@ class Stack:
         """Stop everything, the front (proxy) first."""
         while self.services:
             self.services.pop().stop()
+
+    def ended(self) -> str | None:
+        """The first of its services that no longer runs, as a line says it (``target server (pid
+        1234) was killed by SIGKILL``); None while every one runs. Cheap (a non-blocking wait per
+        service): the run asks every half second (``loadtests.run.stack_watch``)."""
+        for service in self.services:
+            how = service.exited()
+            if how is not None:
+                return f"{service.name} (pid {service.pid}) {how}"
+        return None
 
     @property
     def server_url(self) -> str | None:

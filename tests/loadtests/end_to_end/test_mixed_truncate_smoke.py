@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loadtests.load.pacing import paced_answers
 from loadtests.record.lag import while_streams_open
 from tests.conftest import StartServer
 from tests.loadtests.locust_run import ROOT, assert_the_verdict_comes_last, run_locust
@@ -41,6 +42,9 @@ def test_mixed_truncate_passes_on_the_bundled_server(tmp_path: Path) -> None:
     assert summary["outcomes"]["ok"] > 0 and summary["outcomes"]["rejected"] > 0
     assert summary["http_500"] == summary["inband_500"] == 0
     requests = run.requests
+    # a healthy run is not paced: its instant 400s are what their specs expect (loadtests.load.pacing)
+    assert paced_answers(requests) == {} and "error answers came back at once" not in run.output
+    assert "while the run went" not in run.output  # no service of the run died
     assert set(requests["client"]) == {"raw", "openai"}
     assert set(requests["worker"]) == {"local"}  # a standalone run: no worker index
     assert set(requests["route"]) == {"completions", "chat"}
