@@ -529,26 +529,11 @@ class KeepAliveWithheld:
     interval_known: bool = True
     """False when the server's interval is unknown: ``period_s`` is then the longest plausible one."""
 
-    @property
-    def _withholds_keep_alive(self) -> bool:
-        """The run's proxy was measured to strip comments and hold the headers (LiteLLM)."""
-        kind = proxies.find(self.started)
-        return kind is not None and kind.withholds_keep_alive
-
     def line(self) -> str:
         """The one line the console, the summary and ``keepalive_covered`` say it with."""
         held = f" ({self.headers_held} got their headers only with their first token)" if self.headers_held else ""
         unknown = "" if self.interval_known else " (longer than any keep-alive interval the run could judge)"
-        named = run_proxy(self.started)
-        between = (
-            f" (the run's proxy, {named}, which does both, measured)"
-            if self._withholds_keep_alive
-            else f" (the run's proxy, {named}, or something behind it)"
-            if named
-            else " (the run started no proxy: it stands in front of the server the run was given)"
-            if self.started == "none"
-            else ""
-        )
+        between = who_stands_between(self.started, "which does both, measured")
         return (
             f"sse-soak: {self.streams} raw streams were silent over {self.period_s:.2f} s{unknown} and none got a "
             f"keep-alive comment{held}: an intermediary that strips SSE comments or holds the response headers until "
@@ -595,6 +580,21 @@ def keepalive_withheld(
     return KeepAliveWithheld(len(silent), period, int(held), run_proxy_kind, interval is not None)
 
 
+def who_stands_between(started: str | None, measured: str) -> str:
+    """Who may stand between the harness and the server, for a line naming a withholding
+    intermediary: the run's proxy (``measured`` said of a kind known to withhold keep-alive), what
+    stands behind it, the server given when the run started none (``none``); empty when unrecorded."""
+    kind = proxies.find(started)
+    named = run_proxy(started)
+    if kind is not None and kind.withholds_keep_alive:
+        return f" (the run's proxy, {named}, {measured})"
+    if named:
+        return f" (the run's proxy, {named}, or something behind it)"
+    if started == "none":
+        return " (the run started no proxy: it stands in front of the server the run was given)"
+    return ""
+
+
 @dataclass(frozen=True)
 class HeadersWithheld:
     """Streams silent from their send that got their response headers only with their first token:
@@ -608,17 +608,7 @@ class HeadersWithheld:
 
     def line(self) -> str:
         """The one line the console and the summary say it with."""
-        kind = proxies.find(self.started)
-        named = run_proxy(self.started)
-        between = (
-            f" (the run's proxy, {named}, does, measured)"
-            if kind is not None and kind.withholds_keep_alive
-            else f" (the run's proxy, {named}, or something behind it)"
-            if named
-            else " (the run started no proxy: it stands in front of the server the run was given)"
-            if self.started == "none"
-            else ""
-        )
+        between = who_stands_between(self.started, "does, measured")
         return (
             f"sse-soak: {self.streams} streams silent {self.shortest_silence_s:.2f} s or more from their send got "
             f"their response headers only with their first token: an intermediary holds the headers until the "
