@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -287,6 +288,39 @@ def forked_workers(master: int) -> tuple[list[psutil.Process], list[psutil.Proce
     return workers, others
 
 
+class MasterToKill:
+    """A ``--processes`` master started in the background with its forked workers, for a test that
+    kills it: ``started`` polls until both workers run and the test's own condition holds; leaving
+    the ``with`` kills every process of the run still alive, the master's server included."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.master = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        self.workers: list[psutil.Process] = []
+        self.others: list[psutil.Process] = []
+        self.deadline = time.monotonic() + 60
+
+    def started(self, ready: Callable[[], bool], what: str) -> None:
+        while len(self.workers) < 2 or not ready():
+            assert self.master.poll() is None and time.monotonic() < self.deadline, f"the run never got going: {what}"
+            self.workers, self.others = forked_workers(self.master.pid)
+            time.sleep(0.1)  # polling for the forked workers and the test's condition
+
+    def kill(self) -> None:
+        self.master.kill()
+        self.master.wait()
+
+    def __enter__(self) -> MasterToKill:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.master.kill()
+        self.master.wait()
+        for process in [*self.workers, *self.others]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+
+
 def test_a_killed_worker_leaves_its_missing_rows_named_and_the_run_unjudged(tmp_path: Path) -> None:
     """SIGKILL one of two workers mid-run: the master counts the requests it had started against the
     rows that arrived, the run is not a PASS, its line names the worker and the count, and the
@@ -339,26 +373,13 @@ def test_workers_of_a_killed_master_stop_promptly_and_write_their_unsent_rows_in
         SCENARIO, "--headless", "-u", "4", "-r", "4", "-t", "30s", "--processes", "2",
         "--host", server.url, "--report-dir", str(tmp_path), "--only-summary",
     )  # fmt: skip
-    master = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    workers: list[psutil.Process] = []
-    others: list[psutil.Process] = []
-    try:
-        deadline = time.monotonic() + 60
-        while len(workers) < 2 or not any(tmp_path.glob("*/requests.parquet/*.parquet")):
-            assert master.poll() is None and time.monotonic() < deadline, "the run never got going"
-            workers, others = forked_workers(master.pid)
-            time.sleep(0.1)  # polling for the forked workers and the first rows on disk
-        while gauge(server.url, RUNNING) < 4:
-            assert master.poll() is None and time.monotonic() < deadline, "the users never all streamed at once"
-            time.sleep(0.05)  # polling the server until every user is mid-stream
-        master.kill()
-        master.wait()
-        _, alive = psutil.wait_procs(workers, timeout=15)
+    with MasterToKill(command) as run:
+        run.started(lambda: any(tmp_path.glob("*/requests.parquet/*.parquet")), "no rows on disk")
+        run.started(lambda: gauge(server.url, RUNNING) >= 4, "the users never all streamed at once")
+        run.kill()
+        _, alive = psutil.wait_procs(run.workers, timeout=15)
         assert not alive, f"{len(alive)} worker(s) still running 15 s after their master died"
-    finally:
-        for process in [*workers, *others]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
+    workers = run.workers
     assert not list(tmp_path.glob("orphaned-rows-*.jsonl"))  # the run directory took them
     (run_dir,) = [path for path in tmp_path.iterdir() if path.is_dir()]
     by_pid = {str(worker.pid): worker for worker in workers}
@@ -384,22 +405,11 @@ def test_a_killed_masters_run_says_how_many_requests_its_server_counted_against_
         SCENARIO, "--headless", "-u", "6", "-r", "6", "-t", "30s", "--processes", "2",
         "--report-dir", str(tmp_path), "--only-summary",
     )  # fmt: skip
-    master = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    workers: list[psutil.Process] = []
-    others: list[psutil.Process] = []
-    try:
-        deadline = time.monotonic() + 60
-        while len(workers) < 2 or len(list(tmp_path.glob("*/server_metrics.parquet/*.parquet"))) < 2:
-            assert master.poll() is None and time.monotonic() < deadline, "the run never got going"
-            workers, others = forked_workers(master.pid)
-            time.sleep(0.1)  # polling for the forked workers and two parts of server metrics on disk
-        master.kill()
-        master.wait()
-        psutil.wait_procs([*workers, *others], timeout=20)
-    finally:
-        for process in [*workers, *others]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
+    with MasterToKill(command) as run:
+        metrics = "*/server_metrics.parquet/*.parquet"
+        run.started(lambda: len(list(tmp_path.glob(metrics))) >= 2, "no two parts of server metrics on disk")
+        run.kill()
+        psutil.wait_procs([*run.workers, *run.others], timeout=20)
     (run_dir,) = [path for path in tmp_path.iterdir() if path.is_dir()]
     command = [sys.executable, "-m", "loadtests", "report", str(run_dir)]
     report = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
