@@ -164,17 +164,24 @@ def versions() -> dict[str, str]:
 
 
 def _open_lock(path: Path, create: bool) -> int | None:
-    """The lock file, opened to take its ``flock`` (made when it is not there, if to ``create`` it and
-    it can be); None when it can be neither made nor opened. Opened close-on-exec: no service started
-    later inherits it."""
-    try:
-        return os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o644)
-    except OSError:
-        pass
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
+    """The lock file, opened read-only to take its ``flock`` (made when it is not there, if to
+    ``create`` it and it can be); None when it can be neither made nor opened. Never held open for
+    writing: a disk the system remounts read-only mid-run is not kept busy by it (``_name_holder``
+    writes briefly). Opened close-on-exec: no service started later inherits it."""
+    for flags in ((os.O_CREAT,) if create else ()) + (0,):
+        try:
+            return os.open(path, os.O_RDONLY | flags | os.O_CLOEXEC, 0o644)
+        except OSError:
+            continue
+    return None
+
+
+def _name_holder(path: Path) -> None:
+    """Write who holds the lock into its file, opened for writing only that long; nothing when the
+    disk refuses it (a lock file opened read-only is still a lock)."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with contextlib.suppress(OSError):
+        path.write_text(f"pid {os.getpid()} on {socket.gethostname()}, since {started}\n")
 
 
 def _holder(fd: int) -> str:
@@ -381,10 +388,7 @@ class RunDir:
                         "written; report it once the run has ended"
                     ) from None
                 time.sleep(WRITER_LOCK_POLL_S)
-        with contextlib.suppress(OSError):  # a lock file opened read-only is still a lock
-            started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {started}\n".encode(), 0)
+        _name_holder(self.writer_lock_file)
         return WriterLock(fd)
 
     def late_writers(self) -> list[LateWriter]:
