@@ -197,10 +197,11 @@ def processes_2(reports: Path, server: MisbehavingServer, *_: object) -> Written
     return Written(output, [reports], ["two worker processes", "Locust's --html report"])
 
 
-def basic_auth_server(reports: Path, _: MisbehavingServer, *__: object) -> Written:
+def basic_auth_server(reports: Path, open_server: MisbehavingServer, *__: object) -> Written:
     """A server that answers 401 to any request without the ``--host`` credentials as Basic auth:
     the preflight, both users, the prompt sizing and the metrics scraper (its 404 then, not 401)
-    still send them, from the local process and from each worker."""
+    still send them, from the local process and from each worker; and from a test the web UI's
+    form starts with that server's credentialed URL typed in, after a test of another server."""
     log = reports.parent / "basic.jsonl"
     server = start_misbehaving_server(log, lifetime=300, modes=("ok",), basic=f"{USER}:{PASSWORD}")
     reports.mkdir(parents=True, exist_ok=True)
@@ -215,9 +216,27 @@ def basic_auth_server(reports: Path, _: MisbehavingServer, *__: object) -> Writt
             rows = _run_dir(output).joinpath("requests.csv").read_text().splitlines()
             ok = [row for row in rows[1:] if ",ok," in row]
             assert any("raw" in row for row in ok) and any("openai" in row for row in ok), rows[:5]
+        port = _free_port()
+        web = ("--web-host", "127.0.0.1", "--web-port", str(port), "--autostart", "-u", "2", "-r", "2", "-t", "3s")
+        with LiveLocust("mixed_truncate", reports, "--host", open_server.url, *web) as locust:
+            locust.wait_for(REPORT_LINE.pattern, timeout=120)
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False) as client:
+                form = {"user_count": "2", "spawn_rate": "2", "run_time": "3s", "host": credentialed(server.url)}
+                swarm = client.post("/swarm", data=form)
+                assert swarm.status_code == 200 and swarm.json()["success"], swarm.text
+                run_dir = Path(locust.wait_for(REPORT_LINE.pattern, count=2, timeout=120)["path"])
+                console += swarm.text + client.get("/").text
+            locust.signal(signal.SIGINT)
+            locust.wait(60)
+            console += locust.output
+        rows = run_dir.joinpath("requests.csv").read_text().splitlines()
+        ok = [row for row in rows[1:] if ",ok," in row]
+        assert any("raw" in row for row in ok) and any("openai" in row for row in ok), rows[:5]
+        assert "401" not in console, console[-3000:]
     finally:
         server.stop()
-    return Written(console, [reports], ["Basic auth sent by both users and the metrics scraper"])
+    checked = ["Basic auth sent by both users and the metrics scraper", "a web UI test's typed credentials"]
+    return Written(console, [reports], checked)
 
 
 def api_key_in_the_environment(reports: Path, _: MisbehavingServer, start_server: StartServer, *__: object) -> Written:
