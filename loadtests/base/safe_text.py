@@ -6,7 +6,9 @@ Three rules, each owned here so that no writer or printer carries its own copy:
   client as HTTP Basic auth) and query values (``?token=SECRET``, which the harness drops: it sends
   none). Wherever the run writes or prints the host (summary.json, manifest.json, report.html, the
   console, an error line), it is this form: the password and each query or fragment value replaced
-  by ``***``; the wire keeps the URL given.
+  by ``***``. ``without_credentials`` takes the userinfo out of the URL Locust holds (its report and
+  web UI show that URL), as the ``Authorization: Basic`` value the run's clients send to its origin
+  (``url_origin``) instead.
 - ``printable``: text a server controls (an error message, a Content-Type, a model id) goes to a
   terminal, a log or pytest's output with its control characters escaped (``\\x1b``, ``\\r``,
   ``\\n``, ``\\u202e``...), so a hostile server cannot retitle, clear or rewrite the terminal of
