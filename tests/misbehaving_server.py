@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import fcntl
 import gzip
@@ -551,9 +552,11 @@ async def unacked_drained(sock: Any, limit_s: float = 2.0) -> None:
 
 
 class MisbehavingServer:
-    def __init__(self, modes: Sequence[str], log: TextIO) -> None:
+    def __init__(self, modes: Sequence[str], log: TextIO, authorization: str | None = None) -> None:
         self.modes = list(modes)
         self.log = log
+        self.authorization = authorization
+        """The ``Authorization`` header every request must carry (``--basic``), None: none needed."""
         self._turns: dict[str, Iterator[str]] = {}
 
     def next_mode(self, user_agent: str) -> str:
@@ -584,6 +587,11 @@ class MisbehavingServer:
         body = await reader.readexactly(int(headers.get("content-length", "0")))
         keep = headers.get("connection", "").lower() != "close"
         path = path.split("?", 1)[0]
+        if self.authorization is not None and headers.get("authorization") != self.authorization:
+            refused = Exchange("completions", headers.get("x-request-id"), 1, False, reader, writer)
+            unauthorized = error_body(401, "Unauthorized", "AuthenticationError")
+            await refused.whole("401 Unauthorized", "application/json", json.dumps(unauthorized).encode())
+            return keep
         request = json.loads(body) if body else {}
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions") and WIRE_FIELD in request:
             return await replay(request[WIRE_FIELD], reader, writer) and keep
@@ -610,9 +618,12 @@ class MisbehavingServer:
         return keep
 
 
-async def serve(host: str, port: int, modes: Sequence[str], log_path: str, lifetime: float) -> None:
+async def serve(
+    host: str, port: int, modes: Sequence[str], log_path: str, lifetime: float, basic: str | None = None
+) -> None:
     with open(log_path, "a", encoding="utf-8") as log:
-        server = MisbehavingServer(modes, log)
+        authorization = None if basic is None else "Basic " + base64.b64encode(basic.encode()).decode()
+        server = MisbehavingServer(modes, log, authorization)
         listener = await asyncio.start_server(server.connection, host, port, limit=1 << 20)
         bound_host, bound_port = listener.sockets[0].getsockname()[:2]
         stop = asyncio.Event()
@@ -632,12 +643,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (the ready line prints it)")
     parser.add_argument("--lifetime", type=float, default=600.0, help="seconds after which the server exits by itself")
+    parser.add_argument("--basic", default=None, help="USER:PASSWORD every request must send as Basic auth (else 401)")
     args = parser.parse_args(argv)
     modes = [mode for mode in args.modes.split(",") if mode]
     unknown = [mode for mode in modes if mode not in MODES]
     if unknown or not modes:
         parser.error(f"--modes got {', '.join(unknown) or 'nothing'}; choose from {', '.join(MODES)}")
-    asyncio.run(serve(args.host, args.port, modes, args.log, args.lifetime))
+    asyncio.run(serve(args.host, args.port, modes, args.log, args.lifetime, args.basic))
 
 
 if __name__ == "__main__":

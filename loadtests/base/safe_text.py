@@ -6,7 +6,9 @@ Three rules, each owned here so that no writer or printer carries its own copy:
   client as HTTP Basic auth) and query values (``?token=SECRET``, which the harness drops: it sends
   none). Wherever the run writes or prints the host (summary.json, manifest.json, report.html, the
   console, an error line), it is this form: the password and each query or fragment value replaced
-  by ``***``; the wire keeps the URL given.
+  by ``***``. ``without_credentials`` takes the userinfo out of the URL Locust holds (its report and
+  web UI show that URL), as the ``Authorization: Basic`` value the run's clients send to its origin
+  (``url_origin``) instead.
 - ``printable``: text a server controls (an error message, a Content-Type, a model id) goes to a
   terminal, a log or pytest's output with its control characters escaped (``\\x1b``, ``\\r``,
   ``\\n``, ``\\u202e``...), so a hostile server cannot retitle, clear or rewrite the terminal of
@@ -20,7 +22,9 @@ Three rules, each owned here so that no writer or printer carries its own copy:
 
 from __future__ import annotations
 
+import base64
 import re
+from urllib.parse import unquote, urlsplit
 
 from loadtests.errors import InvalidValue
 
@@ -31,6 +35,8 @@ __all__ = [
     "printable",
     "redacted_url",
     "url_has_credentials",
+    "url_origin",
+    "without_credentials",
     "without_header_values",
 ]
 
@@ -102,6 +108,34 @@ def url_has_credentials(url: str) -> bool:
     """``url`` carries a userinfo part (``user:password@`` or ``token@``)."""
     parts = _URL.match(url)
     return bool(parts and parts["userinfo"])
+
+
+def without_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its userinfo, query and fragment (the harness sends no query; either may
+    hold a token), and the ``Authorization`` value HTTP Basic auth sends for the userinfo (``Basic
+    base64(user:password)``, each percent-decoded as httpx does), None when it has none: a URL
+    Locust holds (and shows in its report and web UI) never carries a secret."""
+    parts = _URL.match(url)
+    if parts is None:  # unreachable: every group is optional
+        return url, None
+    bare = f"{parts['scheme'] or ''}{parts['rest']}"
+    if not parts["userinfo"]:
+        return bare, None
+    user, _, password = parts["userinfo"][:-1].partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    return bare, f"Basic {token}"
+
+
+def url_origin(url: str) -> str:
+    """``scheme://host:port`` of ``url`` in lower case, its userinfo left out: credentials are sent
+    to the origin they were given for, never to another."""
+    bare, _ = without_credentials(url)
+    try:
+        parts = urlsplit(bare)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return bare.lower()
+    return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}:{port}"
 
 
 def plain_name(name: object, what: str) -> str:

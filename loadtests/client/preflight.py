@@ -71,19 +71,28 @@ def base_url(host: str) -> tuple[str, tuple[str, ...]]:
     return f"{parts.scheme}://{parts.netloc}{path}", notices
 
 
-def preflight(host: str, api_key: str | None, model: str | None, timeout: float = DEFAULT_PREFLIGHT_TIMEOUT) -> Target:
-    """Check ``host`` as described in the module docstring; ``timeout`` bounds the one request."""
+def preflight(
+    host: str,
+    api_key: str | None,
+    model: str | None,
+    timeout: float = DEFAULT_PREFLIGHT_TIMEOUT,
+    basic_auth: str | None = None,
+) -> Target:
+    """Check ``host`` as described in the module docstring; ``timeout`` bounds the one request.
+    ``basic_auth``: the ``Authorization`` value of credentials taken out of ``host`` (sent instead
+    of a bearer key, as in the URL)."""
     if not 0 < timeout < math.inf:
         raise PreflightError(f"the preflight timeout must be a positive number of seconds, got {timeout}")
     url, notices = base_url(host)
-    if api_key and url_has_credentials(url):
+    if api_key and (basic_auth or url_has_credentials(url)):
         raise PreflightError(
             f"--host {redacted_url(url)} carries credentials, which every client sends as HTTP Basic auth, and "
             "--api-key a bearer token: a request has one Authorization header, so give one of them"
         )
     models_url = f"{url}/v1/models"
     shown_url, shown_models_url = redacted_url(url), redacted_url(models_url)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    authorization = basic_auth or (f"Bearer {api_key}" if api_key else None)
+    headers = {"Authorization": authorization} if authorization else {}
     try:
         response = httpx.get(
             models_url, headers=headers, timeout=timeout, follow_redirects=False, verify=client_context()

@@ -211,11 +211,17 @@ def tokenize_failure(client: httpx.Client, model: str, timeout: float = PROBE_TI
 
 
 def probe_prompt_sizing(
-    host: str, api_key: str | None = None, model: str | None = None, timeout: float = PROBE_TIMEOUT
+    host: str,
+    api_key: str | None = None,
+    model: str | None = None,
+    timeout: float = PROBE_TIMEOUT,
+    authorization: str | None = None,
 ) -> str:
     """``"exact"`` or ``"estimated (<reason>)"`` for the server at ``host``, from one probe of
-    ``/tokenize`` (after ``/v1/models`` when ``model`` is None). Never raises; prints nothing."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    ``/tokenize`` (after ``/v1/models`` when ``model`` is None), sending ``authorization`` (else
+    ``Bearer api_key``) as the ``Authorization`` header. Never raises; prints nothing."""
+    authorization = authorization or (f"Bearer {api_key}" if api_key else None)
+    headers = {"Authorization": authorization} if authorization else {}
     try:
         with httpx.Client(base_url=host, headers=headers, timeout=timeout) as client:
             if model is None:

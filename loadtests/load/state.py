@@ -20,7 +20,7 @@ from gevent.lock import Semaphore
 
 from loadtests.base.lines import say
 from loadtests.base.process_part import Part
-from loadtests.base.safe_text import printable
+from loadtests.base.safe_text import printable, url_origin, without_credentials
 from loadtests.client.outcome import Outcome, RequestRow, StreamTracker
 from loadtests.client.tls import client_context
 from loadtests.declare.options import option
@@ -70,6 +70,10 @@ class RunState:
 
     model_option: str | None = None
     api_key: str | None = None
+    credentials: dict[str, str] = field(default_factory=dict)
+    """HTTP Basic ``Authorization`` values by origin (``url_origin``), taken out of the URLs given
+    (``--host``, the web UI form's host) by ``take_credentials``: every client sends them to that
+    origin, while the URL Locust holds, shows and reports carries none."""
     settings: RunSettings | None = None
     """The settings of the test under way (``loadtests.run.settings``): computed at init and again as
     each test starts (the web UI's form may change them), read by everything after; None before init."""
@@ -170,10 +174,35 @@ class RunState:
         process that prepared none (a master), one probe of ``host`` with this run's key and model."""
         if self.facts is not None:
             return self.facts.prompt_sizing
-        return probe_prompt_sizing(self.sizing_host or host, self.api_key, self.model_option, self.probe_timeout)
+        target = self.sizing_host or host
+        return probe_prompt_sizing(
+            target, None, self.model_option, self.probe_timeout, authorization=self.authorization_for(target)
+        )
+
+    def take_credentials(self, url: str | None) -> str | None:
+        """``url`` without its userinfo, whose Basic auth is kept for its origin (None stays None)."""
+        if url is None:
+            return None
+        bare, authorization = without_credentials(url)
+        if authorization is not None:
+            self.credentials[url_origin(bare)] = authorization
+        return bare
+
+    def authorization_for(self, url: str) -> str | None:
+        """The ``Authorization`` value this run sends to ``url``: the Basic auth given for its
+        origin, else ``Bearer --api-key``, else None."""
+        basic = self.credentials.get(url_origin(url)) if self.credentials else None
+        if basic is not None:
+            return basic
+        return f"Bearer {self.api_key}" if self.api_key else None
+
+    def headers_for(self, url: str) -> dict[str, str]:
+        """``{"Authorization": ...}`` for ``url`` (``authorization_for``), or no header."""
+        authorization = self.authorization_for(url)
+        return {"Authorization": authorization} if authorization else {}
 
     def http(self, host: str) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        headers = self.headers_for(host)
         return httpx.Client(base_url=host, headers=headers, timeout=self.client_idle_timeout, verify=client_context())
 
     def prepared_mix(self, mix: RequestMix, host: str) -> PreparedMix:
@@ -207,7 +236,7 @@ class RunState:
         settings = self.settings
         read_timeout = self.read_timeout_judged
         interval = None if settings is None else settings.keep_alive_interval
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        headers = self.headers_for(self.sizing_host or host)
         self.slot_holders = SlotHolders(
             self.sizing_host or host,
             headers,

@@ -325,8 +325,9 @@ class SSEUser(StreamingUser, FastHttpUser):
             "Accept-Encoding": "identity",
             "X-Request-Id": tracker.plan.request_id,
         }
-        if self.harness.api_key:
-            headers["Authorization"] = f"Bearer {self.harness.api_key}"
+        authorization = self.harness.authorization_for(self.target)
+        if authorization:
+            headers["Authorization"] = authorization
         payload = request.stream_payload(self.harness.model)
         # catch_response without a with-block: Locust reports nothing; report() does, at the end.
         response = self.client.request(
@@ -594,6 +595,8 @@ class OpenAISDKUser(StreamingUser, User):
         self.sdk = openai.OpenAI(
             base_url=f"{self.target}/v1",
             api_key=self.harness.api_key or "unused",
+            # Basic auth taken out of --host replaces the SDK's bearer header (the URL carries none)
+            default_headers=self.harness.headers_for(self.target) or None,
             max_retries=0,
             timeout=openai.Timeout(self.harness.client_idle_timeout, connect=10.0),
             http_client=http_client,

@@ -64,7 +64,7 @@ from locust.util.timespan import parse_timespan
 
 from loadtests.base.lines import lines_to_stderr, say
 from loadtests.base.ports import own_master_port
-from loadtests.base.safe_text import printable, redacted_url
+from loadtests.base.safe_text import printable, redacted_url, url_origin
 from loadtests.client import kernel_stamps as arrival_clock
 from loadtests.client import tls
 from loadtests.client.preflight import base_url, preflight
@@ -169,6 +169,11 @@ def find_scenario(modules: Iterable[ModuleType]) -> Scenario | None:
 
 
 PROCESS_DEFAULTS = ("master_port", "master_bind_port", "run_id")
+
+CREDENTIALS_OPTION = "sse_soak_credentials"
+"""The parsed options' entry (no command-line option) holding the run state's Basic auth by origin:
+Locust's spawn messages carry the master's options to its workers, so they send what the master
+took out of ``--host`` or the web UI form's host."""
 """Option defaults made once per process (``own_master_port``, ``own_run_id``), the same in every parser."""
 
 
@@ -384,6 +389,7 @@ class RunController:
         state.api_key = options.api_key
         if state.api_key is None and options.host is None:  # the bundled server's own key, if it was given one
             state.api_key = api_key_in_server_args(settings)
+        self._take_credentials(environment)
         _read_streams_as_told(environment)
         # the server is not the bundled one running the profile: silence must come from queueing
         state.hold_slots = options.host is not None or getattr(options, "server", "bundled") != "bundled"
@@ -453,7 +459,8 @@ class RunController:
             raise RunFailed(f"the stack did not start: {exc}") from None
         atexit.register(self._stop_stack)  # run_single_user never fires quitting
         environment.host = self._stack.url
-        run_state(environment).sizing_host = self._stack.server_url or _server_url(settings.host)
+        state = run_state(environment)
+        state.sizing_host = self._stack.server_url or _server_url(state.take_credentials(settings.host))
         for line in self._stack.describe():
             say(line)
 
@@ -476,11 +483,13 @@ class RunController:
 
     def _preflight(self, environment: Environment, state: RunState) -> None:
         """Refuse, in one line and before any user starts, a target the run cannot use."""
-        host = environment.host
+        host = environment.host = state.take_credentials(environment.host)
         if host is None:
             raise UsageError("no target: pass --host http://HOST:PORT (or leave it out to start the bundled server)")
         try:
-            target = preflight(host, state.api_key, state.model_option, _options(environment).preflight_timeout)
+            timeout = _options(environment).preflight_timeout
+            basic = state.credentials.get(url_origin(host))
+            target = preflight(host, state.api_key, state.model_option, timeout, basic)
         except PreflightError as exc:
             self._stop_stack()
             raise UsageError(str(exc)) from None
@@ -509,6 +518,7 @@ class RunController:
         if self._role.leads and not self._take_form_options(environment):
             return
         _read_streams_as_told(environment)  # the form's values (a worker has them from its spawn message)
+        state.credentials.update(getattr(_options(environment), CREDENTIALS_OPTION, None) or {})
         options = _options(environment)
         state.arrivals = None if options.rate is None else self._role.arrivals(options)
         if not self._role.leads:
@@ -535,9 +545,10 @@ class RunController:
             self._sizing_probe = gevent.spawn(
                 probe_prompt_sizing,
                 state.sizing_host or environment.host,
-                state.api_key,
+                None,
                 state.model_option,
                 state.probe_timeout,
+                state.authorization_for(state.sizing_host or environment.host),
             )
         self._test.load_started = time.monotonic()
 
@@ -596,7 +607,8 @@ class RunController:
         state = run_state(environment)
         options = _options(environment)
         try:
-            target = preflight(host, state.api_key, options.model, options.preflight_timeout)
+            basic = state.credentials.get(url_origin(host))
+            target = preflight(host, state.api_key, options.model, options.preflight_timeout, basic)
         except PreflightError as exc:
             print(printable(f"sse-soak: {exc}: this test's requests will fail"), file=sys.stderr, flush=True)
             return
@@ -608,7 +620,27 @@ class RunController:
     def _open_web_tab(self, environment: Environment) -> None:
         """sse-soak's tab in Locust's web UI, when this process serves one (never a worker's)."""
         if environment.web_ui is not None and self._role.leads:
-            self._web_tab = WebTab.install(environment, lambda: self._form_values(environment))
+            self._web_tab = WebTab.install(
+                environment, lambda: self._form_values(environment), lambda host: self._form_host(environment, host)
+            )
+
+    def _take_credentials(self, environment: Environment) -> None:
+        """Take the userinfo out of the host Locust holds (its ``--host``, its environment's): the
+        run state keeps it as Basic auth for that origin, and the options carry it to the workers in
+        each spawn message (Locust's report, web UI and spawn messages show the host without it).
+        ``--host`` as given stays ``_given_host``, which the run records redacted."""
+        options = _options(environment)
+        state = run_state(environment)
+        options.host = state.take_credentials(options.host)
+        environment.host = state.take_credentials(environment.host)
+        vars(options)[CREDENTIALS_OPTION] = dict(state.credentials)
+
+    def _form_host(self, environment: Environment, host: str) -> str:
+        """The web UI form's host for a test, without the credentials it carries (kept as
+        ``_take_credentials`` keeps ``--host``'s), before Locust holds or answers it."""
+        bare = run_state(environment).take_credentials(host) or ""
+        vars(_options(environment))[CREDENTIALS_OPTION] = dict(run_state(environment).credentials)
+        return bare
 
     def _form_values(self, environment: Environment) -> dict[str, Any]:
         """What the web UI's form shows for an option left empty: the value the scenario runs."""
@@ -636,13 +668,13 @@ class RunController:
         """Start scraping the server itself for this test: the bundled one, else ``--host`` (never a proxy)."""
         options = _options(environment)
         bundled = self._stack.server_url if self._stack is not None else None
-        key = run_state(environment).api_key
+        url = bundled or base_url(options.host)[0]
         scraper = ServerMetricsScraper(
-            bundled or base_url(options.host)[0],
+            url,
             run.server_metrics,
             options.server_metrics_interval,
             options.flush_interval,
-            {"Authorization": f"Bearer {key}"} if key else None,
+            run_state(environment).headers_for(url) or None,
         )
         scraper.start()
         return scraper

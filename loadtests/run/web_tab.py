@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from flask import Flask, Response, abort, before_render_template, jsonify, redirect, request, send_from_directory
 from gevent.event import Event
+from werkzeug.datastructures import ImmutableMultiDict
 
 from loadtests.base.safe_text import printable
 from loadtests.declare.options import label_form_fields
@@ -107,7 +108,14 @@ class WebTab:
         self._refresher: gevent.Greenlet | None = None
 
     @classmethod
-    def install(cls, environment: Environment, form_values: Callable[[], dict[str, Any]]) -> WebTab:
+    def install(
+        cls,
+        environment: Environment,
+        form_values: Callable[[], dict[str, Any]],
+        form_host: Callable[[str], str] = lambda host: host,
+    ) -> WebTab:
+        """The tab on ``environment``'s web UI; ``form_host`` turns the host a ``/swarm`` form gives
+        into the one Locust holds and answers with (the run's controller takes its credentials out)."""
         tab = cls(environment, form_values)
         web_ui = environment.web_ui
         assert web_ui is not None and web_ui.app is not None, "installed where a web UI is served"
@@ -117,6 +125,7 @@ class WebTab:
             {"href": f".{PREFIX}/{RunDir.REPORT}", "title": "sse-soak: report.html of the last test"}
         ]
         add_routes(web_ui.app, tab, web_ui.auth_required_if_enabled)
+        web_ui.app.before_request(lambda: _take_form_host(form_host))
         before_render_template.connect(tab._label_form, web_ui.app, weak=False)
         environment.events.test_stopping.add_listener(lambda **_: tab._stop_refreshing())
         return tab
@@ -284,6 +293,17 @@ def _figure_rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
         _row("HTTP 500", figures["http_500"], "answers with status 500"),
         _row("harness lag", f"p99 {_ms(lag['p99'])}, max {_ms(lag['max'])}", by_process or "no samples yet"),
     ]
+
+
+def _take_form_host(form_host: Callable[[str], str]) -> None:
+    """Before Locust's ``/swarm`` reads its form: the form's host as ``form_host`` turns it."""
+    if request.method != "POST" or not request.path.endswith("/swarm"):
+        return
+    host = request.form.get("host")
+    if host:
+        form = request.form.copy()
+        form["host"] = form_host(host)
+        request.form = ImmutableMultiDict(form)  # werkzeug caches the parsed form here
 
 
 def add_routes(app: Flask, tab: WebTab, guarded: Callable[[Any], Any] = lambda view: view) -> None:

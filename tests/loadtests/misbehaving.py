@@ -46,7 +46,7 @@ class MisbehavingServer:
 
 
 def start_misbehaving_server(
-    log: Path, lifetime: float = 180.0, timeout: float = 30.0, modes: Iterable[str] = MODES
+    log: Path, lifetime: float = 180.0, timeout: float = 30.0, modes: Iterable[str] = MODES, basic: str | None = None
 ) -> MisbehavingServer:
     """Start it on a free loopback port, answering with ``modes`` in turn, and wait for its ready
     line (it exits by itself after ``lifetime``)."""
@@ -60,6 +60,7 @@ def start_misbehaving_server(
         str(log),
         "--lifetime",
         str(lifetime),
+        *(() if basic is None else ("--basic", basic)),
     ]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=ROOT)
     server = MisbehavingServer(process, "", log)

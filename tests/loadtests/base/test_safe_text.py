@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.base.safe_text import plain_name, printable, redacted_url, url_has_credentials, without_header_values
+from loadtests.base.safe_text import (
+    plain_name,
+    printable,
+    redacted_url,
+    url_has_credentials,
+    url_origin,
+    without_credentials,
+    without_header_values,
+)
 
 pytestmark = pytest.mark.fast
 
@@ -48,3 +56,15 @@ def test_a_name_that_is_not_a_plain_name_is_refused(name: str) -> None:
 
 def test_a_plain_name_is_kept() -> None:
     assert plain_name("mixed_truncate-2.v1", "run name") == "mixed_truncate-2.v1"
+
+
+def test_credentials_leave_the_url_as_the_basic_auth_httpx_would_send() -> None:
+    bare, authorization = without_credentials("http://us%40er:P%21ss@127.0.0.1:8000/p?token=SECRET#f")
+    assert bare == "http://127.0.0.1:8000/p" and authorization == "Basic dXNAZXI6UCFzcw=="  # us@er:P!ss
+    assert without_credentials("https://TOKEN@gw") == ("https://gw", "Basic VE9LRU46")  # TOKEN:
+    assert without_credentials("http://h:1/v1?q=1") == ("http://h:1/v1", None)
+
+
+def test_the_origin_leaves_out_the_userinfo_and_fills_in_the_port() -> None:
+    assert url_origin("HTTP://u:p@Host:80/x") == url_origin("http://host/") == "http://host:80"
+    assert url_origin("https://h") == "https://h:443" != url_origin("http://h:443")

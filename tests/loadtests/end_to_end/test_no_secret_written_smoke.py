@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -157,11 +158,13 @@ Command = Callable[[Path, MisbehavingServer, StartServer, pytest.Pytester], Writ
 
 
 def headless_raw_and_openai_users(reports: Path, server: MisbehavingServer, *_: object) -> Written:
-    log = ("--logfile", str(reports / "locust.log"))
+    log = ("--logfile", str(reports / "locust.log"), "--html", str(reports / "locust.html"))
     code, output = _run(_locust("--host", credentialed(server.url), "--report-dir", str(reports), *log))
-    assert code == 0 and "no server metrics: GET http://sseuser:***@" in output, output[-3000:]
+    assert code == 0 and "no server metrics: GET http://127.0.0.1:" in output, output[-3000:]
     assert (reports / "locust.log").stat().st_size > 0
-    return Written(output, [reports], ["raw and openai users", "metrics 404 notice", "Locust's log file"])
+    assert "127.0.0.1" in (reports / "locust.html").read_text()  # Locust's report names the host, bare
+    checked = ["raw and openai users", "metrics 404 notice", "Locust's log file", "Locust's --html report"]
+    return Written(output, [reports], checked)
 
 
 def embedded_proxy_in_front_of_the_host(reports: Path, server: MisbehavingServer, *_: object) -> Written:
@@ -187,10 +190,58 @@ def proxy_command(_: Path, server: MisbehavingServer, *__: object) -> Written:
 
 
 def processes_2(reports: Path, server: MisbehavingServer, *_: object) -> Written:
-    command = _locust("--host", credentialed(server.url), "--processes", "2", "--report-dir", str(reports))
+    html = ("--html", str(reports / "locust.html"))
+    command = _locust("--host", credentialed(server.url), "--processes", "2", "--report-dir", str(reports), *html)
     code, output = _run(command)
     assert code == 0 and "worker-1" in _run_dir(output).joinpath("requests.csv").read_text(), output[-3000:]
-    return Written(output, [reports], ["two worker processes"])
+    assert (reports / "locust.html").exists()
+    return Written(output, [reports], ["two worker processes", "Locust's --html report"])
+
+
+UNAUTHORIZED = re.compile(r"(?<![\d:.])401(?![\d])")
+"""A 401 status in a console line (never part of a port, a time or a count)."""
+
+
+def basic_auth_server(reports: Path, open_server: MisbehavingServer, *__: object) -> Written:
+    """A server that answers 401 to any request without the ``--host`` credentials as Basic auth:
+    the preflight, both users, the prompt sizing and the metrics scraper (its 404 then, not 401)
+    still send them, from the local process and from each worker; and from a test the web UI's
+    form starts with that server's credentialed URL typed in, after a test of another server."""
+    log = reports.parent / "basic.jsonl"
+    server = start_misbehaving_server(log, lifetime=300, modes=("ok",), basic=f"{USER}:{PASSWORD}")
+    reports.mkdir(parents=True, exist_ok=True)
+    console = ""
+    try:
+        for processes in ((), ("--processes", "2")):
+            html = ("--html", str(reports / f"locust{len(processes)}.html"))
+            host = ("--host", credentialed(server.url))
+            code, output = _run(_locust(*host, "--report-dir", str(reports), *processes, *html))
+            console += output
+            assert code == 0 and "answered HTTP 404" in output and not UNAUTHORIZED.search(output), output[-3000:]
+            rows = _run_dir(output).joinpath("requests.csv").read_text().splitlines()
+            ok = [row for row in rows[1:] if ",ok," in row]
+            assert any("raw" in row for row in ok) and any("openai" in row for row in ok), rows[:5]
+        port = _free_port()
+        web = ("--web-host", "127.0.0.1", "--web-port", str(port), "--autostart", "-u", "2", "-r", "2", "-t", "3s")
+        with LiveLocust("mixed_truncate", reports, "--host", open_server.url, *web) as locust:
+            locust.wait_for(REPORT_LINE.pattern, timeout=120)
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False) as client:
+                form = {"user_count": "2", "spawn_rate": "2", "run_time": "3s", "host": credentialed(server.url)}
+                swarm = client.post("/swarm", data=form)
+                assert swarm.status_code == 200 and swarm.json()["success"], swarm.text
+                run_dir = Path(locust.wait_for(REPORT_LINE.pattern, count=2, timeout=120)["path"])
+                console += swarm.text + client.get("/").text
+            locust.signal(signal.SIGINT)
+            locust.wait(60)
+            console += locust.output
+        rows = run_dir.joinpath("requests.csv").read_text().splitlines()
+        ok = [row for row in rows[1:] if ",ok," in row]
+        assert any("raw" in row for row in ok) and any("openai" in row for row in ok), rows[:5]
+        assert not UNAUTHORIZED.search(console), console[-3000:]
+    finally:
+        server.stop()
+    checked = ["Basic auth sent by both users and the metrics scraper", "a web UI test's typed credentials"]
+    return Written(console, [reports], checked)
 
 
 def api_key_in_the_environment(reports: Path, _: MisbehavingServer, start_server: StartServer, *__: object) -> Written:
@@ -272,9 +323,20 @@ def web_ui(reports: Path, server: MisbehavingServer, *_: object) -> Written:
             with httpx.Client(base_url=url, timeout=60, trust_env=False) as client:
                 answers.append(client.get("/sse-soak/live.json").text)
                 answers.append(client.get("/stats/requests").text)
+                answers.append(client.get("/").text)
                 locust.wait_for(REPORT_LINE.pattern, timeout=120)
                 for path in ("/sse-soak/live.json", "/stats/requests", "/sse-soak/report.html"):
                     answers.append(client.get(path).text)
+                # a test started from the form, its host typed with credentials: the answer, the page
+                # and Locust's own report show it bare, and the test still reaches the server
+                form = {"user_count": "2", "spawn_rate": "2", "run_time": "3s", "host": credentialed(server.url)}
+                swarm = client.post("/swarm", data=form)
+                assert swarm.status_code == 200 and swarm.json()["success"], swarm.text
+                answers.append(swarm.text)
+                answers.append(client.get("/").text)
+                locust.wait_for(REPORT_LINE.pattern, count=2, timeout=120)
+                answers.append(client.get("/").text)
+                answers.append(client.get("/stats/report").text)
                 for file in ("summary.json", "manifest.json", "report.html"):
                     answer = client.get(f"/sse-soak/runs/{run_dir.name}/{file}")
                     assert answer.status_code == 200, (file, answer.status_code)
@@ -313,6 +375,7 @@ COMMANDS: dict[str, Command] = {
         headless_raw_and_openai_users,
         embedded_proxy_in_front_of_the_host,
         proxy_command,
+        basic_auth_server,
         processes_2,
         api_key_in_the_environment,
         bundled_server_key_in_server_args,
