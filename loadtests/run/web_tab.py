@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from flask import Flask, Response, abort, before_render_template, jsonify, redirect, request, send_from_directory
 from gevent.event import Event
-from werkzeug.datastructures import ImmutableMultiDict
 
 from loadtests.base.safe_text import printable
 from loadtests.declare.options import label_form_fields
@@ -301,9 +300,10 @@ def _take_form_host(form_host: Callable[[str], str]) -> None:
         return
     host = request.form.get("host")
     if host:
+        immutable = type(request.form)  # Flask's own (immutable) multi-dict: a form stays read-only
         form = request.form.copy()
         form["host"] = form_host(host)
-        request.form = ImmutableMultiDict(form)  # werkzeug caches the parsed form here
+        request.form = immutable(form)  # werkzeug caches the parsed form here
 
 
 def add_routes(app: Flask, tab: WebTab, guarded: Callable[[Any], Any] = lambda view: view) -> None:
