@@ -75,6 +75,18 @@ NIGHT_COLUMNS: tuple[str, ...] = (
 """The columns of ``History.nights`` that are not figures, in order."""
 
 
+BASELINE_COLUMNS: tuple[str, ...] = (
+    "series",
+    "run_dir",
+    "figure",  # a HistoryFigure.column
+    "median",  # of the figure over the night's baseline nights; NaN while the baseline forms
+    "mad",
+    "nights",  # how many earlier nights the baseline holds (0 .. window)
+    "limit",  # the value past which (the worse way) the night is flagged; NaN while the baseline forms
+)
+"""The columns of ``History.baselines``: one row per night and figure."""
+
+
 @dataclass(frozen=True)
 class Flag:
     """One regression: ``figure`` (a ``HistoryFigure.column``) of the night ``run_dir`` in
@@ -109,6 +121,9 @@ class History:
     nights: pd.DataFrame
     flags: list[Flag] = field(default_factory=list)
     left_out: list[LeftOut] = field(default_factory=list)
+    baselines: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(BASELINE_COLUMNS)))
+    """Each night's baseline for each figure, long format (``BASELINE_COLUMNS``): what the flags
+    were judged against, and what the page draws as the band a night may move in."""
     window: int = 14
     """How many previous nights of a series form a night's baseline."""
     sensitivity: float = 4.0
