@@ -21,8 +21,10 @@ the run's name, so that each render is a run of its own beside the earlier ones.
 With ``live_metrics_port`` (``--live-metrics``), the master, which holds the cluster's results, serves
 its live figures on that port on every interface (``--live-metrics-bind 0.0.0.0``; the harness binds
 127.0.0.1 unless told), as the container port ``metrics`` and a port of its Service, and its pod
-carries the ``prometheus.io/*`` annotations that Prometheus's Kubernetes pod discovery reads. The
-workers serve none: their figures reach the master with their rows.
+carries the ``prometheus.io/*`` annotations that Prometheus's Kubernetes pod discovery reads. After its
+verdict the master waits up to ``LIVE_METRICS_LINGER_S`` for one more scrape (``--live-metrics-linger``),
+so the final figures and gate states reach Prometheus before the pod ends. The workers serve none:
+their figures reach the master with their rows.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ USER_ID = 10001
 """The image's user (deploy/Dockerfile); the claim is made group-writable for it (``fsGroup``)."""
 LIVE_METRICS_PORT = 9646
 """The master's live-metrics port when ``--live-metrics`` names none."""
+LIVE_METRICS_LINGER_S = 120
+"""``--live-metrics-linger``: two of Prometheus's default scrape intervals (1 min), so that a scrape after
+the verdict comes before the master's pod ends; the master exits at that scrape."""
 LIVE_METRICS_PATH = "/metrics"
 """Where the exporter serves its figures (``prometheus.io/path``)."""
 LIVE_METRICS_FLAGS = ("--live-metrics-port", "--live-metrics-bind")
@@ -198,8 +203,10 @@ class Cluster:
 
     @property
     def deadline_s(self) -> int:
-        """Each Job's ``activeDeadlineSeconds``: the workers' wait, the run time and a margin."""
-        return WORKERS_WAIT_S + self.run_time_s + START_AND_JUDGE_S
+        """Each Job's ``activeDeadlineSeconds``: the workers' wait, the run time, the wait for a last
+        scrape of the live metrics, and a margin."""
+        linger = 0 if self.live_metrics_port is None else LIVE_METRICS_LINGER_S
+        return WORKERS_WAIT_S + self.run_time_s + linger + START_AND_JUDGE_S
 
     def command(self) -> str:
         """The command line that renders these manifests, every setting spelled out."""
@@ -231,6 +238,7 @@ class Cluster:
             run_id=self.run_id,
             live_metrics_port=self.live_metrics_port,
             live_metrics_bind=None if self.live_metrics_port is None else "0.0.0.0",
+            live_metrics_linger=None if self.live_metrics_port is None else LIVE_METRICS_LINGER_S,
         )
 
     def worker_args(self) -> list[str]:

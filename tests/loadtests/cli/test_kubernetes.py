@@ -162,6 +162,12 @@ def test_live_metrics_are_served_by_the_master_on_every_interface_and_exposed_fo
     master, crew = job(docs, "master"), job(docs, "workers")
     assert flag(args(master), "--live-metrics-port") == str(port)
     assert flag(args(master), "--live-metrics-bind") == "0.0.0.0"  # the harness binds 127.0.0.1 unless told
+    linger = int(flag(args(master), "--live-metrics-linger"))  # a last scrape of the final figures
+    assert linger >= 2 * 60  # two of Prometheus's default scrape intervals
+    deadline_without = job(documents(render(capsys, *BASE, "--workers", "2")), "master")["spec"][
+        "activeDeadlineSeconds"
+    ]
+    assert master["spec"]["activeDeadlineSeconds"] == deadline_without + linger
     assert not any(argument.startswith("--live-metrics") for argument in args(crew))  # the master holds the results
     (container,) = master["spec"]["template"]["spec"]["containers"]
     assert {"name": "metrics", "containerPort": port} in container["ports"]
