@@ -332,7 +332,9 @@ def _add_kubernetes_parser(commands: Any) -> None:
         f"--report-dir), the master as a Job of one pod with a Service on port {k8s.MASTER_PORT}, and the "
         "workers as a Job of --workers pods, which end when the master quits. No Job is retried (backoffLimit 0) "
         "and each has a deadline above the run time. The master's exit code is the verdict: 0 PASS, 1 FAIL, "
-        "2 bad input, 3 inconclusive. Arguments after -- go to the master and every worker unchanged.",
+        "2 bad input, 3 inconclusive. Arguments after -- go to the master and every worker unchanged. "
+        f"--live-metrics has the master serve its live figures on port {k8s.LIVE_METRICS_PORT} of its pod and "
+        "Service, annotated for Prometheus.",
     )
     required = kubernetes.add_argument_group("required")
     required.add_argument(
@@ -398,6 +400,19 @@ def _add_kubernetes_parser(commands: Any) -> None:
         help=f"a Secret whose key '{k8s.API_KEY_SECRET_KEY}' is the bearer token for --host, given to every pod "
         f"as ${option('api_key').env_var}",
     )
+    kubernetes.add_argument(
+        "--live-metrics",
+        action="store_true",
+        help=f"the master serves the run's live Prometheus metrics on port {k8s.LIVE_METRICS_PORT} of its pod and "
+        "Service, with prometheus.io/scrape, port and path annotations on its pod",
+    )
+    kubernetes.add_argument(
+        "--live-metrics-port",
+        type=_argparse(k8s.metrics_port),
+        default=None,
+        metavar="PORT",
+        help=f"--live-metrics on this port instead of {k8s.LIVE_METRICS_PORT}",
+    )
     kubernetes.add_argument("locust_args", nargs="*", help="after --: more Locust and scenario options")
 
 
@@ -424,6 +439,7 @@ def _run_kubernetes(options: argparse.Namespace) -> int:
         namespace=options.namespace,
         storage=options.storage,
         api_key_secret=options.api_key_secret,
+        live_metrics_port=options.live_metrics_port or (k8s.LIVE_METRICS_PORT if options.live_metrics else None),
         locust_args=tuple(options.locust_args),
     )
     sys.stdout.write(k8s.render(cluster))

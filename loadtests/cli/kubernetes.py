@@ -17,6 +17,14 @@ multi-document YAML (``python -m loadtests kubernetes``). The documents:
 Both Jobs have ``activeDeadlineSeconds`` above the run time, master and workers the same
 ``--run-id`` (the master refuses any other worker: ``loadtests.record.membership``), and every object
 the run's name, so that each render is a run of its own beside the earlier ones.
+
+With ``live_metrics_port`` (``--live-metrics``), the master, which holds the cluster's results, serves
+its live figures on that port on every interface (``--live-metrics-bind 0.0.0.0``; the harness binds
+127.0.0.1 unless told), as the container port ``metrics`` and a port of its Service, and its pod
+carries the ``prometheus.io/*`` annotations that Prometheus's Kubernetes pod discovery reads. After its
+verdict the master waits up to ``LIVE_METRICS_LINGER_S`` for one more scrape (``--live-metrics-linger``),
+so the final figures and gate states reach Prometheus before the pod ends. The workers serve none:
+their figures reach the master with their rows.
 """
 
 from __future__ import annotations
@@ -53,6 +61,15 @@ API_KEY_SECRET_KEY = "api-key"
 """The key in ``--api-key-secret``'s Secret that holds the bearer token."""
 USER_ID = 10001
 """The image's user (deploy/Dockerfile); the claim is made group-writable for it (``fsGroup``)."""
+LIVE_METRICS_PORT = 9646
+"""The master's live-metrics port when ``--live-metrics`` names none."""
+LIVE_METRICS_LINGER_S = 120
+"""``--live-metrics-linger``: two of Prometheus's default scrape intervals (1 min), so that a scrape after
+the verdict comes before the master's pod ends; the master exits at that scrape."""
+LIVE_METRICS_PATH = "/metrics"
+"""Where the exporter serves its figures (``prometheus.io/path``)."""
+LIVE_METRICS_FLAGS = ("--live-metrics-port", "--live-metrics-bind")
+"""The harness's options that ``--live-metrics`` sets on the master alone."""
 APP_LABEL = "app.kubernetes.io/name"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
 _QUANTITY = re.compile(r"\d+(\.\d+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?", re.ASCII)
@@ -105,6 +122,15 @@ def image_name(text: str) -> str:
     return text
 
 
+def metrics_port(text: str) -> int:
+    """``text`` if it is a TCP port the master's live metrics may use (not Locust's ``MASTER_PORT``)."""
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise InvalidValue(f"expected a TCP port from 1 to 65535, got {text!r}")
+    if int(text) == MASTER_PORT:
+        raise InvalidValue(f"{text} is the master's Locust port: choose another")
+    return int(text)
+
+
 def shipped_scenario(text: str) -> str:
     """``text`` if it names a shipped scenario (the image holds those only), else ``ValueError``."""
     from loadtests.declare.catalog import shipped
@@ -143,6 +169,8 @@ class Cluster:
     namespace: str = "default"
     storage: str = "1Gi"
     api_key_secret: str | None = None
+    live_metrics_port: int | None = None
+    """The master's live-metrics port, exposed on its pod and Service; None: no live metrics."""
     locust_args: tuple[str, ...] = field(default=())
     """More options for Locust and the scenario, given to the master and every worker."""
 
@@ -153,6 +181,12 @@ class Cluster:
                 raise UsageError(
                     f"{flag} {given}: the master's pod would start it on its own loopback, out of the worker pods' "
                     "reach: put any proxy in front of --host yourself, and scale with --workers"
+                )
+        for flag in LIVE_METRICS_FLAGS:
+            if _value_of(self.locust_args, flag) is not None:
+                raise UsageError(
+                    f"{flag} after -- would go to every worker and open no port on the pods: give --live-metrics "
+                    "(or --live-metrics-port PORT) to this command instead"
                 )
         if len(self.name("workers")) > KUBERNETES_NAME_MAX:
             room = KUBERNETES_NAME_MAX - len(self.name("workers")) + len(self.run_id)
@@ -169,8 +203,10 @@ class Cluster:
 
     @property
     def deadline_s(self) -> int:
-        """Each Job's ``activeDeadlineSeconds``: the workers' wait, the run time and a margin."""
-        return WORKERS_WAIT_S + self.run_time_s + START_AND_JUDGE_S
+        """Each Job's ``activeDeadlineSeconds``: the workers' wait, the run time, the wait for a last
+        scrape of the live metrics, and a margin."""
+        linger = 0 if self.live_metrics_port is None else LIVE_METRICS_LINGER_S
+        return WORKERS_WAIT_S + self.run_time_s + linger + START_AND_JUDGE_S
 
     def command(self) -> str:
         """The command line that renders these manifests, every setting spelled out."""
@@ -180,6 +216,8 @@ class Cluster:
         words += ["--run-id", self.run_id, "--namespace", self.namespace, "--storage", self.storage]
         if self.api_key_secret is not None:
             words += ["--api-key-secret", self.api_key_secret]
+        if self.live_metrics_port is not None:
+            words += ["--live-metrics-port", str(self.live_metrics_port)]
         if self.locust_args:
             words += ["--", *self.locust_args]
         return shlex.join(words)
@@ -198,6 +236,9 @@ class Cluster:
             report_dir=REPORT_MOUNT,
             host=self.host,
             run_id=self.run_id,
+            live_metrics_port=self.live_metrics_port,
+            live_metrics_bind=None if self.live_metrics_port is None else "0.0.0.0",
+            live_metrics_linger=None if self.live_metrics_port is None else LIVE_METRICS_LINGER_S,
         )
 
     def worker_args(self) -> list[str]:
@@ -240,22 +281,34 @@ def manifests(cluster: Cluster) -> list[dict[str, Any]]:
         "metadata": _metadata(cluster, master, "master"),
         "spec": {
             "selector": _labels(cluster, "master"),
-            "ports": [{"name": "locust-master", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
+            "ports": [
+                {"name": "locust-master", "port": MASTER_PORT, "targetPort": MASTER_PORT},
+                *_metrics_ports(cluster, "port", "targetPort"),
+            ],
         },
     }
     volume = {"name": "reports", "persistentVolumeClaim": {"claimName": REPORTS_CLAIM}}
     mount = {"name": "reports", "mountPath": REPORT_MOUNT}
-    master_job = _job(
-        cluster,
-        "master",
-        1,
-        _container(cluster, cluster.master_args(), MASTER_RESOURCES, [mount], MASTER_PORT),
-        [volume],
-    )
+    master_container = _container(cluster, cluster.master_args(), MASTER_RESOURCES, [mount], MASTER_PORT)
+    master_container["ports"] += _metrics_ports(cluster, "containerPort")
+    master_job = _job(cluster, "master", 1, master_container, [volume])
+    if cluster.live_metrics_port is not None:
+        master_job["spec"]["template"]["metadata"]["annotations"] = {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(cluster.live_metrics_port),
+            "prometheus.io/path": LIVE_METRICS_PATH,
+        }
     workers_job = _job(
         cluster, "workers", cluster.workers, _container(cluster, cluster.worker_args(), WORKER_RESOURCES, [], None), []
     )
     return [claim, service, master_job, workers_job]
+
+
+def _metrics_ports(cluster: Cluster, *keys: str) -> list[dict[str, Any]]:
+    """The live-metrics port named ``metrics`` under each of ``keys``, or none without live metrics."""
+    if cluster.live_metrics_port is None:
+        return []
+    return [{"name": "metrics", **dict.fromkeys(keys, cluster.live_metrics_port)}]
 
 
 def render(cluster: Cluster) -> str:

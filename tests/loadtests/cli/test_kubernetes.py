@@ -71,7 +71,12 @@ def test_each_example_is_what_its_own_command_renders_today(example: Path, capsy
 
 def rendered_texts() -> list[Any]:
     more = [*BASE, "--workers", "3", "--api-key-secret", "vllm-key", "--namespace", "load", "--", "--model", "m"]
-    return [*(pytest.param(path.read_text(), id=path.name) for path in examples()), pytest.param(more, id="options")]
+    live = [*BASE, "--workers", "2", "--live-metrics-port", "9100"]
+    return [
+        *(pytest.param(path.read_text(), id=path.name) for path in examples()),
+        pytest.param(more, id="options"),
+        pytest.param(live, id="live_metrics"),
+    ]
 
 
 @pytest.mark.parametrize("given", rendered_texts())
@@ -144,6 +149,42 @@ def test_an_api_key_travels_from_a_secret_never_in_the_arguments(capsys: pytest.
         assert not any("api-key" in argument for argument in container["args"])
 
 
+def service_ports(docs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    (service,) = [doc for (kind, _), doc in docs.items() if kind == "Service"]
+    return {port["name"]: port for port in service["spec"]["ports"]}
+
+
+@pytest.mark.parametrize(("given", "port"), [(["--live-metrics"], 9646), (["--live-metrics-port", "9100"], 9100)])
+def test_live_metrics_are_served_by_the_master_on_every_interface_and_exposed_for_prometheus(
+    given: list[str], port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = documents(render(capsys, *BASE, "--workers", "2", *given))
+    master, crew = job(docs, "master"), job(docs, "workers")
+    assert flag(args(master), "--live-metrics-port") == str(port)
+    assert flag(args(master), "--live-metrics-bind") == "0.0.0.0"  # the harness binds 127.0.0.1 unless told
+    linger = int(flag(args(master), "--live-metrics-linger"))  # a last scrape of the final figures
+    assert linger >= 2 * 60  # two of Prometheus's default scrape intervals
+    deadline_without = job(documents(render(capsys, *BASE, "--workers", "2")), "master")["spec"][
+        "activeDeadlineSeconds"
+    ]
+    assert master["spec"]["activeDeadlineSeconds"] == deadline_without + linger
+    assert not any(argument.startswith("--live-metrics") for argument in args(crew))  # the master holds the results
+    (container,) = master["spec"]["template"]["spec"]["containers"]
+    assert {"name": "metrics", "containerPort": port} in container["ports"]
+    assert service_ports(docs)["metrics"] == {"name": "metrics", "port": port, "targetPort": port}
+    assert master["spec"]["template"]["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(port),
+        "prometheus.io/path": "/metrics",
+    }
+    (worker_container,) = crew["spec"]["template"]["spec"]["containers"]
+    assert "ports" not in worker_container and "annotations" not in crew["spec"]["template"]["metadata"]
+    unasked = documents(render(capsys, *BASE, "--workers", "2"))  # off unless asked, as the harness's option
+    assert not any(argument.startswith("--live-metrics") for argument in args(job(unasked, "master")))
+    assert set(service_ports(unasked)) == {"locust-master"}
+    assert "annotations" not in job(unasked, "master")["spec"]["template"]["metadata"]
+
+
 def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     with pytest.raises(SystemExit) as exited:
         main(["kubernetes", *argv])
@@ -211,6 +252,22 @@ REST = ["--image", "sse-soak:0.1.0", "--workers", "2"]
             "--proxy nginx: the master's pod would start it on its own loopback, out of the worker pods' reach: put "
             "any proxy in front of --host yourself, and scale with --workers",
             id="proxy_in_the_master_pod",
+        ),
+        pytest.param(
+            ["--scenario", "soak", *HOST, *REST, "--live-metrics-port", "5557"],
+            "--live-metrics-port: 5557 is the master's Locust port: choose another",
+            id="live_metrics_on_the_master_port",
+        ),
+        pytest.param(
+            ["--scenario", "soak", *HOST, *REST, "--live-metrics-port", "70000"],
+            "--live-metrics-port: expected a TCP port from 1 to 65535, got '70000'",
+            id="live_metrics_port_out_of_range",
+        ),
+        pytest.param(
+            ["--scenario", "soak", *HOST, *REST, "--", "--live-metrics-port=9646"],
+            "--live-metrics-port after -- would go to every worker and open no port on the pods: give "
+            "--live-metrics (or --live-metrics-port PORT) to this command instead",
+            id="live_metrics_after_the_dashes",
         ),
     ],
 )
