@@ -61,6 +61,7 @@ td.regressed { color: #c62828; font-weight: 700; }
 p.ok { background: #e8f5e9; border-left: 4px solid #2e7d32; padding: 6px 10px; }
 p.alarm { background: #ffebee; border-left: 4px solid #c62828; padding: 6px 10px; }
 details summary { cursor: pointer; color: #1565c0; margin: 4px 0; }
+td.when, span.when { white-space: nowrap; }
 """
 )
 
@@ -255,12 +256,13 @@ def _regression_row(flag: Flag, fails_job: bool, anchors: dict[str, str]) -> str
     figure = _BY_COLUMN.get(flag.figure)
     label = figure.label if figure else flag.figure
     scale = scale_of(figure, (flag.value, flag.baseline_median)) if figure else Scale(1.0, "", "")
-    mark = ' <span class="fails-job">newest night: fails the job</span>' if fails_job else ""
+    mark = '<br><span class="fails-job">newest night: fails the job</span>' if fails_job else ""
     anchor = anchors.get(flag.series, "")
     return (
         f'<tr class="{"fails-job" if fails_job else "regression"}" data-figure="{text(flag.figure)}">'
         f'<td><a href="#{anchor}">{text(flag.series)}</a></td>'
-        f"<td>{text(flag.run_dir)}<br>{_date(flag.started_at)}{mark}</td><td>{text(label)}</td>"
+        f'<td>{text(flag.run_dir)}<br><span class="when">{_date(flag.started_at)}</span>{mark}</td>'
+        f"<td>{text(label)}</td>"
         f'<td class="num">{_quantity(flag.value, scale)}</td>'
         f'<td class="num">{_quantity(flag.baseline_median, scale)} ± '
         f"{_quantity(flag.baseline_mad, scale, scale.change_unit)} over {_integer(flag.baseline_nights)} nights</td>"
@@ -387,7 +389,7 @@ def _night_row(
     )
     gates = night.get("gates_failed")
     return (
-        f'<tr data-run="{text(run_dir)}"><td>{_date(night.get("started_at"))}</td><td>{text(run_dir)}</td>'
+        f'<tr data-run="{text(run_dir)}"><td class="when">{_date(night.get("started_at"))}</td><td>{text(run_dir)}</td>'
         f"<td>{text(night.get('kind'))}</td><td>{_verdict(night.get('verdict'))}</td>"
         f'<td class="gates">{text(gates) if gates else ""}</td>'
         f'<td class="num">{_integer(night.get("requests"))}</td><td class="num">{_integer(night.get("judged"))}</td>'

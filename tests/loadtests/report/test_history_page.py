@@ -19,6 +19,7 @@ import pytest
 
 from loadtests.report.history import BASELINE_COLUMNS, FIGURES, NIGHT_COLUMNS, Flag, History, LeftOut
 from loadtests.report.history_page import TABLE_NIGHTS_SHOWN, render_history_page, write_history_page
+from loadtests.report.html_report import CSS as REPORT_CSS
 
 pytestmark = pytest.mark.fast
 
@@ -149,8 +150,11 @@ def test_the_regressions_table_lists_exactly_the_flags_with_their_figures_and_va
     assert "newest night: fails the job" not in older
 
 
-def test_no_regression_is_said_plainly() -> None:
-    page = render_history_page(judged(nights_of("chat on bundled", 20)))
+def test_no_regression_is_said_plainly_and_the_method_in_one_sentence_with_its_options() -> None:
+    page = render_history_page(judged(nights_of("chat on bundled", 20), window=7, sensitivity=3.5))
+    method = section_of(page, "sse-soak history")
+    assert "the median and the MAD (median absolute deviation) of the same figure over the previous 7 nights" in method
+    assert "by more than 3.5 robust standard deviations" in method and "with a floor" in method
     assert "No regression: no night moved past its baseline." in section_of(page, "Regressions")
     assert '<table class="regressions">' not in page
 
@@ -174,24 +178,32 @@ def test_left_out_directories_and_why_are_shown_escaped_at_the_top() -> None:
     )
 
 
-def test_a_fail_night_shows_its_verdict_and_its_failed_gates() -> None:
+def test_a_fail_night_shows_its_verdict_and_its_failed_gates_in_report_htmls_words_and_colours() -> None:
     nights = nights_of("chat on bundled", 12)
     nights.loc[7, ["verdict", "gates_failed"]] = ["FAIL", "keep_alive_covered, no_http_5xx"]
-    series = section_of(render_history_page(judged(nights)), "chat on bundled")
-    row = re.search(r'<tr data-run="chat-007">(.*?)</tr>', series)
-    assert row
-    assert '<span class="verdict fail">FAIL</span>' in row[1]
-    assert '<td class="gates">keep_alive_covered, no_http_5xx</td>' in row[1]
-    passing = re.search(r'<tr data-run="chat-006">(.*?)</tr>', series)
+    nights.loc[8, "verdict"] = "INCONCLUSIVE"
+    page = render_history_page(judged(nights))
+    series = section_of(page, "chat on bundled")
+    cells = dict(re.findall(r'<tr data-run="(chat-00[678])">(.*?)</tr>', series))
+    assert '<span class="verdict fail">FAIL</span>' in cells["chat-007"]
+    assert '<td class="gates">keep_alive_covered, no_http_5xx</td>' in cells["chat-007"]
+    assert '<span class="verdict inconclusive">INCONCLUSIVE</span>' in cells["chat-008"]
     assert (
-        passing and '<span class="verdict pass">PASS</span>' in passing[1] and '<td class="gates"></td>' in passing[1]
+        '<span class="verdict pass">PASS</span>' in cells["chat-006"] and '<td class="gates"></td>' in cells["chat-006"]
     )
+    assert "12 nights (10 PASS, 1 FAIL, 1 INCONCLUSIVE)" in series
+    rule = r"\.verdict\.(pass|fail|inconclusive) \{ background: (#[0-9a-f]{6}); \}"
+    colours = dict(re.findall(rule, page))
+    assert colours == dict(re.findall(rule, REPORT_CSS)) and set(colours) == {"pass", "fail", "inconclusive"}
 
 
 def test_each_series_gets_its_own_section_with_its_trend_panels() -> None:
-    nights = pd.concat([nights_of("chat on bundled", 20, seed=1), nights_of("long-silence on vllm", 15, seed=2)])
+    chat = nights_of("chat on bundled", 20, seed=1)
+    chat.loc[:4, "version"] = "0.8.1"
+    nights = pd.concat([chat, nights_of("long-silence on vllm", 15, seed=2)])
     page = render_history_page(judged(nights))
-    assert "35 nights in 2 series, from 2026-11-01 to 2026-11-20" in page
+    covered = "35 nights in 2 series, from 2026-11-01 to 2026-11-20; sse-soak versions: 0.8.1 (5 nights), 0.9.0 (30"
+    assert covered in page
     for title, count in (("chat on bundled", 20), ("long-silence on vllm", 15)):
         series = section_of(page, title)
         assert f"<p>{count} nights ({count} PASS, 0 FAIL, 0 INCONCLUSIVE)" in series
@@ -260,6 +272,13 @@ def test_a_long_series_shows_its_newest_nights_and_keeps_the_older_behind_a_togg
     assert runs == [f"chat-{n:03d}" for n in range(39, 39 - TABLE_NIGHTS_SHOWN, -1)]  # newest first
     assert "<summary>10 older nights</summary>" in older
     assert re.findall(r'<tr data-run="([^"]+)">', older) == [f"chat-{n:03d}" for n in range(9, -1, -1)]
+
+
+def test_a_year_of_nights_makes_one_bounded_image_and_a_bounded_page_per_series() -> None:
+    page = render_history_page(judged(nights_of("chat on bundled", 365, recorded=EVERY_FIGURE)))
+    (image,) = panel_images(section_of(page, "chat on bundled"))  # one image whatever the nights
+    assert png_height(image) < 1200
+    assert len(page.encode()) < 1_000_000, len(page.encode())  # measured: about 0.55 MB
 
 
 def test_an_empty_history_still_says_what_was_left_out() -> None:
