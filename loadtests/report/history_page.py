@@ -33,6 +33,8 @@ from loadtests.report.html_parts import MISSING, VERDICT_COLOURS, empty, number,
 
 TABLE_NIGHTS_SHOWN = 30
 """A series' newest nights shown open in its table; older ones are behind a "details" toggle."""
+REGRESSIONS_SHOWN = 50
+"""Regressions shown open, newest first; older ones are behind a "details" toggle."""
 TABLE_FIGURES = ("ttft_p99_s", "gap_p99_s", "silence_over_interval", "rate_http_5xx", "harness_peak_rss_mb")
 """The figures each series' table of nights shows beside its verdict (every figure is in the plots)."""
 PANEL_COLUMNS = 3
@@ -43,6 +45,8 @@ DATE_HEIGHT = 0.45
 """Inches above the panels for the legend (and the first titles), and below them for the dates."""
 PANEL_GAPS = {"wspace": 0.2, "hspace": 0.28}
 DPI = 80
+PNG_LEVELS = 16
+"""Shades per colour channel of the trend images: a year of nights' dots compress to about half."""
 LINED_NIGHTS = 90
 """Up to this many nights a panel joins its values by a line; more would be ink that hides the baseline."""
 REGRESSION_COLOUR = "#d32f2f"
@@ -241,11 +245,15 @@ def _regressions_section(flags: Sequence[Flag], nights: pd.DataFrame, anchors: d
         "<thead><tr><th>series</th><th>night</th><th>figure</th><th>value</th><th>baseline median ± MAD</th>"
         "<th>change</th><th>score (robust SDs)</th></tr></thead>"
     )
-    rows = "".join(_regression_row(flag, (flag.series, flag.run_dir) in newest, anchors) for flag in ordered)
-    alarm = "alarm" if failing else "note"
-    return section(
-        title, how, f'<p class="{alarm}">{text(summary)}</p><table class="regressions">{header}{rows}</table>'
-    )
+    rows = [_regression_row(flag, (flag.series, flag.run_dir) in newest, anchors) for flag in ordered]
+    shown = max(REGRESSIONS_SHOWN, len(failing))  # those that fail the job are always in sight
+    table = f'<table class="regressions">{header}{"".join(rows[:shown])}</table>'
+    if rows[shown:]:
+        table += (
+            f"<details><summary>{len(rows) - shown} older regressions</summary>"
+            f'<table class="regressions">{header}{"".join(rows[shown:])}</table></details>'
+        )
+    return section(title, how, f'<p class="{"alarm" if failing else "note"}">{text(summary)}</p>{table}')
 
 
 def _epoch(value: Any) -> float:
@@ -335,7 +343,7 @@ def _series_section(history: History, nights: pd.DataFrame, name: str, anchor: s
         f'<p class="not-recorded">Not recorded in this series: {text(", ".join(absent))}.</p>' if absent else ""
     )
     trends = (
-        png(_trend_figure(nights, _baselines_of(history.baselines, name), flagged, recorded))
+        png(_trend_figure(nights, _baselines_of(history.baselines, name), flagged, recorded), levels=PNG_LEVELS)
         if recorded
         else empty("No figure was recorded in this series.")
     )

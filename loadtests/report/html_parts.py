@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.image import imsave
 
 from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS
 
@@ -99,10 +100,19 @@ def empty(message: str) -> str:
     return f'<p class="empty">{html.escape(message)}</p>'
 
 
-def png(figure: Figure) -> str:
-    """The figure as an embedded PNG; the figure is cleared afterwards (no pyplot state to close)."""
+def png(figure: Figure, levels: int | None = None) -> str:
+    """The figure as an embedded PNG; the figure is cleared afterwards (no pyplot state to close).
+    ``levels``: that many shades per colour channel (black and white kept), for a page of many plots:
+    16 makes a dense plot's PNG about 45% smaller, its colours within 1/30 of their own."""
     buffer = io.BytesIO()
-    FigureCanvasAgg(figure).print_png(buffer)
+    canvas = FigureCanvasAgg(figure)
+    if levels is None:
+        canvas.print_png(buffer)
+    else:
+        canvas.draw()
+        step = 255.0 / (levels - 1)
+        rgb = np.asarray(canvas.buffer_rgba())[..., :3]
+        imsave(buffer, (np.rint(rgb / step) * step).round().astype(np.uint8), format="png", dpi=figure.dpi)
     figure.clear()
     encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
     return f'<img class="plot" alt="plot" src="data:image/png;base64,{encoded}">'
