@@ -7,8 +7,8 @@ figure over the nights against its rolling baseline, and the nights themselves, 
 
 Invariants: the page is one file (inline CSS, plots as PNG data URIs, no script, no external URL);
 every piece of text from a run directory is HTML-escaped; a figure a series never recorded is said
-to be "not recorded", never drawn empty; the page's size grows with the nights only through its
-tables (one trend image per series, of a fixed size).
+to be "not recorded", never drawn empty; a series has one trend image of a fixed size whatever its
+nights, and its tables show the newest nights and regressions open, the older ones behind a toggle.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _amount(value: Any) -> str:
         return f"{figure:.1f}"
     if size >= 0.01:
         return f"{figure:.3g}"
-    return f"{figure:.2g}"
+    return np.format_float_positional(figure, precision=2, unique=False, fractional=False, trim="-")
 
 
 def _quantity(value: Any, scale: Scale, unit: str | None = None, signed: bool = False) -> str:
@@ -134,6 +134,11 @@ def _integer(value: Any) -> str:
     return MISSING if figure is None else f"{int(figure):,}"
 
 
+def _count(count: int, noun: str, nouns: str = "") -> str:
+    """``1 night``, ``2 nights``; ``nouns`` when the plural is not the noun and an s."""
+    return f"{count} {noun}" if count == 1 else f"{count} {nouns or noun + 's'}"
+
+
 def _verdict(word: Any) -> str:
     """The verdict as report.html colours it: its word, on its colour (grey when the word is unknown)."""
     name = "" if html_parts.missing(word) else str(word)
@@ -146,8 +151,9 @@ _BY_COLUMN = {figure.column: figure for figure in FIGURES}
 
 
 def _ordered(nights: pd.DataFrame) -> pd.DataFrame:
-    """The nights in start order (stable for equal starts), on a fresh index."""
-    return nights.sort_values("started_at", kind="stable").reset_index(drop=True)
+    """The nights in start order (stable for equal starts; a night without a start first, so never the
+    newest), on a fresh index."""
+    return nights.sort_values("started_at", kind="stable", na_position="first").reset_index(drop=True)
 
 
 def _series_names(nights: pd.DataFrame) -> list[str]:
@@ -181,7 +187,7 @@ def render_history_page(history: History) -> str:
     ]
     for name in names:
         sections.append(_series_section(history, nights[nights["series"] == name], name, anchors[name]))
-    title = f"sse-soak history: {len(nights)} nights"
+    title = f"sse-soak history: {_count(len(nights), 'night')}"
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{text(title)}</title>'
         f"<style>{CSS}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n"
@@ -204,9 +210,9 @@ def _headline_section(history: History, nights: pd.DataFrame, names: Sequence[st
         starts = nights["started_at"].dropna()
         span = f", from {_day(starts.min())} to {_day(starts.max())}" if not starts.empty else ""
         versions = nights["version"].fillna("unknown").astype(str).value_counts(sort=False).sort_index()
-        seen = ", ".join(f"{version} ({count} nights)" for version, count in versions.items())
+        seen = ", ".join(f"{version} ({_count(count, 'night')})" for version, count in versions.items())
         covered = (
-            f"{len(nights)} nights in {len(names)} series{span}; sse-soak versions: {text(seen)}. "
+            f"{_count(len(nights), 'night')} in {len(names)} series{span}; sse-soak versions: {text(seen)}. "
             "A series is one scenario on one server (and proxy); nights of different series are never compared."
         )
     method = (
@@ -236,10 +242,11 @@ def _regressions_section(flags: Sequence[Flag], nights: pd.DataFrame, anchors: d
     newest = _newest_nights(nights)
     failing = [flag for flag in flags if (flag.series, flag.run_dir) in newest]
     ordered = sorted(flags, key=lambda flag: ((flag.series, flag.run_dir) not in newest, -_epoch(flag.started_at)))
-    summary = f"{len(flags)} regressions on {len({(flag.series, flag.run_dir) for flag in flags})} nights; " + (
-        f"{len(failing)} of them on the newest night of its series: those fail the job."
+    nights_flagged = len({(flag.series, flag.run_dir) for flag in flags})
+    summary = f"{_count(len(flags), 'regression')} on {_count(nights_flagged, 'night')}; " + (
+        f"{len(failing)} on the newest night of a series: {'it fails' if len(failing) == 1 else 'they fail'} the job."
         if failing
-        else "none on the newest night of its series: the job does not fail on them."
+        else "none on the newest night of a series: the job does not fail on them."
     )
     header = (
         "<thead><tr><th>series</th><th>night</th><th>figure</th><th>value</th><th>baseline median ± MAD</th>"
@@ -297,7 +304,7 @@ def _left_out_section(history: History) -> str:
         return section(title, how, "<p>Nothing: every directory given was read.</p>")
     rows = "".join(f"<tr><td>{text(item.path)}</td><td>{text(item.why)}</td></tr>" for item in history.left_out)
     body = (
-        f'<p class="note">{len(history.left_out)} directories left out.</p>'
+        f'<p class="note">{_count(len(history.left_out), "directory", "directories")} left out.</p>'
         f'<table class="left-out"><thead><tr><th>directory</th><th>why</th></tr></thead>{rows}</table>'
     )
     return section(title, how, body)
@@ -337,7 +344,7 @@ def _series_section(history: History, nights: pd.DataFrame, name: str, anchor: s
     where = f"scenario {first['scenario']} on {first['server']}" + (
         f" via {first['proxy']}" if not html_parts.missing(first["proxy"]) and str(first["proxy"]) else ""
     )
-    intro = f"<p>{len(nights)} nights ({text(counted)}); {text(where)}.</p>"
+    intro = f"<p>{_count(len(nights), 'night')} ({text(counted)}); {text(where)}.</p>"
     absent = [figure.label for figure in FIGURES if figure not in recorded]
     not_recorded = (
         f'<p class="not-recorded">Not recorded in this series: {text(", ".join(absent))}.</p>' if absent else ""

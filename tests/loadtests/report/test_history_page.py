@@ -134,6 +134,9 @@ def test_the_regressions_table_lists_exactly_the_flags_with_their_figures_and_va
         ("chat-029", "keepalive_per_silent_s"),
     }
     regressions = section_of(render_history_page(history), "Regressions")
+    assert '<p class="alarm">2 regressions on 2 nights; 1 on the newest night of a series: it fails the job.</p>' in (
+        regressions
+    )
     rows = re.findall(r'<tr class="([a-z-]+)" data-figure="([a-z0-9_]+)">(.*?)</tr>', regressions)
     assert [(kind, figure) for kind, figure, _ in rows] == [
         ("fails-job", "keepalive_per_silent_s"),  # the newest night first: it fails the job
@@ -197,6 +200,7 @@ def test_left_out_directories_and_why_are_shown_escaped_at_the_top() -> None:
         left_out
     )
     assert "<td>/runs/gone</td><td>no such directory</td>" in left_out
+    assert '<p class="note">2 directories left out.</p>' in left_out
     assert "Nothing: every directory given was read." in section_of(
         render_history_page(judged(nights_of("a on b", 3))), "Left out"
     )
