@@ -53,6 +53,8 @@ REGRESSION_COLOUR = "#d32f2f"
 VALUE_COLOUR = "#424242"
 BASELINE_COLOUR = "#1565c0"
 BAND_COLOUR = "#90caf9"
+NO_PROXY = ("", "none")
+"""A night's ``proxy`` when nothing stood between the harness and the server."""
 ROBUST_SD = 1.4826
 """A MAD times this is the standard deviation of a normal distribution with that MAD."""
 
@@ -341,9 +343,8 @@ def _series_section(history: History, nights: pd.DataFrame, name: str, anchor: s
     verdicts = nights["verdict"].astype(str).value_counts()
     counted = ", ".join(f"{verdicts.get(word, 0)} {word}" for word in (PASS, FAIL, INCONCLUSIVE))
     first = nights.iloc[0]
-    where = f"scenario {first['scenario']} on {first['server']}" + (
-        f" via {first['proxy']}" if not html_parts.missing(first["proxy"]) and str(first["proxy"]) else ""
-    )
+    proxy = "" if html_parts.missing(first["proxy"]) else str(first["proxy"])
+    where = f"scenario {first['scenario']} on {first['server']}" + (f" via {proxy}" if proxy not in NO_PROXY else "")
     intro = f"<p>{_count(len(nights), 'night')} ({text(counted)}); {text(where)}.</p>"
     absent = [figure.label for figure in FIGURES if figure not in recorded]
     not_recorded = (

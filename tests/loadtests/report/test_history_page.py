@@ -43,7 +43,7 @@ def nights_of(series: str, count: int, seed: int = 0, recorded: tuple[str, ...] 
             "series": series,
             "scenario": scenario,
             "server": server,
-            "proxy": "",
+            "proxy": "none",  # as the reader names no proxy
             "run_dir": f"{scenario}-{night:03d}",
             "path": f"/runs/{scenario}-{night:03d}",
             "started_at": FIRST_NIGHT + pd.Timedelta(days=night),
@@ -228,13 +228,17 @@ def test_a_fail_night_shows_its_verdict_and_its_failed_gates_in_report_htmls_wor
 def test_each_series_gets_its_own_section_with_its_trend_panels() -> None:
     chat = nights_of("chat on bundled", 20, seed=1)
     chat.loc[:4, "version"] = "0.8.1"
-    nights = pd.concat([chat, nights_of("long-silence on vllm", 15, seed=2)])
+    silence = nights_of("long-silence on vllm", 15, seed=2)
+    silence["series"], silence["proxy"] = "long-silence on vllm via nginx", "nginx"
+    nights = pd.concat([chat, silence])
     page = render_history_page(judged(nights))
     covered = "35 nights in 2 series, from 2026-11-01 to 2026-11-20; sse-soak versions: 0.8.1 (5 nights), 0.9.0 (30"
     assert covered in page
-    for title, count in (("chat on bundled", 20), ("long-silence on vllm", 15)):
+    for title, count in (("chat on bundled", 20), ("long-silence on vllm via nginx", 15)):
         series = section_of(page, title)
-        assert f"<p>{count} nights ({count} PASS, 0 FAIL, 0 INCONCLUSIVE)" in series
+        scenario, _, server = title.partition(" on ")  # the proxy, when one stood between, named as in the title
+        intro = f"<p>{count} nights ({count} PASS, 0 FAIL, 0 INCONCLUSIVE); scenario {scenario} on {server}.</p>"
+        assert intro in series
         assert len(re.findall(r"<tr data-run=", series)) == count
         (image,) = panel_images(series)
         assert image.startswith(b"\x89PNG")
