@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.image import imread
 
 from loadtests.report.history import BASELINE_COLUMNS, FIGURES, NIGHT_COLUMNS, Flag, History, LeftOut
 from loadtests.report.history_page import REGRESSIONS_SHOWN, TABLE_NIGHTS_SHOWN, render_history_page, write_history_page
@@ -267,6 +269,40 @@ def test_a_figure_absent_from_a_series_is_said_not_recorded_and_not_drawn() -> N
 
 def png_height(image: bytes) -> int:
     return int.from_bytes(image[20:24], "big")  # the IHDR chunk: width at 16, height at 20
+
+
+def tinted(image: bytes) -> dict[str, int]:
+    """Pixels of the trend image by tint: strong red (a regression's dot), pale red (a FAIL night's
+    stripe), pale blue (the band to the flag limit); the legend's samples count in every image."""
+    rgb = imread(io.BytesIO(image), format="png")[..., :3].astype(float)
+    red, green, blue = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    return {
+        "regression": int(((red - green) > 0.5).sum()),
+        "fail": int((((red - green) > 0.08) & ((red - green) < 0.4) & ((red - blue) > 0.08)).sum()),
+        "band": int((((blue - red) > 0.1) & (red > 0.6)).sum()),
+    }
+
+
+def test_the_panels_mark_regressions_red_fail_nights_by_stripes_and_draw_the_band_only_where_a_baseline_is() -> None:
+    nights = nights_of("chat on bundled", 30)
+    plain = judged(nights)
+    assert not plain.flags
+    regressed = nights.copy()
+    regressed.loc[[20, 25], "ttft_p99_s"] = 0.9
+    failed = nights.copy()
+    failed.loc[[8, 16, 24], "verdict"] = "FAIL"
+    no_band = judged(nights)
+    no_band.baselines = no_band.baselines.iloc[0:0]
+
+    def counts(history: History) -> dict[str, int]:
+        (image,) = panel_images(section_of(render_history_page(history), "chat on bundled"))
+        return tinted(image)
+
+    before, flagged, striped, bare = counts(plain), counts(judged(regressed)), counts(judged(failed)), counts(no_band)
+    assert len(judged(regressed).flags) == 2
+    assert flagged["regression"] > before["regression"] > 0  # the legend's dot, then the nights' dots
+    assert striped["fail"] > before["fail"] > 0 and striped["regression"] == before["regression"]
+    assert before["band"] > 10 * bare["band"] > 0  # without baselines, only the legend's sample
 
 
 def test_a_hostile_scenario_name_and_run_directory_are_escaped_everywhere() -> None:
