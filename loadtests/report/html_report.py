@@ -18,13 +18,9 @@ or attached to a ticket. Every piece of text from the run is HTML-escaped.
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import html
-import io
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +28,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -57,6 +52,15 @@ from loadtests.record import figures
 from loadtests.record.recorder import FRAME_COLUMNS
 from loadtests.record.run_dir import RunDir
 from loadtests.record.server_metrics import concept_series
+from loadtests.report import html_parts
+from loadtests.report.html_parts import MISSING
+from loadtests.report.html_parts import empty as _empty
+from loadtests.report.html_parts import missing as _missing
+from loadtests.report.html_parts import number as _number
+from loadtests.report.html_parts import png as _png
+from loadtests.report.html_parts import section as _section
+from loadtests.report.html_parts import text as _text
+from loadtests.report.html_parts import write_atomically as _write_atomically
 
 OUTCOME_COLOURS: dict[str, str] = {  # Outcome members are the strings the tables hold
     Outcome.OK: "#2e7d32",
@@ -82,22 +86,10 @@ KEEPALIVE_STEP_POINTS = 4000
 """Samples of the keep-alive plot's stepped minimum: its steps land within 1/4000 of the axis."""
 FIGSIZE = (8.0, 3.5)
 DPI = 100
-MISSING = "—"
 
-CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #212121;
-       max-width: 1100px; margin: 24px auto; padding: 0 16px; }
-h1 { margin: 0 0 8px; } h2 { margin: 28px 0 4px; border-bottom: 1px solid #ddd; padding-bottom: 2px; }
-p.how { color: #555; margin: 2px 0 10px; font-style: italic; }
-.verdict { display: inline-block; font-size: 26px; font-weight: 700; color: #fff; padding: 4px 18px;
-           border-radius: 6px; margin: 4px 0 10px; }
-.verdict.pass { background: #2e7d32; } .verdict.fail { background: #c62828; }
-.verdict.inconclusive { background: #ef6c00; }
-.note { background: #fff8e1; border-left: 4px solid #ffb300; padding: 6px 10px; margin: 8px 0; }
-table { border-collapse: collapse; margin: 6px 0 12px; font-size: 13px; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
-th { background: #f5f5f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.total td { font-weight: 600; background: #fafafa; }
+CSS = (
+    html_parts.CSS
+    + """tr.total td { font-weight: 600; background: #fafafa; }
 ul.gates { list-style: none; padding: 0; margin: 6px 0; }
 ul.gates li { margin: 3px 0; padding: 3px 8px; border-left: 4px solid; }
 li.gate.pass { border-color: #2e7d32; } li.gate.fail { border-color: #c62828; background: #ffebee; }
@@ -108,15 +100,14 @@ li.pass .badge { background: #2e7d32; } li.fail .badge { background: #c62828; }
 li.unjudged .badge { background: #ef6c00; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px; }
 .outcome { font-weight: 600; white-space: nowrap; }
-img.plot { max-width: 100%; border: 1px solid #eee; }
 tbody.stream { border-top: 2px solid #9e9e9e; }
 td.frames { background: #fcfcfc; font: 11px/1.6 ui-monospace, Menlo, Consolas, monospace; }
 span.frame { display: inline-block; border: 1px solid #ddd; border-radius: 3px; padding: 0 4px; margin: 1px 2px; }
 span.k-keepalive { background: #e3f2fd; } span.k-comment { background: #f3e5f5; }
 span.k-error { background: #f3e5f5; border-color: #7b1fa2; } span.k-done { background: #e8f5e9; }
 td.settings-value { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
-.empty { color: #777; }
 """
+)
 
 
 def write_html_report(
@@ -166,19 +157,6 @@ def write_requests_csv(directory: Path, requests: pd.DataFrame) -> Path:
 # --- plumbing --------------------------------------------------------------------------------
 
 
-def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
-    """``write`` to a temporary name, renamed into place; when the disk refuses (``OSError``, raised),
-    the temporary file is removed: a failed write leaves the file as it was and nothing beside it."""
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        write(temporary)
-        temporary.replace(path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        raise
-
-
 def _with_columns(table: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     missing = [column for column in columns if column not in table.columns]
     return table.assign(**{column: pd.Series(np.nan, index=table.index, dtype=object) for column in missing})
@@ -190,31 +168,6 @@ def _keep_alive_interval(settings: dict[str, Any]) -> float | None:
     return interval if interval is not None and interval > 0 else None
 
 
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _missing(value: Any) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, (list, tuple, dict, set, np.ndarray)):
-        return False
-    return bool(pd.isna(value))
-
-
-def _text(value: Any) -> str:
-    """Escaped text of a value; a dash for a missing one."""
-    if _missing(value):
-        return MISSING
-    if isinstance(value, (list, tuple)):
-        return html.escape(" ".join(str(item) for item in value))
-    return html.escape(str(value))
-
-
 def _seconds(value: Any) -> str:
     number = None if _missing(value) else _number(value)
     return MISSING if number is None else f"{number:.4f}"
@@ -223,11 +176,6 @@ def _seconds(value: Any) -> str:
 def _integer(value: Any) -> str:
     number = None if _missing(value) else _number(value)
     return MISSING if number is None else str(int(number))
-
-
-def _section(title: str, how: str, body: str, level: int = 2) -> str:
-    heading = f"<h{level}>{html.escape(title)}</h{level}>"
-    return f'<section>{heading}<p class="how">{html.escape(how)}</p>\n{body}</section>'
 
 
 def _colour(outcome: str) -> str:
@@ -253,22 +201,9 @@ def _sample_note(sample_rate: float) -> str:
     )
 
 
-def _png(figure: Figure) -> str:
-    """The figure as an embedded PNG; the figure is cleared afterwards (no pyplot state to close)."""
-    buffer = io.BytesIO()
-    FigureCanvasAgg(figure).print_png(buffer)
-    figure.clear()
-    encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return f'<img class="plot" alt="plot" src="data:image/png;base64,{encoded}">'
-
-
 def _figure() -> tuple[Figure, Axes]:
     figure = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
     return figure, figure.add_subplot()
-
-
-def _empty(message: str) -> str:
-    return f'<p class="empty">{html.escape(message)}</p>'
 
 
 # --- 1. headline -----------------------------------------------------------------------------
