@@ -28,7 +28,7 @@ baselines (the median is robust to one bad night).
 
 Invariants: a night is compared only with earlier nights of its own series; a figure a night lacks
 (NaN) is neither flagged nor part of a baseline; a left-out input costs no other night; a night
-given twice (same ``run_dir`` and ``started_at``) is taken once, a run directory winning over a
+given twice (same series, ``run_dir`` and ``started_at``) is taken once, a run directory winning over a
 carried row.
 """
 
@@ -264,7 +264,7 @@ def _joined(carried: list[pd.DataFrame], rows: list[dict[str, Any]]) -> pd.DataF
     frames = [frame for frame in [*carried, read] if not frame.empty] or [empty_nights()]
     nights = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].copy()
     nights["started_at"] = pd.to_datetime(nights["started_at"], utc=True)
-    nights = nights.drop_duplicates(["run_dir", "started_at"], keep="last")
+    nights = nights.drop_duplicates(["series", "run_dir", "started_at"], keep="last")
     nights = nights.sort_values(["started_at", "run_dir"], kind="stable").reset_index(drop=True)
     for column in _BY_COLUMN:
         nights[column] = pd.to_numeric(nights[column], errors="coerce").astype("float64")
