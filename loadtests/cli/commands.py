@@ -201,7 +201,7 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
-HISTORY_HELP = """\
+_HISTORY_HELP = """\
 Reads each night (a run directory: its manifest.json, summary.json and resources.csv) and, per
 series (one scenario on one server, and proxy: nights of different series are never compared),
 compares each figure of each night with its baseline: the previous --window nights of the series
@@ -228,7 +228,7 @@ Exit 1 when the newest night of a series regressed (--fail-on-any: any night); e
 input was left out or no night could be read; else 0. A bad option: one line, exit 2."""
 
 
-HISTORY_WINDOW, HISTORY_SENSITIVITY, HISTORY_MIN_NIGHTS = 14, 4.0, 5
+_HISTORY_WINDOW, _HISTORY_SENSITIVITY, _HISTORY_MIN_NIGHTS = 14, 4.0, 5
 """``loadtests.report.history``'s defaults (``DEFAULT_WINDOW``, ...), here so ``--help`` imports no pandas."""
 
 
@@ -236,7 +236,7 @@ def _add_history_parser(commands: Any) -> None:
     command = commands.add_parser(
         "history",
         help="runs over nights: trends and regressions against a rolling baseline; exit 1 when tonight regressed",
-        description=HISTORY_HELP,
+        description=_HISTORY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.add_argument(
@@ -251,21 +251,22 @@ def _add_history_parser(commands: Any) -> None:
     command.add_argument(
         "--window",
         type=_whole_number(1),
-        default=HISTORY_WINDOW,
-        help=f"earlier nights of a series in a night's baseline (default {HISTORY_WINDOW})",
+        default=_HISTORY_WINDOW,
+        help=f"earlier nights of a series in a night's baseline (default {_HISTORY_WINDOW})",
     )
     command.add_argument(
         "--sensitivity",
         type=_positive,
-        default=HISTORY_SENSITIVITY,
+        default=_HISTORY_SENSITIVITY,
         help=f"robust standard deviations a figure must move, the worse way, to be flagged "
-        f"(default {HISTORY_SENSITIVITY:g})",
+        f"(default {_HISTORY_SENSITIVITY:g})",
     )
     command.add_argument(
         "--min-nights",
         type=_whole_number(1),
-        default=HISTORY_MIN_NIGHTS,
-        help=f"fewer earlier nights than this: the baseline is forming, nothing flagged (default {HISTORY_MIN_NIGHTS})",
+        default=_HISTORY_MIN_NIGHTS,
+        help=f"fewer earlier nights than this: the baseline is forming, nothing flagged "
+        f"(default {_HISTORY_MIN_NIGHTS})",
     )
     command.add_argument(
         "--fail-on-any",
@@ -661,7 +662,7 @@ def _run_compare(options: argparse.Namespace) -> int:
 
 
 def _run_history(options: argparse.Namespace) -> int:
-    """Read the nights, flag regressions, write the tables and the page; exit as ``HISTORY_HELP`` says."""
+    """Read the nights, flag regressions, write the tables and the page; exit as ``_HISTORY_HELP`` says."""
     from loadtests.report import history, history_page  # pandas: only here
 
     if options.min_nights > options.window:

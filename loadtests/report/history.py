@@ -26,6 +26,12 @@ share, 0.05 for a ratio, 0.1/s for keep-alive per second, 0.5 request, 8 MiB), s
 failed) is no flag by itself: it is shown failed with its gates, and it stays in its successors'
 baselines (the median is robust to one bad night).
 
+Left out, each with a one-line why: a path that does not exist; a directory that is no run and
+holds none; a manifest.json or summary.json that cannot be read (a summary this version cannot read
+is named with the version that wrote it); a table the night needs that is cut or damaged; a run
+that never wrote its summary (killed) or whose summary is only a soak's checkpoint: ``python -m
+loadtests report DIR`` judges those (as interrupted, so FAIL), and the next history reads them.
+
 Invariants: a night is compared only with earlier nights of its own series; a figure a night lacks
 (NaN) is neither flagged nor part of a baseline; a left-out input costs no other night; a night
 given twice (same series, ``run_dir`` and ``started_at``) is taken once, a run directory winning over a
@@ -41,7 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pandas as pd
 
 from loadtests.base.safe_text import redacted_url
@@ -124,7 +129,8 @@ class Flag:
     """One regression: ``figure`` (a ``HistoryFigure.column``) of the night ``run_dir`` in
     ``series`` is ``value`` against a baseline of ``baseline_nights`` earlier nights whose median
     is ``baseline_median`` and MAD ``baseline_mad``; ``change`` is ``value - baseline_median``,
-    ``score`` that change in robust standard deviations (1.4826 MAD), always in the worse direction."""
+    ``score`` that change in robust standard deviations (1.4826 MAD, or the figure's floor when
+    larger: see the module docstring), always in the worse direction."""
 
     series: str
     figure: str
@@ -189,6 +195,10 @@ BASELINES_FILE = "history-baselines.parquet"
 PAGE_FILE = "history.html"
 FLAG_COLUMNS = tuple(Flag.__dataclass_fields__)
 NEVER_JUDGED = "never judged (killed?): `python -m loadtests report {path}` judges it"
+CHECKPOINT_ONLY = (
+    "a soak's checkpoint, never judged to its end (killed, or still going?): `python -m loadtests report {path}` "
+    "judges it"
+)
 
 _BY_COLUMN = {figure.column: figure for figure in FIGURES}
 _RATE_PREFIX = "rate_"
@@ -309,6 +319,8 @@ def read_night(path: Path) -> dict[str, Any] | LeftOut:
         summary = Summary.read(run.summary)
     except SummaryError as exc:
         return LeftOut(str(path), f"{exc} (written by sse-soak {version}; this version cannot read it)")
+    if summary.soak is not None and summary.soak.partial:
+        return LeftOut(str(path), CHECKPOINT_ONLY.format(path=path))
     try:
         return _night(run, manifest, summary, version)
     except (OSError, ValueError, KeyError, TypeError) as exc:  # a table of the run cut short or damaged
@@ -427,6 +439,13 @@ def floor(figure_: HistoryFigure, median: float) -> float:
     return max(RELATIVE_FLOOR * abs(median), ABSOLUTE_FLOORS.get(figure_.unit, 0.0))
 
 
+def _median(values: list[float]) -> float:
+    """The median of a few values (numpy's costs more than the sort for a baseline's 14)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def regressions(
     nights: pd.DataFrame,
     window: int = DEFAULT_WINDOW,
@@ -443,10 +462,10 @@ def regressions(
             values = group[figure_.column].to_numpy(dtype="float64")
             present: list[float] = []
             for index, value in enumerate(values):
-                base = np.array(present[-window:])
+                base = present[-window:]
                 if len(base) >= min_nights:
-                    median = float(np.median(base))
-                    mad = float(np.median(np.abs(base - median)))
+                    median = _median(base)
+                    mad = _median([abs(x - median) for x in base])
                     scale = max(MAD_TO_SD * mad, floor(figure_, median))
                     limit = median + sensitivity * scale if figure_.worse == "up" else median - sensitivity * scale
                     rows.append((series, run_dirs[index], figure_.column, median, mad, len(base), limit))

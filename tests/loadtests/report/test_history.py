@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadtests.cli.commands import HISTORY_MIN_NIGHTS, HISTORY_SENSITIVITY, HISTORY_WINDOW, main
+from loadtests.cli.commands import main, parser
 from loadtests.judge.summary import TOKEN_GAP, Summary
 from loadtests.record.run_dir import RunDir
 from loadtests.report import history
-from loadtests.report.history import FIGURES, NEVER_JUDGED, read_history
+from loadtests.report.history import CHECKPOINT_ONLY, FIGURES, NEVER_JUDGED, read_history
 from tests.loadtests.synthetic_nights import OLD_VERSION, as_older_version, night_figures, write_night, write_nights
 
 pytestmark = pytest.mark.fast
@@ -34,7 +34,9 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[s
 
 
 def test_the_cli_defaults_are_the_modules() -> None:
-    assert (HISTORY_WINDOW, HISTORY_SENSITIVITY, HISTORY_MIN_NIGHTS) == (
+    options = parser().parse_args(["history", "reports"])
+    assert options.out == Path("reports/history")
+    assert (options.window, options.sensitivity, options.min_nights) == (
         history.DEFAULT_WINDOW,
         history.DEFAULT_SENSITIVITY,
         history.DEFAULT_MIN_NIGHTS,
@@ -141,8 +143,10 @@ def test_a_corrupt_directory_among_good_ones_is_named_and_the_rest_read(
     paths = write_nights(runs, 8)
     (paths[3] / "summary.json").write_text('{"scenario": "soak", "requests": ', encoding="utf-8")
     (paths[5] / "manifest.json").write_text("[]", encoding="utf-8")
-    killed = paths[6] / "summary.json"
-    killed.unlink()
+    (paths[6] / "summary.json").unlink()  # killed before its judgement
+    checkpoint = json.loads((paths[7] / "summary.json").read_text())
+    checkpoint["soak"]["partial"] = True  # a soak killed after a checkpoint
+    (paths[7] / "summary.json").write_text(json.dumps(checkpoint))
     (runs / "notes").mkdir()  # not a run: skipped inside a directory of runs
     missing = tmp_path / "nowhere"
     code, lines = run_cli(capsys, str(runs), str(missing), "--out", str(tmp_path / "out"))
@@ -152,11 +156,11 @@ def test_a_corrupt_directory_among_good_ones_is_named_and_the_rest_read(
     assert left[0].endswith("(written by sse-soak 0.1.0; this version cannot read it)")
     assert left[1].startswith(f"left out: {paths[5]}: {paths[5] / 'manifest.json'}: not a run manifest")
     assert left[2] == f"left out: {paths[6]}: " + NEVER_JUDGED.format(path=paths[6])
-    assert left[3] == f"left out: {missing}: no such file or directory"
-    assert (
-        lines[-1] == f"history: 5 nights in 1 series, 0 regression(s), 4 left out: {tmp_path / 'out' / 'history.html'}"
-    )
-    assert len(pd.read_parquet(tmp_path / "out" / "history.parquet")) == 5
+    assert left[3] == f"left out: {paths[7]}: " + CHECKPOINT_ONLY.format(path=paths[7])
+    assert left[4] == f"left out: {missing}: no such file or directory"
+    page = tmp_path / "out" / "history.html"
+    assert lines[-1] == f"history: 4 nights in 1 series, 0 regression(s), 5 left out: {page}"
+    assert len(pd.read_parquet(tmp_path / "out" / "history.parquet")) == 4
 
 
 def test_nothing_readable_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -187,7 +191,7 @@ def test_mixed_scenarios_and_servers_are_series_never_compared(tmp_path: Path) -
     assert [(flag.series, flag.figure) for flag in found.flags] == [("soak on vllm", "ttft_p99_s")]
     assert history.newest_flags(found) == found.flags
     kinds = found.nights.groupby("series")["kind"].first().to_dict()
-    assert kinds["soak on bundled"] == "soak" and kinds[next(s for s in kinds if s.startswith("mixed"))] == "run"
+    assert kinds["soak on bundled"] == "soak" and kinds[next(s for s in kinds if str(s).startswith("mixed"))] == "run"
 
 
 def test_history_parquet_fed_back_carries_nights_taken_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
