@@ -5,6 +5,7 @@ its parquet tables."""
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 
 from loadtests.judge.summary import TOKEN_GAP
 from loadtests.report.history import read_history
-from tests.loadtests.locust_run import ROOT, run_locust
+from tests.loadtests.locust_run import ROOT, run_locust, soak_command
 from tests.loadtests.synthetic_nights import OLD_VERSION, as_older_version
 
 pytestmark = pytest.mark.smoke
@@ -72,3 +73,22 @@ def test_a_real_run_is_one_night_with_its_summarys_figures(tmp_path: Path) -> No
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert cli.stdout.splitlines()[-1] == f"history: 1 night in 1 series, 0 regression(s): {out / 'history.html'}"
+
+
+@pytest.mark.soak
+def test_a_real_soak_is_a_soak_night_with_its_peak_memory(tmp_path: Path) -> None:
+    command = soak_command(tmp_path / "reports", "--duration", "12s", "--users", "4")
+    soak = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=170, stdin=subprocess.DEVNULL)
+    assert soak.returncode == 0, soak.stdout[-3000:] + soak.stderr[-3000:]
+    (run_dir,) = (tmp_path / "reports").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    resources = pd.read_csv(run_dir / "resources.csv")
+    (night,) = read_history([run_dir]).nights.to_dict("records")
+    assert night["kind"] == "soak" and night["series"] == "soak on bundled via embedded"
+    assert night["verdict"] == summary["verdict"] and night["gates_failed"] == ""
+    assert (night["gap_p50_s"], night["gap_p99_s"]) == (
+        summary["latency"][TOKEN_GAP]["p50"],
+        summary["latency"][TOKEN_GAP]["p99"],
+    )
+    assert night["harness_peak_rss_mb"] == resources["harness_rss_mb"].max() > 0
+    assert night["server_peak_rss_mb"] == resources["server_rss_mb"].max() > 0
