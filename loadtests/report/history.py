@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -50,7 +50,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from loadtests.base.safe_text import redacted_url
-from loadtests.errors import ManifestError, SummaryError
+from loadtests.errors import ManifestError, SummaryError, UnreadableTable
 from loadtests.judge.summary import TOKEN_GAP, Summary, keepalive_per_stream, spread
 from loadtests.record.figures import TOKEN_GAP_COLUMNS, token_gaps
 from loadtests.record.run_dir import Manifest, RunDir
@@ -323,8 +323,8 @@ def read_night(path: Path) -> dict[str, Any] | LeftOut:
         return LeftOut(str(path), CHECKPOINT_ONLY.format(path=path))
     try:
         return _night(run, manifest, summary, version)
-    except (OSError, ValueError, KeyError, TypeError) as exc:  # a table of the run cut short or damaged
-        return LeftOut(str(path), _first_line(exc))
+    except UnreadableTable as exc:
+        return LeftOut(str(path), str(exc))
 
 
 def _night(run: RunDir, manifest: Manifest | None, summary: Summary, version: str) -> dict[str, Any]:
@@ -401,7 +401,7 @@ def _token_gap_figures(run: RunDir) -> dict[str, Any]:
     ``TOKEN_GAP_COLUMNS`` only), empty when the directory no longer holds it."""
     if not run.frames.exists():
         return {}
-    return spread(token_gaps(run.read_frames(TOKEN_GAP_COLUMNS)))
+    return spread(token_gaps(_read(run.frames, lambda: run.read_frames(TOKEN_GAP_COLUMNS))))
 
 
 KEEPALIVE_COLUMNS = ["status", "keepalive_frames", "silence_before_first_token_s", "silence_from_send_s"]
@@ -415,7 +415,16 @@ def _keepalive_per_silent_s(run: RunDir, summary: Summary) -> float:
         return _number(section.per_silent_s)
     if not run.requests.exists():
         return math.nan
-    return _number(keepalive_per_stream(run.read_requests(KEEPALIVE_COLUMNS)).get("per_silent_s"))
+    requests = _read(run.requests, lambda: run.read_requests(KEEPALIVE_COLUMNS))
+    return _number(keepalive_per_stream(requests).get("per_silent_s"))
+
+
+def _read(path: Path, read: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+    """``read()`` of the table at ``path``; ``UnreadableTable`` naming it when it is cut or damaged."""
+    try:
+        return read()
+    except Exception as exc:  # pyarrow and pandas raise many kinds for a file cut short
+        raise UnreadableTable(f"{path}: cannot be read ({_first_line(exc)})") from None
 
 
 def _peak_memory(run: RunDir) -> dict[str, float]:
@@ -423,7 +432,7 @@ def _peak_memory(run: RunDir) -> dict[str, float]:
     peaks = {"harness_peak_rss_mb": math.nan, "server_peak_rss_mb": math.nan}
     if not run.resources.exists():
         return peaks
-    samples = run.read_resources()
+    samples = _read(run.resources, run.read_resources)
     for column, figure_column in (("harness_rss_mb", "harness_peak_rss_mb"), ("server_rss_mb", "server_peak_rss_mb")):
         if column in samples.columns:
             values = pd.to_numeric(samples[column], errors="coerce").dropna()

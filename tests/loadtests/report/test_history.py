@@ -246,6 +246,22 @@ def test_an_older_version_is_read_with_its_missing_figures_nan(tmp_path: Path) -
     assert older["ttft_p99_s"] > 0 and older["verdict"] == "PASS"
 
 
+def test_an_older_run_whose_frames_are_cut_is_left_out_naming_them(tmp_path: Path) -> None:
+    """An older summary without the token gaps sends the history to frames.parquet: a cut part there
+    leaves the night out, the file named, and the other nights read."""
+    paths = write_nights(tmp_path, 3)
+    as_older_version(paths[1])
+    part = paths[1] / "frames.parquet" / "part-0.parquet"
+    part.parent.mkdir()
+    pd.DataFrame({"request_id": ["a"], "seq": [0], "kind": ["data"], "t_s": [0.1]}).to_parquet(part)
+    part.write_bytes(part.read_bytes()[:40])
+    found = read_history([tmp_path])
+    assert list(found.nights["run_dir"]) == [paths[0].name, paths[2].name]
+    (left,) = found.left_out
+    assert left.path == str(paths[1])
+    assert left.why.startswith(f"{paths[1] / 'frames.parquet'}: cannot be read (")
+
+
 def test_a_summary_of_an_unknown_format_is_refused_with_its_version(tmp_path: Path) -> None:
     (path,) = write_nights(tmp_path, 1)
     as_older_version(path, "0.0.1")
