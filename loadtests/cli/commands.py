@@ -214,9 +214,10 @@ at least 1 ms for times, 0.5 ms for loop lag, 0.1 point for a rate, 0.05 for the
 baseline much nor hides behind a flat one, and noise on a flat baseline is not flagged. A night
 whose gates failed is shown FAIL with its gates; it is no flag by itself.
 
-PATH: a run directory; a directory holding run directories (e.g. reports/: each subdirectory with
-a manifest.json or summary.json); or the history.parquet of an earlier history, whose nights are
-carried forward (a night given twice is taken once, its run directory winning).
+PATH: a run directory (or its summary.json); a directory holding run directories (e.g.
+reports/: each subdirectory with a manifest.json or summary.json); or the history.parquet of an
+earlier history, whose nights are carried forward (a night given twice is taken once, its run
+directory winning).
 
 Writes into --out, each file atomically: history.parquet (one row per night: its series, verdict,
 failed gates and figures), history-flags.parquet (one row per regression),

@@ -218,8 +218,9 @@ def looks_like_run(path: Path) -> bool:
 
 
 def read_nights(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, list[LeftOut]]:
-    """The nights of ``paths`` (run directories, directories of them, history.parquet files), one
-    row each, de-duplicated and in start order, and each input left out with why."""
+    """The nights of ``paths`` (run directories or their summary.json, directories of run
+    directories, history.parquet files), one row each, de-duplicated and in start order, and each
+    input left out with why."""
     rows: list[dict[str, Any]] = []
     carried: list[pd.DataFrame] = []
     left_out: list[LeftOut] = []
@@ -227,6 +228,8 @@ def read_nights(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, list[LeftOut
         path = Path(given)
         if not path.exists():
             left_out.append(LeftOut(str(given), "no such file or directory"))
+        elif path.is_file() and path.name == RunDir.SUMMARY:  # a run's summary: its run directory
+            _add(read_night(path.parent), rows, left_out)
         elif path.is_file():
             table = _carried(path)
             if isinstance(table, LeftOut):

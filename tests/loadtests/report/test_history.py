@@ -210,6 +210,8 @@ def test_history_parquet_fed_back_carries_nights_taken_once(tmp_path: Path, caps
     table = pd.read_parquet(tmp_path / "night25" / "history.parquet")
     assert list(table["run_dir"]) == [path.name for path in paths]
     assert table["path"].iloc[23] == str(paths[23])  # the run directory won over the carried row
+    by_summary = read_history([carried, paths[24] / "summary.json"]).nights  # a run given by its summary.json
+    assert list(by_summary["run_dir"]) == list(table["run_dir"]) and by_summary["path"].iloc[24] == str(paths[24])
     whole = read_history([runs])
     pd.testing.assert_frame_equal(
         table[[f.column for f in FIGURES]], whole.nights[[f.column for f in FIGURES]], check_exact=False
