@@ -320,8 +320,11 @@ def read_night(path: Path) -> dict[str, Any] | LeftOut:
         return LeftOut(str(path), NEVER_JUDGED.format(path=path))
     try:
         summary = Summary.read(run.summary)
-    except SummaryError as exc:
-        return LeftOut(str(path), f"{exc} (written by sse-soak {version}; this version cannot read it)")
+    except SummaryError as exc:  # a file this version cannot read as a summary is named with its writer's version
+        said = (
+            f" (written by sse-soak {version}; this version cannot read it)" if "not a run summary" in str(exc) else ""
+        )
+        return LeftOut(str(path), f"{exc}{said}")
     if summary.soak is not None and summary.soak.partial:
         return LeftOut(str(path), CHECKPOINT_ONLY.format(path=path))
     try:
