@@ -279,7 +279,7 @@ def _add_history_parser(commands: Any) -> None:
 def _positive(text: str) -> float:
     value = _number(text)
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number above 0, got {text!r}")
     return value
 
 

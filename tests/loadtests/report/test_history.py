@@ -290,8 +290,10 @@ def test_a_summary_is_read_by_the_summary_types(tmp_path: Path) -> None:
     ("args", "said"),
     [
         (["--window", "0"], "--window: must be at least 1, got 0"),
-        (["--sensitivity", "-1"], "--sensitivity: expected a number above 0, got '-1'"),
+        (["--sensitivity", "-1"], "--sensitivity: expected a finite number above 0, got '-1'"),
         (["--sensitivity", "x"], "--sensitivity: expected a number, got 'x'"),
+        (["--sensitivity", "inf"], "--sensitivity: expected a finite number above 0, got 'inf'"),
+        (["--window", "two"], "--window: expected a whole number, got 'two'"),
         (["--min-nights", "20"], "--min-nights 20 is more than --window 14: no baseline would ever form"),
     ],
 )
