@@ -331,6 +331,11 @@ def read_night(path: Path) -> dict[str, Any] | LeftOut:
         return _night(run, manifest, summary, version)
     except UnreadableTable as exc:
         return LeftOut(str(path), str(exc))
+    except (AttributeError, TypeError, ValueError, KeyError) as exc:  # a section of a shape this version never wrote
+        return LeftOut(
+            str(path),
+            f"{run.summary}: not a run summary this version reads ({_first_line(exc)}) (written by sse-soak {version})",
+        )
 
 
 def _night(run: RunDir, manifest: Manifest | None, summary: Summary, version: str) -> dict[str, Any]:
@@ -353,7 +358,7 @@ def _night(run: RunDir, manifest: Manifest | None, summary: Summary, version: st
         "proxy": proxy,
         "run_dir": run.path.name,
         "path": str(run.path),
-        "started_at": pd.Timestamp(started) if started else _started_from_name(run.path),
+        "started_at": _started(started, run.path),
         "kind": "soak" if summary.soak is not None and summary.soak.windows else "run",
         "version": version,
         "verdict": summary.verdict,
@@ -392,9 +397,15 @@ def _number(value: Any) -> float:
     return float(value) if math.isfinite(value) else math.nan
 
 
-def _started_from_name(path: Path) -> pd.Timestamp:
-    """A run without a manifest: its start from its name (``<scenario>-<UTC stamp>``), else its
-    summary's modification time."""
+def _started(stated: str | None, path: Path) -> pd.Timestamp:
+    """When the run started, in UTC: as its manifest states it; for a run without a manifest (or
+    one whose time is no time), from its name (``<scenario>-<UTC stamp>``), else its summary's
+    modification time."""
+    if stated:
+        try:
+            return pd.Timestamp(pd.to_datetime(stated, utc=True))
+        except ValueError:
+            pass
     stamp = path.name.rsplit("-", 1)[-1]
     try:
         return pd.Timestamp(pd.to_datetime(stamp, format="%Y%m%dT%H%M%SZ", utc=True))

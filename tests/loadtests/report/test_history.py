@@ -248,6 +248,18 @@ def test_an_older_version_is_read_with_its_missing_figures_nan(tmp_path: Path) -
     assert older["ttft_p99_s"] > 0 and older["verdict"] == "PASS"
 
 
+def test_a_run_without_a_manifest_starts_when_its_name_says(tmp_path: Path) -> None:
+    paths = write_nights(tmp_path, 3)
+    (paths[1] / "manifest.json").unlink()  # a run from before manifests
+    manifest = json.loads((paths[2] / "manifest.json").read_text())
+    manifest["started_at"] = "the night before"
+    (paths[2] / "manifest.json").write_text(json.dumps(manifest))
+    nights = read_history([tmp_path]).nights
+    assert list(nights["run_dir"]) == [path.name for path in paths]
+    assert list(nights["started_at"]) == [pd.Timestamp(START + dt.timedelta(days=n)) for n in range(3)]
+    assert list(nights["version"]) == ["0.1.0", "unknown", "0.1.0"]
+
+
 def test_an_older_run_whose_frames_are_cut_is_left_out_naming_them(tmp_path: Path) -> None:
     """An older summary without the token gaps sends the history to frames.parquet: a cut part there
     leaves the night out, the file named, and the other nights read."""
@@ -277,6 +289,20 @@ def test_a_summary_of_an_unknown_format_is_refused_with_its_version(tmp_path: Pa
         f"{path / 'summary.json'}: not a run summary (no 'requests') (written by sse-soak 0.0.1; this version "
         "cannot read it)"
     )
+
+
+def test_a_summary_section_of_a_shape_never_written_is_refused_with_its_version(tmp_path: Path) -> None:
+    paths = write_nights(tmp_path, 2)
+    as_older_version(paths[0], "0.0.2")
+    data = json.loads((paths[0] / "summary.json").read_text())
+    data["harness_lag_ms"] = {"p99": 1.0, "by_worker": {}, "samples": 1, "max": 2.0}
+    data["server_metrics"] = {"available": True, "waiting": [1, 2]}  # a list where this version wrote an object
+    (paths[0] / "summary.json").write_text(json.dumps(data))
+    found = read_history([tmp_path])
+    assert list(found.nights["run_dir"]) == [paths[1].name]
+    (left,) = found.left_out
+    assert left.why.startswith(f"{paths[0] / 'summary.json'}: not a run summary this version reads (AttributeError: ")
+    assert left.why.endswith("(written by sse-soak 0.0.2)")
 
 
 def test_a_summary_is_read_by_the_summary_types(tmp_path: Path) -> None:
