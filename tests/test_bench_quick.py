@@ -229,22 +229,6 @@ def test_api_server_scaling_quick(tmp_path: Path) -> None:
     assert {"frames_per_s_1", "frames_per_s_2", "ratio"} <= figures.keys()
 
 
-def test_peers_quick() -> None:
-    output = run_bench("peers.py")
-    assert_figures(
-        output,
-        [
-            r"^machine: .+, \d+ CPUs, Python [\d.]+$",
-            r"^workload: \d+ chat streams of \d+ prompt / \d+ output tokens for \d+ s; server TTFT ",
-            r"^tool +frames +cpu s +frames/cpu s +stream cpu s +frames/stream cpu s +ttft err ms p50/p99 "
-            r"+gap err ms p50/p99$",
-            rf"^sse-soak +\d+ +{NUM} +{NUM} +{NUM} +{NUM} +{NUM} / {NUM} +{NUM} / {NUM}$",
-            r"^sse-soak: \d+/\d+ paired, \d+ gaps compared; server: inband \d+, cut \d+, keep-alive \d+; "
-            r"tool: failed \d+ \(.*\), flagged inband (\d+)/\1, cuts (\d+)/\2, keep-alive (\d+)$",
-        ],
-    )
-
-
 def test_history_scale_quick() -> None:
     output = run_bench("history_scale.py")
     assert_figures(
@@ -257,5 +241,21 @@ def test_history_scale_quick() -> None:
             rf"^peak traced memory \(read, flags, page\): {NUM} MiB$",
             rf"^peak RSS: {NUM} MiB$",
             *(rf"^{name}: {NUM} KiB$" for name in ("history.parquet", "history-flags.parquet", "history.html")),
+        ],
+    )
+
+
+def test_peers_quick() -> None:
+    output = run_bench("peers.py")
+    assert_figures(
+        output,
+        [
+            r"^machine: .+, \d+ CPUs, Python [\d.]+$",
+            r"^workload: \d+ chat streams of \d+ prompt / \d+ output tokens for \d+ s; server TTFT ",
+            r"^tool +frames +cpu s +frames/cpu s +stream cpu s +frames/stream cpu s +ttft err ms p50/p99 "
+            r"+gap err ms p50/p99$",
+            rf"^sse-soak +\d+ +{NUM} +{NUM} +{NUM} +{NUM} +{NUM} / {NUM} +{NUM} / {NUM}$",
+            r"^sse-soak: \d+/\d+ paired, \d+ gaps compared; server: inband \d+, cut \d+, keep-alive \d+; "
+            r"tool: failed \d+ \(.*\), flagged inband (\d+)/\1, cuts (\d+)/\2, keep-alive (\d+)$",
         ],
     )
