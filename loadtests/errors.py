@@ -22,6 +22,7 @@ builtin base its callers catch (``ValueError``, ``OSError``...). The tree (exit 
     │   │   ├── RunInProgress .................... 2  a run directory's writer is still writing it
     │   │   ├── ManifestError (ValueError) ....... 2  manifest.json is not a manifest
     │   │   ├── SummaryError (ValueError) ........ 2  summary.json is not a summary
+    │   │   ├── UnreadableTable (ValueError) ..... 2  a run's table is cut short or damaged
     │   │   └── NotARunDirectory (FileNotFoundError) 2  no requests.parquet there
     │   ├── RunFailed ............................ 1  the run cannot go on (a service would not start)
     │   │   ├── ServerStartError (RuntimeError) .. 1  a service exited or stayed silent before ready
@@ -85,6 +86,7 @@ __all__ = [
     "UndecodableJson",
     "UnexpectedOutcome",
     "UnknownName",
+    "UnreadableTable",
     "UsageError",
     "VllmError",
     "WrongType",
@@ -171,6 +173,11 @@ class ManifestError(UsageError, ValueError):
 
 class SummaryError(UsageError, ValueError):
     """A summary file that cannot be read as one; the message is one line naming the file."""
+
+
+class UnreadableTable(UsageError, ValueError):
+    """A table of a run directory (parquet, csv) that is there but cut short or damaged; the message
+    is one line naming the file."""
 
 
 class NotARunDirectory(UsageError, FileNotFoundError):

@@ -229,6 +229,22 @@ def test_api_server_scaling_quick(tmp_path: Path) -> None:
     assert {"frames_per_s_1", "frames_per_s_2", "ratio"} <= figures.keys()
 
 
+def test_history_scale_quick() -> None:
+    output = run_bench("history_scale.py")
+    assert_figures(
+        output,
+        [
+            r"^nights: 40 in 2 series, 1 regression\(s\), 0 left out; carried back: 40 nights$",
+            *(rf"^ *{phase}: +{NUM} s$" for phase in ("write nights", "read", "flags", "tables", "page", "carried")),
+            rf"^history from the run directories: {NUM} s \({NUM} ms a night\)$",
+            rf"^history from history.parquet: {NUM} s$",
+            rf"^peak traced memory \(read, flags, page\): {NUM} MiB$",
+            rf"^peak RSS: {NUM} MiB$",
+            *(rf"^{name}: {NUM} KiB$" for name in ("history.parquet", "history-flags.parquet", "history.html")),
+        ],
+    )
+
+
 def test_peers_quick() -> None:
     output = run_bench("peers.py")
     assert_figures(

@@ -4,7 +4,8 @@ Commands: ``scenarios`` (list the shipped scenarios), ``run`` (run one with Locu
 nightly soak job), ``proxy`` (the embedded reverse proxy with nginx's
 read-timeout semantics), ``report`` (rebuild a run's summary and HTML report from its parquet
 files; exit 1 unless the verdict is PASS), ``compare`` (base run against new run; exit 1 on
-regression), ``vllm setup`` / ``vllm serve`` (real vLLM on this machine's CPU, in its own venv),
+regression), ``history`` (runs over nights, regressions against a rolling baseline), ``vllm setup``
+/ ``vllm serve`` (real vLLM on this machine's CPU, in its own venv),
 ``litellm setup`` (LiteLLM's gateway in its own venv, for ``--proxy litellm``), ``kubernetes`` (the
 manifests of a Locust cluster running a scenario against a host), ``docs options`` (the option
 reference, docs/options.md, generated from the options declaration).
@@ -184,6 +185,7 @@ def parser() -> argparse.ArgumentParser:
             default=getattr(defaults, name),
             help=f"{_THRESHOLD_KIND.get(name, 'a number >= 0')}, inf never flags (default {getattr(defaults, name):g})",
         )
+    _add_history_parser(commands)
     _add_soak_parser(commands)
     _add_vllm_parser(commands)
     _add_litellm_parser(commands)
@@ -197,6 +199,88 @@ def parser() -> argparse.ArgumentParser:
     )
     docs.add_argument("page", choices=["options"], help="the page: options")
     return root
+
+
+_HISTORY_HELP = """\
+Reads each night (a run directory: its manifest.json, summary.json and resources.csv) and, per
+series (one scenario on one server, and proxy: nights of different series are never compared),
+compares each figure of each night with its baseline: the previous --window nights of the series
+that have the figure. With fewer than --min-nights such nights the baseline is forming and nothing
+is flagged. A night is flagged when its figure moved the worse way by more than --sensitivity robust
+standard deviations from the baseline's median; a robust standard deviation is 1.4826 x the MAD
+(median absolute deviation) of the baseline, but never less than a floor: 5% of the median, and
+at least 1 ms for times, 0.5 ms for loop lag, 0.1 point for a rate, 0.05 for the silence ratio,
+0.1/s for keep-alive frames, 0.5 request, 8 MiB for memory. So one bad night neither moves the
+baseline much nor hides behind a flat one, and noise on a flat baseline is not flagged. A night
+whose gates failed is shown FAIL with its gates; it is no flag by itself.
+
+PATH: a run directory (or its summary.json); a directory holding run directories (e.g.
+reports/: each subdirectory with a manifest.json or summary.json); or the history.parquet of an
+earlier history, whose nights are carried forward (a night given twice is taken once, its run
+directory winning).
+
+Writes into --out, each file atomically: history.parquet (one row per night: its series, verdict,
+failed gates and figures), history-flags.parquet (one row per regression),
+history-baselines.parquet (each night's baseline per figure: median, mad, nights, limit) and
+history.html. Prints one line per regression and per input left out, then
+"history: N nights in S series, F regression(s)[, L left out]: <page>".
+
+Exit 1 when the newest night of a series regressed (--fail-on-any: any night); else 2 when an
+input was left out or no night could be read; else 0. A bad option: one line, exit 2."""
+
+
+_HISTORY_WINDOW, _HISTORY_SENSITIVITY, _HISTORY_MIN_NIGHTS = 14, 4.0, 5
+"""``loadtests.report.history``'s defaults (``DEFAULT_WINDOW``, ...), here so ``--help`` imports no pandas."""
+
+
+def _add_history_parser(commands: Any) -> None:
+    command = commands.add_parser(
+        "history",
+        help="runs over nights: trends and regressions against a rolling baseline; exit 1 when tonight regressed",
+        description=_HISTORY_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    command.add_argument(
+        "paths", nargs="+", metavar="PATH", help="run directories, directories of them, history.parquet"
+    )
+    command.add_argument(
+        "--out",
+        type=Path,
+        default=Path("reports") / "history",
+        help="where history.parquet and history.html go (default reports/history)",
+    )
+    command.add_argument(
+        "--window",
+        type=_whole_number(1),
+        default=_HISTORY_WINDOW,
+        help=f"earlier nights of a series in a night's baseline (default {_HISTORY_WINDOW})",
+    )
+    command.add_argument(
+        "--sensitivity",
+        type=_positive,
+        default=_HISTORY_SENSITIVITY,
+        help=f"robust standard deviations a figure must move, the worse way, to be flagged "
+        f"(default {_HISTORY_SENSITIVITY:g})",
+    )
+    command.add_argument(
+        "--min-nights",
+        type=_whole_number(1),
+        default=_HISTORY_MIN_NIGHTS,
+        help=f"fewer earlier nights than this: the baseline is forming, nothing flagged "
+        f"(default {_HISTORY_MIN_NIGHTS})",
+    )
+    command.add_argument(
+        "--fail-on-any",
+        action="store_true",
+        help="exit 1 on a regression of any night, not only each series' newest",
+    )
+
+
+def _positive(text: str) -> float:
+    value = _number(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number above 0, got {text!r}")
+    return value
 
 
 def _scenario(text: str) -> Path:
@@ -594,6 +678,34 @@ def _run_compare(options: argparse.Namespace) -> int:
     return 0
 
 
+def _run_history(options: argparse.Namespace) -> int:
+    """Read the nights, flag regressions, write the tables and the page; exit as ``_HISTORY_HELP`` says."""
+    from loadtests.report import history, history_page  # pandas: only here
+
+    if options.min_nights > options.window:
+        raise UsageError(
+            f"--min-nights {options.min_nights} is more than --window {options.window}: no baseline would ever form"
+        )
+    out: Path = options.out
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: not a directory")
+    found = history.read_history(options.paths, options.window, options.sensitivity, options.min_nights)
+    try:
+        history.write_history(found, out)
+        history_page.write_history_page(found, out / history.PAGE_FILE)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    newest = history.newest_flags(found)
+    for flag in found.flags:
+        print(printable(history.flag_line(flag, flag in newest)))
+    for item in found.left_out:
+        print(printable(f"left out: {item.path}: {item.why}"))
+    print(printable(history.summary_line(found, out / history.PAGE_FILE)))
+    if newest or (options.fail_on_any and found.flags):
+        return 1
+    return USAGE_EXIT_CODE if found.left_out or found.nights.empty else 0
+
+
 def _run_report(options: argparse.Namespace) -> int:
     """Re-judge a run directory: exit 0 only on a PASS; a run that never wrote its summary (killed)
     is judged as interrupted, so FAIL; not a run directory (or unreadable): 2. A run still in
@@ -698,6 +810,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
     "proxy": _run_proxy,
     "report": _run_report,
     "compare": _run_compare,
+    "history": _run_history,
     "soak": _run_soak,
     "vllm": _run_vllm,
     "litellm": _run_litellm,

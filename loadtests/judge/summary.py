@@ -28,7 +28,14 @@ import pandas as pd
 
 from loadtests.client.outcome import OUTCOMES, UNJUDGED_OUTCOMES, Outcome
 from loadtests.errors import INCONCLUSIVE_EXIT_CODE, UNWRITTEN_EXIT_CODE, SummaryError, UnknownName
-from loadtests.judge.causes import errors_owned, headers_withheld, keepalive_withheld, proxy_timeouts, run_proxy
+from loadtests.judge.causes import (
+    errors_owned,
+    headers_withheld,
+    keepalive_withheld,
+    proxy_timeouts,
+    raw_silences,
+    run_proxy,
+)
 from loadtests.judge.gates import (
     DEFAULT_MAX_UNJUDGED_SHARE,
     FAIL,
@@ -120,12 +127,17 @@ class Causes(Section):
 
 @dataclass
 class KeepalivePerStream(Section):
-    """Keep-alive frames per 200 stream, over the raw streams (``keepalive_per_stream``)."""
+    """Keep-alive frames per 200 stream, over the raw streams (``keepalive_per_stream``); ``silent_s``
+    the seconds those streams waited for their first token, summed (from the send, as
+    ``keepalive_covered`` measures it), and ``per_silent_s`` their keep-alive frames over it (None
+    without silence; both absent from summaries written before them)."""
 
     streams: int = 0
     mean: float | None = None
     max: int | None = None
     counted_on: str = KEEPALIVE_COUNTED_ON
+    silent_s: float | None = None
+    per_silent_s: float | None = None
 
 
 @dataclass
@@ -808,23 +820,44 @@ def _messages(rows: pd.DataFrame) -> dict[str, int]:
 
 def latency(requests: pd.DataFrame) -> dict[str, dict[str, float | int | None]]:
     """p50/p90/p95/p99/max of each timing over the requests that have it."""
-    figures: dict[str, dict[str, float | int | None]] = {}
-    for column in LATENCY_COLUMNS:
-        values = requests[column].dropna()
-        entry: dict[str, float | int | None] = {"count": len(values)}
-        entry.update({f"p{p}": q for p, q in zip(PERCENTILES, quantiles(values, PERCENTILES), strict=True)})
-        entry["max"] = round(float(values.max()), 6) if len(values) else None
-        figures[column] = entry
-    return figures
+    return {column: spread(requests[column]) for column in LATENCY_COLUMNS}
+
+
+def spread(values: pd.Series) -> dict[str, float | int | None]:
+    """``count``, p50/p90/p95/p99 and ``max`` of the values present, rounded to the microsecond: one
+    entry of the ``latency`` section."""
+    present = values.dropna()
+    entry: dict[str, float | int | None] = {"count": len(present)}
+    entry.update({f"p{p}": q for p, q in zip(PERCENTILES, quantiles(present, PERCENTILES), strict=True)})
+    entry["max"] = round(float(present.max()), 6) if len(present) else None
+    return entry
+
+
+TOKEN_GAP = "token_gap_s"
+"""The ``latency`` entry of the gaps between tokens (``token_gaps``): every gap, not one per stream.
+Set by the judgement, which reads the frames (``loadtests.run.judging``); absent from a soak's
+checkpoints and from summaries written before it."""
 
 
 def keepalive_per_stream(requests: pd.DataFrame) -> dict[str, Any]:
-    """Keep-alive frames per 200 stream, over the streams whose client sees comments (raw)."""
+    """Keep-alive frames per 200 stream, over the streams whose client sees comments (raw), and per
+    second those streams waited silent for their first token (``KeepalivePerStream``)."""
     streamed = requests.loc[requests["status"] == 200, "keepalive_frames"].dropna()
     if streamed.empty:
         return {"streams": 0, "mean": None, "max": None, "counted_on": KEEPALIVE_COUNTED_ON}
     mean, most = round(float(streamed.mean()), 4), int(streamed.max())
-    return {"streams": len(streamed), "mean": mean, "max": most, "counted_on": KEEPALIVE_COUNTED_ON}
+    raw, silence = raw_silences(requests)
+    timed = silence.notna()
+    silent = float(silence[timed].clip(lower=0).sum())
+    frames = float(raw.loc[timed, "keepalive_frames"].astype("float64").sum())
+    return {
+        "streams": len(streamed),
+        "mean": mean,
+        "max": most,
+        "counted_on": KEEPALIVE_COUNTED_ON,
+        "silent_s": round(silent, 6),
+        "per_silent_s": round(frames / silent, 6) if silent > 0 else None,
+    }
 
 
 def summarize(

@@ -62,6 +62,24 @@ def quantiles(values: pd.Series, percentiles: Sequence[int] = PERCENTILES, digit
     return [round(float(present.quantile(p / 100)), digits) for p in percentiles]
 
 
+TOKEN_GAP_COLUMNS = ["request_id", "seq", "kind", "t_s"]
+"""The columns of frames.parquet that ``token_gaps`` reads."""
+
+
+def token_gaps(frames: pd.DataFrame) -> pd.Series:
+    """The time between each data frame and the stream's previous data frame, in seconds, over every
+    stream of ``frames`` (``TOKEN_GAP_COLUMNS``): the gaps a user sees between tokens, from each
+    stream's first token on (keep-alive comments between two tokens do not cut the gap). Every gap
+    counts, so a long stream weighs more than a short one; with ``--frame-sample-rate`` below 1 they
+    are the gaps of the streams whose frames were kept."""
+    data = frames.loc[frames["kind"] == "data", ["request_id", "seq", "t_s"]]
+    if data.empty:
+        return pd.Series(dtype="float64")
+    data = data.sort_values(["request_id", "seq"], kind="stable")
+    gaps = data["t_s"].astype("float64").diff()
+    return gaps[data["request_id"].eq(data["request_id"].shift())].dropna().reset_index(drop=True)
+
+
 WORST_BY_GAP = 5
 WORST_TOTAL = 15
 

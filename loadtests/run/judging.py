@@ -38,7 +38,7 @@ import pandas as pd
 
 from loadtests.base.lines import say
 from loadtests.errors import NotARunDirectory, RecordNotWritten, RunDirChanged, SummaryError
-from loadtests.judge.causes import MERGE_COLUMNS, WritesMerged, writes_merged
+from loadtests.judge.causes import MERGE_COLUMNS, writes_merged
 from loadtests.judge.drift import DriftLimits, LatencyDrift, MemoryGrowth, WindowJudge, soak_section
 from loadtests.judge.gates import (
     DEFAULT_MAX_UNJUDGED_SHARE,
@@ -56,6 +56,7 @@ from loadtests.judge.gates import (
 )
 from loadtests.judge.keep_alive import INFERENCE_COLUMNS, InferredInterval, infer_interval
 from loadtests.judge.summary import (
+    TOKEN_GAP,
     Coverage,
     LiveCounts,
     ServerMetrics,
@@ -63,6 +64,7 @@ from loadtests.judge.summary import (
     Summary,
     coverage,
     is_count,
+    spread,
     summarize,
 )
 from loadtests.record import figures
@@ -224,8 +226,12 @@ def judge(record: RunRecord, options: JudgeOptions | None = None, *, html: bool 
         next((gate.limit_ms for gate in gates if isinstance(gate, HarnessKeptUp)), None),
         next((gate.read_timeout for gate in gates if isinstance(gate, NoProxyTimeouts)), None),
     )
-    merged = None if account.soak is not None and account.soak.partial else _writes_merged(record, settings)
+    checkpoint = account.soak is not None and account.soak.partial  # every frame, each time: not read there
+    frames = None if checkpoint else _figure_frames(record)
+    merged = None if checkpoint else writes_merged(_columns(frames, MERGE_COLUMNS), settings.get("proxy"))
     summary.causes.writes_merged = None if merged is None else merged.as_dict()
+    if frames is not None:
+        summary.latency[TOKEN_GAP] = spread(figures.token_gaps(frames))
     summary.gate_sources = gate_sources(gates)
     summary.unrebuilt = tuple(account.refused)
     # nothing said: the gates it stored (its own, not the always-on ones) are its point
@@ -289,15 +295,23 @@ def judge_so_far(record: RunRecord, gates: Sequence[Gate], settings: dict[str, A
     return summary
 
 
-def _writes_merged(record: RunRecord, settings: dict[str, Any]) -> WritesMerged | None:
-    """Token frames merged on the way (``loadtests.judge.causes.writes_merged``), from the frames'
-    gaps and the proxy the run started; not read at a soak's checkpoints (every frame, each time).
-    Frames that cannot be read (a damaged part) leave only what the started proxy is known to do."""
+FIGURE_FRAME_COLUMNS = list(dict.fromkeys([*MERGE_COLUMNS, *figures.TOKEN_GAP_COLUMNS]))
+"""The columns of frames.parquet a judgement reads for its figures of frames: token frames merged on
+the way (``loadtests.judge.causes.writes_merged``) and the gaps between tokens (``latency.token_gap_s``)."""
+
+
+def _figure_frames(record: RunRecord) -> pd.DataFrame | None:
+    """``FIGURE_FRAME_COLUMNS`` of the run's frames, read once; None when they cannot be read (a
+    damaged part): merged writes are then only what the started proxy is known to do, and the
+    summary has no ``token_gap_s``."""
     try:
-        frames = record.frame_columns(MERGE_COLUMNS)
+        return record.frame_columns(FIGURE_FRAME_COLUMNS)
     except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError: the verdict does not hang on this line
-        frames = pd.DataFrame(columns=MERGE_COLUMNS)
-    return writes_merged(frames, settings.get("proxy"))
+        return None
+
+
+def _columns(frames: pd.DataFrame | None, columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(columns=columns) if frames is None else frames[columns]
 
 
 def _tables(record: RunRecord, lost_rows: dict[str, dict[str, Any]] | None) -> RunTables:

@@ -494,7 +494,9 @@ def test_proxy_on_a_port_in_use_is_one_line_and_exit_2() -> None:
 @pytest.mark.fast
 def test_an_unknown_command_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     line = usage_error(capsys, "soka")
-    choices = "'scenarios', 'run', 'proxy', 'report', 'compare', 'soak', 'vllm', 'litellm', 'kubernetes', 'docs'"
+    choices = (
+        "'scenarios', 'run', 'proxy', 'report', 'compare', 'history', 'soak', 'vllm', 'litellm', 'kubernetes', 'docs'"
+    )
     assert line == f"python -m loadtests: COMMAND: invalid choice: 'soka' (choose from {choices})"
 
 

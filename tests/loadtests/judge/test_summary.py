@@ -197,6 +197,6 @@ def test_an_older_sections_missing_keys_read_as_defaults_and_unknown_keys_stay_w
 
 def test_a_section_built_here_writes_its_fields_in_order() -> None:
     section = KeepalivePerStream(streams=0)
-    assert list(section.to_json()) == ["streams", "mean", "max", "counted_on"]
+    assert list(section.to_json()) == ["streams", "mean", "max", "counted_on", "silent_s", "per_silent_s"]
     assert KeepalivePerStream.from_json(section.to_json()) == section
     assert not Soak.from_json({}) and Soak()  # an empty object read is as empty as it was

@@ -75,7 +75,14 @@ def test_a_run_directory_holds_parts_and_a_true_summary(tmp_path: Path) -> None:
     expect = {"type": "Expect", "name": "all_ok", "where": None, "require": "outcome == 'ok'", "min_rows": 1}
     assert summary["gate_specs"] == [expect]
     assert summary["latency"]["duration_s"]["p50"] == 0.8 and summary["latency"]["ttfb_s"]["count"] == 4
-    assert summary["keepalive_per_stream"] == {"streams": 2, "mean": 1.0, "max": 1, "counted_on": KEEPALIVE_COUNTED_ON}
+    assert summary["keepalive_per_stream"] == {
+        "streams": 2,
+        "mean": 1.0,
+        "max": 1,
+        "counted_on": KEEPALIVE_COUNTED_ON,
+        "silent_s": 1.6,  # the two raw 200 streams' waits for their first token, summed
+        "per_silent_s": 1.25,  # their 2 keep-alive frames over it
+    }
     assert len(pd.read_parquet(run.frames)) == 4  # the [DONE] after the error frame ends nothing: the stream ended
     pd.testing.assert_frame_equal(read_table(run.requests), requests_of(recorded()))
 
