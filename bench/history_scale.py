@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[str, float] = {}
         timed("write nights", lambda: write_year(root, options.nights, options.series), times)
         nights, left_out = timed("read", lambda: history.read_nights([root / "reports"]), times)
-        baselines, flags = timed("flags", lambda: history.regressions(nights), times)
-        found = history.History(nights, flags, left_out, baselines)
+        baselines, flags, within = timed("flags", lambda: history.regressions(nights), times)
+        found = history.History(nights, flags, left_out, baselines, within_timing_error=within)
         out = root / "history"
         timed("tables", lambda: history.write_history(found, out), times)
         timed("page", lambda: history_page.write_history_page(found, out / history.PAGE_FILE), times)

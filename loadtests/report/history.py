@@ -26,6 +26,15 @@ share, 0.05 for a ratio, 0.1/s for keep-alive per second, 0.5 request, 8 MiB), s
 failed) is no flag by itself: it is shown failed with its gates, and it stays in its successors'
 baselines (the median is robust to one bad night).
 
+A flag survives the harness's own measurement error: a timing figure's move must also exceed how far
+the harness's timing error could move it (``Flag.timing_error``): the night's event-loop lag plus its
+baseline nights' median lag (p99 for TTFT and gap percentiles, the longest stall for the longest
+silence, over the keep-alive interval). A move within it is kept in ``within_timing_error``, shown,
+never a regression. And a figure's ``subject`` says whom it describes: the server's regressions fail
+a nightly job (``fails_the_job``: on a series' newest night, or any with ``--fail-on-any``); the
+harness's own (loop lag, its memory) are shown as harness changes, which a slower box makes, and
+fail nothing.
+
 Left out, each with a one-line why: a path that does not exist; a directory that is no run and
 holds none; a manifest.json or summary.json that cannot be read (a summary this version cannot read
 is named with the version that wrote it); a table the night needs that is cut or damaged; a run
@@ -57,6 +66,12 @@ from loadtests.record.run_dir import Manifest, RunDir
 
 Worse = Literal["up", "down"]
 """Which way a figure moves when the server gets worse."""
+Subject = Literal["server", "harness"]
+"""What a figure describes: the server under test (its regressions fail a nightly job), or the
+harness and the box it ran on (shown, never failing the job: a slower box is no slower server)."""
+TimingError = Literal["none", "percentile", "longest"]
+"""How far the harness's own timing error can move a figure: not at all; by the event-loop lag p99
+(a percentile of times); by the lag's longest stall (the longest silence)."""
 
 
 @dataclass(frozen=True)
@@ -68,14 +83,16 @@ class HistoryFigure:
     label: str
     unit: str
     worse: Worse
+    subject: Subject = "server"
+    timing_error: TimingError = "none"
 
 
 FIGURES: tuple[HistoryFigure, ...] = (
-    HistoryFigure("ttft_p50_s", "TTFT p50", "s", "up"),
-    HistoryFigure("ttft_p99_s", "TTFT p99", "s", "up"),
-    HistoryFigure("gap_p50_s", "inter-token gap p50", "s", "up"),
-    HistoryFigure("gap_p99_s", "inter-token gap p99", "s", "up"),
-    HistoryFigure("silence_over_interval", "longest silence / keep-alive interval", "x", "up"),
+    HistoryFigure("ttft_p50_s", "TTFT p50", "s", "up", timing_error="percentile"),
+    HistoryFigure("ttft_p99_s", "TTFT p99", "s", "up", timing_error="percentile"),
+    HistoryFigure("gap_p50_s", "inter-token gap p50", "s", "up", timing_error="percentile"),
+    HistoryFigure("gap_p99_s", "inter-token gap p99", "s", "up", timing_error="percentile"),
+    HistoryFigure("silence_over_interval", "longest silence / keep-alive interval", "x", "up", timing_error="longest"),
     HistoryFigure("keepalive_per_silent_s", "keep-alive frames per silent second", "/s", "down"),
     HistoryFigure("rate_http_5xx", "HTTP 5xx rate", "share", "up"),
     HistoryFigure("rate_inband_error", "in-band error rate", "share", "up"),
@@ -84,10 +101,10 @@ FIGURES: tuple[HistoryFigure, ...] = (
     HistoryFigure("rate_timeout", "timeout rate", "share", "up"),
     HistoryFigure("rate_gateway_timeout", "gateway timeout rate", "share", "up"),
     HistoryFigure("rate_connect_error", "connect error rate", "share", "up"),
-    HistoryFigure("harness_lag_p99_ms", "harness loop lag p99", "ms", "up"),
+    HistoryFigure("harness_lag_p99_ms", "harness loop lag p99", "ms", "up", subject="harness"),
     HistoryFigure("server_waiting_p95", "server waiting requests p95", "requests", "up"),
     HistoryFigure("server_kv_cache_max", "server KV-cache usage max", "share", "up"),
-    HistoryFigure("harness_peak_rss_mb", "harness peak memory", "MiB", "up"),
+    HistoryFigure("harness_peak_rss_mb", "harness peak memory", "MiB", "up", subject="harness"),
     HistoryFigure("server_peak_rss_mb", "server peak memory", "MiB", "up"),
 )
 """Every figure a night has, in the page's order. A figure a run lacks is NaN."""
@@ -108,8 +125,11 @@ NIGHT_COLUMNS: tuple[str, ...] = (
     "judged",  # requests judged
     "keep_alive_interval_s",
     "longest_silence_s",
+    "harness_lag_max_ms",  # the longest event-loop stall: how far the longest silence may be the harness's
 )
 """The columns of ``History.nights`` that are not figures, in order."""
+OPTIONAL_NIGHT_COLUMNS = ("harness_lag_max_ms",)
+"""Night columns an earlier history.parquet may lack: read as NaN (no timing error known)."""
 
 
 BASELINE_COLUMNS: tuple[str, ...] = (
@@ -142,6 +162,11 @@ class Flag:
     baseline_nights: int
     change: float
     score: float
+    timing_error: float = math.nan
+    """How far the harness's own timing error could have moved the figure (in its unit): the
+    night's event-loop lag plus its baseline's (p99 for a percentile, the longest stall for the
+    longest silence). A move within it is no regression (``History.within_timing_error``); NaN for a
+    figure no timing error moves, or a night whose lag is unknown."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +193,9 @@ class History:
     """How many robust standard deviations a figure must move (the worse way) to be flagged."""
     min_nights: int = 5
     """Fewer earlier nights than this: the baseline is forming, and nothing is flagged."""
+    within_timing_error: list[Flag] = field(default_factory=list)
+    """Moves past the statistics' limit that the harness's own timing error explains: shown, never
+    regressions (a verdict survives our own measurement error, and so does a flag)."""
 
 
 DEFAULT_WINDOW = 14
@@ -283,7 +311,7 @@ def _joined(carried: list[pd.DataFrame], rows: list[dict[str, Any]]) -> pd.DataF
         nights[column] = pd.to_numeric(nights[column], errors="coerce").astype("float64")
     for column in ("requests", "judged"):
         nights[column] = pd.to_numeric(nights[column], errors="coerce").astype("Int64")
-    for column in ("keep_alive_interval_s", "longest_silence_s"):
+    for column in ("keep_alive_interval_s", "longest_silence_s", "harness_lag_max_ms"):
         nights[column] = pd.to_numeric(nights[column], errors="coerce").astype("float64")
     return nights
 
@@ -294,6 +322,9 @@ def _carried(path: Path) -> pd.DataFrame | LeftOut:
         table = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises many kinds for a file that is no parquet or is cut
         return LeftOut(str(path), f"not a history.parquet this version reads ({_first_line(exc)})")
+    for column in OPTIONAL_NIGHT_COLUMNS:
+        if column not in table.columns:
+            table[column] = math.nan
     missing = [column for column in NIGHT_COLUMNS if column not in table.columns]
     if missing:
         return LeftOut(str(path), f"not a history table (no {', '.join(missing[:3])} column)")
@@ -381,6 +412,7 @@ def _night(run: RunDir, manifest: Manifest | None, summary: Summary, version: st
             night[column] = count / judged_count if count is not None and judged_count > 0 else math.nan
     lag = summary.harness_lag_ms
     night["harness_lag_p99_ms"] = _number(lag.p99 if lag is not None else None)
+    night["harness_lag_max_ms"] = _number(lag.max if lag is not None else None)
     metrics = (
         summary.server_metrics if summary.server_metrics is not None and summary.server_metrics.available else None
     )
@@ -477,13 +509,16 @@ def regressions(
     window: int = DEFAULT_WINDOW,
     sensitivity: float = DEFAULT_SENSITIVITY,
     min_nights: int = DEFAULT_MIN_NIGHTS,
-) -> tuple[pd.DataFrame, list[Flag]]:
-    """Each night's baseline per figure (``BASELINE_COLUMNS``) and the flags (module docstring)."""
+) -> tuple[pd.DataFrame, list[Flag], list[Flag]]:
+    """Each night's baseline per figure (``BASELINE_COLUMNS``), the flags (module docstring), and
+    the moves past the limit that the harness's own timing error explains (never flags)."""
     rows: list[tuple[Any, ...]] = []
     flags: list[Flag] = []
+    within: list[Flag] = []
     for series, group in nights.groupby("series", sort=False):
         run_dirs = group["run_dir"].tolist()
         started = group["started_at"].tolist()
+        errors = {kind: _timing_errors(group, kind, window) for kind in ("percentile", "longest")}
         for figure_ in FIGURES:
             values = group[figure_.column].to_numpy(dtype="float64")
             present: list[float] = []
@@ -497,19 +532,39 @@ def regressions(
                     rows.append((series, run_dirs[index], figure_.column, median, mad, len(base), limit))
                     worse = (value - median) if figure_.worse == "up" else (median - value)
                     if not math.isnan(value) and worse > sensitivity * scale:
-                        flags.append(
-                            Flag(
-                                str(series), figure_.column, run_dirs[index], started[index], float(value),
-                                median, mad, len(base), float(value - median), worse / scale,
-                            )
+                        error = errors[figure_.timing_error][index] if figure_.timing_error != "none" else math.nan
+                        found = Flag(
+                            str(series), figure_.column, run_dirs[index], started[index], float(value),
+                            median, mad, len(base), float(value - median), worse / scale, error,
                         )  # fmt: skip
+                        (within if worse <= error else flags).append(found)
                 else:
                     rows.append((series, run_dirs[index], figure_.column, math.nan, math.nan, len(base), math.nan))
                 if not math.isnan(value):
                     present.append(float(value))
     baselines = pd.DataFrame(rows, columns=list(BASELINE_COLUMNS))
     baselines["nights"] = baselines["nights"].astype("int64")
-    return baselines, sorted(flags, key=lambda flag: (flag.started_at, flag.series, flag.figure))
+
+    def order(flag: Flag) -> tuple[Any, ...]:
+        return (flag.started_at, flag.series, flag.figure)
+
+    return baselines, sorted(flags, key=order), sorted(within, key=order)
+
+
+def _timing_errors(group: pd.DataFrame, kind: str, window: int) -> list[float]:
+    """Per night of one series, how far the harness's timing error can move a figure of ``kind``
+    between that night and its baseline: the night's lag plus the median lag of its previous
+    ``window`` nights (each side is good only to its own lag), in the figure's unit. The lag is the
+    p99 for a percentile, the longest stall for the longest silence (over the keep-alive interval,
+    as that figure is). NaN where a night's lag is unknown: nothing is then excused."""
+    lag_ms = group["harness_lag_p99_ms" if kind == "percentile" else "harness_lag_max_ms"].to_numpy(dtype="float64")
+    per = group["keep_alive_interval_s"].to_numpy(dtype="float64") if kind == "longest" else None
+    errors: list[float] = []
+    for index, lag in enumerate(lag_ms):
+        earlier = [x for x in lag_ms[max(0, index - window) : index] if not math.isnan(x)]
+        error_s = (lag + (_median(earlier) if earlier else lag)) / 1000.0
+        errors.append(error_s / per[index] if per is not None else error_s)
+    return errors
 
 
 def read_history(
@@ -520,14 +575,20 @@ def read_history(
 ) -> History:
     """The history of ``paths``: nights read, baselines and flags computed."""
     nights, left_out = read_nights(paths)
-    baselines, flags = regressions(nights, window, sensitivity, min_nights)
-    return History(nights, flags, left_out, baselines, window, sensitivity, min_nights)
+    baselines, flags, within = regressions(nights, window, sensitivity, min_nights)
+    return History(nights, flags, left_out, baselines, window, sensitivity, min_nights, within)
 
 
 def newest_flags(history: History) -> list[Flag]:
-    """The flags of each series' newest night: what fails a nightly job."""
+    """The flags of each series' newest night."""
     newest = history.nights.groupby("series")["run_dir"].last().to_dict()
     return [flag for flag in history.flags if newest.get(flag.series) == flag.run_dir]
+
+
+def fails_the_job(flag: Flag, newest: bool, any_night: bool = False) -> bool:
+    """Whether ``flag`` fails a nightly job: a regression of the server (not of the harness or its
+    box) on its series' newest night, or on any night when asked (``--fail-on-any``)."""
+    return figure(flag.figure).subject == "server" and (newest or any_night)
 
 
 # -- writing and reading back ---------------------------------------------------------------------
@@ -589,12 +650,14 @@ NEWEST = ", the newest night"
 
 
 def flag_line(flag: Flag, newest: bool) -> str:
-    """``regression: <series>: <figure> on <night> ...`` in one line."""
+    """``regression: <series>: <figure> on <night> ...`` in one line (``harness change:`` for a
+    figure of the harness or its box, which is no regression of the server)."""
     figure_ = figure(flag.figure)
+    kind = "regression" if figure_.subject == "server" else "harness change"
     percent = f"{flag.change / abs(flag.baseline_median):+.0%}" if flag.baseline_median else "from 0"
     when = pd.Timestamp(flag.started_at).strftime("%Y-%m-%d %H:%M")
     return (
-        f"regression: {flag.series}: {figure_.label} on {flag.run_dir} ({when}{NEWEST if newest else ''}):"
+        f"{kind}: {flag.series}: {figure_.label} on {flag.run_dir} ({when}{NEWEST if newest else ''}):"
         f" {shown(flag.value, figure_.unit)} against a baseline median of {shown(flag.baseline_median, figure_.unit)}"
         f" ({percent}, {flag.score:.1f} robust SDs, over {flag.baseline_nights} nights)"
     )
@@ -604,7 +667,12 @@ def summary_line(history: History, out_page: Path) -> str:
     """The history's last line: nights, series, regressions, what was left out, the page."""
     nights = len(history.nights)
     series = history.nights["series"].nunique()
-    said = f"history: {nights} night{'s' * (nights != 1)} in {series} series, {len(history.flags)} regression(s)"
+    server = sum(figure(flag.figure).subject == "server" for flag in history.flags)
+    said = f"history: {nights} night{'s' * (nights != 1)} in {series} series, {server} regression(s)"
+    if len(history.flags) > server:
+        said += f", {len(history.flags) - server} harness change(s)"
+    if history.within_timing_error:
+        said += f", {len(history.within_timing_error)} move(s) within the harness's timing error"
     if history.left_out:
         said += f", {len(history.left_out)} left out"
     return f"{said}: {out_page}"

@@ -28,7 +28,7 @@ from matplotlib.patches import Patch
 
 from loadtests.judge.gates import FAIL, INCONCLUSIVE, PASS
 from loadtests.report import html_parts
-from loadtests.report.history import FIGURES, Flag, History, HistoryFigure
+from loadtests.report.history import FIGURES, Flag, History, HistoryFigure, fails_the_job
 from loadtests.report.html_parts import MISSING, VERDICT_COLOURS, empty, number, png, section, text
 
 TABLE_NIGHTS_SHOWN = 30
@@ -184,6 +184,7 @@ def render_history_page(history: History) -> str:
     sections = [
         _headline_section(history, nights, names),
         _regressions_section(history.flags, nights, anchors),
+        _within_timing_error_section(history, anchors),
         _left_out_section(history),
         _series_overview(nights, history.flags, names, anchors),
     ]
@@ -242,19 +243,24 @@ def _regressions_section(flags: Sequence[Flag], nights: pd.DataFrame, anchors: d
     if not flags:
         return section(title, how, '<p class="ok">No regression: no night moved past its baseline.</p>')
     newest = _newest_nights(nights)
-    failing = [flag for flag in flags if (flag.series, flag.run_dir) in newest]
-    ordered = sorted(flags, key=lambda flag: ((flag.series, flag.run_dir) not in newest, -_epoch(flag.started_at)))
+
+    def fails(flag: Flag) -> bool:
+        return fails_the_job(flag, (flag.series, flag.run_dir) in newest)
+
+    failing = [flag for flag in flags if fails(flag)]
+    ordered = sorted(flags, key=lambda flag: (not fails(flag), -_epoch(flag.started_at)))
     nights_flagged = len({(flag.series, flag.run_dir) for flag in flags})
     summary = f"{_count(len(flags), 'regression')} on {_count(nights_flagged, 'night')}; " + (
-        f"{len(failing)} on the newest night of a series: {'it fails' if len(failing) == 1 else 'they fail'} the job."
+        f"{len(failing)} of the server on the newest night of a series: "
+        f"{'it fails' if len(failing) == 1 else 'they fail'} the job."
         if failing
-        else "none on the newest night of a series: the job does not fail on them."
+        else "none of the server on the newest night of a series: the job does not fail on them."
     )
     header = (
         "<thead><tr><th>series</th><th>night</th><th>figure</th><th>value</th><th>baseline median ± MAD</th>"
         "<th>change</th><th>score (robust SDs)</th></tr></thead>"
     )
-    rows = [_regression_row(flag, (flag.series, flag.run_dir) in newest, anchors) for flag in ordered]
+    rows = [_regression_row(flag, fails(flag), anchors) for flag in ordered]
     shown = max(REGRESSIONS_SHOWN, len(failing))  # those that fail the job are always in sight
     table = f'<table class="regressions">{header}{"".join(rows[:shown])}</table>'
     if rows[shown:]:
@@ -269,11 +275,15 @@ def _epoch(value: Any) -> float:
     return float(pd.Timestamp(value).value) if not html_parts.missing(value) else -math.inf
 
 
-def _regression_row(flag: Flag, fails_job: bool, anchors: dict[str, str]) -> str:
+def _regression_row(flag: Flag, fails_job: bool, anchors: dict[str, str], last_cell: str | None = None) -> str:
+    """One flag as a table row; ``last_cell`` replaces the score (the timing error of a move within it)."""
     figure = _BY_COLUMN.get(flag.figure)
     label = figure.label if figure else flag.figure
+    if figure is not None and figure.subject == "harness":
+        label += " (the harness, not the server: fails nothing)"
     scale = scale_of(figure, (flag.value, flag.baseline_median)) if figure else Scale(1.0, "", "")
     mark = '<br><span class="fails-job">newest night: fails the job</span>' if fails_job else ""
+    last = last_cell if last_cell is not None else _amount(flag.score)
     anchor = anchors.get(flag.series, "")
     return (
         f'<tr class="{"fails-job" if fails_job else "regression"}" data-figure="{text(flag.figure)}">'
@@ -284,8 +294,37 @@ def _regression_row(flag: Flag, fails_job: bool, anchors: dict[str, str]) -> str
         f'<td class="num">{_quantity(flag.baseline_median, scale)} ± '
         f"{_quantity(flag.baseline_mad, scale, scale.change_unit)} over {_integer(flag.baseline_nights)} nights</td>"
         f'<td class="num">{_quantity(flag.change, scale, scale.change_unit, signed=True)}{_relative(flag)}</td>'
-        f'<td class="num">{_amount(flag.score)}</td></tr>'
+        f'<td class="num">{last}</td></tr>'
     )
+
+
+def _within_timing_error_section(history: History, anchors: dict[str, str]) -> str:
+    """The moves past a baseline's limit that the harness's own timing error explains: never regressions."""
+    title = "Within the harness's own timing error"
+    how = (
+        "Timing figures that moved past their baseline's limit by less than the harness's own timing error could "
+        "move them (the night's event-loop lag plus its baseline's: p99 for a percentile, the longest stall for the "
+        "longest silence). Not regressions: a busy box moves the harness's clock, not the server."
+    )
+    if not history.within_timing_error:
+        return section(title, how, "<p>None.</p>")
+    header = (
+        "<thead><tr><th>series</th><th>night</th><th>figure</th><th>value</th><th>baseline median ± MAD</th>"
+        "<th>change</th><th>timing error</th></tr></thead>"
+    )
+    rows = []
+    for flag in sorted(history.within_timing_error, key=lambda flag: -_epoch(flag.started_at)):
+        figure = _BY_COLUMN.get(flag.figure)
+        scale = scale_of(figure, (flag.value, flag.baseline_median)) if figure else Scale(1.0, "", "")
+        error = f"± {_quantity(flag.timing_error, scale, scale.change_unit)}"
+        rows.append(_regression_row(flag, False, anchors, error))
+    table = f'<table class="within-error">{header}{"".join(rows[:REGRESSIONS_SHOWN])}</table>'
+    if rows[REGRESSIONS_SHOWN:]:
+        table += (
+            f"<details><summary>{len(rows) - REGRESSIONS_SHOWN} older</summary>"
+            f'<table class="within-error">{header}{"".join(rows[REGRESSIONS_SHOWN:])}</table></details>'
+        )
+    return section(title, how, table)
 
 
 def _relative(flag: Flag) -> str:

@@ -123,6 +123,43 @@ def test_an_older_regression_is_shown_and_exits_0_unless_fail_on_any(
     assert run_cli(capsys, str(runs), "--out", str(tmp_path / "out"), "--fail-on-any")[0] == 1
 
 
+def test_a_timing_move_within_the_harness_own_error_is_no_regression(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tonight's gap p99 rose 4.8 ms, past the statistics' limit, but the harness's loop lag p99 rose
+    to 5.5 ms with it: the harness's own error (5.5 + 1.1 ms) could make that move, so it is no
+    regression; the lag itself is a harness change, which fails nothing. The same move with the
+    lag as usual is a regression (the control)."""
+    busy, control = tmp_path / "busy", tmp_path / "control"
+    write_nights(busy, 30, changed={29: {"gap_p99_s": 1.8, "harness_lag_p99_ms": 5.0}})
+    write_nights(control, 30, changed={29: {"gap_p99_s": 1.8}})
+    code, lines = run_cli(capsys, str(busy), "--out", str(tmp_path / "out"))
+    assert code == 0
+    assert [line.split(":")[0] for line in lines[:-1]] == ["harness change"]
+    assert "harness loop lag p99" in lines[0]
+    assert lines[-1].startswith(
+        "history: 30 nights in 1 series, 0 regression(s), 1 harness change(s), "
+        "1 move(s) within the harness's timing error: "
+    )
+    found = read_history([busy])
+    (within,) = found.within_timing_error
+    assert within.figure == "gap_p99_s" and within.change < within.timing_error
+    assert math.isclose(within.timing_error, (found.nights["harness_lag_p99_ms"].iloc[-1] + 1.1) / 1000, rel_tol=0.2)
+    assert [flag.figure for flag in read_history([control]).flags] == ["gap_p99_s"]
+    assert run_cli(capsys, str(control), "--out", str(tmp_path / "out2"))[0] == 1
+
+
+def test_the_longest_silence_is_judged_against_the_longest_stall(tmp_path: Path) -> None:
+    """A keep-alive 80 ms late (silence 1.3x the interval) is a regression when the harness never
+    stalled long; behind a 200 ms stall of the harness's loop it is within its error."""
+    write_nights(tmp_path / "steady", 30, changed={29: {"longest_silence_s": 1.3}})
+    write_nights(tmp_path / "stalled", 30, changed={29: {"longest_silence_s": 1.3, "harness_lag_max_ms": 10.0}})
+    steady = read_history([tmp_path / "steady"])
+    assert [flag.figure for flag in steady.flags] == ["silence_over_interval"]
+    stalled = read_history([tmp_path / "stalled"])
+    assert stalled.flags == [] and [flag.figure for flag in stalled.within_timing_error] == ["silence_over_interval"]
+
+
 def test_a_night_with_a_failed_gate_is_fail_not_a_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(3)
     for index in range(10):

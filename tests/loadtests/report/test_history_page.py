@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
-from loadtests.report.history import BASELINE_COLUMNS, FIGURES, NIGHT_COLUMNS, Flag, History, LeftOut
+from loadtests.report.history import FIGURES, NIGHT_COLUMNS, Flag, History, LeftOut, regressions
 from loadtests.report.history_page import REGRESSIONS_SHOWN, TABLE_NIGHTS_SHOWN, render_history_page, write_history_page
 from loadtests.report.html_report import CSS as REPORT_CSS
 
@@ -57,6 +57,7 @@ def nights_of(series: str, count: int, seed: int = 0, recorded: tuple[str, ...] 
             "judged": 11990 + night,
             "keep_alive_interval_s": 15.0,
             "longest_silence_s": 9.0,
+            "harness_lag_max_ms": 20.0,
         }
         for figure in FIGURES:
             level = {"s": 0.2, "share": 0.001, "ms": 4.0, "MiB": 300.0}.get(figure.unit, 1.0)
@@ -68,50 +69,16 @@ def nights_of(series: str, count: int, seed: int = 0, recorded: tuple[str, ...] 
 
 
 def judged(nights: pd.DataFrame, window: int = WINDOW, sensitivity: float = SENSITIVITY) -> History:
-    """A ``History`` of these nights: each night's baseline (median and MAD of the previous ``window``
-    nights of its series, limit ``sensitivity`` robust SDs the worse way, floored at 25% of the median)
-    and a flag for each figure past its limit."""
+    """A ``History`` of these nights, judged by the history's own statistics (``regressions``)."""
     nights = nights.sort_values("started_at", kind="stable").reset_index(drop=True)
-    baselines: list[dict[str, object]] = []
-    flags: list[Flag] = []
-    for series, own in nights.groupby("series", sort=False):
-        for figure in FIGURES:
-            values = own[figure.column].to_numpy(dtype=float)
-            for position, (run_dir, started_at) in enumerate(zip(own["run_dir"], own["started_at"], strict=True)):
-                past = values[max(0, position - window) : position]
-                past = past[~np.isnan(past)]
-                median = mad = limit = np.nan
-                if past.size >= 5:
-                    median = float(np.median(past))
-                    mad = float(np.median(np.abs(past - median)))
-                    reach = max(sensitivity * 1.4826 * mad, 0.25 * abs(median))
-                    limit = median + reach if figure.worse == "up" else median - reach
-                row = {"series": series, "run_dir": run_dir, "figure": figure.column}
-                baselines.append({**row, "median": median, "mad": mad, "nights": past.size, "limit": limit})
-                value = values[position]
-                past_limit = value > limit if figure.worse == "up" else value < limit
-                if not np.isnan(limit) and not np.isnan(value) and past_limit:
-                    change = value - median
-                    flags.append(
-                        Flag(
-                            str(series),
-                            figure.column,
-                            str(run_dir),
-                            started_at,
-                            value,
-                            median,
-                            mad,
-                            past.size,
-                            change,
-                            abs(change) / (1.4826 * mad) if mad else float("inf"),
-                        )
-                    )
+    baselines, flags, within = regressions(nights, window, sensitivity)
     return History(
         nights=nights,
         flags=flags,
-        baselines=pd.DataFrame(baselines, columns=list(BASELINE_COLUMNS)),
+        baselines=baselines,
         window=window,
         sensitivity=sensitivity,
+        within_timing_error=within,
     )
 
 
@@ -135,11 +102,10 @@ def test_the_regressions_table_lists_exactly_the_flags_with_their_figures_and_va
         ("chat-020", "ttft_p99_s"),
         ("chat-029", "keepalive_per_silent_s"),
     }
-    regressions = section_of(render_history_page(history), "Regressions")
-    assert '<p class="alarm">2 regressions on 2 nights; 1 on the newest night of a series: it fails the job.</p>' in (
-        regressions
-    )
-    rows = re.findall(r'<tr class="([a-z-]+)" data-figure="([a-z0-9_]+)">(.*?)</tr>', regressions)
+    regressions_part = section_of(render_history_page(history), "Regressions")
+    said = "2 regressions on 2 nights; 1 of the server on the newest night of a series: it fails the job."
+    assert f'<p class="alarm">{said}</p>' in regressions_part
+    rows = re.findall(r'<tr class="([a-z-]+)" data-figure="([a-z0-9_]+)">(.*?)</tr>', regressions_part)
     assert [(kind, figure) for kind, figure, _ in rows] == [
         ("fails-job", "keepalive_per_silent_s"),  # the newest night first: it fails the job
         ("regression", "ttft_p99_s"),
@@ -364,3 +330,30 @@ def test_the_page_is_written_whole_and_a_refused_write_leaves_nothing_beside_it(
     with pytest.raises(OSError):
         write_history_page(history, refused)
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_harness_change_fails_nothing_and_moves_within_the_timing_error_are_apart() -> None:
+    """The newest night's loop lag jumped (a busier box) and its gap p99 moved with it, within the
+    harness's own error: the page says no regression of the server fails the job, names the lag a
+    harness change, and lists the gap move apart with the timing error it stayed within. The night
+    before, the same kind of move with the lag as usual is a regression (the control)."""
+    nights = nights_of("chat on bundled", 30, recorded=("gap_p99_s", "harness_lag_p99_ms"))
+    nights.loc[28, "harness_lag_p99_ms"] = 4.0
+    nights.loc[28, "gap_p99_s"] = 0.3  # +100 ms, the lag as usual (~4 ms): a regression
+    nights.loc[29, "harness_lag_p99_ms"] = 200.0  # from ~4 ms
+    nights.loc[29, "gap_p99_s"] = 0.3  # +100 ms under a 200 ms lag: within the harness's error
+    history = judged(nights)
+    assert {(flag.run_dir, flag.figure) for flag in history.flags} >= {
+        ("chat-028", "gap_p99_s"),
+        ("chat-029", "harness_lag_p99_ms"),
+    }
+    assert ("chat-029", "gap_p99_s") in [(flag.run_dir, flag.figure) for flag in history.within_timing_error]
+    page = render_history_page(history)
+    regressions_part = section_of(page, "Regressions")
+    assert "none of the server on the newest night of a series: the job does not fail on them." in regressions_part
+    assert "newest night: fails the job" not in regressions_part
+    assert "harness loop lag p99 (the harness, not the server: fails nothing)" in regressions_part
+    within = section_of(page, "Within the harness's own timing error")
+    rows = re.findall(r'<tr class="([a-z-]+)" data-figure="([a-z0-9_]+)">(.*?)</tr>', within)
+    assert [(figure, "chat-029" in row) for _, figure, row in rows] == [("gap_p99_s", True)]
+    assert "± 204" in rows[0][2]  # 200 ms tonight + the baseline's ~4 ms
