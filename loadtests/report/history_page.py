@@ -250,7 +250,11 @@ def _regressions_section(flags: Sequence[Flag], nights: pd.DataFrame, anchors: d
     failing = [flag for flag in flags if fails(flag)]
     ordered = sorted(flags, key=lambda flag: (not fails(flag), -_epoch(flag.started_at)))
     nights_flagged = len({(flag.series, flag.run_dir) for flag in flags})
-    summary = f"{_count(len(flags), 'regression')} on {_count(nights_flagged, 'night')}; " + (
+    harness = sum(_BY_COLUMN[flag.figure].subject == "harness" for flag in flags if flag.figure in _BY_COLUMN)
+    found = _count(len(flags) - harness, "regression") + (
+        f" and {_count(harness, 'harness change')}" if harness else ""
+    )
+    summary = f"{found} on {_count(nights_flagged, 'night')}; " + (
         f"{len(failing)} of the server on the newest night of a series: "
         f"{'it fails' if len(failing) == 1 else 'they fail'} the job."
         if failing
