@@ -45,6 +45,7 @@ from loadtests.judge.gates import (
     INFERRED,
     UNKNOWN,
     Gate,
+    GateResult,
     HarnessKeptUp,
     KeepAliveCovered,
     NoProxyTimeouts,
@@ -67,6 +68,7 @@ from loadtests.judge.summary import (
 )
 from loadtests.record import figures
 from loadtests.record.lag import STALLED_COLUMN, stalled_while_open, while_streams_open
+from loadtests.record.live_metrics import FAILING, NOT_JUDGED, PASSING
 from loadtests.record.run_dir import RunDir, RunRecord, parts_problem
 from loadtests.record.server_metrics import server_metrics_summary
 
@@ -287,6 +289,22 @@ def judge_so_far(record: RunRecord, gates: Sequence[Gate], settings: dict[str, A
     )
     summary.point = run_point(point)
     return summary
+
+
+def gate_states(results: Sequence[GateResult]) -> dict[str, int]:
+    """Each gate's state for the live metrics (``loadtests.record.live_metrics``): 1 passing, 0
+    failing, -1 not judged (nothing, or too little, to judge yet)."""
+    return {result.name: NOT_JUDGED if result.unjudged else PASSING if result.passed else FAILING for result in results}
+
+
+def gate_states_so_far(
+    run: RunDir, gates: Sequence[Gate], settings: dict[str, Any], point: Sequence[str]
+) -> tuple[dict[str, int], float | None]:
+    """The gates' states on what ``run`` recorded so far (``judge_so_far``: it writes nothing), and
+    the keep-alive interval that judgement went by (None when unknown yet)."""
+    summary = judge_so_far(RunRecord(run), gates, settings, point)
+    interval = summary.settings.get("keep_alive_interval")
+    return gate_states(summary.gates), None if interval is None else float(interval)
 
 
 def _writes_merged(record: RunRecord, settings: dict[str, Any]) -> WritesMerged | None:
