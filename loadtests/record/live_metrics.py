@@ -412,9 +412,17 @@ class GateWatch:
     at most ``GATE_SHARE`` of the time, until stopped; ``judge`` returns each gate's state by name
     and the keep-alive interval it found (or None), and writes nothing."""
 
-    def __init__(self, figures: LiveFigures, judge: Callable[[], tuple[dict[str, int], float | None]]) -> None:
+    def __init__(
+        self,
+        figures: LiveFigures,
+        judge: Callable[[], tuple[dict[str, int], float | None]],
+        interval: float = GATE_INTERVAL_S,
+    ) -> None:
         self.figures = figures
         self.judge = judge
+        self.interval = interval
+        self._ended = _native_lock()
+        self._ended.acquire()  # released as the thread ends
         self._stop = _native_lock()
         self._stop.acquire()  # released by stop(): the thread's wait ends at once
         self._setting = _native_lock()
@@ -431,8 +439,21 @@ class GateWatch:
             self._stopped = True
         self._stop.release()
 
+    def join(self, timeout: float) -> bool:
+        """Whether the thread ended within ``timeout`` seconds (blocking: for tests and tools)."""
+        if self._ended.acquire(timeout=timeout):
+            self._ended.release()
+            return True
+        return False
+
     def _run(self) -> None:
-        wait = GATE_INTERVAL_S
+        try:
+            self._judge_until_stopped()
+        finally:
+            self._ended.release()
+
+    def _judge_until_stopped(self) -> None:
+        wait = self.interval
         while not self._stop.acquire(timeout=wait):
             began = time.monotonic()
             try:
@@ -445,7 +466,7 @@ class GateWatch:
                         self.figures.set_gates(states)
                         self.figures.set_keep_alive_interval(interval)
             cost = time.monotonic() - began
-            wait = max(GATE_INTERVAL_S, cost * (1 - GATE_SHARE) / GATE_SHARE)
+            wait = max(self.interval, cost * (1 - GATE_SHARE) / GATE_SHARE)
 
 
 def serving_line(server: LiveMetricsServer) -> str:

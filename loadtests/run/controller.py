@@ -483,14 +483,13 @@ class RunController:
             self._gate_watch.stop()
             self._gate_watch = None
 
-    def _linger_for_last_scrape(self) -> None:
-        """``--live-metrics-linger``: wait, at most that long, for one scrape of the final figures
-        (those of the test judged last), then stop serving."""
+    def _linger_for_last_scrape(self, final: int) -> None:
+        """``--live-metrics-linger``: wait, at most that long, for a scrape answered after the
+        ``final``-th (the figures were final by then: every test is judged), then stop serving."""
         live = self._live
         if live is None:
             return
         deadline = time.monotonic() + self._linger_s
-        final = live.generated
         while live.sent_generation <= final and time.monotonic() < deadline:
             gevent.sleep(0.05)
         live.close()
@@ -836,11 +835,12 @@ class RunController:
     def _on_quit(self, **_: Any) -> None:
         """Locust printed its final tables and is about to exit: the held closing blocks, then the
         signal handlers as they were."""
+        final = self._live.generated if self._live is not None else 0  # a scrape once the verdict is said reads it
         try:
             self._say_closing()
         finally:
             self._guard.restore()
-        self._linger_for_last_scrape()
+        self._linger_for_last_scrape(final)
 
     def _end_test(self, environment: Environment) -> None:
         test = self._test
