@@ -8,6 +8,7 @@ import signal
 import socket
 from pathlib import Path
 
+import httpx
 import pandas as pd
 import psutil
 import pytest
@@ -135,3 +136,29 @@ def test_a_port_that_is_taken_stops_the_run_in_one_line_before_any_load(tmp_path
     ]
     assert run.run_dir is None and "run directory:" not in run.output and "target server:" not in run.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_web_ui_serves_each_test_from_zero_and_only_the_test_under_way(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        web_port = probe.getsockname()[1]
+    web = ("--web-host", "127.0.0.1", "--web-port", str(web_port), "--autostart", "-u", "2", "-r", "2", "-t", "3s")
+    with LiveLocust("mixed_truncate", tmp_path, *web, "--live-metrics-port", "0") as locust:
+        url = locust.wait_for(LIVE_LINE)[1]
+        first_dir = Path(locust.wait_for(REPORT_LINE.pattern, timeout=120)["path"])
+        first = scrape(url)
+        assert first.total("sse_soak_requests_total") == len(pd.read_parquet(first_dir / "requests.parquet"))
+        with httpx.Client(base_url=f"http://127.0.0.1:{web_port}", timeout=60, trust_env=False) as client:
+            form = {"user_count": "2", "spawn_rate": "2", "run_time": "3s", "host": ""}
+            swarm = client.post("/swarm", data=form)
+            assert swarm.status_code == 200 and swarm.json()["success"], swarm.text
+        second_dir = Path(locust.wait_for(REPORT_LINE.pattern, count=2, timeout=120)["path"])
+        second = scrape(url)
+        locust.signal(signal.SIGINT)
+        locust.wait(60)
+    assert second_dir != first_dir
+    assert [labels["run_dir"] for labels in second.labels_of("sse_soak_run_info")] == [str(second_dir)]
+    assert second.total("sse_soak_requests_total") == len(pd.read_parquet(second_dir / "requests.parquet"))
+    assert second.total("sse_soak_frames_total") == len(
+        pd.read_parquet(second_dir / "frames.parquet").query("kind in ('data', 'keepalive', 'done')")
+    )  # counted from zero: none of the first test's
