@@ -85,14 +85,14 @@ from loadtests.errors import (
     VllmError,
     reported,
 )
-from loadtests.judge.gates import INFERRED, UNKNOWN, NoProxyTimeouts, gate_sources
+from loadtests.judge.gates import ALWAYS_ON, INFERRED, UNKNOWN, NoProxyTimeouts, gate_sources
 from loadtests.judge.summary import LiveCounts
 from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.load.open_loop import not_sent_row
 from loadtests.load.pacing import paced_answers, pacing_line
 from loadtests.load.state import RunState, run_state
 from loadtests.load.users import REQUEST_TYPE, StreamingUser
-from loadtests.record.live_metrics import GateWatch, LiveMetricsServer, RunLabels, serving_line
+from loadtests.record.live_metrics import NOT_JUDGED, GateWatch, LiveMetricsServer, RunLabels, serving_line
 from loadtests.record.membership import Admission, RunIdentity, own_run_id
 from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.record.run_dir import (
@@ -473,7 +473,7 @@ class RunController:
         gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
         figures = self._live.figures
         figures.begin(labels)
-        figures.set_gates(dict.fromkeys((gate.name for gate in gates), -1))
+        figures.set_gates(dict.fromkeys((gate.name for gate in (*ALWAYS_ON, *gates)), NOT_JUDGED))
         recorded = {**recorded_settings(settings), "max_unjudged_share": options.max_unjudged_share}
         judge_so_far = functools.partial(gate_states_so_far, run, gates, recorded, self.scenario.point_of(settings))
         self._gate_watch = GateWatch(figures, judge_so_far)

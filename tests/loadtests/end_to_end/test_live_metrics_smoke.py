@@ -69,6 +69,10 @@ def test_a_headless_run_serves_rising_figures_and_ends_on_its_rows_and_frames(tm
         assert second.total("sse_soak_ttft_seconds_count", route="chat") > 0
         assert second.total("sse_soak_keep_alive_interval_seconds") > 0  # the bundled server's, told
         assert set(second.by("sse_soak_requests_total", "worker")) == {"local"}
+        # the gates so far: not judged at first, then judged on what the run directory holds, mid-run
+        assert second.total("sse_soak_gate_state", gate="requests_completed") in (-1, 1)
+        scrape_until(url, lambda found: found.total("sse_soak_gate_state", gate="requests_completed") == 1)
+        assert not locust.matching(r"^ended: ")
         locust.signal(signal.SIGINT)
         run_dir = Path(locust.wait_for(REPORT_LINE.pattern, timeout=120)["path"])
         final = scrape(url)  # the run lingers for it: the figures are final
