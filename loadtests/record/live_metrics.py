@@ -9,9 +9,11 @@ frame. So each figure is as fresh as the last batch written (``--flush-interval`
 
 Timing is what this harness measures, so nothing here runs on the gevent loop but ``open`` (one bind)
 and ``close``. The listening socket is the standard library's own class (never gevent's), served by
-one native thread that answers one scrape at a time; gate states are judged by a second native
-thread at a bounded rate (``GateWatch``). Counting a batch is vectorised (numpy buckets), its state
-kept under a native lock that a scrape holds only to copy it.
+one native thread that answers one scrape at a time; gate states are asked for by a second native
+thread at a bounded rate (``GateWatch``), of a judge that runs in a child process
+(``loadtests.run.live_gates``: judging holds the GIL for tens of milliseconds at a time).
+Counting a batch is vectorised (numpy buckets), its state kept under a native lock that a scrape
+holds only to copy it.
 
 Every series has the labels ``scenario`` and ``worker`` (``local`` in one process; on a master the
 worker's name as its rows carry it, ``master`` for the master's own lag), except ``gate_state``,
@@ -410,7 +412,8 @@ def _response(
 class GateWatch:
     """Judges the test's gates so far in a native thread, every ``GATE_INTERVAL_S`` at most and for
     at most ``GATE_SHARE`` of the time, until stopped; ``judge`` returns each gate's state by name
-    and the keep-alive interval it found (or None), and writes nothing."""
+    and the keep-alive interval it found (or None), and writes nothing. A ``judge`` with a
+    ``close()`` is closed as the thread ends."""
 
     def __init__(
         self,
@@ -450,6 +453,12 @@ class GateWatch:
         try:
             self._judge_until_stopped()
         finally:
+            close = getattr(self.judge, "close", None)
+            if close is not None:
+                try:
+                    close()  # a judge of its own (a child process) ends with the watch
+                except Exception:
+                    logger.exception("sse-soak: the live gate judge did not close")
             self._ended.release()
 
     def _judge_until_stopped(self) -> None:

@@ -111,12 +111,12 @@ from loadtests.run.ending import ended_by_a_death, how_it_ended
 from loadtests.run.judging import (
     JudgeOptions,
     gate_states,
-    gate_states_so_far,
     inferred_interval,
     judge,
     keep_elsewhere,
     write_html_files,
 )
+from loadtests.run.live_gates import ChildJudge
 from loadtests.run.roles import Local, Role, role_of
 from loadtests.run.settings import api_key_in_server_args, recorded_settings, run_settings
 from loadtests.run.signals import AT_INIT, SignalGuard
@@ -474,9 +474,7 @@ class RunController:
         figures = self._live.figures
         figures.begin(labels)
         figures.set_gates(dict.fromkeys((gate.name for gate in (*ALWAYS_ON, *gates)), NOT_JUDGED))
-        recorded = {**recorded_settings(settings), "max_unjudged_share": options.max_unjudged_share}
-        judge_so_far = functools.partial(gate_states_so_far, run, gates, recorded, self.scenario.point_of(settings))
-        self._gate_watch = GateWatch(figures, judge_so_far)
+        self._gate_watch = GateWatch(figures, ChildJudge(run.path, options.max_unjudged_share))
 
     def _stop_gate_watch(self) -> None:
         if self._gate_watch is not None:

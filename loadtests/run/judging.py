@@ -297,16 +297,6 @@ def gate_states(results: Sequence[GateResult]) -> dict[str, int]:
     return {result.name: NOT_JUDGED if result.unjudged else PASSING if result.passed else FAILING for result in results}
 
 
-def gate_states_so_far(
-    run: RunDir, gates: Sequence[Gate], settings: dict[str, Any], point: Sequence[str]
-) -> tuple[dict[str, int], float | None]:
-    """The gates' states on what ``run`` recorded so far (``judge_so_far``: it writes nothing), and
-    the keep-alive interval that judgement went by (None when unknown yet)."""
-    summary = judge_so_far(RunRecord(run), gates, settings, point)
-    interval = summary.settings.get("keep_alive_interval")
-    return gate_states(summary.gates), None if interval is None else float(interval)
-
-
 def _writes_merged(record: RunRecord, settings: dict[str, Any]) -> WritesMerged | None:
     """Token frames merged on the way (``loadtests.judge.causes.writes_merged``), from the frames'
     gaps and the proxy the run started; not read at a soak's checkpoints (every frame, each time).
