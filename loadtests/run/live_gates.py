@@ -22,7 +22,7 @@ from typing import Any
 
 from gevent import monkey
 
-import loadtests
+from loadtests.errors import LiveJudgeError
 
 _waitpid = monkey.get_original("os", "waitpid")
 _posix_spawn = monkey.get_original("os", "posix_spawn")
@@ -48,14 +48,14 @@ class ChildJudge:
         os.write(self._to_child, self.request.encode())
         answer = json.loads(self._read_line())
         if "error" in answer:
-            raise RuntimeError(answer["error"])
+            raise LiveJudgeError(answer["error"])
         interval = answer.get("interval")
         return {str(name): int(state) for name, state in answer["states"].items()}, interval
 
     def _start(self) -> None:
         child_in, self._to_child = os.pipe()
         self._from_child, child_out = os.pipe()
-        package_root = str(Path(loadtests.__file__).resolve().parents[1])
+        package_root = str(Path(__file__).resolve().parents[2])  # where this loadtests is imported from
         path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
         actions = [
             (os.POSIX_SPAWN_DUP2, child_in, 0),
@@ -81,10 +81,10 @@ class ChildJudge:
         while b"\n" not in self._pending:
             received = os.read(self._from_child, 65536)
             if not received:
-                raise RuntimeError("the judging child ended")
+                raise LiveJudgeError("the judging child ended")
             self._pending += received
             if len(self._pending) > _MAX_ANSWER:
-                raise RuntimeError("the judging child answered too much")
+                raise LiveJudgeError("the judging child answered too much")
         line, self._pending = self._pending.split(b"\n", 1)
         return line.decode()
 
@@ -110,7 +110,7 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     record = RunRecord(run)
     manifest = record.manifest
     if manifest is None:
-        raise RuntimeError(f"{run.path} has no manifest yet")
+        raise LiveJudgeError(f"{run.path} has no manifest yet")
     gates, _ = rebuild_gates(manifest.gate_specs, manifest.gate_sources, never_from=run.path)
     settings = {**manifest.settings, "max_unjudged_share": request["max_unjudged_share"]}
     summary = judge_so_far(record, gates, settings, manifest.point or [])

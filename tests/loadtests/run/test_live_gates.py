@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from loadtests.errors import LiveJudgeError
 from loadtests.record.run_dir import RunDir
 from loadtests.run.live_gates import ChildJudge
 from tests.loadtests.locust_run import run_locust
@@ -50,10 +51,10 @@ def test_the_child_judges_a_run_so_far_by_its_manifests_gates_and_ends_when_clos
 def test_a_directory_it_cannot_judge_is_one_error_and_the_child_answers_the_next(tmp_path: Path) -> None:
     judge = ChildJudge(tmp_path / "nothing-here", 0.05)
     try:
-        with pytest.raises(RuntimeError):
+        with pytest.raises(LiveJudgeError):
             judge()
         child = judge._pid
-        with pytest.raises(RuntimeError):
+        with pytest.raises(LiveJudgeError):
             judge()
         assert judge._pid == child
     finally:
