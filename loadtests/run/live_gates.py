@@ -8,7 +8,8 @@ loadtests.run.live_gates``, started once per test at its first judgement (never 
 ``GateWatch`` thread, with ``posix_spawn`` and raw pipes, no gevent), which answers one line of JSON
 per line it reads (``{"run_dir": ..., "max_unjudged_share": ...}`` -> ``{"states": {...},
 "interval": ...}`` or ``{"error": ...}``) and exits when its stdin closes: when the test is judged,
-or when the run's process dies. It reads the run directory and writes nothing.
+or when the run's process dies. It reads the run directory and writes nothing. Like the soak's own
+judging it is no part of the load generator: the harness's memory (``run.resources``) leaves it out.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from gevent import monkey
 
 from loadtests.errors import LiveJudgeError
 
+MODULE = "loadtests.run.live_gates"
+"""How the child is started (``python -m``): what tells it apart among the run's processes."""
 _waitpid = monkey.get_original("os", "waitpid")
 _posix_spawn = monkey.get_original("os", "posix_spawn")
 """The standard library's own: gevent's need its hub, which this thread has not."""
@@ -65,7 +68,7 @@ class ChildJudge:
         try:
             self._pid = _posix_spawn(
                 sys.executable,
-                [sys.executable, "-m", "loadtests.run.live_gates"],
+                [sys.executable, "-m", MODULE],
                 {**os.environ, "PYTHONPATH": path},
                 file_actions=actions,
             )

@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from loadtests.judge.summary import Summary
+from loadtests.record.run_dir import RunDir
 from tests.loadtests.live_scrape import LIVE_LINE, scrape, scrape_until
 from tests.loadtests.locust_run import LiveLocust, soak_command
 
@@ -28,6 +30,9 @@ def test_a_soak_serves_its_figures_while_it_goes(tmp_path: Path) -> None:
         soak.wait_for(r"^gate (PASS|FAIL|UNJUDGED) requests_completed", timeout=180)
         final = scrape(url)
         assert soak.wait(180) in (0, 1, 3), soak.output[-3000:]
+    # the child judging the gates so far is no part of the harness's memory
+    memory = next(gate for gate in Summary.read(RunDir(run_dir).summary).gates if gate.name == "memory_growth")
+    assert memory.passed, memory.detail
     requests = pd.read_parquet(run_dir / "requests.parquet")
     frames = pd.read_parquet(run_dir / "frames.parquet")
     assert final.total("sse_soak_requests_total") == len(requests)
