@@ -373,6 +373,7 @@ class RunController:
         self._gate_watch: GateWatch | None = None
         """Judging the gates of the test under way for the live metrics, until it is judged."""
         self._linger_s = 0.0
+        """``--live-metrics-linger``: how long quitting waits for a last scrape of the final figures."""
 
     @property
     def name(self) -> str:
@@ -832,7 +833,7 @@ class RunController:
 
     def _on_quit(self, **_: Any) -> None:
         """Locust printed its final tables and is about to exit: the held closing blocks, then the
-        signal handlers as they were."""
+        signal handlers as they were, then (``--live-metrics-linger``) a last scrape of the live metrics."""
         final = self._live.generated if self._live is not None else 0  # a scrape once the verdict is said reads it
         try:
             self._say_closing()
