@@ -39,6 +39,7 @@ builtin base its callers catch (``ValueError``, ``OSError``...). The tree (exit 
         ├── UndecodableJson (ValueError) ......... a server's JSON no decoder takes (not JSON, too deep...)
         ├── UnexpectedOutcome .................... a request's failure, as Locust's statistics show it
         ├── ScrapeError .......................... a /metrics scrape that gave no metrics
+        ├── LiveJudgeError ....................... the live metrics' gate judge gave no states this time
         ├── TokenizeError ........................ /tokenize did not count as vLLM does
         └── BadRequest ........................... a request the embedded proxy answers itself
 
@@ -64,6 +65,7 @@ __all__ = [
     "InvalidValue",
     "LineTooLong",
     "LiteLLMError",
+    "LiveJudgeError",
     "ManifestError",
     "NotARunDirectory",
     "NotPassed",
@@ -269,6 +271,11 @@ class UnexpectedOutcome(InternalSignal):
 
 class ScrapeError(InternalSignal):
     """A scrape that gave no metrics; the message completes ``GET <url> ...``, e.g. ``answered HTTP 404``."""
+
+
+class LiveJudgeError(InternalSignal):
+    """The child judging the live metrics' gates gave no states this time (``loadtests.run.live_gates``);
+    the watch asks again at its next judgement."""
 
 
 class TokenizeError(InternalSignal):

@@ -259,3 +259,22 @@ def test_peers_quick() -> None:
             r"tool: failed \d+ \(.*\), flagged inband (\d+)/\1, cuts (\d+)/\2, keep-alive (\d+)$",
         ],
     )
+
+
+def test_live_metrics_cost_quick() -> None:
+    output = run_bench("live_metrics_cost.py")
+    assert_figures(
+        output,
+        [
+            r"^batch: \d+ requests x \d+ frames, \d+ times$",
+            rf"^counting: {NUM} us per request, {NUM} ns per frame$",
+            rf"^writing the same batch: {NUM} us per request$",
+            rf"^counting / writing: {NUM}$",
+            rf"^one scrape: {NUM} ms of CPU, \d+ bytes$",
+            r"^on the loop: 0 calls per request or frame",
+            rf"^\s+1\s+off\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+0$",
+            rf"^\s+1\s+on\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+\d+$",
+            rf"^median requests_s: off {NUM}, on {NUM}, on/off {NUM}$",
+            rf"^median lag_p99_ms: off {NUM}, on {NUM}, on/off {NUM}$",
+        ],
+    )

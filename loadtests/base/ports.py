@@ -38,6 +38,16 @@ def bind_address_problem(value: str) -> str | None:
     return None
 
 
+def listen_address_problem(value: str) -> str | None:
+    """Why ``value`` cannot be where a harness's own port listens (None: it can): an IP address,
+    the wildcard included (a cluster's master in Kubernetes serves on 0.0.0.0)."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return f"must be an IP address (127.0.0.1, 0.0.0.0, ::1...), got {value!r}"
+    return None
+
+
 def http_url(address: str, port: int) -> str:
     """``http://address:port``, an IPv6 address in brackets."""
     host = f"[{address}]" if ":" in address else address

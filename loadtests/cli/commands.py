@@ -316,6 +316,13 @@ def _add_soak_parser(commands: Any) -> None:
         SOAK_,
         ("recording", "judging"),
     )
+    add_argparse_options(
+        soak.add_argument_group(
+            "live", "The soak's figures as Prometheus metrics while it runs (docs/live-metrics.md)."
+        ),
+        SOAK_,
+        ("live",),
+    )
     soak.add_argument("locust_args", nargs="*", help="after --: extra locust options, e.g. -- --proxy nginx")
 
 

@@ -30,7 +30,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from loadtests.base.ports import bind_address_problem
+from loadtests.base.ports import bind_address_problem, listen_address_problem
 from loadtests.base.safe_text import redacted_url
 from loadtests.client.preflight import DEFAULT_PREFLIGHT_TIMEOUT
 from loadtests.client.sse import DEFAULT_MAX_LINE_BYTES
@@ -285,6 +285,12 @@ SERVER_ARGS = Kind(str, "options as a shell would quote them", _server_args_prob
 
 
 BIND_ADDRESS = Kind(str, "an IP address of this host", bind_address_problem)
+LISTEN_ADDRESS = Kind(str, "an IP address (0.0.0.0: every interface)", listen_address_problem)
+PORT = Kind(
+    _whole_text,
+    "a port number from 0 to 65535 (0: a free one)",
+    lambda value: None if 0 <= value <= 65535 else f"must be a port number from 0 to 65535, got {value}",
+)
 REPORT_DIR = Kind(str, "a writable directory", _report_dir_problem, late=True)
 CA_FILE = Kind(str, "a readable PEM file", _ca_cert_problem, late=True)
 KEEP_ALIVE = Kind(_number, "a number of seconds >= 0", _keep_alive_problem, "a number")
@@ -766,6 +772,46 @@ OPTIONS: tuple[Option, ...] = (
         False,
         group="recording",
         label="scrape no /metrics",
+    ),
+    # -- live figures (docs/live-metrics.md) -------------------------------------------------------
+    Option(
+        "live_metrics_port",
+        PORT,
+        "serve the run's own figures as Prometheus metrics at http://<--live-metrics-bind>:PORT/metrics while it "
+        "runs (requests by outcome, frames, errors, TTFT and gap histograms, open streams, loop lag, gate states "
+        "so far); 0 picks a free port, printed as 'live metrics: <url>'. Only the process that holds the results "
+        "serves (the master with --processes); a port that cannot be bound stops the run before any load "
+        "(default: no port opened)",
+        None,
+        frozenset({L, S}),
+        metavar="PORT",
+        group="live",
+        form=False,
+        short="serve the run's figures as Prometheus metrics on this port (0: a free one; default: none)",
+    ),
+    Option(
+        "live_metrics_bind",
+        LISTEN_ADDRESS,
+        "the address the live metrics listen on: loopback by default; 0.0.0.0 for a Prometheus elsewhere (a "
+        "cluster's master in Kubernetes)",
+        "127.0.0.1",
+        frozenset({L, S}),
+        metavar="ADDR",
+        group="live",
+        form=False,
+        short="the address the live metrics listen on (0.0.0.0: every interface, e.g. in Kubernetes)",
+    ),
+    Option(
+        "live_metrics_linger",
+        LIMIT,
+        "seconds the process waits after its verdict, with --live-metrics-port, for one more scrape of the final "
+        "figures before it exits (it exits at that scrape); 0 exits at once",
+        0.0,
+        frozenset({L, S}),
+        metavar="S",
+        group="live",
+        form=False,
+        short="seconds to wait after the verdict for a last scrape of the final figures (0: exit at once)",
     ),
     # -- open loop --------------------------------------------------------------------------------
     Option(

@@ -87,8 +87,11 @@ class RunWriter:
     """Writes one run's parts. Call it from one thread's greenlets (the Locust process is one gevent
     thread); each write runs in a pool thread while its caller waits, one write at a time."""
 
-    def __init__(self, run: RunDir | Path) -> None:
+    def __init__(self, run: RunDir | Path, observe: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.run = run if isinstance(run, RunDir) else RunDir(run)
+        self.observe = observe
+        """Called with each batch once, in the write's thread, before it is written (the live
+        metrics count it: ``loadtests.record.live_metrics``); must not change it."""
         self.directory = self.run.path
         self.requests_dir = self.run.requests
         self.frames_dir = self.run.frames
@@ -127,7 +130,14 @@ class RunWriter:
     def _write_first_pending(self) -> None:
         """Write the oldest pending batch, then drop it from the pending list (in the same thread, so
         that a batch written is never pending, whatever happens to the greenlet that waits)."""
-        self._write_batch(self._pending[0])
+        batch = self._pending[0]
+        if self.observe is not None and not batch.get("observed"):
+            batch["observed"] = True  # once: a write the disk refused is retried, never counted again
+            try:
+                self.observe(batch)
+            except Exception:  # a bug of the observer's: the batch is written all the same
+                logger.exception("sse-soak: a batch was not counted in the live metrics")
+        self._write_batch(batch)
         self._pending.pop(0)
 
     def take_pending_rows(self) -> list[dict[str, Any]]:

@@ -85,13 +85,14 @@ from loadtests.errors import (
     VllmError,
     reported,
 )
-from loadtests.judge.gates import INFERRED, UNKNOWN, NoProxyTimeouts, gate_sources
+from loadtests.judge.gates import ALWAYS_ON, INFERRED, UNKNOWN, NoProxyTimeouts, gate_sources
 from loadtests.judge.summary import LiveCounts
 from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
 from loadtests.load.open_loop import not_sent_row
 from loadtests.load.pacing import paced_answers, pacing_line
 from loadtests.load.state import RunState, run_state
 from loadtests.load.users import REQUEST_TYPE, StreamingUser
+from loadtests.record.live_metrics import NOT_JUDGED, GateWatch, LiveMetricsServer, RunLabels, serving_line
 from loadtests.record.membership import Admission, RunIdentity, own_run_id
 from loadtests.record.parts_writer import UNWRITABLE_ROWS, RunWriter
 from loadtests.record.run_dir import (
@@ -107,7 +108,15 @@ from loadtests.record.run_dir import (
 from loadtests.record.server_metrics import OFF, ServerMetricsScraper
 from loadtests.run.collect import Collector
 from loadtests.run.ending import ended_by_a_death, how_it_ended
-from loadtests.run.judging import JudgeOptions, inferred_interval, judge, keep_elsewhere, write_html_files
+from loadtests.run.judging import (
+    JudgeOptions,
+    gate_states,
+    inferred_interval,
+    judge,
+    keep_elsewhere,
+    write_html_files,
+)
+from loadtests.run.live_gates import ChildJudge
 from loadtests.run.roles import Local, Role, role_of
 from loadtests.run.settings import api_key_in_server_args, recorded_settings, run_settings
 from loadtests.run.signals import AT_INIT, SignalGuard
@@ -359,6 +368,12 @@ class RunController:
         """``PROCESS_DEFAULTS`` as the process's first parser had them."""
         self._web_tab: WebTab | None = None
         """sse-soak's tab in Locust's web UI (``loadtests.run.web_tab``), when this process serves one."""
+        self._live: LiveMetricsServer | None = None
+        """The run's live metrics (``--live-metrics-port``), served by the process that leads the run."""
+        self._gate_watch: GateWatch | None = None
+        """Judging the gates of the test under way for the live metrics, until it is judged."""
+        self._linger_s = 0.0
+        """``--live-metrics-linger``: how long quitting waits for a last scrape of the final figures."""
 
     @property
     def name(self) -> str:
@@ -410,6 +425,8 @@ class RunController:
             if plan_only:
                 RunDir(plan_only).write_manifest(self._manifest(environment))
                 sys.exit(0)
+            if environment.runner is not None:
+                self._open_live_metrics(options)  # before any service starts: a taken port stops the run at once
             self._start_stack(environment, settings)
             self._preflight(environment, state)
             self._watch_stack(environment)
@@ -433,6 +450,48 @@ class RunController:
         # libev times a timer from its cached clock, stale by however long startup blocked (imports,
         # discovery): without this, Locust's -t timer, armed next, fires that much early.
         gevent.get_hub().loop.update_now()
+
+    def _open_live_metrics(self, options: Namespace) -> None:
+        """Serve the run's live metrics (``loadtests.record.live_metrics``) when ``--live-metrics-port``
+        says so: bound here or refused in one line (exit 2), said in one line. Only the process that
+        leads the run calls this: a worker never opens a port (Locust forked them before ``init``)."""
+        if options.live_metrics_port is None:
+            return
+        self._live = LiveMetricsServer.open(options.live_metrics_bind, options.live_metrics_port)
+        self._linger_s = options.live_metrics_linger or 0.0
+        say(serving_line(self._live))
+
+    def _watch_live(self, environment: Environment, run: RunDir) -> None:
+        """The live metrics follow the test starting: its figures from zero, its labels, its gates
+        judged so far in their own thread (``GateWatch``)."""
+        if self._live is None:
+            return
+        settings = self._settings(environment)
+        options = _options(environment)
+        known = settings.keep_alive_interval if settings.keep_alive_interval_source != UNKNOWN else None
+        server = settings.host or (self._stack.server_url if self._stack is not None else None) or settings.server
+        labels = RunLabels(self.name, printable(redacted_url(server)), settings.proxy, str(run.path), known)
+        gates = self.scenario.gate_list(settings, options.harness_lag_limit_ms)
+        figures = self._live.figures
+        figures.begin(labels)
+        figures.set_gates(dict.fromkeys((gate.name for gate in (*ALWAYS_ON, *gates)), NOT_JUDGED))
+        self._gate_watch = GateWatch(figures, ChildJudge(run.path, options.max_unjudged_share))
+
+    def _stop_gate_watch(self) -> None:
+        if self._gate_watch is not None:
+            self._gate_watch.stop()
+            self._gate_watch = None
+
+    def _linger_for_last_scrape(self, final: int) -> None:
+        """``--live-metrics-linger``: wait, at most that long, for a scrape answered after the
+        ``final``-th (the figures were final by then: every test is judged), then stop serving."""
+        live = self._live
+        if live is None:
+            return
+        deadline = time.monotonic() + self._linger_s
+        while live.sent_generation <= final and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        live.close()
 
     def _start_stack(self, environment: Environment, settings: RunSettings) -> None:
         if settings.host is not None and settings.proxy == "none":
@@ -533,12 +592,13 @@ class RunController:
             environment.process_exit_code = 2
             gevent.spawn(environment.runner.quit)
             return
-        writer = RunWriter(run)
+        writer = RunWriter(run, self._live.figures.observe_batch if self._live is not None else None)
         run.write_manifest(self._manifest(environment))
         self._test = _Test(writer, entered, getattr(options, "run_time", None) or None, lock=lock)
         self._collector.begin(writer)
         say(f"run directory: {run}")
         self._show_in_web_tab(environment, run)
+        self._watch_live(environment, run)
         if not options.no_server_metrics:
             self._test.scraper = self._scrape_server_metrics(environment, run)
         if environment.host and self._role.probes_prompt_sizing:  # a master sizes no prompt itself
@@ -738,10 +798,12 @@ class RunController:
         assert self._collector is not None
         try:
             self._collector.finish()
+            self._stop_gate_watch()  # the verdict's states replace it
             if test.scraper is not None:
                 test.scraper.stop()  # its last rows written before the judging reads them
             self._write_report(environment, test)
         finally:
+            self._stop_gate_watch()
             self._collector.end()
             if test.lock is not None:
                 test.lock.release()  # judged: a reader (``report``) may take the directory now
@@ -771,11 +833,13 @@ class RunController:
 
     def _on_quit(self, **_: Any) -> None:
         """Locust printed its final tables and is about to exit: the held closing blocks, then the
-        signal handlers as they were."""
+        signal handlers as they were, then (``--live-metrics-linger``) a last scrape of the live metrics."""
+        final = self._live.generated if self._live is not None else 0  # a scrape once the verdict is said reads it
         try:
             self._say_closing()
         finally:
             self._guard.restore()
+        self._linger_for_last_scrape(final)
 
     def _end_test(self, environment: Environment) -> None:
         test = self._test
@@ -820,6 +884,8 @@ class RunController:
                 live=LiveCounts(locust_counted(environment), test.writer.rows_unwritable + test.writer.rows_pending),
             )
             summary = judge(record, told, html=False)
+            if self._live is not None:
+                self._live.figures.set_gates(gate_states(summary.gates))
             closing += summary.console_lines()
             paced = pacing_line(paced_answers(record.requests))
             if paced is not None:

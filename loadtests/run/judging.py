@@ -45,6 +45,7 @@ from loadtests.judge.gates import (
     INFERRED,
     UNKNOWN,
     Gate,
+    GateResult,
     HarnessKeptUp,
     KeepAliveCovered,
     NoProxyTimeouts,
@@ -69,6 +70,7 @@ from loadtests.judge.summary import (
 )
 from loadtests.record import figures
 from loadtests.record.lag import STALLED_COLUMN, stalled_while_open, while_streams_open
+from loadtests.record.live_metrics import FAILING, NOT_JUDGED, PASSING
 from loadtests.record.run_dir import RunDir, RunRecord, parts_problem
 from loadtests.record.server_metrics import server_metrics_summary
 
@@ -293,6 +295,12 @@ def judge_so_far(record: RunRecord, gates: Sequence[Gate], settings: dict[str, A
     )
     summary.point = run_point(point)
     return summary
+
+
+def gate_states(results: Sequence[GateResult]) -> dict[str, int]:
+    """Each gate's state for the live metrics (``loadtests.record.live_metrics``): 1 passing, 0
+    failing, -1 not judged (nothing, or too little, to judge yet)."""
+    return {result.name: NOT_JUDGED if result.unjudged else PASSING if result.passed else FAILING for result in results}
 
 
 FIGURE_FRAME_COLUMNS = list(dict.fromkeys([*MERGE_COLUMNS, *figures.TOKEN_GAP_COLUMNS]))

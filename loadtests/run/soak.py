@@ -48,9 +48,11 @@ DEFAULT_SCENARIO = catalog.locate(option("scenario").default_on(Surface.SOAK))
 
 
 _SHOWN_LINES = (
-    "gate ", "arrivals: ", "coverage: ", "sse-soak:", "Traceback", "run directory:", *(f"{n}:" for n in SERVER_NAMES)
+    "gate ", "arrivals: ", "coverage: ", "sse-soak:", "Traceback", "run directory:", "live metrics:",
+    *(f"{n}:" for n in SERVER_NAMES),
 )  # fmt: skip
-"""The Locust run's lines the soak passes on: gates, notices, tracebacks, the run directory, the server."""
+"""The Locust run's lines the soak passes on: gates, notices, tracebacks, the run directory, where
+the live metrics are served, the server."""
 
 
 def _soak_default(name: str) -> Any:

@@ -194,6 +194,16 @@ class LiveLocust:
         command = locust_command(
             ROOT / "scenarios" / f"{scenario}.py", "--report-dir", str(report_dir), "--only-summary", *args
         )
+        self._start(command)
+
+    @classmethod
+    def of(cls, command: list[str]) -> LiveLocust:
+        """Any ``command`` run the same way (``python -m loadtests soak ...``, say)."""
+        live = cls.__new__(cls)
+        live._start(command)
+        return live
+
+    def _start(self, command: list[str]) -> None:
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import StartServer
+from tests.loadtests.live_scrape import LIVE_LINE
 from tests.loadtests.locust_run import (
     REPORT_LINE,
     ROOT,
@@ -350,6 +351,36 @@ def web_ui(reports: Path, server: MisbehavingServer, *_: object) -> Written:
     return Written(console + "\n".join(answers), [reports], ["web UI JSON, tab and run files"])
 
 
+def live_metrics(reports: Path, server: MisbehavingServer, *_: object) -> Written:
+    """The live metrics scraped while the run goes and once it is judged: ``run_info`` names the
+    server as the run shows it, redacted."""
+    command = _locust(
+        "--host", credentialed(server.url), "--report-dir", str(reports), "--live-metrics-port", "0",
+        "--live-metrics-linger", "120", seconds=6,
+    )  # fmt: skip
+    answers = []
+    os.environ.update(PROXY_ENVIRONMENT)
+    try:
+        with LiveLocust.of(command) as locust:
+            url = locust.wait_for(LIVE_LINE)[1]
+            with httpx.Client(timeout=30, trust_env=False) as client:
+                deadline = time.monotonic() + 120
+                while "sse_soak_requests_total{" not in (answer := client.get(url).text):
+                    assert time.monotonic() < deadline, answer[-2000:]
+                    time.sleep(0.2)  # the next scrape: what is awaited is the first row counted
+                answers.append(answer)
+                locust.wait_for(REPORT_LINE.pattern, timeout=120)
+                answers.append(client.get(url).text)
+            code = locust.wait(60)
+            console = locust.output
+    finally:
+        for name in PROXY_ENVIRONMENT:
+            os.environ.pop(name, None)
+    assert code == 0, console[-3000:]
+    assert f'server="{server.url}' not in answers[-1] and 'server="http://sseuser:***@127.0.0.1:' in answers[-1]
+    return Written(console + "\n".join(answers), [reports], ["live metrics mid-run and final"])
+
+
 def server_down(reports: Path, *_: object) -> Written:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
@@ -383,6 +414,7 @@ COMMANDS: dict[str, Command] = {
         report_and_compare,
         pytest_plugin,
         web_ui,
+        live_metrics,
         server_down,
         unauthorized,
     )
