@@ -21,30 +21,37 @@ from typing import Any
 import pytest
 
 from loadtests.client.outcome import FAILURE_OUTCOMES, UNJUDGED_OUTCOMES, Outcome
+from loadtests.record import live_metrics
+from loadtests.record.live_metrics import PASSING, LiveFigures
+from tests.loadtests.live_batches import LABELS, batch
 
 pytestmark = pytest.mark.fast
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "sse-soak.json"
 
-EXPORTED: dict[str, tuple[str, frozenset[str]]] = {
-    "sse_soak_requests_total": ("counter", frozenset({"scenario", "worker", "route", "outcome"})),
-    "sse_soak_frames_total": ("counter", frozenset({"scenario", "worker", "kind"})),
-    "sse_soak_inband_errors_total": ("counter", frozenset({"scenario", "worker", "route"})),
-    "sse_soak_protocol_errors_total": ("counter", frozenset({"scenario", "worker", "route"})),
-    "sse_soak_ttft_seconds": ("histogram", frozenset({"scenario", "worker", "route"})),
-    "sse_soak_frame_gap_seconds": ("histogram", frozenset({"scenario", "worker", "kind"})),
-    "sse_soak_open_streams": ("gauge", frozenset({"scenario", "worker"})),
-    "sse_soak_harness_lag_seconds": ("histogram", frozenset({"scenario", "worker"})),
-    "sse_soak_gate_state": ("gauge", frozenset({"scenario", "gate"})),
-    "sse_soak_run_info": ("gauge", frozenset({"scenario", "server", "proxy", "run_dir"})),
-    "sse_soak_keep_alive_interval_seconds": ("gauge", frozenset({"scenario"})),
-}
-"""The live exporter's series as a scrape shows them (a counter with its ``_total``, a histogram by its
-base name), their type and labels: the names the harness's ``--live-metrics-port`` serves."""
+
+def _exported() -> dict[str, tuple[str, frozenset[str]]]:
+    """The live exporter's series as a scrape shows them (a counter with its ``_total``, a histogram
+    by its base name), their type and labels: read from the exporter itself, fed a batch of every
+    kind of stream, every gate state and the keep-alive interval, so no series is missing."""
+    figures = LiveFigures()
+    figures.begin(LABELS)
+    figures.set_gates({"no_http_500": PASSING})
+    figures.set_keep_alive_interval(0.25)
+    figures.observe_batch(batch())
+    found: dict[str, tuple[str, frozenset[str]]] = {}
+    for family in figures.families():
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        labels = frozenset(label for sample in family.samples for label in sample.labels if label != "le")
+        found[name] = (family.type, labels)
+    return found
+
+
+EXPORTED = _exported()
 SCRAPE_LABELS = frozenset({"job", "instance"})
 """Labels Prometheus adds to every scraped series."""
-FRAME_KINDS = frozenset({"data", "keepalive", "done"})
-GAP_KINDS = frozenset({"any", "data"})
+FRAME_KINDS = frozenset(live_metrics.FRAME_KINDS)
+GAP_KINDS = frozenset(live_metrics.GAP_KINDS)
 
 
 def exported_metric_names() -> set[str]:
