@@ -19,6 +19,7 @@ from loadtests.cli.commands import main
 from loadtests.run import soak
 from loadtests.run.soak import SoakPlan
 from tests.loadtests.locust_run import ROOT
+from tests.loadtests.soak_plans import planned_soak
 
 SOAK = "python -m loadtests soak: "
 PROXY = "python -m loadtests proxy: "
@@ -112,17 +113,9 @@ def test_soak_refuses_a_bad_duration(
 def test_soak_takes_a_whole_duration_and_gives_locust_exactly_it(
     monkeypatch: pytest.MonkeyPatch, value: str, seconds: int
 ) -> None:
-    plans: list[SoakPlan] = []
-
-    def run(self: soak.Soak) -> int:
-        plans.append(self.plan)
-        return 0
-
-    monkeypatch.setattr(soak.Soak, "run", run)
-    with pytest.raises(SystemExit) as exited:
-        main(["soak", "--duration", value])
-    assert exited.value.code == 0 and plans[0].duration_s == seconds
-    command = plans[0].command()
+    plan = planned_soak(monkeypatch, "--duration", value)
+    assert plan.duration_s == seconds
+    command = plan.command()
     assert command[command.index("-t") + 1] == f"{seconds}s"
 
 

@@ -8,28 +8,12 @@ import pytest
 
 from loadtests.cli.commands import main
 from loadtests.launch import Launch
-from loadtests.run import soak
-from loadtests.run.soak import SoakPlan
+from tests.loadtests.soak_plans import planned_soak
 
 pytestmark = pytest.mark.fast
 
 GIVEN = ["--live-metrics-port", "9646", "--live-metrics-bind", "0.0.0.0", "--live-metrics-linger", "60"]
 HANDED = ["--live-metrics-port=9646", "--live-metrics-bind=0.0.0.0", "--live-metrics-linger=60"]
-
-
-def planned_soak(monkeypatch: pytest.MonkeyPatch, *args: str) -> SoakPlan:
-    """The plan ``python -m loadtests soak <args>`` would run (its run replaced by taking the plan)."""
-    plans: list[SoakPlan] = []
-
-    def run(self: soak.Soak) -> int:
-        plans.append(self.plan)
-        return 0
-
-    monkeypatch.setattr(soak.Soak, "run", run)
-    with pytest.raises(SystemExit) as exited:
-        main(["soak", *args])
-    assert exited.value.code == 0
-    return plans[0]
 
 
 def test_the_soak_hands_the_live_metrics_options_to_its_locust_run(monkeypatch: pytest.MonkeyPatch) -> None:
