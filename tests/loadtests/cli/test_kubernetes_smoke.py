@@ -98,7 +98,11 @@ def container_args(job: dict[str, Any]) -> list[str]:
 def listening_addresses(pid: int) -> set[tuple[str, int]]:
     """The (address, port) pairs process ``pid`` listens on."""
     connections = psutil.Process(pid).net_connections(kind="inet")
-    return {tuple(connection.laddr) for connection in connections if connection.status == psutil.CONN_LISTEN}
+    return {
+        (connection.laddr.ip, connection.laddr.port)
+        for connection in connections
+        if connection.status == psutil.CONN_LISTEN
+    }
 
 
 def test_with_live_metrics_the_rendered_master_serves_the_workers_figures_and_lingers_for_a_last_scrape(
