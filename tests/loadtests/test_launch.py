@@ -128,9 +128,13 @@ def test_a_hung_run_is_killed_with_everything_it_started(tmp_path: Path) -> None
 
 
 CTRL_C_SCRIPT = """
+import signal
 import sys
 from pathlib import Path
 from loadtests.launch import Launch, run
+# Ctrl-C as an interactive Python has it: a parent started in the background without job control
+# (`nohup pytest ... &`) hands its children SIGINT ignored, and Python then keeps ignoring it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 try:
     run(Launch("mixed_truncate", duration_s=60, report_dir=Path(sys.argv[1])))
 except KeyboardInterrupt:
