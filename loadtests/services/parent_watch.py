@@ -24,6 +24,7 @@ run SIGTERMs itself, which ends and judges it as interrupted, as a SIGTERM from 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -33,6 +34,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
+
+import psutil
 
 from loadtests.base.ending_signals import ENDING_SIGNALS
 from sse_soak_lifeline import ENV_VAR, GRACE_S, exit_when_stdin_closes, wait_for_stdin_eof
@@ -111,10 +114,25 @@ def watchdog(command: Sequence[str], remove: Sequence[str] = ()) -> int:
         except subprocess.TimeoutExpired:
             if kill_at and time.monotonic() > kill_at[0]:
                 child.kill()
+    _end_what_it_left(child.pid)
     if parent_gone.is_set():
         for directory in remove:
             shutil.rmtree(directory, ignore_errors=True)
     return code
+
+
+def _end_what_it_left(child: int) -> None:
+    """Kill what the command left behind in this watchdog's process group (the command's own
+    children: nginx's workers outlive a master killed by SIGKILL, and go on serving its port).
+    The watchdog leads its group (it is started in a session of its own), and only the command
+    and what it started are in it with the watchdog."""
+    group = os.getpgid(0)
+    if group != os.getpid():
+        return  # not started as a group's leader: the group is not ours to end
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if process.pid not in (os.getpid(), child) and os.getpgid(process.pid) == group:
+                process.kill()
 
 
 def _cpu_list(text: str) -> list[int]:

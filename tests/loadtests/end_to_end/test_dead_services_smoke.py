@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pandas as pd
+import psutil
 import pytest
 
 from loadtests.load.pacing import ERROR_ANSWER_PAUSE_S, INSTANT_ANSWER_S, RETRY_AFTER_MAX_S
@@ -87,8 +88,10 @@ def test_a_service_killed_mid_run_is_said_once_and_ends_the_run_interrupted_with
         name, pid = service[1], int(service[2])
         run_dir = Path(locust.wait_for(RUN_DIR)[1])
         _wait_for_rows(run_dir)
+        group = _group_of(pid)  # nginx's master and its workers, behind our watchdog
         os.kill(_the_program(pid), signal.SIGKILL)
         code = locust.wait(120)
+    _assert_ended(group)  # a master killed by SIGKILL leaves no worker serving its port
     output = locust.output
     said = locust.matching(rf"^sse-soak: {re.escape(name)} \(pid {pid}\) was killed by SIGKILL while the run went")
     assert len(said) == 1, output[-3000:]
@@ -162,6 +165,22 @@ def _the_program(pid: int) -> int:
     if "parent_watch" not in Path(f"/proc/{pid}/cmdline").read_text():
         return pid
     return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+
+
+def _group_of(pid: int) -> list[psutil.Process]:
+    """Every process in service ``pid``'s process group (its own, started in a session of its own)."""
+    members = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(process.pid) == pid:
+                members.append(process)
+    return members
+
+
+def _assert_ended(processes: list[psutil.Process], timeout: float = 30.0) -> None:
+    """Each of ``processes`` ends (bounded wait): nothing a service started outlives its run."""
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    assert not alive, [(process.pid, process.name()) for process in alive]
 
 
 def _wait_for_rows(run_dir: Path, timeout: float = 60.0) -> None:
