@@ -74,6 +74,16 @@ class BodyMux:
         self._watcher = hub.loop.io(self._epoll.fileno(), _READ)
         self._watcher.ref = False  # until a body is registered: an idle mux never holds the loop open
         self._watcher.start(self._ready)
+        self.resolution_s = 0.0
+        """The timing resolution asked for (``--timing-resolution-ms``, in seconds): 0 reads every
+        arrival as it comes (one kernel stamp per receive); R > 0 lets reads of one stream closer
+        than R share one receive and its stamp, for fewer wakes."""
+
+    def set_resolution(self, seconds: float) -> None:
+        """Ask for reads coalesced to ``seconds`` (0: none, the default). Applies to reads that come after."""
+        if seconds < 0:
+            raise ValueError(f"timing resolution must be >= 0 s, got {seconds}")
+        self.resolution_s = seconds
 
     def add(self, fd: int, body: MuxedBody) -> None:
         if fd in self._bodies:
