@@ -296,6 +296,19 @@ CA_FILE = Kind(str, "a readable PEM file", _ca_cert_problem, late=True)
 KEEP_ALIVE = Kind(_number, "a number of seconds >= 0", _keep_alive_problem, "a number")
 LAG_LIMIT = Kind(_number, "0 or a positive number", _lag_limit_problem, "a number")
 RATE = Kind(_number, "a positive, finite number", _rate_problem, "a number")
+MAX_TIMING_RESOLUTION_MS = 50.0
+"""The coarsest timing resolution a run may ask for: below the smallest timing tolerance a shipped
+gate relies on (0.12 s), so that no shipped gate is left unable to fail."""
+TIMING_RESOLUTION = Kind(
+    _number,
+    f"a number of ms from 0 to {MAX_TIMING_RESOLUTION_MS:g}",
+    lambda value: (
+        None
+        if 0 <= value <= MAX_TIMING_RESOLUTION_MS
+        else f"must be a number of ms from 0 to {MAX_TIMING_RESOLUTION_MS:g}, got {value:g}"
+    ),
+    "a number",
+)
 FLUSH_SECONDS = Kind(
     _number, "a positive number of seconds up to an hour", _at_most_seconds(MAX_FLUSH_INTERVAL_S), "a number"
 )
@@ -740,6 +753,20 @@ OPTIONS: tuple[Option, ...] = (
         group="recording",
         short="the `harness_kept_up` gate: each process's event-loop lag p99 at most this (0: no gate)",
         label="p99 loop lag limit; 0 = off",
+    ),
+    Option(
+        "timing_resolution_ms",
+        TIMING_RESOLUTION,
+        "how finely the raw client times frames, in ms (0 to 50). 0, the default, reads every receive as it comes "
+        "and stamps each with the kernel's arrival time. R > 0 lets frames of one stream that arrive closer than R "
+        "ms share one read and one arrival time, for less CPU per frame (measured: docs/judging.md#timing-resolution); "
+        "the run records R in its settings, 'timing: good to N ms' adds it, and every timing gate's tolerance "
+        "allows for it",
+        0.0,
+        env_var="SSE_SOAK_TIMING_RESOLUTION_MS",
+        group="recording",
+        short="ms within which frames of one stream may share one read and arrival time, for less CPU (0: exact)",
+        label="ms timing resolution; 0 = exact",
     ),
     Option(
         "max_unjudged_share",

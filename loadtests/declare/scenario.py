@@ -62,6 +62,10 @@ class RunSettings:
     keep_alive_inferred: dict[str, Any] | None = None
     """How an ``inferred`` interval was inferred (``InferredInterval.as_settings``: from how many
     comments and streams, the batching seen); None otherwise."""
+    timing_resolution_ms: float = 0.0
+    """``--timing-resolution-ms``: frames of one stream closer than this may share one read and one
+    arrival time (0: every receive stamped as the kernel saw it). Every timing tolerance allows for
+    it; a summary written before it reads as 0."""
 
     @property
     def starts_server(self) -> str | None:
@@ -129,6 +133,23 @@ class Scenario:
                 gate.check()
             except ValueError as exc:
                 raise UsageError(f"scenario {self.name}: {exc}") from None
+        if settings is not None:
+            self._check_resolution(settings.timing_resolution_ms, gates)
+
+    def _check_resolution(self, resolution_ms: float, gates: Sequence[Gate]) -> None:
+        """``UsageError`` when the run's timing resolution reaches a gate's timing tolerance: reads
+        coalesced that coarsely could explain any violation, so that gate could never fail."""
+        timed = [gate for gate in gates if gate.resolution_s is not None]
+        if not resolution_ms or not timed:
+            return
+        tightest = min(timed, key=lambda gate: float(gate.resolution_s or 0.0))
+        tolerance_ms = float(tightest.resolution_s or 0.0) * 1000.0
+        if resolution_ms >= tolerance_ms:
+            raise UsageError(
+                f"scenario {self.name}: --timing-resolution-ms {resolution_ms:g} reaches gate {tightest.name}'s "
+                f"timing tolerance of {tolerance_ms:g} ms, so that gate could never fail: give less than "
+                f"{tolerance_ms:g}"
+            )
 
     def proxy_of(self, options: Namespace) -> str:
         """The proxy the run starts: ``--proxy`` when given; else the scenario's own in front of the

@@ -59,7 +59,7 @@ from typing import Any
 import pandas as pd
 
 from loadtests.client.outcome import TIMEOUT_STATUSES, Outcome, is_timeout_code
-from loadtests.record.lag import explained_by_stall, harness_stall_s
+from loadtests.record.lag import coarse_reads_s, explained_by_stall, harness_stall_s
 from loadtests.services import proxies
 from loadtests.services.proxies.base import ReadTimer, plain_timer
 
@@ -206,10 +206,12 @@ class ProxyTimeouts:
             text += f" (cuts and 502s count after {'; '.join(windows)})"
         stalled = self.stall_counted
         if stalled is not None and len(stalled):
-            worst = float(harness_stall_s(stalled).max())
+            coarse = coarse_reads_s(stalled)
+            worst = float(harness_stall_s(stalled).max()) - coarse
+            read_at = f" plus its {coarse * 1000:g} ms timing resolution" if coarse else ""
             text += (
                 f"; {len(stalled)} of them outside the window by no more than the harness stalled while they were "
-                f"open (up to {worst:.2f} s): counted, as the timing gates allow"
+                f"open (up to {worst:.2f} s){read_at}: counted, as the timing gates allow"
             )
         if len(self.other_cuts):
             other = _spread(_silence(self.other_cuts).dropna())

@@ -43,7 +43,13 @@ from loadtests.client.outcome import Outcome
 from loadtests.errors import InvalidValue, SummaryError, WrongType, error_kind
 from loadtests.judge.causes import errors_owned, keepalive_tolerance, keepalive_withheld, proxy_timeouts, raw_silences
 from loadtests.record import figures
-from loadtests.record.lag import DEFAULT_LAG_LIMIT_MS, explained_by_stall, harness_stall_s, lag_summary
+from loadtests.record.lag import (
+    DEFAULT_LAG_LIMIT_MS,
+    coarse_reads_s,
+    explained_by_stall,
+    harness_stall_s,
+    lag_summary,
+)
 from loadtests.record.recorder import REQUEST_SCHEMA, to_pandas
 
 DEFAULT_MAX_UNJUDGED_SHARE = 0.1
@@ -813,8 +819,10 @@ def _excused(bad: pd.DataFrame, resolution_s: float | None) -> pd.DataFrame:
 def _excused_detail(excused: pd.DataFrame) -> str:
     if excused.empty:
         return ""
-    worst = float(harness_stall_s(excused).max()) * 1000.0
+    coarse = coarse_reads_s(excused) * 1000.0
+    worst = float(harness_stall_s(excused).max()) * 1000.0 - coarse
+    read_at = f" and read at a {coarse:g} ms timing resolution (--timing-resolution-ms)" if coarse else ""
     return (
-        f"; {len(excused)} requests unjudged: the harness stalled up to {worst:.0f} ms while they were open, "
-        f"enough to explain their violation{_examples(excused)}"
+        f"; {len(excused)} requests unjudged: the harness stalled up to {worst:.0f} ms while they were open"
+        f"{read_at}, enough to explain their violation{_examples(excused)}"
     )

@@ -48,7 +48,7 @@ from loadtests.judge.gates import (
 )
 from loadtests.judge.keep_alive import interval_line
 from loadtests.record.figures import PERCENTILES, count_500s, http_500, inband_500, judged, quantiles
-from loadtests.record.lag import lag_summary
+from loadtests.record.lag import lag_summary, timing_resolution_s
 from loadtests.record.run_dir import RunDir
 from loadtests.record.server_metrics import increase
 
@@ -455,10 +455,12 @@ class Summary:
         lines += self.causes_lines()
         lag = self.harness_lag_ms
         if lag is not None and lag.p99 is not None:
+            coarse_ms = timing_resolution_s(self.settings) * 1000.0
+            coalesced = f", plus reads coalesced to {coarse_ms:g} ms (--timing-resolution-ms)" if coarse_ms else ""
             lines.append(
-                f"timing: good to {lag.p99:.1f} ms (the harness's event-loop lag p99 while streams were open, "
-                f"max {lag.max or 0.0:.1f} ms; a request open during a stall longer than a gate's tolerance is "
-                "unjudged by it, not failed)"
+                f"timing: good to {lag.p99 + coarse_ms:.1f} ms (the harness's event-loop lag p99 while streams were "
+                f"open, max {lag.max or 0.0:.1f} ms{coalesced}; a request open during a stall longer than a gate's "
+                "tolerance is unjudged by it, not failed)"
             )
         return lines + [gate.line() for gate in self.gates if not gate_is_noise(gate, self.point_names)]
 

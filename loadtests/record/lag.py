@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gevent
@@ -147,6 +147,10 @@ def while_streams_open(lag: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFram
 STALLED_COLUMN = "harness_stalled_s"
 """The column ``stalled_while_open`` fills on the requests a run is judged on (not stored in
 requests.parquet: it is derived from lag.parquet each time)."""
+RESOLUTION_COLUMN = "harness_resolution_s"
+"""The column ``timing_resolution_s`` of the run's settings fills on the requests a run is judged on,
+when the run read at a coarser timing resolution than every receive (``--timing-resolution-ms``):
+a frame's stamp may then be up to that late. Not stored; absent (0) at the default resolution."""
 STALL_FLOOR_S = 0.05
 """A wake at least this late counts as a stall in ``stalled_while_open``: far above the loop's
 ordinary jitter (p99 of 1 to 26 ms, quiet box to busy one), below the shortest timing tolerance
@@ -190,22 +194,42 @@ def stalled_while_open(requests: pd.DataFrame, lag: pd.DataFrame | None) -> pd.S
 def harness_stall_s(rows: pd.DataFrame) -> pd.Series:
     """Per row, how much of its time the harness could not see: its worst single stall
     (``harness_lag_max_s``, measured as it ran) or, when larger, all its stalls of at least
-    ``STALL_FLOOR_S`` added up (``harness_stalled_s``, added when the run is judged); 0 where
-    nothing was measured."""
+    ``STALL_FLOOR_S`` added up (``harness_stalled_s``, added when the run is judged), plus the
+    timing resolution the run read at (``harness_resolution_s``, when it asked for one); 0 where
+    nothing was measured. Every timing tolerance goes through this: a coarser resolution widens
+    each by itself, and the default resolution (0) changes nothing."""
     if "harness_lag_max_s" in rows.columns:
         worst = pd.to_numeric(rows["harness_lag_max_s"], errors="coerce").astype("float64").fillna(0.0)
     else:
         worst = pd.Series(0.0, index=rows.index, dtype="float64")
     if STALLED_COLUMN in rows.columns:
         worst = worst.combine(pd.to_numeric(rows[STALLED_COLUMN], errors="coerce").fillna(0.0), max)
+    if RESOLUTION_COLUMN in rows.columns:
+        worst = worst + pd.to_numeric(rows[RESOLUTION_COLUMN], errors="coerce").fillna(0.0).clip(lower=0.0)
     return worst
+
+
+def coarse_reads_s(rows: pd.DataFrame) -> float:
+    """The timing resolution ``rows`` were read at (``harness_resolution_s``), 0 at the default."""
+    if RESOLUTION_COLUMN not in rows.columns or rows.empty:
+        return 0.0
+    return float(pd.to_numeric(rows[RESOLUTION_COLUMN], errors="coerce").fillna(0.0).max())
+
+
+def timing_resolution_s(settings: Mapping[str, Any]) -> float:
+    """The timing resolution recorded in a run's settings (``timing_resolution_ms``), in seconds: 0
+    for a run recorded before the option, or any value that is no finite number >= 0."""
+    value = settings.get("timing_resolution_ms")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        return 0.0
+    return float(value) / 1000.0
 
 
 def explained_by_stall(rows: pd.DataFrame, miss_s: float | pd.Series) -> pd.Series:
     """The one rule for a timing the harness may have moved, which every timing gate and the cause
-    rule read: per row, True when the harness stalled (``harness_stall_s``) at least ``miss_s``
-    seconds while it was open, so a figure that misses its rule by up to ``miss_s`` may be the
-    harness's doing (a stamp taken late), not the server's or the proxy's."""
+    rule read: per row, True when the harness stalled (``harness_stall_s``, its timing resolution
+    included) at least ``miss_s`` seconds while it was open, so a figure that misses its rule by up
+    to ``miss_s`` may be the harness's doing (a stamp taken late), not the server's or the proxy's."""
     return (harness_stall_s(rows) >= miss_s).astype(bool)
 
 

@@ -99,8 +99,9 @@ def _rate(count: int, summary: Summary) -> float:
     return count / summary.requests_judged if summary.requests_judged else 0.0
 
 
-COMPARABLE_SETTINGS = ("proxy", "proxy_read_timeout", "keep_alive_interval", "open_loop")
-"""The settings two runs must share to be compared: how the load was made and measured. The server
+COMPARABLE_SETTINGS = ("proxy", "proxy_read_timeout", "keep_alive_interval", "open_loop", "timing_resolution_ms")
+"""The settings two runs must share to be compared: how the load was made and measured (the timing
+resolution too: reads coalesced to 5 ms move a 4 ms TTFT p50 by more than any threshold). The server
 may differ (another build, another host, injected faults): comparing servers is what compare is
 for, so a keep-alive interval a run inferred from its server's comments (or did not know) is not
 held. Duration and prompt sizing may differ too: the figures are rates and percentiles."""

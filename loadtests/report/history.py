@@ -29,7 +29,8 @@ baselines (the median is robust to one bad night).
 A flag survives the harness's own measurement error: a timing figure's move must also exceed how far
 the harness's timing error could move it (``Flag.timing_error``): the night's event-loop lag plus its
 baseline nights' median lag (p99 for TTFT and gap percentiles, the longest stall for the longest
-silence, over the keep-alive interval). A move within it is kept in ``within_timing_error``, shown,
+silence, over the keep-alive interval), each night's lag plus the timing resolution it read at
+(``--timing-resolution-ms``, 0 by default). A move within it is kept in ``within_timing_error``, shown,
 never a regression. And a figure's ``subject`` says whom it describes: the server's regressions fail
 a nightly job (``fails_the_job``: on a series' newest night, or any with ``--fail-on-any``); the
 harness's own (loop lag, its memory) are shown as harness changes, which a slower box makes, and
@@ -56,12 +57,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 
 from loadtests.base.safe_text import redacted_url
 from loadtests.errors import ManifestError, SummaryError, UnreadableTable
 from loadtests.judge.summary import TOKEN_GAP, Summary, keepalive_per_stream, spread
 from loadtests.record.figures import TOKEN_GAP_COLUMNS, token_gaps
+from loadtests.record.lag import timing_resolution_s
 from loadtests.record.run_dir import Manifest, RunDir
 
 Worse = Literal["up", "down"]
@@ -126,10 +129,14 @@ NIGHT_COLUMNS: tuple[str, ...] = (
     "keep_alive_interval_s",
     "longest_silence_s",
     "harness_lag_max_ms",  # the longest event-loop stall: how far the longest silence may be the harness's
+    "timing_resolution_ms",  # --timing-resolution-ms: how far coalesced reads may move any timing (0: none)
 )
 """The columns of ``History.nights`` that are not figures, in order."""
 OPTIONAL_NIGHT_COLUMNS = ("harness_lag_max_ms",)
 """Night columns an earlier history.parquet may lack: read as NaN (no timing error known)."""
+ZERO_BEFORE_NIGHT_COLUMNS = ("timing_resolution_ms",)
+"""Night columns an earlier history.parquet may lack that were 0 for every run before them: every
+run read each receive as it came until ``--timing-resolution-ms`` existed."""
 
 
 BASELINE_COLUMNS: tuple[str, ...] = (
@@ -165,8 +172,9 @@ class Flag:
     timing_error: float = math.nan
     """How far the harness's own timing error could have moved the figure (in its unit): the
     night's event-loop lag plus its baseline's (p99 for a percentile, the longest stall for the
-    longest silence). A move within it is no regression (``History.within_timing_error``); NaN for a
-    figure no timing error moves, or a night whose lag is unknown."""
+    longest silence), each with the timing resolution its reads were coalesced to. A move within
+    it is no regression (``History.within_timing_error``); NaN for a figure no timing error moves,
+    or a night whose lag is unknown."""
 
 
 @dataclass(frozen=True)
@@ -311,7 +319,7 @@ def _joined(carried: list[pd.DataFrame], rows: list[dict[str, Any]]) -> pd.DataF
         nights[column] = pd.to_numeric(nights[column], errors="coerce").astype("float64")
     for column in ("requests", "judged"):
         nights[column] = pd.to_numeric(nights[column], errors="coerce").astype("Int64")
-    for column in ("keep_alive_interval_s", "longest_silence_s", "harness_lag_max_ms"):
+    for column in ("keep_alive_interval_s", "longest_silence_s", "harness_lag_max_ms", "timing_resolution_ms"):
         nights[column] = pd.to_numeric(nights[column], errors="coerce").astype("float64")
     return nights
 
@@ -325,6 +333,9 @@ def _carried(path: Path) -> pd.DataFrame | LeftOut:
     for column in OPTIONAL_NIGHT_COLUMNS:
         if column not in table.columns:
             table[column] = math.nan
+    for column in ZERO_BEFORE_NIGHT_COLUMNS:
+        if column not in table.columns:
+            table[column] = 0.0
     missing = [column for column in NIGHT_COLUMNS if column not in table.columns]
     if missing:
         return LeftOut(str(path), f"not a history table (no {', '.join(missing[:3])} column)")
@@ -413,6 +424,7 @@ def _night(run: RunDir, manifest: Manifest | None, summary: Summary, version: st
     lag = summary.harness_lag_ms
     night["harness_lag_p99_ms"] = _number(lag.p99 if lag is not None else None)
     night["harness_lag_max_ms"] = _number(lag.max if lag is not None else None)
+    night["timing_resolution_ms"] = timing_resolution_s(settings) * 1000.0
     metrics = (
         summary.server_metrics if summary.server_metrics is not None and summary.server_metrics.available else None
     )
@@ -556,8 +568,12 @@ def _timing_errors(group: pd.DataFrame, kind: str, window: int) -> list[float]:
     between that night and its baseline: the night's lag plus the median lag of its previous
     ``window`` nights (each side is good only to its own lag), in the figure's unit. The lag is the
     p99 for a percentile, the longest stall for the longest silence (over the keep-alive interval,
-    as that figure is). NaN where a night's lag is unknown: nothing is then excused."""
+    as that figure is), each night's plus the timing resolution it read at (``timing_resolution_ms``:
+    coalesced reads may move any stamp by that much). NaN where a night's lag is unknown: nothing is
+    then excused."""
     lag_ms = group["harness_lag_p99_ms" if kind == "percentile" else "harness_lag_max_ms"].to_numpy(dtype="float64")
+    if "timing_resolution_ms" in group.columns:
+        lag_ms = lag_ms + np.nan_to_num(group["timing_resolution_ms"].to_numpy(dtype="float64"), nan=0.0)
     per = group["keep_alive_interval_s"].to_numpy(dtype="float64") if kind == "longest" else None
     errors: list[float] = []
     for index, lag in enumerate(lag_ms):

@@ -67,6 +67,7 @@ from loadtests.base.ports import own_master_port
 from loadtests.base.safe_text import printable, redacted_url, url_origin
 from loadtests.client import kernel_stamps as arrival_clock
 from loadtests.client import tls
+from loadtests.client.body_mux import body_mux
 from loadtests.client.preflight import base_url, preflight
 from loadtests.declare.options import add_locust_options, check_locust_options, check_run_time, given_run_time
 from loadtests.declare.scenario import RunSettings, Scenario
@@ -632,6 +633,7 @@ class RunController:
             as_given = copy.copy(options)
             as_given.host = self._given_host  # the form's host field is the test's target, not --host
             settings = run_settings(self.scenario, as_given)
+            self.scenario.check(settings)  # the form's timing resolution against the gates' tolerances
             if state.settings is not None and _stack_of(settings) != _stack_of(state.settings):
                 self._restart_stack(environment, settings)
             state.settings = settings
@@ -945,7 +947,9 @@ def locust_counted(environment: Environment) -> int:
 
 def _read_streams_as_told(environment: Environment) -> None:
     """The options by which this process's users read and record a stream, as they stand: at init,
-    and again as each test starts, where the web UI's form may have changed them (``Option.form``)."""
+    and again as each test starts, where the web UI's form may have changed them (``Option.form``).
+    Every process applies them: one alone, the master, and each worker, whose options come from
+    its spawn message (the timing resolution its raw bodies are read at, ``BodyMux.set_resolution``)."""
     options = _options(environment)
     state = run_state(environment)
     state.client_idle_timeout = options.client_idle_timeout
@@ -954,6 +958,7 @@ def _read_streams_as_told(environment: Environment) -> None:
     state.max_line_bytes = options.max_line_bytes
     state.max_slot_holders = options.max_slot_holders
     state.read_server_gauges = not options.no_server_metrics
+    body_mux().set_resolution((getattr(options, "timing_resolution_ms", None) or 0.0) / 1000.0)
     for user_class in environment.user_classes:
         if issubclass(user_class, FastHttpUser):
             user_class.network_timeout = options.client_idle_timeout

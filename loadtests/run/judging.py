@@ -69,7 +69,13 @@ from loadtests.judge.summary import (
     summarize,
 )
 from loadtests.record import figures
-from loadtests.record.lag import STALLED_COLUMN, stalled_while_open, while_streams_open
+from loadtests.record.lag import (
+    RESOLUTION_COLUMN,
+    STALLED_COLUMN,
+    stalled_while_open,
+    timing_resolution_s,
+    while_streams_open,
+)
 from loadtests.record.live_metrics import FAILING, NOT_JUDGED, PASSING
 from loadtests.record.run_dir import RunDir, RunRecord, parts_problem
 from loadtests.record.server_metrics import server_metrics_summary
@@ -208,7 +214,7 @@ def judge(record: RunRecord, options: JudgeOptions | None = None, *, html: bool 
     told = options or JudgeOptions()
     previous = _previous_checked(record)
     account = _account(record, previous, told)
-    tables = _tables(record, account.lost_rows)
+    tables = _tables(record, account.lost_rows, account.settings)
     if html:  # the report reads every frame: an inferred keep-alive interval reads them from the same table
         record.frames  # noqa: B018
     gates, settings = _with_inferred_interval(record, account.gates, account.settings)
@@ -280,7 +286,7 @@ def judge_so_far(record: RunRecord, gates: Sequence[Gate], settings: dict[str, A
     and figures (the web UI's tab shows it); it writes nothing and reads no frames unless the
     keep-alive interval is to be inferred. ``settings`` are the run's as recorded, ``point`` its
     gates' names declared to be its point."""
-    tables = _tables(record, None)
+    tables = _tables(record, None, settings)
     gates, settings = _with_inferred_interval(record, list(gates), settings)
     results = evaluate(tables, gates, float(settings.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE)))
     summary = summarize(
@@ -322,11 +328,16 @@ def _columns(frames: pd.DataFrame | None, columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(columns=columns) if frames is None else frames[columns]
 
 
-def _tables(record: RunRecord, lost_rows: dict[str, dict[str, Any]] | None) -> RunTables:
+def _tables(record: RunRecord, lost_rows: dict[str, dict[str, Any]] | None, settings: dict[str, Any]) -> RunTables:
     """The run's tables as its gates read them: every request (with how long the harness stalled
-    while it was open), the lag samples taken while streams were open, the memory samples."""
+    while it was open, and the timing resolution it read at when the run asked for one: every
+    timing tolerance allows for both), the lag samples taken while streams were open, the memory
+    samples."""
     requests, lag = record.requests, record.lag
+    resolution = timing_resolution_s(settings)
     stalled = requests.assign(**{STALLED_COLUMN: stalled_while_open(requests, lag)})
+    if resolution:
+        stalled[RESOLUTION_COLUMN] = resolution
     return RunTables(stalled, while_streams_open(lag, requests), record.resources, lost_rows or None)
 
 

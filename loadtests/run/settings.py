@@ -31,12 +31,13 @@ __all__ = ["api_key_in_server_args", "recorded_server_args", "recorded_settings"
 
 
 def run_settings(scenario: Scenario, options: Namespace) -> RunSettings:
-    """The run's settings from its parsed options: its stack (``_stack_settings``) and the TLS
-    trust of its clients."""
+    """The run's settings from its parsed options: its stack (``_stack_settings``), the TLS trust
+    of its clients and the timing resolution they read at."""
     return dataclasses.replace(
         _stack_settings(scenario, options),
         ca_cert=getattr(options, "ca_cert", None),
         insecure=bool(getattr(options, "insecure", False)),
+        timing_resolution_ms=float(getattr(options, "timing_resolution_ms", None) or 0.0),
     )
 
 
