@@ -85,7 +85,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,11 +102,12 @@ from sse_user_throughput import (  # noqa: E402
     capacity_phase,
     compare_capacity,
     print_capacity,
+    print_memory_by_type,
     raise_fd_limit,
     start_server,
 )
 
-FULL_STREAMS = (1000, 5000, 10000, 15000)
+FULL_STREAMS = (1000, 5000, 10000, 15000, 20000)
 QUICK = {"streams": "100,200", "workers": "2", "aggregation_seconds": 5, "api_server_count": 1}
 SPAWN_RATE = 1000.0
 """Users started per second: fast enough that every stream is open before the first one ends."""
@@ -114,6 +115,13 @@ SILENCE_AFTER_SPAWN_MS = 5000.0
 TOKENS = 4
 ITL_MS = 1000.0
 FD_HEADROOM = 1024
+"""Open files asked beyond one a stream (``raise_fd_limit``)."""
+BASE_FDS_ALLOWANCE = 64
+"""Files the load-generator process holds besides its streams' sockets, with room to spare: std
+streams, libev's epoll and eventfd, the body mux's epoll, the stamping socket, the server's
+stdin pipe... (printed per step as "files open before the first user": 20-30 here)."""
+MEMORY_STREAMS = 1000
+"""``--memory-by-type``: streams open when the allocations are counted."""
 
 AGGREGATION_SCENARIO = textwrap.dedent(
     """
@@ -140,17 +148,30 @@ def ladder_settings(streams: int, api_server_count: int) -> CapacitySettings:
     return CapacitySettings(streams, SPAWN_RATE, TOKENS, ttft_ms, ITL_MS, 1.0, timeout_s, extra, split_cpus=True)
 
 
-def ladder(counts: list[int], api_server_count: int) -> list[dict[str, Any]]:
+def streams_that_fit(fd_limit: int) -> int:
+    """The most streams one load-generator process opens under ``fd_limit`` open files."""
+    return max(1, fd_limit - BASE_FDS_ALLOWANCE)
+
+
+def ladder(counts: list[int], api_server_count: int, fd_limit: int) -> list[dict[str, Any]]:
     rows = []
-    for streams in counts:
+    for asked in counts:
+        streams = min(asked, streams_that_fit(fd_limit))
         settings = ladder_settings(streams, api_server_count)
         print(f"\n== {streams} streams in one load-generator process ==")
+        if streams < asked:
+            print(
+                f"(asked for {asked}: the open-files limit {fd_limit} could not be raised, and it fits {streams} "
+                f"streams beside the process's own {BASE_FDS_ALLOWANCE} files)"
+            )
         figures = compare_capacity(capacity_phase(settings), settings)
         print_capacity(figures, settings)
         frames = max(figures["frames_recorded"], 1)
         rows.append(
             {
                 "streams": streams,
+                "asked": asked,
+                "fds_before": figures["fds_before"],
                 "exact": figures["ok"],
                 "mismatches": figures["mismatches"],
                 "peak_open": figures["peak_open_harness"],
@@ -163,6 +184,18 @@ def ladder(counts: list[int], api_server_count: int) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def memory_by_type(api_server_count: int) -> dict[str, Any]:
+    """``MEMORY_STREAMS`` streams opened with the load generator's allocations traced: what one
+    stream costs, by type and by allocating module (not a ladder step: tracing slows the spawn)."""
+    settings = replace(ladder_settings(MEMORY_STREAMS, api_server_count), memory_by_type=True)
+    print(f"\n== memory by type: {MEMORY_STREAMS} streams, allocations traced ==")
+    figures = compare_capacity(capacity_phase(settings), settings)
+    print_capacity(figures, settings)
+    breakdown: dict[str, Any] = figures["memory_by_type"]
+    print_memory_by_type(breakdown)
+    return breakdown
 
 
 def print_ladder(rows: list[dict[str, Any]]) -> None:
@@ -294,6 +327,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--workers", type=_counts_or_none, default=[2, 4], help="B: worker counts (default 2,4; '' skips B)"
     )
     parser.add_argument("--aggregation-seconds", type=int, default=20, help="B: seconds per run (default 20)")
+    parser.add_argument(
+        "--memory-by-type",
+        action="store_true",
+        help=f"A: first open {MEMORY_STREAMS} streams with tracemalloc on, and print what a stream holds by type",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     if parser.parse_known_args(argv)[0].quick:
         quick = {key: _counts(value) if isinstance(value, str) else value for key, value in QUICK.items()}
@@ -303,9 +341,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
-    print(f"sse-soak scale benchmark; open-files limit {raise_fd_limit(max(options.streams) + FD_HEADROOM)}")
+    fd_limit = raise_fd_limit(max(options.streams) + FD_HEADROOM)
+    print(f"sse-soak scale benchmark; open-files limit {fd_limit} (hard limit raised where permitted)")
+    memory: dict[str, Any] = {}
     try:
-        ladder_rows = ladder(options.streams, options.api_server_count)
+        if options.memory_by_type:
+            memory = memory_by_type(options.api_server_count)
+        ladder_rows = ladder(options.streams, options.api_server_count, fd_limit)
         print_ladder(ladder_rows)
         aggregation_rows = []
         with tempfile.TemporaryDirectory(prefix="sse-bench-scale-") as directory:
@@ -318,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if options.json is not None:
-        figures = {"streams": ladder_rows, "aggregation": aggregation_rows}
+        figures = {"streams": ladder_rows, "aggregation": aggregation_rows, "memory_by_type": memory}
         options.json.write_text(json.dumps(figures, indent=2) + "\n")
     exact = all(row["exact"] for row in ladder_rows) and all(row["lost_rows"] == 0 for row in aggregation_rows)
     median_lag = statistics.median(row["lag_p99_ms"] for row in ladder_rows) if ladder_rows else float("nan")
