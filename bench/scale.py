@@ -4,14 +4,15 @@ Why this exists: a nightly soak at production concurrency needs to know how many
 Locust worker process can hold with every frame counted, and whether the master that gathers
 every worker's rows keeps up. Two parts:
 
-A) Streams per worker process: for each count in ``--streams`` (default 1,000, 5,000, 10,000 and
-15,000, within this machine's 20,000 open-files hard limit), one load-generator process opens that
-many ``SSEUser`` streams at once against the bundled server (run with ``--api-server-count`` so that
-the server is not the bottleneck), each silent for a long prefill with keep-alive every second and
-then a few slow tokens; every request id's recorded frames are compared with the server's
-``--trace-file`` (``sse_user_throughput.py``'s capacity phase, reused as it is). Per count: streams
-exact (mismatching requests, must be 0), peak open at once, peak RSS and KiB per stream, CPU ms per
-thousand frames, and the harness's own event-loop lag (p99, max) while the streams were open.
+A) Streams per worker process: for each count in ``--streams`` (default 1,000, 5,000, 10,000, 15,000
+and 20,000; a count above what the open-files limit fits is cut to that, said when run), one
+load-generator process opens that many ``SSEUser`` streams at once against the bundled server (run
+with ``--api-server-count`` so that the server is not the bottleneck), each silent for a long
+prefill with keep-alive every second and then a few slow tokens; every request id's recorded frames
+are compared with the server's ``--trace-file`` (``sse_user_throughput.py``'s capacity phase, reused
+as it is). Per count: streams exact (mismatching requests, must be 0), peak open at once, peak RSS
+and KiB per stream, CPU ms per thousand frames, and the harness's own event-loop lag (p99, max)
+while the streams were open.
 Targets (issue 28): 15,000 streams in one worker with exact counts under 1 GiB; lag p99 under 10 ms
 at 5,000.
 
@@ -70,6 +71,39 @@ the body receiver)::
         5000              91.4     41.4         18.8                            74.3     18.7         10.3
        10000              87.9    110.4        112.8                            57.3     45.3         26.3
        15000              76.0    187.8        108.9                            61.5     92.8         56.0
+
+20,000 streams (issue 38): one socket a stream, and the load-generator process holds a few files
+more (5 before the first user; the epolls, eventfd and stamping socket come with the first stream),
+so 20,000 need an open-files limit above this machine's 20,000. ``raise_fd_limit`` raises the hard
+limit only where the process may (CAP_SYS_RESOURCE; never past ``fs.nr_open``, 1,048,576 here); this
+machine's root runs without that capability (``prlimit`` is refused too), so the step runs the
+streams that fit, the limit less ``BASE_FDS_ALLOWANCE`` (64): 19,936, and says so. Two runs,
+2026-12-07 12:12 and 12:23 UTC, ``--streams 20000 --workers ''``, with the box under 85-94% CPU
+pressure from other work on both cores (``/proc/pressure/cpu``)::
+
+     streams  exact peak open peak RSS MiB KiB/stream CPU ms/1k frames lag p99 ms lag max ms p99 after spawn
+       19936     NO     19936          729       29.7             62.7      565.6     2406.3           645.6
+       19936     NO     19936          692       27.8             83.3      282.9     2892.8           284.6
+
+Not exact, and not the load generator's doing alone: the server (two processes on core 0) never
+held more than 5,715 and 4,129 streams open by its own trace, 1,691 and 4,164 requests failed to
+connect within 10 s, and 4,183 and 5,084 were still waiting for their first byte when the run's
+time was up. The load generator used 21-23% of its core over the run, so its lag was mostly time
+spent waiting for the CPU. A control right after, 10,000 streams at 12:28 UTC (exact on a quiet box,
+above): 683 requests failed to connect, the server held at most 4,174 open, lag p99 89.7 ms at 20%
+of a core: the box, not the count. Every frame the server sent to a stream that got its answer was
+recorded. Under 1 GiB (692-729 MiB, 28-30 KiB a stream) held even so. A quiet box still has to show
+20,000 exact with a lag p99 under 10 ms; at 15,000 a keep-alive a second is already 15,000 frames a
+second for each side.
+
+``--memory-by-type`` first opens 1,000 streams with ``tracemalloc`` on and prints what they hold.
+At 12:23 UTC: Python's allocations 18 MiB (about 18 KiB a stream, fixed costs included); by type,
+per stream, 3 deques (2.3 KiB), 8 dicts (1.9 KiB), 7.7 lists (1.8 KiB), 18.6 tuples (1.3 KiB), 4
+``Headers`` (0.8 KiB), 6 frames of suspended Python code, one ``StreamTracker``; by allocating
+module, gevent's pool and threadpool, geventhttpclient's connection pool, user agent and client and
+Locust's ``FastHttpSession`` lead (1.2-4.2 KiB each), ``loadtests/load/users.py`` 1.4 KiB: each
+user's own HTTP client and pool is the largest Python share. The rest of the RSS is greenlet stacks
+and the allocator's own.
 
 ``--quick`` proves the script works in seconds (A at 100 and 200 streams, B with 2 workers for 5 s);
 its figures say nothing about scale. Run it in full on an otherwise idle machine: it uses both cores.
