@@ -96,6 +96,21 @@ recorded. Under 1 GiB (692-729 MiB, 28-30 KiB a stream) held even so. A quiet bo
 20,000 exact with a lag p99 under 10 ms; at 15,000 a keep-alive a second is already 15,000 frames a
 second for each side.
 
+What held the loop besides the box: the collector. Each step prints its garbage collections by
+generation. At 19,936 streams (12:35 UTC, same busy box) two full collections, each traversing the
+million-odd objects of the open streams, took 3.3 s, the longest 2,183 ms: the run's lag max
+(2,212.8 ms). So the load generator now freezes what is alive (``gc.freeze``, a list splice) every
+0.5 s while users start and once they all have (``CapacitySettings.freeze_open_streams``;
+``--no-freeze`` for the before). One run each, 12:35 and 12:38 UTC, pressure 81-99% (not
+alternated: read the direction, not the size)::
+
+                 full GCs  their time  middle GCs (longest)  lag p99 ms  lag max ms  p99 after spawn
+    --no-freeze         2     3329 ms      263 (379.5 ms)        190.4      2212.8            158.9
+    freeze              0        0 ms      244 (205.6 ms)        137.7       751.8            125.6
+
+The middle collections' wall times include waits for the CPU (a young collection does not take
+159 ms of CPU); on a quiet box they are to be measured again.
+
 ``--memory-by-type`` first opens 1,000 streams with ``tracemalloc`` on and prints what they hold.
 At 12:23 UTC: Python's allocations 18 MiB (about 18 KiB a stream, fixed costs included); by type,
 per stream, 3 deques (2.3 KiB), 8 dicts (1.9 KiB), 7.7 lists (1.8 KiB), 18.6 tuples (1.3 KiB), 4
@@ -171,7 +186,7 @@ AGGREGATION_SCENARIO = textwrap.dedent(
 """Short streams, one after another per user: rows as fast as the workers can make them."""
 
 
-def ladder_settings(streams: int, api_server_count: int) -> CapacitySettings:
+def ladder_settings(streams: int, api_server_count: int, freeze: bool = True) -> CapacitySettings:
     """``streams`` slow streams, all open at once: silent until every one has started, then 4 tokens."""
     spawn_s = streams / SPAWN_RATE
     ttft_ms = 1000 * spawn_s + SILENCE_AFTER_SPAWN_MS
@@ -179,7 +194,9 @@ def ladder_settings(streams: int, api_server_count: int) -> CapacitySettings:
     extra: tuple[str, ...] = ()
     if api_server_count > 1:  # slots to spare: each process queues on its own, and connections spread unevenly
         extra = ("--api-server-count", str(api_server_count), "--max-num-seqs", str(2 * streams))
-    return CapacitySettings(streams, SPAWN_RATE, TOKENS, ttft_ms, ITL_MS, 1.0, timeout_s, extra, split_cpus=True)
+    return CapacitySettings(
+        streams, SPAWN_RATE, TOKENS, ttft_ms, ITL_MS, 1.0, timeout_s, extra, split_cpus=True, freeze_open_streams=freeze
+    )
 
 
 def streams_that_fit(fd_limit: int) -> int:
@@ -187,11 +204,11 @@ def streams_that_fit(fd_limit: int) -> int:
     return max(1, fd_limit - BASE_FDS_ALLOWANCE)
 
 
-def ladder(counts: list[int], api_server_count: int, fd_limit: int) -> list[dict[str, Any]]:
+def ladder(counts: list[int], api_server_count: int, fd_limit: int, freeze: bool = True) -> list[dict[str, Any]]:
     rows = []
     for asked in counts:
         streams = min(asked, streams_that_fit(fd_limit))
-        settings = ladder_settings(streams, api_server_count)
+        settings = ladder_settings(streams, api_server_count, freeze)
         print(f"\n== {streams} streams in one load-generator process ==")
         if streams < asked:
             print(
@@ -215,6 +232,7 @@ def ladder(counts: list[int], api_server_count: int, fd_limit: int) -> list[dict
                 "lag_p99_ms": figures["lag_p99_ms"],
                 "lag_max_ms": figures["lag_max_ms"],
                 "lag_p99_after_spawn_ms": figures["lag_p99_after_spawn_ms"],
+                "collections": figures["collections"],
             }
         )
     return rows
@@ -362,6 +380,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--aggregation-seconds", type=int, default=20, help="B: seconds per run (default 20)")
     parser.add_argument(
+        "--no-freeze",
+        action="store_true",
+        help="A: leave the open streams' objects to the collector (no gc.freeze while users start): the before",
+    )
+    parser.add_argument(
         "--memory-by-type",
         action="store_true",
         help=f"A: first open {MEMORY_STREAMS} streams with tracemalloc on, and print what a stream holds by type",
@@ -381,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if options.memory_by_type:
             memory = memory_by_type(options.api_server_count)
-        ladder_rows = ladder(options.streams, options.api_server_count, fd_limit)
+        ladder_rows = ladder(options.streams, options.api_server_count, fd_limit, not options.no_freeze)
         print_ladder(ladder_rows)
         aggregation_rows = []
         with tempfile.TemporaryDirectory(prefix="sse-bench-scale-") as directory:
