@@ -150,6 +150,7 @@ from sse_user_throughput import (  # noqa: E402
     CapacitySettings,
     capacity_phase,
     compare_capacity,
+    may_raise_hard_limits,
     print_capacity,
     print_memory_by_type,
     raise_fd_limit,
@@ -399,7 +400,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     fd_limit = raise_fd_limit(max(options.streams) + FD_HEADROOM)
-    print(f"sse-soak scale benchmark; open-files limit {fd_limit} (hard limit raised where permitted)")
+    print(f"sse-soak scale benchmark; open-files limit {fd_limit}")
+    privileged = "may" if may_raise_hard_limits() else "may not (no CAP_SYS_RESOURCE)"
+    print(f"(this process {privileged} raise its hard limit; a step above what the limit fits is cut)")
     memory: dict[str, Any] = {}
     try:
         if options.memory_by_type:
