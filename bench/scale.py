@@ -4,14 +4,15 @@ Why this exists: a nightly soak at production concurrency needs to know how many
 Locust worker process can hold with every frame counted, and whether the master that gathers
 every worker's rows keeps up. Two parts:
 
-A) Streams per worker process: for each count in ``--streams`` (default 1,000, 5,000, 10,000 and
-15,000, within this machine's 20,000 open-files hard limit), one load-generator process opens that
-many ``SSEUser`` streams at once against the bundled server (run with ``--api-server-count`` so that
-the server is not the bottleneck), each silent for a long prefill with keep-alive every second and
-then a few slow tokens; every request id's recorded frames are compared with the server's
-``--trace-file`` (``sse_user_throughput.py``'s capacity phase, reused as it is). Per count: streams
-exact (mismatching requests, must be 0), peak open at once, peak RSS and KiB per stream, CPU ms per
-thousand frames, and the harness's own event-loop lag (p99, max) while the streams were open.
+A) Streams per worker process: for each count in ``--streams`` (default 1,000, 5,000, 10,000, 15,000
+and 20,000; a count above what the open-files limit fits is cut to that, said when run), one
+load-generator process opens that many ``SSEUser`` streams at once against the bundled server (run
+with ``--api-server-count`` so that the server is not the bottleneck), each silent for a long
+prefill with keep-alive every second and then a few slow tokens; every request id's recorded frames
+are compared with the server's ``--trace-file`` (``sse_user_throughput.py``'s capacity phase, reused
+as it is). Per count: streams exact (mismatching requests, must be 0), peak open at once, peak RSS
+and KiB per stream, CPU ms per thousand frames, and the harness's own event-loop lag (p99, max)
+while the streams were open.
 Targets (issue 28): 15,000 streams in one worker with exact counts under 1 GiB; lag p99 under 10 ms
 at 5,000.
 
@@ -71,6 +72,54 @@ the body receiver)::
        10000              87.9    110.4        112.8                            57.3     45.3         26.3
        15000              76.0    187.8        108.9                            61.5     92.8         56.0
 
+20,000 streams (issue 38): one socket a stream, and the load-generator process holds a few files
+more (5 before the first user; the epolls, eventfd and stamping socket come with the first stream),
+so 20,000 need an open-files limit above this machine's 20,000. ``raise_fd_limit`` raises the hard
+limit only where the process may (CAP_SYS_RESOURCE; never past ``fs.nr_open``, 1,048,576 here); this
+machine's root runs without that capability (``prlimit`` is refused too), so the step runs the
+streams that fit, the limit less ``BASE_FDS_ALLOWANCE`` (64): 19,936, and says so. Two runs,
+2026-12-07 12:12 and 12:23 UTC, ``--streams 20000 --workers ''``, with the box under 85-94% CPU
+pressure from other work on both cores (``/proc/pressure/cpu``)::
+
+     streams  exact peak open peak RSS MiB KiB/stream CPU ms/1k frames lag p99 ms lag max ms p99 after spawn
+       19936     NO     19936          729       29.7             62.7      565.6     2406.3           645.6
+       19936     NO     19936          692       27.8             83.3      282.9     2892.8           284.6
+
+Not exact, and not the load generator's doing alone: the server (two processes on core 0) never
+held more than 5,715 and 4,129 streams open by its own trace, 1,691 and 4,164 requests failed to
+connect within 10 s, and 4,183 and 5,084 were still waiting for their first byte when the run's
+time was up. The load generator used 21-23% of its core over the run, so its lag was mostly time
+spent waiting for the CPU. A control right after, 10,000 streams at 12:28 UTC (exact on a quiet box,
+above): 683 requests failed to connect, the server held at most 4,174 open, lag p99 89.7 ms at 20%
+of a core: the box, not the count. Every frame the server sent to a stream that got its answer was
+recorded. Under 1 GiB (692-729 MiB, 28-30 KiB a stream) held even so. A quiet box still has to show
+20,000 exact with a lag p99 under 10 ms; at 15,000 a keep-alive a second is already 15,000 frames a
+second for each side.
+
+What held the loop besides the box: the collector. Each step prints its garbage collections by
+generation. At 19,936 streams (12:35 UTC, same busy box) two full collections, each traversing the
+million-odd objects of the open streams, took 3.3 s, the longest 2,183 ms: the run's lag max
+(2,212.8 ms). So the load generator now freezes what is alive (``gc.freeze``, a list splice) every
+0.5 s while users start and once they all have (``CapacitySettings.freeze_open_streams``;
+``--no-freeze`` for the before). One run each, 12:35 and 12:38 UTC, pressure 81-99% (not
+alternated: read the direction, not the size)::
+
+                 full GCs  their time  middle GCs (longest)  lag p99 ms  lag max ms  p99 after spawn
+    --no-freeze         2     3329 ms      263 (379.5 ms)        190.4      2212.8            158.9
+    freeze              0        0 ms      244 (205.6 ms)        137.7       751.8            125.6
+
+The middle collections' wall times include waits for the CPU (a young collection does not take
+159 ms of CPU); on a quiet box they are to be measured again.
+
+``--memory-by-type`` first opens 1,000 streams with ``tracemalloc`` on and prints what they hold.
+At 12:23 UTC: Python's allocations 18 MiB (about 18 KiB a stream, fixed costs included); by type,
+per stream, 3 deques (2.3 KiB), 8 dicts (1.9 KiB), 7.7 lists (1.8 KiB), 18.6 tuples (1.3 KiB), 4
+``Headers`` (0.8 KiB), 6 frames of suspended Python code, one ``StreamTracker``; by allocating
+module, gevent's pool and threadpool, geventhttpclient's connection pool, user agent and client and
+Locust's ``FastHttpSession`` lead (1.2-4.2 KiB each), ``loadtests/load/users.py`` 1.4 KiB: each
+user's own HTTP client and pool is the largest Python share. The rest of the RSS is greenlet stacks
+and the allocator's own.
+
 ``--quick`` proves the script works in seconds (A at 100 and 200 streams, B with 2 workers for 5 s);
 its figures say nothing about scale. Run it in full on an otherwise idle machine: it uses both cores.
 """
@@ -85,7 +134,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +150,14 @@ from sse_user_throughput import (  # noqa: E402
     CapacitySettings,
     capacity_phase,
     compare_capacity,
+    may_raise_hard_limits,
     print_capacity,
+    print_memory_by_type,
     raise_fd_limit,
     start_server,
 )
 
-FULL_STREAMS = (1000, 5000, 10000, 15000)
+FULL_STREAMS = (1000, 5000, 10000, 15000, 20000)
 QUICK = {"streams": "100,200", "workers": "2", "aggregation_seconds": 5, "api_server_count": 1}
 SPAWN_RATE = 1000.0
 """Users started per second: fast enough that every stream is open before the first one ends."""
@@ -114,6 +165,13 @@ SILENCE_AFTER_SPAWN_MS = 5000.0
 TOKENS = 4
 ITL_MS = 1000.0
 FD_HEADROOM = 1024
+"""Open files asked beyond one a stream (``raise_fd_limit``)."""
+BASE_FDS_ALLOWANCE = 64
+"""Files the load-generator process holds besides its streams' sockets, with room to spare: std
+streams, libev's epoll and eventfd, the body mux's epoll, the stamping socket, the server's
+stdin pipe... (printed per step as "files open before the first user": 20-30 here)."""
+MEMORY_STREAMS = 1000
+"""``--memory-by-type``: streams open when the allocations are counted."""
 
 AGGREGATION_SCENARIO = textwrap.dedent(
     """
@@ -129,7 +187,7 @@ AGGREGATION_SCENARIO = textwrap.dedent(
 """Short streams, one after another per user: rows as fast as the workers can make them."""
 
 
-def ladder_settings(streams: int, api_server_count: int) -> CapacitySettings:
+def ladder_settings(streams: int, api_server_count: int, freeze: bool = True) -> CapacitySettings:
     """``streams`` slow streams, all open at once: silent until every one has started, then 4 tokens."""
     spawn_s = streams / SPAWN_RATE
     ttft_ms = 1000 * spawn_s + SILENCE_AFTER_SPAWN_MS
@@ -137,20 +195,35 @@ def ladder_settings(streams: int, api_server_count: int) -> CapacitySettings:
     extra: tuple[str, ...] = ()
     if api_server_count > 1:  # slots to spare: each process queues on its own, and connections spread unevenly
         extra = ("--api-server-count", str(api_server_count), "--max-num-seqs", str(2 * streams))
-    return CapacitySettings(streams, SPAWN_RATE, TOKENS, ttft_ms, ITL_MS, 1.0, timeout_s, extra, split_cpus=True)
+    return CapacitySettings(
+        streams, SPAWN_RATE, TOKENS, ttft_ms, ITL_MS, 1.0, timeout_s, extra, split_cpus=True, freeze_open_streams=freeze
+    )
 
 
-def ladder(counts: list[int], api_server_count: int) -> list[dict[str, Any]]:
+def streams_that_fit(fd_limit: int) -> int:
+    """The most streams one load-generator process opens under ``fd_limit`` open files."""
+    return max(1, fd_limit - BASE_FDS_ALLOWANCE)
+
+
+def ladder(counts: list[int], api_server_count: int, fd_limit: int, freeze: bool = True) -> list[dict[str, Any]]:
     rows = []
-    for streams in counts:
-        settings = ladder_settings(streams, api_server_count)
+    for asked in counts:
+        streams = min(asked, streams_that_fit(fd_limit))
+        settings = ladder_settings(streams, api_server_count, freeze)
         print(f"\n== {streams} streams in one load-generator process ==")
+        if streams < asked:
+            print(
+                f"(asked for {asked}: the open-files limit {fd_limit} could not be raised, and it fits {streams} "
+                f"streams beside the process's own {BASE_FDS_ALLOWANCE} files)"
+            )
         figures = compare_capacity(capacity_phase(settings), settings)
         print_capacity(figures, settings)
         frames = max(figures["frames_recorded"], 1)
         rows.append(
             {
                 "streams": streams,
+                "asked": asked,
+                "fds_before": figures["fds_before"],
                 "exact": figures["ok"],
                 "mismatches": figures["mismatches"],
                 "peak_open": figures["peak_open_harness"],
@@ -160,9 +233,22 @@ def ladder(counts: list[int], api_server_count: int) -> list[dict[str, Any]]:
                 "lag_p99_ms": figures["lag_p99_ms"],
                 "lag_max_ms": figures["lag_max_ms"],
                 "lag_p99_after_spawn_ms": figures["lag_p99_after_spawn_ms"],
+                "collections": figures["collections"],
             }
         )
     return rows
+
+
+def memory_by_type(api_server_count: int) -> dict[str, Any]:
+    """``MEMORY_STREAMS`` streams opened with the load generator's allocations traced: what one
+    stream costs, by type and by allocating module (not a ladder step: tracing slows the spawn)."""
+    settings = replace(ladder_settings(MEMORY_STREAMS, api_server_count), memory_by_type=True)
+    print(f"\n== memory by type: {MEMORY_STREAMS} streams, allocations traced ==")
+    figures = compare_capacity(capacity_phase(settings), settings)
+    print_capacity(figures, settings)
+    breakdown: dict[str, Any] = figures["memory_by_type"]
+    print_memory_by_type(breakdown)
+    return breakdown
 
 
 def print_ladder(rows: list[dict[str, Any]]) -> None:
@@ -294,6 +380,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--workers", type=_counts_or_none, default=[2, 4], help="B: worker counts (default 2,4; '' skips B)"
     )
     parser.add_argument("--aggregation-seconds", type=int, default=20, help="B: seconds per run (default 20)")
+    parser.add_argument(
+        "--no-freeze",
+        action="store_true",
+        help="A: leave the open streams' objects to the collector (no gc.freeze while users start): the before",
+    )
+    parser.add_argument(
+        "--memory-by-type",
+        action="store_true",
+        help=f"A: first open {MEMORY_STREAMS} streams with tracemalloc on, and print what a stream holds by type",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     if parser.parse_known_args(argv)[0].quick:
         quick = {key: _counts(value) if isinstance(value, str) else value for key, value in QUICK.items()}
@@ -303,9 +399,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
-    print(f"sse-soak scale benchmark; open-files limit {raise_fd_limit(max(options.streams) + FD_HEADROOM)}")
+    fd_limit = raise_fd_limit(max(options.streams) + FD_HEADROOM)
+    print(f"sse-soak scale benchmark; open-files limit {fd_limit}")
+    privileged = "may" if may_raise_hard_limits() else "may not (no CAP_SYS_RESOURCE)"
+    print(f"(this process {privileged} raise its hard limit; a step above what the limit fits is cut)")
+    memory: dict[str, Any] = {}
     try:
-        ladder_rows = ladder(options.streams, options.api_server_count)
+        if options.memory_by_type:
+            memory = memory_by_type(options.api_server_count)
+        ladder_rows = ladder(options.streams, options.api_server_count, fd_limit, not options.no_freeze)
         print_ladder(ladder_rows)
         aggregation_rows = []
         with tempfile.TemporaryDirectory(prefix="sse-bench-scale-") as directory:
@@ -318,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if options.json is not None:
-        figures = {"streams": ladder_rows, "aggregation": aggregation_rows}
+        figures = {"streams": ladder_rows, "aggregation": aggregation_rows, "memory_by_type": memory}
         options.json.write_text(json.dumps(figures, indent=2) + "\n")
     exact = all(row["exact"] for row in ladder_rows) and all(row["lost_rows"] == 0 for row in aggregation_rows)
     median_lag = statistics.median(row["lag_p99_ms"] for row in ladder_rows) if ladder_rows else float("nan")

@@ -80,7 +80,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -161,6 +161,16 @@ class CapacitySettings:
     """Run the server on the first CPU this process may use and the load generator on the others
     (``cpu_split``), so that the load generator's lag is its own, not the scheduler's sharing a CPU
     with the server; ignored with fewer than two CPUs."""
+    freeze_open_streams: bool = False
+    """Move every object alive to the collector's permanent generation (``gc.freeze``, a list splice:
+    no traversal) every ``FREEZE_EVERY_S`` while users are being started and once all are: the open
+    streams' objects then never pass through a middle or full collection, which at 20,000 streams
+    traverse over a million objects (a full one held the loop 2.2 s). What a frozen cycle holds is
+    freed only when the process ends: right for this bench's one stream per user, not for a soak."""
+    memory_by_type: bool = False
+    """Trace the load generator's allocations (``tracemalloc``) and count its objects by type, from
+    before the first user to the moment every stream is open: what a stream costs, by type and by
+    the module that allocated it (``MemoryByType``). Slows the spawn: its lag says nothing then."""
 
     def server_args(self, trace_file: Path) -> list[str]:
         return [
@@ -300,10 +310,16 @@ def new_environment(user_class: type[FastHttpUser], target: str) -> Any:
 
 
 def drive(
-    environment: Any, users: int, spawn_rate: float, timeout_s: float, spawned: list[float] | None = None
+    environment: Any,
+    users: int,
+    spawn_rate: float,
+    timeout_s: float,
+    spawned: list[float] | None = None,
+    after_spawn: Callable[[], None] | None = None,
 ) -> bool:
     """Start ``users`` users and wait until every one has stopped itself; False on timeout. The
-    monotonic time the last user was started is appended to ``spawned`` when given."""
+    monotonic time the last user was started is appended to ``spawned`` when given, and
+    ``after_spawn`` is called then (on the loop: the streams wait for it)."""
     runner = environment.create_local_runner()
     deadline = time.monotonic() + timeout_s
     try:
@@ -311,6 +327,8 @@ def drive(
         runner.spawning_greenlet.join(timeout=timeout_s)
         if spawned is not None:
             spawned.append(time.monotonic())
+        if after_spawn is not None:
+            after_spawn()
         return bool(runner.user_greenlets.join(timeout=max(0.0, deadline - time.monotonic())))
     finally:
         runner.quit()
@@ -365,6 +383,7 @@ def tally_sse_rows(rows: list[dict[str, Any]]) -> Counter[str]:
 
 
 def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
+    import gevent
     import psutil
 
     from loadtests.load.state import run_state
@@ -374,12 +393,30 @@ def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
     state = run_state(environment)
     state.prepared_mix(user_class.mix, target)
     rss_before = psutil.Process().memory_info().rss
+    fds_before = open_fds()
+    breakdown: dict[str, Any] = {}
+    measure = MemoryByType() if settings.memory_by_type else None
+    collections = CollectionTimes()
+    gc.callbacks.append(collections.note)
     state.lag.start()  # as in every run: the harness's own lag while the streams are open
     cpu_before, wall_before = time.process_time(), time.perf_counter()
     spawned: list[float] = []
-    finished = drive(environment, settings.users, settings.spawn_rate, settings.timeout_s, spawned)
+
+    def after_spawn() -> None:
+        if measure is not None:
+            breakdown.update(measure.since(settings.users))
+        if settings.freeze_open_streams:
+            gc.freeze()
+
+    freezer = gevent.spawn(_freeze_until, spawned) if settings.freeze_open_streams else None
+    try:
+        finished = drive(environment, settings.users, settings.spawn_rate, settings.timeout_s, spawned, after_spawn)
+    finally:
+        if freezer is not None:
+            freezer.kill()
     cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before
     state.lag.stop()
+    gc.callbacks.remove(collections.note)
     samples = state.lag.take("bench")
     lag_s = sorted(samples["lag_s"]) or [float("nan")]
     began = spawned[0] if spawned else float("inf")
@@ -390,12 +427,132 @@ def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
         "cpu_s": cpu,
         "wall_s": wall,
         "rss_before": rss_before,
+        "fds_before": fds_before,
+        "memory_by_type": breakdown,
+        "collections": collections.figures(),
         "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "lag_p99_ms": 1000 * _p99(lag_s),
         "lag_max_ms": 1000 * lag_s[-1],
         "lag_p99_after_spawn_ms": 1000 * _p99(after),
         "rows": [{name: row[name] for name in fields} for row in state.recorder.rows],
     }
+
+
+FREEZE_EVERY_S = 0.5
+"""How often the objects of the streams being opened are frozen (``CapacitySettings.freeze_open_streams``)."""
+
+
+def _freeze_until(spawned: list[float]) -> None:
+    """``gc.freeze()`` every ``FREEZE_EVERY_S`` until ``spawned`` says every user was started."""
+    import gevent
+
+    while not spawned:
+        gc.freeze()
+        gevent.sleep(FREEZE_EVERY_S)
+
+
+class CollectionTimes:
+    """The garbage collections of a run, by generation: how many, and how long the loop stood still
+    for them (wall time; the longest and the sum). A ``gc.callbacks`` entry: ``note``."""
+
+    def __init__(self) -> None:
+        self.began = 0.0
+        self.count = [0, 0, 0]
+        self.total_s = [0.0, 0.0, 0.0]
+        self.longest_s = [0.0, 0.0, 0.0]
+
+    def note(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.began = time.perf_counter()
+            return
+        generation, took = info["generation"], time.perf_counter() - self.began
+        self.count[generation] += 1
+        self.total_s[generation] += took
+        self.longest_s[generation] = max(self.longest_s[generation], took)
+
+    def figures(self) -> dict[str, list[float]]:
+        return {"count": list(self.count), "total_ms": [1000 * t for t in self.total_s],
+                "longest_ms": [1000 * t for t in self.longest_s]}  # fmt: skip
+
+
+class MemoryByType:
+    """What the load generator allocates between its creation and ``since``: Python objects by type
+    (``gc``: count and shallow bytes, from the objects tracked since ``settle_after_setup`` froze the
+    rest) and every Python allocation by the module that made it (``tracemalloc``, strings and bytes
+    included). A greenlet's saved C stack and the kernel's socket buffers are in neither: RSS less
+    the traced total is that, and the interpreter's own overhead."""
+
+    TOP = 15
+
+    def __init__(self) -> None:
+        import tracemalloc
+
+        gc.collect()
+        self.counts_before, self.sizes_before = _objects_by_type()
+        tracemalloc.start()
+        self.snapshot = tracemalloc.take_snapshot()
+
+    def since(self, streams: int) -> dict[str, Any]:
+        """Per stream, after ``streams`` streams opened: the top types and allocating modules."""
+        import tracemalloc
+
+        import psutil
+
+        now = tracemalloc.take_snapshot()
+        traced, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        counts, sizes = _objects_by_type()
+        counts.subtract(self.counts_before)
+        sizes.subtract(self.sizes_before)
+        by_file = now.compare_to(self.snapshot, "filename")
+        return {
+            "streams": streams,
+            "rss_mib": psutil.Process().memory_info().rss / 2**20,
+            "traced_mib": traced / 2**20,
+            "types": [
+                {"type": name, "per_stream": counts[name] / streams, "bytes_per_stream": sizes[name] / streams}
+                for name, _ in sizes.most_common(self.TOP)
+            ],
+            "modules": [
+                {"module": _short_path(diff.traceback[0].filename), "bytes_per_stream": diff.size_diff / streams}
+                for diff in by_file[: self.TOP]
+            ],
+        }
+
+
+def _objects_by_type() -> tuple[Counter[str], Counter[str]]:
+    """(count, shallow bytes) of the objects the collector tracks outside the frozen generation, by type."""
+    counts: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    for obj in gc.get_objects():
+        name = type(obj).__qualname__
+        counts[name] += 1
+        sizes[name] += sys.getsizeof(obj)
+    return counts, sizes
+
+
+def _short_path(filename: str) -> str:
+    """A source file as ``package/module.py`` (site-packages and the repository left out)."""
+    for marker in ("site-packages/", f"{REPO_ROOT}/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+def print_memory_by_type(breakdown: dict[str, Any]) -> None:
+    """The ``MemoryByType`` figures, per stream (nothing when they were not asked for)."""
+    if not breakdown:
+        return
+    print(
+        f"\nmemory with {breakdown['streams']} streams open: RSS {breakdown['rss_mib']:.0f} MiB, traced by Python "
+        f"{breakdown['traced_mib']:.0f} MiB (tracemalloc on: both above a plain run's)"
+    )
+    print(f"{'objects by type (gc, shallow)':<40} {'per stream':>10} {'bytes/stream':>12}")
+    for row in breakdown["types"]:
+        print(f"{row['type'][:40]:<40} {row['per_stream']:>10.1f} {row['bytes_per_stream']:>12.0f}")
+    print(f"{'allocated by module (tracemalloc)':<60} {'bytes/stream':>12}")
+    for row in breakdown["modules"]:
+        print(f"{row['module'][-60:]:<60} {row['bytes_per_stream']:>12.0f}")
 
 
 def _p99(ordered: list[float]) -> float:
@@ -443,13 +600,58 @@ def stop_child(child: subprocess.Popen[bytes]) -> None:
         child.wait()
 
 
+NR_OPEN = Path("/proc/sys/fs/nr_open")
+"""The kernel's ceiling for any process's open-files limit (Linux)."""
+
+
 def raise_fd_limit(needed: int) -> int:
-    """Raise the soft open-files limit to ``needed`` (children inherit it); returns the new limit."""
+    """Raise this process's open-files limit to ``needed`` (children inherit it) and return the soft
+    limit now in force, which is below ``needed`` only when it could not be raised that far. The soft
+    limit goes up to the hard one; the hard one goes up too only where the kernel lets this process
+    (CAP_SYS_RESOURCE: ``may_raise_hard_limits``), never past ``fs.nr_open``. Never lowers either limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < needed:
-        soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft >= needed:
+        return soft
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        wanted = min(needed, kernel_fd_ceiling())
+        if wanted > hard:
+            with contextlib.suppress(OSError, ValueError):  # not permitted: the hard limit stays
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, wanted))
+                hard = wanted
+    soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     return soft
+
+
+CAP_SYS_RESOURCE = 24
+"""The capability that lets a process raise its hard limits (``linux/capability.h``)."""
+
+
+def may_raise_hard_limits() -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE (Linux: ``/proc/self/status``). Being root is not
+    enough: a container's root often runs without it, as this machine's does."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+    return False
+
+
+def kernel_fd_ceiling() -> int:
+    """``fs.nr_open``: no process's open-files limit may exceed it (1,048,576 unless tuned; that
+    when it cannot be read)."""
+    try:
+        return int(NR_OPEN.read_text())
+    except (OSError, ValueError):
+        return 1 << 20
+
+
+def open_fds() -> int:
+    """File descriptors this process holds now (Linux: ``/proc/self/fd``, less the one listing it)."""
+    return len(os.listdir("/proc/self/fd")) - 1
 
 
 def start_server(args: list[str]) -> Any:
@@ -643,6 +845,9 @@ def compare_capacity(result: dict[str, Any], settings: CapacitySettings) -> dict
         "cpu_s": result["cpu_s"],
         "wall_s": result["wall_s"],
         "rss_before_mib": result["rss_before"] / 2**20,
+        "fds_before": result["fds_before"],
+        "memory_by_type": result["memory_by_type"],
+        "collections": result["collections"],
         "peak_rss_mib": result["peak_rss"] / 2**20,
         "lag_p99_ms": result["lag_p99_ms"],
         "lag_max_ms": result["lag_max_ms"],
@@ -666,6 +871,7 @@ def print_capacity(figures: dict[str, Any], settings: CapacitySettings) -> None:
         f"{figures['frames_recorded']} recorded by the harness"
     )
     print(f"mismatching requests: {figures['mismatches']} (must be 0)")
+    print(f"load generator: {figures['fds_before']} files open before the first user (besides one socket a stream)")
     for example in figures["mismatch_examples"]:
         print(f"  {json.dumps(example)}")
     per_stream_kib = (figures["peak_rss_mib"] - figures["rss_before_mib"]) * 1024 / max(settings.users, 1)
@@ -675,6 +881,16 @@ def print_capacity(figures: dict[str, Any], settings: CapacitySettings) -> None:
         f"wall ({100 * figures['cpu_s'] / figures['wall_s']:.0f}%); its loop's lag p99 {figures['lag_p99_ms']:.1f} ms, "
         f"max {figures['lag_max_ms']:.1f} ms; p99 once every user was started "
         f"{figures['lag_p99_after_spawn_ms']:.1f} ms"
+    )
+    collections = figures["collections"]
+    print(
+        "garbage collections by generation (0, 1, 2): "
+        + ", ".join(
+            f"{count} in {total:.0f} ms (longest {longest:.1f} ms)"
+            for count, total, longest in zip(
+                collections["count"], collections["total_ms"], collections["longest_ms"], strict=True
+            )
+        )
     )
     print(f"capacity: {'OK, nothing lost or miscounted' if figures['ok'] else 'FAILED'}")
 

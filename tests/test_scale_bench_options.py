@@ -52,3 +52,41 @@ def test_pinned_holds_this_process_to_the_cpus_meanwhile_and_restores_them() -> 
     assert os.sched_getaffinity(0) == allowed
     with throughput.pinned(None):
         assert os.sched_getaffinity(0) == allowed
+
+
+def test_a_step_runs_at_most_the_streams_the_open_files_limit_fits() -> None:
+    """One socket a stream, beside the process's own files: at the limit, a step is cut, never fails on EMFILE."""
+    assert scale.streams_that_fit(20000) == 20000 - scale.BASE_FDS_ALLOWANCE
+    assert scale.streams_that_fit(20000 + scale.BASE_FDS_ALLOWANCE) == 20000
+    assert scale.streams_that_fit(10) == 1
+
+
+def test_the_default_ladder_reaches_20000_streams_and_memory_by_type_is_asked_for() -> None:
+    options = scale.parse_args([])
+    assert max(options.streams) == 20000 and not options.memory_by_type
+    assert scale.parse_args(["--memory-by-type"]).memory_by_type
+
+
+def test_objects_are_frozen_while_users_start_and_no_longer_once_all_are() -> None:
+    import gc
+
+    import gevent
+
+    frozen_before = gc.get_freeze_count()
+    spawned: list[float] = []
+    freezer = gevent.Greenlet(throughput._freeze_until, spawned)
+    try:
+        gc.unfreeze()
+        throughput._freeze_until([1.0])  # every user started already: nothing to do
+        assert gc.get_freeze_count() == 0
+        freezer.start()
+        gevent.sleep(0)  # the freezer's first pass
+        assert gc.get_freeze_count() > 0
+        spawned.append(1.0)
+        freezer.join(timeout=30)
+        assert freezer.dead
+    finally:
+        freezer.kill()
+        gc.unfreeze()
+        if frozen_before:
+            gc.freeze()

@@ -27,6 +27,7 @@ The rules both clients follow on these bytes, row by row, are ``loadtests.client
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -129,12 +130,22 @@ class FramedResponse(HTTPSocketPoolResponse):
         super()._on_message_begin()
 
 
+@functools.lru_cache(maxsize=16)
+def _sent(method: str) -> h11.Request:
+    """The request a head is read after: h11's events are immutable, so one per method serves every
+    response (building it, with its header checks, was a sixth of ``_parse_head``)."""
+    return h11.Request(method=method, target="/", headers=[("Host", "h"), ("Content-Length", "0")])
+
+
+_END_OF_MESSAGE = h11.EndOfMessage()
+
+
 def _parse_head(head: bytes, method: str) -> Any:
     """One response head as h11 reads it after ``method`` was sent: ``h11.Response`` or
     ``h11.InformationalResponse``; raises ``HTTPParseError`` with h11's words."""
     connection = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-    connection.send(h11.Request(method=method, target="/", headers=[("Host", "h"), ("Content-Length", "0")]))
-    connection.send(h11.EndOfMessage())
+    connection.send(_sent(method))
+    connection.send(_END_OF_MESSAGE)
     connection.receive_data(head)
     try:
         event = connection.next_event()
