@@ -22,11 +22,14 @@ is the one that reads every stream, and the table names any other process seen i
 Each sample goes to the category of its innermost frame that matches (``categorize``; GC first,
 anywhere in the stack), matched by file (``loadtests/client/sse.py`` is SSE parsing whatever its
 functions are called) and, in the few files that mix categories, by function name. Idle samples
-(py-spy's thread-state check) are left out, as py-spy leaves them out without ``--idle``. A
-category's share of the samples times the CPU per frame of a NON-profiled round of the same
-workload gives its µs per frame. Kernel time that no stack shows (the wake itself, softirq charged
-to the process) is the profiled window's ``ru_stime`` share less the share of samples in syscalls:
-printed as "kernel, unsampled", and the other categories share what is left.
+(py-spy's thread-state check) are left out, as py-spy leaves them out without ``--idle``, and so
+are the blocking waits its native mode counts active anyway (libev's ``epoll_wait``, a lock, a
+socket's ``poll`` in another thread; never the harness's own ``epoll.poll(0)``). A category's
+share of the samples times the CPU per frame of a NON-profiled round of the same workload (its
+streaming CPU per trace frame, as peers.py counts it) gives its µs per frame. Kernel time that no
+stack shows (the wake itself, softirq charged to the process) is the non-profiled round's system
+share (psutil, the Locust process alone, over the same window) less the share of samples in
+syscalls: printed as "kernel, unsampled", and the other categories share what is left.
 
 B) Micro-bench (``--stages``, run as a subprocess of its own: it imports Locust, which patches the
 process for gevent). 32 streams of the same workload are read once from the bundled server with
@@ -46,11 +49,64 @@ Run it::
     python bench/breakdown.py --stages    # B alone
     python bench/peers.py --profile       # the same profile as an extra round of the peers bench
 
-Before (main at a311894), measured 2026-12-07 12:xx UTC on this 2-core VM SHARED with five other
-helpers running their tests (absolute µs are noisy, ±20% between runs; the shares are steadier):
-see the tables below, filled from ``python bench/breakdown.py`` runs.
+Reading the table: "scaled" is the category's share times the unprofiled CPU per frame (after the
+unsampled kernel time), as asked; "sampled" is the same share times the profiled round's own CPU per
+frame. py-spy's pauses (native unwinding, about 85 samples a second reached of the 250 asked, fewer
+on a busy box) let frames pile up between reads, so the profiled round costs half as much per frame:
+what it loses is per-wake cost (kernel wake, hub, the per-read Python calls), while per-frame costs
+stay. So the "sampled" column is the better estimate of the per-frame Python work (it agrees with
+the loop-free replay: SSE 2.3-3.3 against 2.8-3.3 µs, JSON 1.2-2.2 against 1.0-1.4), and the
+difference of the two totals (18-23 µs) is about what one read per frame, one wake per read, costs
+above it: the kernel-wake floor (17 µs) and the hub.
 
-BEFORE_PLACEHOLDER
+Before: main at a311894, 2026-12-07 12:22-12:44 UTC, ``python bench/breakdown.py --rounds 2`` three
+times, on this 2-core VM SHARED with five other helpers running their test suites (the second run
+also beside this worktree's fast tier): absolute µs are noisy (measured rounds 32.5-51.3 µs a frame,
+the 51.3 one under the heaviest load), the shares steadier. The first run (quietest; measured 35.5
+and 35.4 µs a frame, system 21%; 987 active samples, 36 a second)::
+
+    category            samples  share  us/frame scaled  sampled
+    SSE parsing             210  21.3%             6.85     3.31
+    judging                 168  17.0%             5.48     2.65
+    HTTP                    134  13.6%             4.37     2.11
+    recording               133  13.5%             4.34     2.09
+    kernel/syscalls         117  11.9%             3.82     1.84
+    JSON                     79   8.0%             2.58     1.24
+    event-loop hub           52   5.3%             1.70     0.82
+    kernel stamp             34   3.4%             1.11     0.54
+    Locust                   27   2.7%             0.88     0.43
+    GC                       24   2.4%             0.78     0.38
+    other                     5   0.5%             0.16     0.08
+    lag monitor               4   0.4%             0.13     0.06
+    kernel, unsampled                              3.24     1.96
+    total                   987                   35.46    17.51
+
+The three runs' shares: SSE parsing 21.3 / 16.4 / 12.5%, judging 17.0 / 21.3 / 18.5%, HTTP 13.6 /
+10.8 / 16.9%, recording 13.5 / 11.0 / 7.1%, kernel/syscalls 11.9 / 10.1 / 14.1%, JSON 8.0 / 11.0 /
+11.7%, event-loop hub 5.3 / 3.2 / 8.7%, kernel stamp 3.4 / 9.1 / 4.6%, GC 2.4 / 3.0 / 3.3%, Locust
+2.7 / 3.6 / 0.9%, lag monitor 0.4 / 0.6 / 1.0%, other 0.5 / 0 / 0.6%; unsampled kernel time 3.2 /
+4.1 / 4.9 µs a frame. Loop-free replay (10,356 reads of 22 streams, one frame a read), µs a frame:
+parse 3.29 / 2.75 / 2.81, JSON 1.00 / 1.35 / 1.17, judge 1.78 / 1.70 / 1.66, record 0.79 / 0.31 /
+0.32; total 6.86 / 6.12 / 5.95 (the peers docstring's "5.5 µs" was parse, JSON and judge).
+
+The five largest costs above the floor (the floor pays the wake, ``epoll_wait``, ``recvmsg`` and the
+stamp's decoding), by the three runs' self-time shares, with their functions:
+
+1. Judging, 17-21%: ``StreamTracker.frame`` (7-9% self: property calls, ``_arrival``,
+   ``_data_arrival``, the frames-list tuple), ``RawBody.take`` (3-4%), ``_judge``, ``_error_of``,
+   ``done_marker_problem`` (``loadtests/client/outcome.py``, ``loadtests/load/users.py``).
+2. SSE parsing, 12-21%: ``SSEParser._leading_data_frames`` (8-16% self) with its UTF-8 decode
+   (``unicode_decode_utf8``, 2-3%), ``SSEParser.feed`` (``loadtests/client/sse.py``).
+3. HTTP, 11-17%: geventhttpclient's ``HTTPResponse._on_body`` and its C ``on_body`` (a Python call
+   and a bytearray per chunk), ``FramedResponse.feed`` (``loadtests/client/response_end.py``),
+   ``RawBody.take_read`` and ``_buffered``.
+4. JSON, 8-12%: ``decode_json`` (``loadtests/client/outcome.py``; orjson's own time shows under it,
+   7.6-10.3% self).
+5. Recording, 7-14%: ``RunWriter._write_first_pending``/``_write_batch`` (parquet parts written in
+   the hub during the run, pyarrow's conversion), ``Recorder.add``, ``StreamTracker.finish``.
+
+Then the event-loop hub (3-9%: ``MuxedBody.readable``, ``BodyMux._ready``, libev), GC (2-3%) and
+the per-wake cost the profile cannot apportion (the 18-23 µs between the two totals).
 
 Exit status: 1 if sse-soak's run failed or py-spy recorded nothing; 2 on a bad option.
 """
@@ -245,6 +301,17 @@ SYSCALLS = frozenset(
         "epoll_wait",
         "epoll_pwait",
         "epoll_ctl",
+        "getpid",
+        "connect",
+        "accept4",
+        "socket",
+        "setsockopt",
+        "getsockopt",
+        "ioctl",
+        "fcntl",
+        "openat",
+        "open64",
+        "lseek64",
         "recvmsg",
         "recv",
         "recvfrom",

@@ -128,3 +128,10 @@ def test_the_unsampled_kernel_time_comes_first_and_the_figures_add_up_to_the_cpu
     assert figures["JSON"] == pytest.approx(0.5 * 40.0 * 0.75)
     assert sum(figures.values()) == pytest.approx(40.0)
     assert breakdown.breakdown_us(shares, 40.0, stime_share=0.05)[breakdown.UNSAMPLED] == 0.0
+
+
+def test_a_syscall_from_the_hub_is_a_syscall_and_libc_s_other_functions_are_their_caller_s() -> None:
+    getpid = "getpid (/usr/lib/x86_64-linux-gnu/libc.so.6)"
+    assert breakdown.sample_category([*HUB, getpid]) == "kernel/syscalls"
+    memcpy = "__memmove_avx_unaligned_erms (/usr/lib/x86_64-linux-gnu/libc.so.6)"
+    assert breakdown.sample_category([*TAKE, memcpy]) == "judging"
