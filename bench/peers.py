@@ -45,6 +45,7 @@ Run it::
     python bench/peers.py                 # installs what is missing (minutes), then about 2.5 min of runs
     python bench/peers.py --tools aiperf --duration 10 --keep
     python bench/peers.py --quick         # sse-soak alone, 4 streams for 5 s, no installs
+    python bench/peers.py --profile       # then where sse-soak's time goes: py-spy (bench/breakdown.py)
 
 Installs here (pip's cache warm): GuideLLM 88 s, 1,477 MB; AIPerf 73 s, 1,137 MB; inference-perf
 59 s, 767 MB.
@@ -930,6 +931,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "median ratios",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="then one more sse-soak round with py-spy attached (not measured), its breakdown per frame "
+        "(bench/breakdown.py)",
+    )
     return parser.parse_args(argv)
 
 
@@ -960,6 +967,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="sse-soak-peers-"))
     installed: dict[str, Path | str] = {}  # per peer: the tokenizer snapshot, or why it is not installed
     measured: list[tuple[float, float]] = []
+    soak_rows: list[Row] = []
     own_runs_ok = True
     for number in range(1, args.rounds + 1):
         here = workdir if args.rounds == 1 else workdir / f"round-{number}"
@@ -968,15 +976,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows += [run_installed_peer(tool, work, here / tool.name, installed) for tool in tools]
         print_table(rows, work)
         own_runs_ok = own_runs_ok and bool(rows[0].frames) and not rows[0].note
+        soak_rows.append(rows[0])
         if (pair := ratios(rows)) is not None:
             measured.append(pair)
     if args.rounds > 1 and measured:
         print_rounds(measured)
+    if args.profile:
+        own_runs_ok = profile_sse_soak(work, workdir / "profiled", soak_rows) and own_runs_ok
     if args.keep:
         print(f"work directory: {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0 if own_runs_ok else 1
+
+
+def profile_sse_soak(work: Workload, workdir: Path, measured: list[Row]) -> bool:
+    """``--profile``: one more sse-soak round with py-spy attached, apart from the measured rounds
+    (sampling pauses the process), its breakdown scaled to their median streaming CPU per frame
+    (and, from one more round watched without py-spy, the process's system share)."""
+    from breakdown import profile_round  # bench/ is on sys.path as this script's folder
+
+    rates = [row.cpu_stream_s * 1e6 / row.stream_frames for row in measured if row.stream_frames and not row.note]
+    if not rates:
+        print("\nwhere the time goes: not measured: no measured sse-soak round to scale it by")
+        return False
+    label = f"sse-soak, median CPU per frame of {len(rates)} measured round(s)"
+    return profile_round(work, workdir, statistics.median(rates), None, label)
 
 
 def run_installed_peer(tool: Tool, work: Workload, workdir: Path, installed: dict[str, Path | str]) -> Row:

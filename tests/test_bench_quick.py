@@ -261,6 +261,19 @@ def test_peers_quick() -> None:
     )
 
 
+def test_breakdown_stages_quick() -> None:
+    """The loop-free replay (bench/breakdown.py's B); its py-spy part needs py-spy from PyPI and is
+    covered by test_bench_breakdown.py on a committed capture."""
+    output = run_bench("breakdown.py", "--stages", "--repeat", "2")
+    assert_figures(
+        output,
+        [
+            r"^loop-free replay: \d+ reads of \d+ streams \(\d+ frames\), best of 2$",
+            *(rf"^{stage} +{NUM}$" for stage in ("parse", "JSON", "judge", "record", "total")),
+        ],
+    )
+
+
 def test_live_metrics_cost_quick() -> None:
     output = run_bench("live_metrics_cost.py")
     assert_figures(
