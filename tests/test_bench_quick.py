@@ -257,8 +257,20 @@ def test_peers_quick() -> None:
             rf"^sse-soak +\d+ +{NUM} +{NUM} +{NUM} +{NUM} +{NUM} / {NUM} +{NUM} / {NUM}$",
             r"^sse-soak: \d+/\d+ paired, \d+ gaps compared; server: inband \d+, cut \d+, keep-alive \d+; "
             r"tool: failed \d+ \(.*\), flagged inband (\d+)/\1, cuts (\d+)/\2, keep-alive (\d+)$",
+            rf"^floor +\d+ +{NUM} +{NUM} +{NUM} +{NUM} +n/a +n/a$",
+            r"^floor: 0/0 paired, 0 gaps compared; server: .*; tool: failed 0 \(reconnects \d+ of \d+ requests; "
+            r"frames \d+\), flagged n/a \(judges nothing\), keep-alive n/a$",
+            r"^counters +cpu us/frame +utime s +stime s +nvcsw +nivcsw +gc0/1/2 per 1k frames +frames/read "
+            r"+frames/wake$",
+            rf"^floor +{NUM} +{NUM} +{NUM} +\d+ +\d+ +{NUM} / {NUM} / {NUM} +{NUM} +{NUM}$",
+            rf"^sse-soak +{NUM} +{NUM} +{NUM} +\d+ +\d+ +{NUM} / {NUM} / {NUM} +(?:{NUM}|n/a) +(?:{NUM}|n/a)$",
+            rf"^sse-soak CPU per frame / floor: {NUM}x streaming-only, {NUM}x in all \(goal <= 1\.3x\)$",
         ],
     )
+    floor_line = re.search(r"^floor +(\d+) ", output, re.MULTILINE)
+    assert floor_line is not None and int(floor_line.group(1)) > 0, output  # the floor read frames from the server
+    ratio = re.search(rf"^sse-soak CPU per frame / floor: ({NUM})x streaming-only, ({NUM})x in all", output, re.M)
+    assert ratio is not None and all(0 < float(value) < float("inf") for value in ratio.groups()), output
 
 
 def test_live_metrics_cost_quick() -> None:
