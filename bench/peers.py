@@ -40,11 +40,32 @@ sent completions requests all the same). Figures:
   keep-alive comments) against what the tool counted failed, and, for tools paired by request id,
   which of the faulted streams it flagged; keep-alive n/a: no peer counts SSE comments.
 
+The floor (issue 38): each round also runs ``bench/floor_loop.py``, a bare receive loop (one epoll,
+one ``recvmsg`` a ready socket with its kernel stamp, frames counted by their blank line, no
+parsing, no Locust), sending sse-soak's very request, against a fresh server of the same workload;
+it and sse-soak run side by side, which goes first alternating from round to round. The line
+"sse-soak CPU per frame / floor" divides sse-soak's CPU per frame by the floor's (frames from the
+trace for both), streaming-only and in all (goal: at most 1.3x); ``ratios()`` (against the peers)
+leaves the floor out. Beside the CPU, a counters table: each process's rusage over its load
+(user and system CPU, voluntary context switches, about its wakes, and involuntary ones), gc
+collections per generation per 1k frames, and frames per read and per wake where the tool counts
+reads and wakes (the floor does; sse-soak where its body mux has ``wakes`` and ``reads``; n/a
+otherwise). sse-soak's come from a ``quitting`` hook in the generated locustfile, from test_start
+on (so start-up is left out, the report's writing partly in).
+
+``--resolutions 0,1,2,5`` runs sse-soak alone at each timing resolution (``--timing-resolution-ms``,
+passed to Locust only when above 0), the order rotated each round, ``--rounds`` times: CPU us per
+frame and frames per CPU s (streaming), voluntary context switches, first-token and gap error
+p50/p99/max against the trace, and the share of gaps merged (token frames sent 0.1 ms or more
+apart that were recorded at one instant).
+
 Run it::
 
     python bench/peers.py                 # installs what is missing (minutes), then about 2.5 min of runs
+    python bench/peers.py --tools '' --rounds 3 --duration 10   # the floor and sse-soak alone
+    python bench/peers.py --resolutions 0,1,2,5 --rounds 3
     python bench/peers.py --tools aiperf --duration 10 --keep
-    python bench/peers.py --quick         # sse-soak alone, 4 streams for 5 s, no installs
+    python bench/peers.py --quick         # the floor and sse-soak, 4 streams for 5 s, no installs
 
 Installs here (pip's cache warm): GuideLLM 88 s, 1,477 MB; AIPerf 73 s, 1,137 MB; inference-perf
 59 s, 767 MB.
@@ -1153,7 +1174,7 @@ def print_rounds(measured: list[tuple[float, float]]) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="sse-soak alone, a tiny workload, no installs")
+    parser.add_argument("--quick", action="store_true", help="the floor and sse-soak, a tiny workload, no installs")
     parser.add_argument("--install-only", action="store_true", help="install the peers, run nothing")
     parser.add_argument("--tools", default="guidellm,aiperf,inference-perf", help="peers to run (comma-separated)")
     parser.add_argument("--duration", type=int, default=FULL.duration_s, help="seconds of load per tool")
