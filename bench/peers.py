@@ -1011,7 +1011,9 @@ def run_floor(work: Workload, workdir: Path) -> Row:
 
 def cpu_per_frame_us(row: Row) -> tuple[float, float]:
     """(streaming-only, in all) CPU µs per frame of a row (nan where not measured)."""
-    return 1e6 / row.stream_rate, 1e6 / row.total_rate
+    stream = 1e6 * row.cpu_stream_s / row.stream_frames if row.stream_frames else float("nan")
+    total = 1e6 * row.cpu_total_s / row.frames if row.frames else float("nan")
+    return stream, total
 
 
 def floor_ratio(rows: list[Row]) -> tuple[float, float] | None:

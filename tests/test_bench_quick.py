@@ -291,6 +291,22 @@ def test_peers_quick() -> None:
     assert ratio is not None and all(0 < float(value) < float("inf") for value in ratio.groups()), output
 
 
+def test_peers_resolutions_quick() -> None:
+    """sse-soak alone at a timing resolution: the table of cost and error (0 ms, the default, which
+    every harness has; other resolutions pass ``--timing-resolution-ms``)."""
+    output = run_bench("peers.py", "--resolutions", "0")
+    assert_figures(
+        output,
+        [
+            r"^resolution ms +cpu us/frame +frames/cpu s +nvcsw +ttft err ms p50/p99/max +gap err ms p50/p99/max "
+            r"+gaps merged$",
+            rf"^ +0 +{NUM} +{NUM} +\d+ +{NUM} / {NUM} / {NUM} +{NUM} / {NUM} / {NUM} +(?:{NUM}% of \d+|n/a)$",
+            rf"^resolution 0 ms: median {NUM} CPU us per frame over 1 run\(s\)$",
+        ],
+    )
+    assert "\nfloor " not in output  # sse-soak alone
+
+
 def test_live_metrics_cost_quick() -> None:
     output = run_bench("live_metrics_cost.py")
     assert_figures(
