@@ -9,7 +9,9 @@ stamp decoding sse-soak makes: the floor pays for the stamp too). Frames are cou
 ``\\n\\n`` split across two reads is missed, which the server's one-chunk-per-frame writes make
 rare). A response ends at the chunked terminator ``0\\r\\n\\r\\n``; the connection then sends its next
 request at once, as a closed-loop user does. An empty read or a reset (the server's injected cuts)
-closes the connection and opens a new one, which sends the next request.
+closes the connection and opens a new one, which sends the next request. A response that is not
+chunked (an error answer with a Content-Length) would leave its connection waiting: the floor is
+for a server that streams every request it is sent, as the benches' does.
 
 Every request is the bytes sse-soak's ``SSEUser`` sends: the head geventhttpclient builds from the
 same header fields (Locust's session adds nothing when ``Accept-Encoding`` is given) and the same
