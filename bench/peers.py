@@ -40,11 +40,32 @@ sent completions requests all the same). Figures:
   keep-alive comments) against what the tool counted failed, and, for tools paired by request id,
   which of the faulted streams it flagged; keep-alive n/a: no peer counts SSE comments.
 
+The floor (issue 38): each round also runs ``bench/floor_loop.py``, a bare receive loop (one epoll,
+one ``recvmsg`` a ready socket with its kernel stamp, frames counted by their blank line, no
+parsing, no Locust), sending sse-soak's very request, against a fresh server of the same workload;
+it and sse-soak run side by side, which goes first alternating from round to round. The line
+"sse-soak CPU per frame / floor" divides sse-soak's CPU per frame by the floor's (frames from the
+trace for both), streaming-only and in all (goal: at most 1.3x); ``ratios()`` (against the peers)
+leaves the floor out. Beside the CPU, a counters table: each process's rusage over its load
+(user and system CPU, voluntary context switches, about its wakes, and involuntary ones), gc
+collections per generation per 1k frames, and frames per read and per wake where the tool counts
+reads and wakes (the floor does; sse-soak where its body mux has ``wakes`` and ``reads``; n/a
+otherwise). sse-soak's come from a ``quitting`` hook in the generated locustfile, from test_start
+on (so start-up is left out, the report's writing partly in).
+
+``--resolutions 0,1,2,5`` runs sse-soak alone at each timing resolution (``--timing-resolution-ms``,
+passed to Locust only when above 0), the order rotated each round, ``--rounds`` times: CPU us per
+frame and frames per CPU s (streaming), voluntary context switches, first-token and gap error
+p50/p99/max against the trace, and the share of gaps merged (token frames sent 0.1 ms or more
+apart that were recorded at one instant).
+
 Run it::
 
     python bench/peers.py                 # installs what is missing (minutes), then about 2.5 min of runs
+    python bench/peers.py --tools '' --rounds 3 --duration 10   # the floor and sse-soak alone
+    python bench/peers.py --resolutions 0,1,2,5 --rounds 3
     python bench/peers.py --tools aiperf --duration 10 --keep
-    python bench/peers.py --quick         # sse-soak alone, 4 streams for 5 s, no installs
+    python bench/peers.py --quick         # the floor and sse-soak, 4 streams for 5 s, no installs
     python bench/peers.py --profile       # then where sse-soak's time goes: py-spy (bench/breakdown.py)
 
 Installs here (pip's cache warm): GuideLLM 88 s, 1,477 MB; AIPerf 73 s, 1,137 MB; inference-perf
@@ -375,6 +396,12 @@ class Row:
     gap_err_ms: tuple[float, float] | None = None
     compared: str = ""
     faults: str = ""
+    ttft_err_max_ms: float = float("nan")
+    gap_err_max_ms: float = float("nan")
+    gaps_merged: tuple[int, int] = (0, 0)
+    """(gaps sent >= ``MERGED_GAP_S`` apart whose frames got one stamp, such gaps compared)."""
+    counters: dict[str, Any] = field(default_factory=dict)
+    """The tool's own counters (``bench/floor_loop.py``'s result, sse-soak's ``COUNTERS_HOOK``); {}: none."""
 
     @property
     def total_rate(self) -> float:
@@ -572,6 +599,24 @@ def timing_errors(
     return ttft, gaps, compared
 
 
+MERGED_GAP_S = 1e-4
+"""Two frames sent at least this far apart that a tool recorded at one instant were merged (one read, one stamp)."""
+
+
+def merged_gaps(pairs: list[tuple[ClientStream, str]], sent: dict[str, np.ndarray]) -> tuple[int, int]:
+    """Of the token gaps the server sent at least ``MERGED_GAP_S`` apart, in streams whose numbers
+    of gaps agree with the trace's: how many the tool recorded as 0 (both frames one stamp), and how many."""
+    merged = total = 0
+    for stream, rid in pairs:
+        times = sent[rid]
+        if stream.gaps is None or len(stream.gaps) != len(times) - 1 or not len(stream.gaps):
+            continue
+        apart = np.diff(times) >= MERGED_GAP_S
+        total += int(apart.sum())
+        merged += int((apart & (np.asarray(stream.gaps) == 0)).sum())
+    return merged, total
+
+
 def p50_p99(values: list[float]) -> tuple[float, float] | None:
     return (float(np.percentile(values, 50)), float(np.percentile(values, 99))) if values else None
 
@@ -594,13 +639,20 @@ def project_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def sse_soak_command(work: Workload, url: str, workdir: Path) -> tuple[list[str], dict[str, str]]:
+def sse_soak_command(
+    work: Workload, url: str, workdir: Path, resolution_ms: float = 0.0, spawn_rate: float | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """Locust with the peers locustfile (and its counters hook, dumped to ``workdir/counters.json``);
+    ``--timing-resolution-ms`` only when ``resolution_ms`` > 0 (0 is the harness's default)."""
     locustfile = workdir / "peers_locustfile.py"
-    locustfile.write_text(LOCUSTFILE.format(prompt=work.prompt_tokens, output=work.output_tokens))
+    locustfile.write_text(LOCUSTFILE.format(prompt=work.prompt_tokens, output=work.output_tokens) + COUNTERS_HOOK)
     users = str(work.concurrency)
+    rate = users if spawn_rate is None else f"{spawn_rate:g}"
     command = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--host", url, "-u", users]
-    command += ["-r", users, "-t", f"{work.duration_s}s", "--report-dir", str(workdir / "reports"), "--only-summary"]
-    return command, project_env()
+    command += ["-r", rate, "-t", f"{work.duration_s}s", "--report-dir", str(workdir / "reports"), "--only-summary"]
+    if resolution_ms > 0:
+        command += ["--timing-resolution-ms", f"{resolution_ms:g}"]
+    return command, {**project_env(), COUNTERS_ENV: str(workdir / COUNTERS_FILE)}
 
 
 def sse_soak_reported(work: Workload, workdir: Path, log: Path) -> Reported:
@@ -822,25 +874,31 @@ def run_tool(
     pairs = pair_streams(reported.streams, tokens)
     ttft, gaps, compared = timing_errors(pairs, tokens)
     row.ttft_err_ms, row.gap_err_ms = p50_p99(ttft), p50_p99(gaps)
+    row.ttft_err_max_ms, row.gap_err_max_ms = max(ttft, default=float("nan")), max(gaps, default=float("nan"))
+    row.gaps_merged = merged_gaps(pairs, tokens)
     row.compared = f"{len(pairs)}/{len(reported.streams)} paired, {compared} gaps compared"
     keep = "n/a" if reported.keepalives is None else str(reported.keepalives)
     flagged = {rid for stream, rid in pairs if stream.failed}
     caught = f"flagged inband {len(flagged & inband)}/{len(inband)}, cuts {len(flagged & cut)}/{len(cut)}"
     if any(stream.request_id is None for stream, _ in pairs):  # paired by time: which stream is which is a guess
         caught = "flagged n/a (no request ids)"
+    if not reported.streams:  # the floor: it keeps and judges no stream
+        caught = "flagged n/a (judges nothing)"
     row.faults = f"{server_side}; tool: failed {reported.failed} ({reported.failures}), {caught}, keep-alive {keep}"
     return row
 
 
-def run_sse_soak(work: Workload, workdir: Path) -> Row:
-    return run_tool(
+def run_sse_soak(work: Workload, workdir: Path, resolution_ms: float = 0.0) -> Row:
+    row = run_tool(
         "sse-soak",
         work,
         workdir,
-        lambda url: sse_soak_command(work, url, workdir),
+        lambda url: sse_soak_command(work, url, workdir, resolution_ms),
         lambda log: sse_soak_reported(work, workdir, log),
         frozenset({0, 1}),  # 1: the verdict FAIL, as the injected faults make it
     )
+    row.counters = read_counters(workdir / COUNTERS_FILE)
+    return row
 
 
 def run_peer(tool: Tool, work: Workload, workdir: Path, snapshot: Path) -> Row:
@@ -853,6 +911,207 @@ def run_peer(tool: Tool, work: Workload, workdir: Path, snapshot: Path) -> Row:
         lambda url: ([str(peer.bin / peer.command), *command(work, url, workdir, snapshot)], peer_env(peer)),
         lambda log: reported(work, workdir),
     )
+
+
+# --- the floor and the counters (issue 38) -------------------------------------------------------
+
+FLOOR = "floor"
+"""The bare receive loop's row (``bench/floor_loop.py``): what reading a frame with its stamp costs at least."""
+FLOOR_SCRIPT = Path(__file__).resolve().parent / "floor_loop.py"
+FLOOR_GOAL = 1.3
+"""Issue 38's goal: sse-soak's CPU per frame at most this many times the floor's."""
+COUNTERS_ENV = "SSE_SOAK_BENCH_COUNTERS"
+COUNTERS_FILE = "counters.json"
+COUNTERS_HOOK = """
+
+
+# bench/peers.py's counters: this process's rusage and gc collections from test_start to quitting,
+# and the body mux's wakes and reads where it counts them; written to $SSE_SOAK_BENCH_COUNTERS.
+import gc as _gc
+import json as _json
+import os as _os
+import resource as _resource
+
+from locust import events as _events
+
+_at_start = {}
+
+
+@_events.test_start.add_listener
+def _counters_start(**_kwargs):
+    _at_start["usage"] = _resource.getrusage(_resource.RUSAGE_SELF)
+    _at_start["gc"] = [entry["collections"] for entry in _gc.get_stats()]
+
+
+@_events.quitting.add_listener
+def _counters_dump(**_kwargs):
+    path = _os.environ.get("SSE_SOAK_BENCH_COUNTERS")
+    if not path or "usage" not in _at_start:
+        return
+    from loadtests.client.body_mux import body_mux
+
+    usage, before = _resource.getrusage(_resource.RUSAGE_SELF), _at_start["usage"]
+    mux = body_mux()
+    counters = {
+        "utime_s": usage.ru_utime - before.ru_utime,
+        "stime_s": usage.ru_stime - before.ru_stime,
+        "nvcsw": usage.ru_nvcsw - before.ru_nvcsw,
+        "nivcsw": usage.ru_nivcsw - before.ru_nivcsw,
+        "gc_collections": [e["collections"] - b for e, b in zip(_gc.get_stats(), _at_start["gc"])],
+        "wakes": getattr(mux, "wakes", None),
+        "reads": getattr(mux, "reads", None),
+    }
+    with open(path, "w") as out:
+        _json.dump(counters, out)
+"""
+
+
+def read_counters(path: Path) -> dict[str, Any]:
+    """A tool's counters file ({} when it wrote none)."""
+    try:
+        counters = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return counters if isinstance(counters, dict) else {}
+
+
+def floor_command(work: Workload, url: str, workdir: Path) -> tuple[list[str], dict[str, str]]:
+    """Prepare the request sse-soak sends (in a process of its own, before the measured run), then
+    the floor's command: its result to ``workdir/counters.json``."""
+    payload = workdir / "request.json"
+    prepare = [sys.executable, str(FLOOR_SCRIPT), "--prepare", "--host", url, "--payload-file", str(payload)]
+    prepare += ["--prompt-tokens", str(work.prompt_tokens), "--output-tokens", str(work.output_tokens)]
+    done = subprocess.run(prepare, env=project_env(), cwd=workdir, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise BenchError(f"floor_loop.py --prepare failed: {(done.stderr or done.stdout).strip()[-300:]}")
+    command = [sys.executable, str(FLOOR_SCRIPT), "--host", url, "--payload-file", str(payload)]
+    command += ["--concurrency", str(work.concurrency), "--duration", str(work.duration_s)]
+    command += ["--result", str(workdir / COUNTERS_FILE)]
+    return command, project_env()
+
+
+def floor_reported(workdir: Path) -> Reported:
+    """The floor keeps no streams (nothing to pair or time); what it counted."""
+    counters = read_counters(workdir / COUNTERS_FILE)
+    if not counters:
+        raise BenchError(f"the floor wrote no result ({workdir / COUNTERS_FILE})")
+    failures = f"reconnects {counters['reconnects']} of {counters['requests']} requests; frames {counters['frames']}"
+    return Reported([], 0, failures, None)
+
+
+def run_floor(work: Workload, workdir: Path) -> Row:
+    try:
+        row = run_tool(
+            FLOOR, work, workdir, lambda url: floor_command(work, url, workdir), lambda log: floor_reported(workdir)
+        )
+    except (BenchError, OSError, subprocess.SubprocessError) as exc:
+        return Row(FLOOR, f"failed to run: {exc}")
+    row.counters = read_counters(workdir / COUNTERS_FILE)
+    return row
+
+
+def cpu_per_frame_us(row: Row) -> tuple[float, float]:
+    """(streaming-only, in all) CPU µs per frame of a row (nan where not measured)."""
+    stream = 1e6 * row.cpu_stream_s / row.stream_frames if row.stream_frames else float("nan")
+    total = 1e6 * row.cpu_total_s / row.frames if row.frames else float("nan")
+    return stream, total
+
+
+def floor_ratio(rows: list[Row]) -> tuple[float, float] | None:
+    """sse-soak's CPU per frame over the floor's of the same round, (streaming-only, in all); frames
+    from the trace for both; None when either failed."""
+    usable = {row.tool: row for row in rows if row.frames and not row.note}
+    soak, floor = usable.get("sse-soak"), usable.get(FLOOR)
+    if soak is None or floor is None:
+        return None
+    return floor.stream_rate / soak.stream_rate, floor.total_rate / soak.total_rate
+
+
+def print_floor_ratio(measured: tuple[float, float]) -> None:
+    print(
+        f"sse-soak CPU per frame / floor: {measured[0]:.2f}x streaming-only, {measured[1]:.2f}x in all "
+        f"(goal <= {FLOOR_GOAL:g}x)"
+    )
+
+
+def print_floor_rounds(measured: list[tuple[float, float]]) -> None:
+    streams, totals = sorted(pair[0] for pair in measured), sorted(pair[1] for pair in measured)
+    print(
+        f"over {len(measured)} rounds, sse-soak CPU per frame / floor: streaming-only "
+        f"{', '.join(f'{r:.2f}' for r in streams)} (median {statistics.median(streams):.2f}x), in all "
+        f"{', '.join(f'{r:.2f}' for r in totals)} (median {statistics.median(totals):.2f}x) (goal <= {FLOOR_GOAL:g}x)"
+    )
+
+
+def _per(value: Any, count: float, scale: float = 1.0, digits: int = 2) -> str:
+    """``value / count * scale`` printed, or n/a when either is missing or zero."""
+    if value is None or not count:
+        return "n/a"
+    return f"{value / count * scale:.{digits}f}"
+
+
+def print_counters(rows: list[Row]) -> None:
+    """Each row's counters beside its CPU: rusage over its load, gc collections per 1k frames (the
+    trace's), frames per read and per wake where the tool counts them (n/a where not)."""
+    counted = [row for row in rows if row.counters]
+    if not counted:
+        return
+    print(
+        f"{'counters':<15} {'cpu us/frame':>12} {'utime s':>8} {'stime s':>8} {'nvcsw':>8} {'nivcsw':>7} "
+        f"{'gc0/1/2 per 1k frames':>22} {'frames/read':>11} {'frames/wake':>11}"
+    )
+    for row in counted:
+        c = row.counters
+        gc_counts = c.get("gc_collections") or [None, None, None]
+        per_1k = " / ".join(_per(value, row.frames, 1000) for value in gc_counts)
+        print(
+            f"{row.tool:<15} {cpu_per_frame_us(row)[0]:>12.1f} {c.get('utime_s', float('nan')):>8.2f} "
+            f"{c.get('stime_s', float('nan')):>8.2f} {c.get('nvcsw', 0):>8} {c.get('nivcsw', 0):>7} {per_1k:>22} "
+            f"{_per(row.frames, c.get('reads') or 0):>11} {_per(row.frames, c.get('wakes') or 0):>11}"
+        )
+
+
+# --- timing resolution (issue 38): sse-soak alone at each resolution -----------------------------
+
+
+def _max(value: float) -> str:
+    return "n/a" if value != value else f"{value:.2f}"
+
+
+def print_resolutions(results: list[tuple[float, Row]]) -> None:
+    """One line per run: CPU per frame, frames per CPU s, wakes, timing errors against the trace, and
+    the share of gaps merged; then per resolution the median CPU per frame over its runs."""
+    print(
+        f"\n{'resolution ms':>13} {'cpu us/frame':>12} {'frames/cpu s':>12} {'nvcsw':>8} "
+        f"{'ttft err ms p50/p99/max':>24} {'gap err ms p50/p99/max':>23} {'gaps merged':>16}"
+    )
+    for resolution, row in results:
+        merged, total = row.gaps_merged
+        share = f"{100 * merged / total:.1f}% of {total}" if total else "n/a"
+        print(
+            f"{resolution:>13g} {cpu_per_frame_us(row)[0]:>12.1f} {row.stream_rate:>12,.0f} "
+            f"{row.counters.get('nvcsw', 'n/a'):>8} {_ms(row.ttft_err_ms) + ' / ' + _max(row.ttft_err_max_ms):>24} "
+            f"{_ms(row.gap_err_ms) + ' / ' + _max(row.gap_err_max_ms):>23} {share:>16}"
+            + (f"  ({row.note})" if row.note else "")
+        )
+    for resolution in sorted({resolution for resolution, _ in results}):
+        costs = [cpu_per_frame_us(row)[0] for r, row in results if r == resolution and row.frames and not row.note]
+        if costs:
+            median = statistics.median(costs)
+            print(f"resolution {resolution:g} ms: median {median:.1f} CPU us per frame over {len(costs)} run(s)")
+
+
+def run_resolutions(work: Workload, workdir: Path, resolutions: list[float], rounds: int) -> bool:
+    """sse-soak alone at each resolution, ``rounds`` times, the order rotated each round; whether
+    every run worked."""
+    results: list[tuple[float, Row]] = []
+    for number in range(rounds):
+        shift = number % len(resolutions)
+        for resolution in resolutions[shift:] + resolutions[:shift]:
+            row = run_sse_soak(work, workdir / f"round-{number + 1}" / f"r{resolution:g}", resolution)
+            results.append((resolution, row))
+    print_resolutions(results)
+    return all(row.frames and not row.note for _, row in results)
 
 
 # --- the table -----------------------------------------------------------------------------------------
@@ -888,13 +1147,16 @@ def print_table(rows: list[Row], work: Workload) -> None:
             f"sse-soak / best peer, frames per CPU s: total {measured[0]:.2f}x, "
             f"streaming-only {measured[1]:.2f}x (goal >= 2x)"
         )
+    print_counters(rows)
+    if (against_floor := floor_ratio(rows)) is not None:
+        print_floor_ratio(against_floor)
 
 
 def ratios(rows: list[Row]) -> tuple[float, float] | None:
     """sse-soak's frames per CPU second over the best peer's of the same round, total and
     streaming-only; None when sse-soak or every peer failed."""
     soak = next((row for row in rows if row.tool == "sse-soak" and row.frames and not row.note), None)
-    peers = [row for row in rows if row.tool != "sse-soak" and row.frames and not row.note]
+    peers = [row for row in rows if row.tool not in ("sse-soak", FLOOR) and row.frames and not row.note]
     if soak is None or not peers:
         return None
     best_total = max(row.total_rate for row in peers)
@@ -915,7 +1177,7 @@ def print_rounds(measured: list[tuple[float, float]]) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="sse-soak alone, a tiny workload, no installs")
+    parser.add_argument("--quick", action="store_true", help="the floor and sse-soak, a tiny workload, no installs")
     parser.add_argument("--install-only", action="store_true", help="install the peers, run nothing")
     parser.add_argument("--tools", default="guidellm,aiperf,inference-perf", help="peers to run (comma-separated)")
     parser.add_argument("--duration", type=int, default=FULL.duration_s, help="seconds of load per tool")
@@ -929,6 +1191,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1,
         help="run every tool this many times, one round after the other, and print each round's table and the "
         "median ratios",
+    )
+    parser.add_argument("--no-floor", action="store_true", help="leave out the bare receive loop's row")
+    parser.add_argument(
+        "--resolutions",
+        default="",
+        help="sse-soak alone at each timing resolution (ms, comma-separated, e.g. 0,1,2,5), alternating, "
+        "--rounds times each; no peers, no floor",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
@@ -964,23 +1233,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds < 1:
         print("peers.py: --rounds must be at least 1", file=sys.stderr)
         return 2
+    try:
+        resolutions = [float(part) for part in args.resolutions.split(",") if part.strip()]
+    except ValueError:
+        resolutions = [-1.0]
+    if any(resolution < 0 for resolution in resolutions):
+        print(
+            f"peers.py: --resolutions takes milliseconds >= 0, comma-separated: {args.resolutions!r}", file=sys.stderr
+        )
+        return 2
     workdir = Path(tempfile.mkdtemp(prefix="sse-soak-peers-"))
     installed: dict[str, Path | str] = {}  # per peer: the tokenizer snapshot, or why it is not installed
     measured: list[tuple[float, float]] = []
     soak_rows: list[Row] = []
+    against_floor: list[tuple[float, float]] = []
     own_runs_ok = True
-    for number in range(1, args.rounds + 1):
+    for number in range(1, (0 if resolutions else args.rounds) + 1):
         here = workdir if args.rounds == 1 else workdir / f"round-{number}"
-        rows = [run_sse_soak(work, here / "sse-soak")]
+        rows = run_own_pair(work, here, number, with_floor=not args.no_floor)
         if not args.quick:
             rows += [run_installed_peer(tool, work, here / tool.name, installed) for tool in tools]
         print_table(rows, work)
-        own_runs_ok = own_runs_ok and bool(rows[0].frames) and not rows[0].note
-        soak_rows.append(rows[0])
+        soak = next(row for row in rows if row.tool == "sse-soak")
+        own_runs_ok = own_runs_ok and bool(soak.frames) and not soak.note
+        soak_rows.append(soak)
         if (pair := ratios(rows)) is not None:
             measured.append(pair)
+        if (pair := floor_ratio(rows)) is not None:
+            against_floor.append(pair)
     if args.rounds > 1 and measured:
         print_rounds(measured)
+    if args.rounds > 1 and against_floor:
+        print_floor_rounds(against_floor)
+    if resolutions:
+        own_runs_ok = run_resolutions(work, workdir, resolutions, args.rounds)
     if args.profile:
         own_runs_ok = profile_sse_soak(work, workdir / "profiled", soak_rows) and own_runs_ok
     if args.keep:
@@ -988,6 +1274,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0 if own_runs_ok else 1
+
+
+def run_own_pair(work: Workload, here: Path, number: int, with_floor: bool) -> list[Row]:
+    """The floor's and sse-soak's rows of round ``number`` (the floor's first in the list): the floor
+    runs first in odd rounds and second in even ones, so that a drift of the machine's load
+    weighs on both alike over rounds."""
+    if not with_floor:
+        return [run_sse_soak(work, here / "sse-soak")]
+    if number % 2:
+        floor = run_floor(work, here / FLOOR)
+        return [floor, run_sse_soak(work, here / "sse-soak")]
+    soak = run_sse_soak(work, here / "sse-soak")
+    return [run_floor(work, here / FLOOR), soak]
 
 
 def profile_sse_soak(work: Workload, workdir: Path, measured: list[Row]) -> bool:

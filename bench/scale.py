@@ -22,6 +22,15 @@ zero-latency server: as many rows per second as the workers can make) with ``--p
 the master wrote, rows lost (the summary's ``lost_rows``, must be 0), and the master's CPU share:
 the master is not the bottleneck while its CPU stays well under one core and every row arrives.
 
+C) The floor at 5,000 streams (issue 38): the bare receive loop of ``bench/floor_loop.py`` (one
+epoll, a stamped ``recvmsg`` per ready socket, no parsing) and sse-soak (the generated locustfile of
+``bench/peers.py``, Locust headless) each hold ``--floor-streams`` chat streams of 60 tokens a
+second apart (keep-alive every second during the silence while every stream starts), alternating,
+three rounds; the server on the first CPU (``--api-server-count``), the tool on the others. CPU
+counts only in the steady window, from the last stream's first token to the first stream's last
+frame (the server's trace), the tool's process sampled every 0.1 s; per round sse-soak's CPU per
+frame over the floor's, and their median (goal: at most 1.3x). ``--part C`` runs it alone.
+
 Part A runs the server on the first CPU and the load generator on the others
 (``CapacitySettings.split_cpus``): on two cores, sharing a CPU with the server's processes put the
 scheduler's delays into the load generator's lag. Measured 2026-12-06 09:02 UTC on this 2-core
@@ -120,7 +129,8 @@ Locust's ``FastHttpSession`` lead (1.2-4.2 KiB each), ``loadtests/load/users.py`
 user's own HTTP client and pool is the largest Python share. The rest of the RSS is greenlet stacks
 and the allocator's own.
 
-``--quick`` proves the script works in seconds (A at 100 and 200 streams, B with 2 workers for 5 s);
+``--quick`` proves the script works in seconds (A at 100 and 200 streams, B with 2 workers for 5 s, C at
+100 streams of 10 tokens 0.2 s apart, one round);
 its figures say nothing about scale. Run it in full on an otherwise idle machine: it uses both cores.
 """
 
@@ -128,6 +138,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -158,7 +169,16 @@ from sse_user_throughput import (  # noqa: E402
 )
 
 FULL_STREAMS = (1000, 5000, 10000, 15000, 20000)
-QUICK = {"streams": "100,200", "workers": "2", "aggregation_seconds": 5, "api_server_count": 1}
+QUICK = {
+    "streams": "100,200",
+    "workers": "2",
+    "aggregation_seconds": 5,
+    "api_server_count": 1,
+    "floor_streams": 100,
+    "floor_tokens": 10,
+    "floor_itl_ms": 200.0,
+    "floor_rounds": 1,
+}
 SPAWN_RATE = 1000.0
 """Users started per second: fast enough that every stream is open before the first one ends."""
 SILENCE_AFTER_SPAWN_MS = 5000.0
@@ -356,6 +376,131 @@ def print_aggregation(rows: list[dict[str, Any]]) -> None:
         )
 
 
+# --- C) the floor at 5,000 streams (issue 38) -------------------------------------------------------
+
+FLOOR_STREAMS = 5000
+FLOOR_TOKENS = 60
+FLOOR_ITL_MS = 1000.0
+FLOOR_KEEPALIVE_S = 1.0
+FLOOR_PROMPT_TOKENS = 32
+FLOOR_ROUNDS = 3
+FLOOR_SILENCE_AFTER_SPAWN_MS = 2000.0
+FLOOR_SLACK_S = 3
+"""Each run lasts this long past its first streams' last token: the steady window ends before."""
+
+
+def floor_workload(streams: int, tokens: int, itl_ms: float) -> Any:
+    """``streams`` chat streams of ``tokens`` tokens ``itl_ms`` apart, silent (keep-alive every
+    second) until every one has started, no faults: many frames per stream, so that what a request
+    costs (connect, head, row) weighs little beside the frames."""
+    from peers import Workload
+
+    spawn_s = streams / SPAWN_RATE
+    ttft_ms = 1000 * spawn_s + FLOOR_SILENCE_AFTER_SPAWN_MS
+    duration_s = math.ceil(spawn_s + (ttft_ms + tokens * itl_ms) / 1000 + FLOOR_SLACK_S)
+    return Workload(
+        streams, FLOOR_PROMPT_TOKENS, tokens, duration_s, ttft_ms, itl_ms, keepalive_s=FLOOR_KEEPALIVE_S, fault_pct=0
+    )
+
+
+def steady_window(sent: Any) -> tuple[float, float]:
+    """From the server's trace: from the first token of the last stream to start (of those started
+    before any ended) to the first stream's last frame: every stream open and streaming tokens.
+    (nan, nan) when there is no such window."""
+    if sent.empty:
+        return float("nan"), float("nan")
+    spans = sent.groupby("request_id")["t"].agg(["min", "max"])
+    first_end = float(spans["max"].min())
+    data = sent[sent["kind"] == "data"]
+    first_tokens = data.groupby("request_id")["t"].min()
+    first_wave = first_tokens[spans.loc[first_tokens.index, "min"] < first_end]
+    start = float(first_wave.max()) if len(first_wave) else float("nan")
+    return (start, first_end) if start < first_end else (float("nan"), float("nan"))
+
+
+def floor_run(tool: str, work: Any, workdir: Path, api_server_count: int) -> dict[str, Any]:
+    """One run of ``tool`` ("floor" or "sse-soak") against a fresh server on the first CPU (the tool
+    on the others, as part A); its CPU and the server's frames in the steady window."""
+    import peers
+    from sse_user_throughput import cpu_split, pinned
+
+    workdir.mkdir(parents=True)
+    trace = workdir / "trace.jsonl"
+    extra = ["--api-server-count", str(api_server_count)] if api_server_count > 1 else []
+    server_cpus, loadgen_cpus = cpu_split(True)
+    with pinned(server_cpus):
+        server = start_server([*work.server_args(trace), *extra])
+    try:
+        with pinned(loadgen_cpus):
+            if tool == peers.FLOOR:
+                command, env = peers.floor_command(work, server.url, workdir)
+            else:
+                command, env = peers.sse_soak_command(work, server.url, workdir, spawn_rate=SPAWN_RATE)
+            measured = peers.run_measured(command, env, workdir, workdir / "tool.log", work.duration_s + 180)
+    finally:
+        server.stop()
+    sent = peers.read_trace(trace)
+    start, end = steady_window(sent)
+    frames = int(((sent["t"] >= start) & (sent["t"] <= end)).sum()) if start == start else 0
+    cpu_s = measured.cpu_between(start, end) if frames else float("nan")
+    counters = peers.read_counters(workdir / peers.COUNTERS_FILE)
+    log = (workdir / "tool.log").read_text(errors="replace").splitlines()
+    failed_gates = [
+        line.split()[2].rstrip(":") for line in log if line.startswith("gate FAIL ") and len(line.split()) > 2
+    ]
+    return {
+        "tool": tool,
+        "exit": measured.code,
+        "frames": frames,
+        "window_s": end - start,
+        "cpu_s": cpu_s,
+        "us_per_frame": 1e6 * cpu_s / frames if frames else float("nan"),
+        "nvcsw": counters.get("nvcsw"),
+        "nivcsw": counters.get("nivcsw"),
+        "failed_gates": failed_gates,
+    }
+
+
+def floor_rounds(streams: int, tokens: int, itl_ms: float, rounds: int, api_server_count: int) -> dict[str, Any]:
+    """Floor and sse-soak alternating (which goes first alternates too), ``rounds`` each; per round
+    sse-soak's CPU per frame over the floor's, in the steady window."""
+    import peers
+
+    work = floor_workload(streams, tokens, itl_ms)
+    print(
+        f"\n== C: the floor at {streams} streams: {tokens} tokens {itl_ms:g} ms apart, keep-alive "
+        f"{FLOOR_KEEPALIVE_S:g} s, {rounds} round(s) of floor and sse-soak, {work.duration_s} s each =="
+    )
+    runs: list[dict[str, Any]] = []
+    ratios: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="sse-bench-floor-") as directory:
+        for number in range(1, rounds + 1):
+            order = [peers.FLOOR, "sse-soak"] if number % 2 else ["sse-soak", peers.FLOOR]
+            here = {
+                tool: floor_run(tool, work, Path(directory) / f"round-{number}" / tool, api_server_count)
+                for tool in order
+            }
+            for tool in (peers.FLOOR, "sse-soak"):
+                run = here[tool]
+                print(
+                    f"round {number} {tool:<8}: {run['frames']} frames in a {run['window_s']:.1f} s steady window, "
+                    f"CPU {run['cpu_s']:.2f} s, {run['us_per_frame']:.1f} us per frame; nvcsw {run['nvcsw']}, "
+                    f"nivcsw {run['nivcsw']} (whole run); exit {run['exit']}"
+                    + (f" (gates failed: {', '.join(run['failed_gates'])})" if run["failed_gates"] else "")
+                )
+                runs.append({"round": number, **run})
+            ratio = here["sse-soak"]["us_per_frame"] / here[peers.FLOOR]["us_per_frame"]
+            ratios.append(ratio)
+            print(f"round {number}: sse-soak CPU per frame / floor at {streams} streams: {ratio:.2f}x")
+    usable = sorted(ratio for ratio in ratios if ratio == ratio)
+    median = statistics.median(usable) if usable else float("nan")
+    print(
+        f"floor at {streams} streams: sse-soak CPU per frame / floor {', '.join(f'{r:.2f}' for r in ratios)} "
+        f"(median {median:.2f}x) (goal <= {peers.FLOOR_GOAL:g}x)"
+    )
+    return {"streams": streams, "runs": runs, "ratios": ratios, "median_ratio": median}
+
+
 def _counts(text: str, allow_none: bool = False) -> list[int]:
     try:
         counts = [int(part) for part in text.split(",") if part.strip()]
@@ -369,6 +514,13 @@ def _counts(text: str, allow_none: bool = False) -> list[int]:
 def _counts_or_none(text: str) -> list[int]:
     """As ``_counts``, but '' is no count at all: that part is skipped."""
     return _counts(text, allow_none=True)
+
+
+def _parts(text: str) -> str:
+    parts = text.replace(",", "").upper()
+    if not parts or not set(parts) <= set("ABC"):
+        raise argparse.ArgumentTypeError(f"expected parts among A, B and C, got {text!r}")
+    return parts
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -390,6 +542,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help=f"A: first open {MEMORY_STREAMS} streams with tracemalloc on, and print what a stream holds by type",
     )
+    parser.add_argument(
+        "--part", type=_parts, default="ABC", help="which parts to run: A, B, C or any mix (default ABC)"
+    )
+    parser.add_argument("--floor-streams", type=int, default=FLOOR_STREAMS, help="C: streams at once (default 5000)")
+    parser.add_argument("--floor-tokens", type=int, default=FLOOR_TOKENS, help="C: tokens per stream (default 60)")
+    parser.add_argument("--floor-itl-ms", type=float, default=FLOOR_ITL_MS, help="C: ms between tokens (default 1000)")
+    parser.add_argument("--floor-rounds", type=int, default=FLOOR_ROUNDS, help="C: rounds of floor and sse-soak (3)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     if parser.parse_known_args(argv)[0].quick:
         quick = {key: _counts(value) if isinstance(value, str) else value for key, value in QUICK.items()}
@@ -399,32 +558,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
-    fd_limit = raise_fd_limit(max(options.streams) + FD_HEADROOM)
+    most = max([*options.streams, options.floor_streams])
+    fd_limit = raise_fd_limit(most + FD_HEADROOM)
     print(f"sse-soak scale benchmark; open-files limit {fd_limit}")
     privileged = "may" if may_raise_hard_limits() else "may not (no CAP_SYS_RESOURCE)"
     print(f"(this process {privileged} raise its hard limit; a step above what the limit fits is cut)")
     memory: dict[str, Any] = {}
+    floor: dict[str, Any] | None = None
     try:
         if options.memory_by_type:
             memory = memory_by_type(options.api_server_count)
-        ladder_rows = ladder(options.streams, options.api_server_count, fd_limit, not options.no_freeze)
-        print_ladder(ladder_rows)
+        ladder_rows = (
+            ladder(options.streams, options.api_server_count, fd_limit, not options.no_freeze)
+            if "A" in options.part
+            else []
+        )
+        if ladder_rows:
+            print_ladder(ladder_rows)
         aggregation_rows = []
         with tempfile.TemporaryDirectory(prefix="sse-bench-scale-") as directory:
-            for workers in options.workers:
+            for workers in options.workers if "B" in options.part else []:
                 report_dir = Path(directory) / f"workers-{workers}"
                 report_dir.mkdir()
                 aggregation_rows.append(aggregation(workers, options.aggregation_seconds, report_dir))
-        print_aggregation(aggregation_rows)
+        if aggregation_rows:
+            print_aggregation(aggregation_rows)
+        if "C" in options.part:
+            floor = floor_rounds(
+                options.floor_streams,
+                options.floor_tokens,
+                options.floor_itl_ms,
+                options.floor_rounds,
+                options.api_server_count,
+            )
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if options.json is not None:
-        figures = {"streams": ladder_rows, "aggregation": aggregation_rows, "memory_by_type": memory}
+        figures = {"streams": ladder_rows, "aggregation": aggregation_rows, "memory_by_type": memory, "floor": floor}
         options.json.write_text(json.dumps(figures, indent=2) + "\n")
     exact = all(row["exact"] for row in ladder_rows) and all(row["lost_rows"] == 0 for row in aggregation_rows)
     median_lag = statistics.median(row["lag_p99_ms"] for row in ladder_rows) if ladder_rows else float("nan")
-    print(f"\nevery frame exact and no row lost: {'yes' if exact else 'NO'}; median lag p99 {median_lag:.1f} ms")
+    if set(options.part) & {"A", "B"}:  # C counts CPU, not rows
+        print(f"\nevery frame exact and no row lost: {'yes' if exact else 'NO'}; median lag p99 {median_lag:.1f} ms")
     return 0 if exact else 1
 
 

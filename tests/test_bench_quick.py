@@ -20,12 +20,12 @@ NUM = r"[-+]?(?:\d[\d,.]*|nan|inf)"  # a printed figure; nan is a figure too (a 
 pytestmark = [pytest.mark.smoke, pytest.mark.timeout(TIMEOUT_S + 30), pytest.mark.bench]
 
 
-def run_bench(script: str, *args: str) -> str:
+def run_bench(script: str, *args: str, timeout_s: float = TIMEOUT_S) -> str:
     """Run ``bench/<script> --quick`` as a subprocess, bounded; returns its stdout after checking exit 0.
     On a timeout ``subprocess.run`` kills the script by its pid; the servers it started see their
     stdin pipe close and stop themselves."""
     command = [sys.executable, str(BENCH / script), "--quick", *args]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     return result.stdout
@@ -191,8 +191,13 @@ def test_proxy_distortion_quick(tmp_path: Path) -> None:
     assert {"direct", "embedded"} <= {row["name"] for row in rows}
 
 
+SCALE_TIMEOUT_S = 2 * TIMEOUT_S
+"""scale.py's quick run has three parts (A, B and C's floor and sse-soak runs): about 95 s on 2 busy cores."""
+
+
+@pytest.mark.timeout(SCALE_TIMEOUT_S + 30)
 def test_scale_quick(tmp_path: Path) -> None:
-    output = run_bench("scale.py", "--json", str(tmp_path / "figures.json"))
+    output = run_bench("scale.py", "--json", str(tmp_path / "figures.json"), timeout_s=SCALE_TIMEOUT_S)
     assert_figures(
         output,
         [
@@ -204,10 +209,23 @@ def test_scale_quick(tmp_path: Path) -> None:
             rf"^\s+2\s+\d+\s+{NUM}\s+0\s+{NUM}%\s+{NUM}%$",
             r"^master with 2 workers: (?:not the bottleneck|MAY BE THE BOTTLENECK) \(\d+% of a core, 0 rows lost\)$",
             rf"^every frame exact and no row lost: yes; median lag p99 {NUM} ms$",
+            r"^== C: the floor at 100 streams: 10 tokens 200 ms apart, keep-alive 1 s, 1 round\(s\) of floor and "
+            r"sse-soak, \d+ s each ==$",
+            *(
+                rf"^round 1 {tool} *: \d+ frames in a {NUM} s steady window, CPU {NUM} s, {NUM} us per frame; "
+                rf"nvcsw \d+, nivcsw \d+ \(whole run\); exit [01](?: \(gates failed: .+\))?$"
+                for tool in ("floor", "sse-soak")
+            ),
+            rf"^round 1: sse-soak CPU per frame / floor at 100 streams: {NUM}x$",
+            rf"^floor at 100 streams: sse-soak CPU per frame / floor {NUM} \(median {NUM}x\) \(goal <= 1\.3x\)$",
         ],
     )
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert [row["streams"] for row in figures["streams"]] == [100, 200]
+    floor = figures["floor"]
+    assert [(run["round"], run["tool"]) for run in floor["runs"]] == [(1, "floor"), (1, "sse-soak")]
+    assert all(run["frames"] > 0 for run in floor["runs"]), floor  # a steady window with frames in it, for both
+    assert 0 < floor["median_ratio"] < float("inf"), floor
     assert [row["workers"] for row in figures["aggregation"]] == [2] and figures["aggregation"][0]["rows"] > 0
 
 
@@ -257,8 +275,36 @@ def test_peers_quick() -> None:
             rf"^sse-soak +\d+ +{NUM} +{NUM} +{NUM} +{NUM} +{NUM} / {NUM} +{NUM} / {NUM}$",
             r"^sse-soak: \d+/\d+ paired, \d+ gaps compared; server: inband \d+, cut \d+, keep-alive \d+; "
             r"tool: failed \d+ \(.*\), flagged inband (\d+)/\1, cuts (\d+)/\2, keep-alive (\d+)$",
+            rf"^floor +\d+ +{NUM} +{NUM} +{NUM} +{NUM} +n/a +n/a$",
+            r"^floor: 0/0 paired, 0 gaps compared; server: .*; tool: failed 0 \(reconnects \d+ of \d+ requests; "
+            r"frames \d+\), flagged n/a \(judges nothing\), keep-alive n/a$",
+            r"^counters +cpu us/frame +utime s +stime s +nvcsw +nivcsw +gc0/1/2 per 1k frames +frames/read "
+            r"+frames/wake$",
+            rf"^floor +{NUM} +{NUM} +{NUM} +\d+ +\d+ +{NUM} / {NUM} / {NUM} +{NUM} +{NUM}$",
+            rf"^sse-soak +{NUM} +{NUM} +{NUM} +\d+ +\d+ +{NUM} / {NUM} / {NUM} +(?:{NUM}|n/a) +(?:{NUM}|n/a)$",
+            rf"^sse-soak CPU per frame / floor: {NUM}x streaming-only, {NUM}x in all \(goal <= 1\.3x\)$",
         ],
     )
+    floor_line = re.search(r"^floor +(\d+) ", output, re.MULTILINE)
+    assert floor_line is not None and int(floor_line.group(1)) > 0, output  # the floor read frames from the server
+    ratio = re.search(rf"^sse-soak CPU per frame / floor: ({NUM})x streaming-only, ({NUM})x in all", output, re.M)
+    assert ratio is not None and all(0 < float(value) < float("inf") for value in ratio.groups()), output
+
+
+def test_peers_resolutions_quick() -> None:
+    """sse-soak alone at a timing resolution: the table of cost and error (0 ms, the default, which
+    every harness has; other resolutions pass ``--timing-resolution-ms``)."""
+    output = run_bench("peers.py", "--resolutions", "0")
+    assert_figures(
+        output,
+        [
+            r"^resolution ms +cpu us/frame +frames/cpu s +nvcsw +ttft err ms p50/p99/max +gap err ms p50/p99/max "
+            r"+gaps merged$",
+            rf"^ +0 +{NUM} +{NUM} +\d+ +{NUM} / {NUM} / {NUM} +{NUM} / {NUM} / {NUM} +(?:{NUM}% of \d+|n/a)$",
+            rf"^resolution 0 ms: median {NUM} CPU us per frame over 1 run\(s\)$",
+        ],
+    )
+    assert "\nfloor " not in output  # sse-soak alone
 
 
 def test_breakdown_stages_quick() -> None:
