@@ -16,9 +16,10 @@ replay that ``test_golden_reads.py`` checks for identical records. Stages, each 
   ``send`` that feeds it is in the figure, the same on both sides).
 
 Each stage is timed as the fastest of ``--repeat`` batches (the whole fixture each; the state each
-batch needs is built untimed): on a shared machine the fastest is the one least disturbed. ``--against REV`` measures another commit too: its tree is exported
-(``git archive``) and this script runs under each tree in turn, alternating, ``--rounds`` times;
-the figures are the medians of the rounds and the ratio B/A. Absolute µs move with the machine's
+batch needs is built untimed): on a shared machine the fastest is the one least disturbed.
+``--against REV`` measures another commit too: its tree is exported (``git archive``) and this
+script runs under each tree in turn, alternating, ``--rounds`` times; the figures are the medians
+of the rounds and the ratio B/A. Absolute µs move with the machine's
 load; the ratio within one run is the figure to read.
 
 Measured 2026-12-07 on the shared 2-core machine (5 other engineers' tests running, so noisy:
