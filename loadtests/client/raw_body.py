@@ -15,9 +15,12 @@ from typing import Any
 from geventhttpclient.response import HTTPParseError
 
 from loadtests.client import kernel_stamps as arrival_clock
+from loadtests.client import response_end
 from loadtests.client.body_mux import MuxedBody, TLSReads
 from loadtests.client.outcome import StreamTracker
 from loadtests.client.sse import SSEParser
+
+_feed_body = response_end.feed_body
 
 
 class RawBody:
@@ -31,13 +34,15 @@ class RawBody:
     ``read(n)`` for ``n`` bytes; this takes what each receive brought, so frames are timed as they
     arrive and the parser bounds the line length.)"""
 
-    __slots__ = ("_feed", "_frame", "_started", "parser", "raw", "t", "tracker", "wait")
+    __slots__ = ("_direct", "_feed", "_frame", "_started", "parser", "raw", "t", "tracker", "wait")
 
     def __init__(self, raw: Any, parser: SSEParser, tracker: StreamTracker, started: float) -> None:
         self.raw = raw
         self.parser = parser
         self.tracker = tracker
         self._feed, self._frame = parser.feed, tracker.frame
+        self._direct = isinstance(raw, response_end.FramedResponse) and raw.feeds_body_directly()
+        """Reads go straight to llhttp (``response_end.feed_body``), not through ``raw.feed``."""
         self._started = started
         self.t = tracker.ttfb or 0.0
         """Seconds after the send at which the last read arrived."""
@@ -84,11 +89,15 @@ class RawBody:
         no more: it ended, or the stream ended at a frame."""
         raw = self.raw
         try:
-            raw.feed(data)
+            if self._direct:
+                _feed_body(raw, data)
+            else:
+                raw.feed(data)
         except HTTPParseError:  # bad framing (a chunk size, say): the frames before it are the stream's
-            if raw._body_buffer and self.take(take_buffered(raw), arrived, read_at):
-                return True  # it ended before the bad bytes, as the SDK ends it there
-            raise
+            if not (self._direct and response_end.excess_dropped(raw)):  # excess after its end: dropped
+                if raw._body_buffer and self.take(take_buffered(raw), arrived, read_at):
+                    return True  # it ended before the bad bytes, as the SDK ends it there
+                raise
         if not data and not raw.message_complete:
             raise ConnectionResetError("connection closed mid-body")
         if raw._body_buffer and self.take(take_buffered(raw), arrived, read_at):
@@ -143,5 +152,5 @@ def take_buffered(raw: Any) -> bytes:
     """The body bytes the HTTP parser has decoded and nobody has taken yet; taken now."""
     buffer = raw._body_buffer
     chunk = bytes(buffer)
-    del buffer[:]
+    buffer.clear()
     return chunk
