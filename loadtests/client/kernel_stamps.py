@@ -8,8 +8,7 @@ timestamps, on any NIC and on loopback) and ``recvmsg`` hands back the stamp of 
 a read consumed. Frames timed that way keep their true gaps however late the loop reads them.
 
 Invariants: a stamp is never later than the read that returned it (a stepped wall clock cannot
-put a frame in the future; for ``WALL_OFFSET_REFRESH_S`` after a step, stamps are moved by it, then
-measured again); where no stamp comes (TLS sockets, whose records are decrypted above
+put a frame in the future); where no stamp comes (TLS sockets, whose records are decrypted above
 the kernel; platforms without ``SO_TIMESTAMPNS``) there is none, and the caller uses the read's
 own time. Frames that share
 one read share its stamp, the last segment's: a loop late by more than the interval between two
@@ -46,13 +45,6 @@ _TIMESPEC = struct.Struct("@ll")  # struct timespec: tv_sec, tv_nsec (both C lon
 _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if SO_TIMESTAMPNS is not None else 0
 TLS_SOCKETS = (ssl.SSLSocket, gevent.ssl.SSLSocket)
 _stamping_holder: socket.socket | None = None
-WALL_OFFSET_REFRESH_S = 0.005
-"""How long one measure of the wall clock's offset from the monotonic one serves: the stamps of
-every read within it (all the reads of one wake of the loop, and the wakes close after it) are
-turned into monotonic time with it, rather than each read calling ``time.time()`` again."""
-_wall_offset = 0.0
-"""``time.time() - time.monotonic()`` as last measured, at ``_wall_offset_at`` (monotonic)."""
-_wall_offset_at = float("-inf")
 
 
 def stamp_arrivals(sock: Any) -> bool:
@@ -85,13 +77,10 @@ def recv_stamped(sock: Any, size: int) -> tuple[bytes, float | None, float]:
     """Receive up to ``size`` bytes from a socket prepared by ``stamp_arrivals`` (waiting as
     ``recv`` does); returns them with the ``time.monotonic()`` at which the last segment read
     arrived (None when the kernel gave no stamp) and the one at which they were read."""
-    global _wall_offset, _wall_offset_at
     data, ancillary, _flags, _address = sock.recvmsg(size, _ANCILLARY_BYTES)
     read_at = time.monotonic()
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= _TIMESPEC.size:
-            if not 0.0 <= read_at - _wall_offset_at < WALL_OFFSET_REFRESH_S:
-                _wall_offset, _wall_offset_at = time.time() - read_at, read_at
             seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
-            return data, min(read_at, seconds + nanoseconds * 1e-9 - _wall_offset), read_at
+            return data, min(read_at, seconds + nanoseconds * 1e-9 - (time.time() - read_at)), read_at
     return data, None, read_at
