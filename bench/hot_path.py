@@ -22,10 +22,24 @@ script runs under each tree in turn, alternating, ``--rounds`` times; the figure
 of the rounds and the ratio B/A. Absolute µs move with the machine's
 load; the ratio within one run is the figure to read.
 
-Measured 2026-12-07 on the shared 2-core machine (5 other engineers' tests running, so noisy:
-rounds differ by up to ~10%), ``--against <golden-reads commit> --rounds 7``, µs per frame
-(``read``), per frame (``record``), per read (``stamp``): see the commits of issue 38 for each
-candidate's before and after; the totals are in the closing table of this docstring.
+Measured 2026-12-07 on the shared 2-core machine (other engineers' tests running: single rounds
+moved by up to 2x, the medians by about 5%), each change against the commit before it, µs per
+frame of ``read`` (median of alternating rounds; B/A the median of the rounds' ratios):
+
+=====================================================  ==========  ======  ==============
+change (issue 38, point 3)                             before      after   B/A
+=====================================================  ==========  ======  ==============
+tracker: no property calls, token-chunk shortcut       5.93        5.19    0.865 (6 rounds)
+SSE: one whole data frame without split/count          5.12        4.86    0.942 (6 rounds)
+HTTP: reads straight to llhttp, chunks by ``extend``   5.17        4.44    0.881 (10 rounds);
+                                                                           split 36.6 -> 20.2
+all three, against the golden-reads commit             5.59        4.46    0.781 (10 rounds);
+                                                                           split 0.662
+=====================================================  ==========  ======  ==============
+
+Tried and not kept: one wall-clock offset per 5 ms in ``recv_stamped`` (stamp stage 3.57 vs
+3.58 µs a read: ``time.time()`` is a vDSO call); ``recvmsg_into`` a reused buffer (1.94 µs a
+read against ``recvmsg``'s 1.70: the slice and copy cost more than the allocation saved).
 """
 
 from __future__ import annotations
