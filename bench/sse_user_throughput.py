@@ -10,7 +10,7 @@ A) Parser/recorder cost. Two Locust user classes, run in-process with Locust's l
 (``Environment`` + ``create_local_runner``) against one bundled server at zero inter-token
 latency and keep-alive off: a bare loop that reads ``response._response.readline(b"\\n")`` and
 counts blank lines, and ``SSEUser`` exactly as a scenario uses it (it reads the body bytes each
-receive brings, ``loadtests.load.users.RawBody``, stamped with the kernel's arrival time, into
+receive brings, ``loadtests.client.raw_body.RawBody``, stamped with the kernel's arrival time, into
 ``SSEParser.feed``; frames counted from the recorder's rows, ``data_frames + keepalive_frames``),
 with the harness's lag monitor running during its rounds as it does in every run. The process is
 settled once before any round (``loop_hygiene.settle_after_setup``, as a scenario does at

@@ -337,3 +337,19 @@ def test_live_metrics_cost_quick() -> None:
             rf"^median lag_p99_ms: off {NUM}, on {NUM}, on/off {NUM}$",
         ],
     )
+
+
+def test_hot_path_quick() -> None:
+    """The golden reads replayed per stage, under this tree and (alternating) under its own HEAD."""
+    assert_figures(run_bench("hot_path.py"), [rf"^read {NUM} µs  split {NUM} µs  record {NUM} µs  stamp {NUM} µs$"])
+    output = run_bench("hot_path.py", "--against", "HEAD")
+    assert_figures(
+        output,
+        [
+            rf"^round 1: read {NUM}->{NUM}",
+            *(
+                rf"^  {stage} +A +{NUM}  B +{NUM}  saved {NUM}  B/A {NUM}$"
+                for stage in ("read", "split", "record", "stamp")
+            ),
+        ],
+    )

@@ -380,6 +380,7 @@ class StreamTracker:
         "plan",
         "start_time",
         "status",
+        "stream_ended",
         "ttfb",
         "worker",
     )
@@ -410,17 +411,16 @@ class StreamTracker:
         self._redirect: str | None = None
         self._served_by: str | None = None
         self._end_silence: float | None = None
+        self.stream_ended = False
+        """True once the stream ended at a frame: a terminal event or one that broke the protocol.
+        A reader stops there (nothing after it is judged), so a row's duration ends at that frame.
+        Invariant: equal to ``done or _error is not None or _protocol_error is not None`` (set where
+        they are; a plain attribute, read once a frame on the hot path)."""
 
     @property
     def broken(self) -> bool:
         """True once the stream broke the protocol: the reader must stop reading it."""
         return self._protocol_error is not None
-
-    @property
-    def stream_ended(self) -> bool:
-        """True once the stream ended at a frame: a terminal event or one that broke the protocol.
-        A reader stops there (nothing after it is judged), so a row's duration ends at that frame."""
-        return self.done or self._error is not None or self._protocol_error is not None
 
     @property
     def finished_by_server(self) -> bool:
@@ -469,11 +469,13 @@ class StreamTracker:
         payload = _json_or_none(text)
         error = _error_of(payload) if isinstance(payload, dict) else None
         self._error = error or {"message": text[:MAX_TEXT]}
+        self.stream_ended = True
 
     def protocol_error(self, reason: str) -> None:
         """The stream broke the protocol (the first reason is kept; none after a terminal event)."""
         if self._protocol_error is None and not self.finished_by_server:
             self._protocol_error = reason
+            self.stream_ended = True
 
     def harness_error(self, message: str) -> None:
         """sse-soak itself failed while handling this request."""
@@ -483,10 +485,14 @@ class StreamTracker:
     def frame(self, frame: Frame, t: float, wait: float | None = None) -> str:
         """Record one wire frame that completed ``t`` seconds after the request was sent; returns its
         kind. ``wait``: how long its bytes lay in the kernel before they were read (None: unknown)."""
-        self.bytes += frame.nbytes
-        if self.finished_by_server or self.broken:
+        nbytes = frame.nbytes
+        self.bytes += nbytes
+        if self.stream_ended:
             return "after_end"  # the stream ended at its terminal event: what follows is neither counted nor timed
-        gap = self._arrival(t)
+        gap = t - self._last_t  # _arrival(t), inline: this runs for every frame
+        if gap > self._max_gap:
+            self._max_gap = gap
+        self._last_t = t
         if frame.invalid_utf8:
             self.protocol_error(INVALID_UTF8)
         data = frame.data
@@ -497,19 +503,50 @@ class StreamTracker:
             else:
                 self._comment += 1
         else:
-            self._data_arrival(t)
-            if data == "[DONE]":
+            self._data += 1  # _data_arrival(t), inline
+            last_data_t = self._last_data_t
+            if last_data_t is not None:
+                data_gap = t - last_data_t
+                if self._max_data_gap is None or data_gap > self._max_data_gap:
+                    self._max_data_gap = data_gap
+            self._last_data_t = t
+            if data[:1] != "[":  # neither [DONE] nor a malformed marker: a payload
+                kind = self._judge_data(data, t)
+            elif data == "[DONE]":
                 kind = "done"
-                self.done = True
+                self.done = self.stream_ended = True
             elif (problem := done_marker_problem(data)) is not None:
                 self.protocol_error(problem)
                 kind = "data"
             else:
                 kind = self._judge_payload(data, t)
-            if self.finished_by_server:  # its terminal frame: the silence before it is the stream's last
-                self._end_silence = gap
-        self.frames.append((len(self.frames), kind, t, gap, frame.nbytes, wait))
+            if self.stream_ended and (self.done or self._error is not None):
+                self._end_silence = gap  # its terminal frame: the silence before it is the stream's last
+        self.frames.append((len(self.frames), kind, t, gap, nbytes, wait))
         return kind
+
+    def _judge_data(self, data: str, t: float) -> str:
+        """``_judge_payload`` for the frame that is most of every stream, an ordinary token chunk
+        (a JSON object without ``error``, ``usage`` or ``object: "error"``), judged here as
+        ``_judge`` judges it; anything else goes through ``_judge_payload`` itself."""
+        try:
+            payload = orjson.loads(data)
+        except (ValueError, RecursionError, MemoryError):
+            return self._judge_payload(data, t)
+        if type(payload) is not dict or "error" in payload or payload.get("usage") is not None:
+            return self._judge_payload(data, t)
+        if payload.get("object") == "error":
+            return self._judge_payload(data, t)
+        # What decode_json returns for it, and what _judge does with it: no error, no usage.
+        if self._ttft is None and _carries_token(payload):
+            self._ttft = t
+        choices = payload.get("choices")
+        if type(choices) is list:
+            for choice in choices:
+                reason = choice.get("finish_reason") if type(choice) is dict else None
+                if reason is not None and self._finish_reason not in FAILED_FINISH_REASONS:
+                    self._finish_reason = _clip(reason)
+        return "data"
 
     def _judge_payload(self, data: str, t: float) -> str:
         try:
@@ -547,6 +584,7 @@ class StreamTracker:
         if error is not None:
             if self._error is None and self._protocol_error is None:
                 self._error = error
+                self.stream_ended = True
             return "error"
         if self._ttft is None and _carries_token(payload):
             self._ttft = t
@@ -576,7 +614,7 @@ class StreamTracker:
         if problem is not None:
             self.protocol_error(problem)
         if done and self._protocol_error is None and self._error is None:
-            self.done = True
+            self.done = self.stream_ended = True
         if data_frames is not None:
             self._data = max(self._data, data_frames)
 

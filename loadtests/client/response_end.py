@@ -33,6 +33,7 @@ from typing import Any
 
 import geventhttpclient.client
 import h11
+from geventhttpclient._parser import HTTPResponseParser
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketPoolResponse
 
 MAX_HEAD_BYTES = 100 * 1024
@@ -64,9 +65,19 @@ class FramedResponse(HTTPSocketPoolResponse):
         try:  # every read of a body: nothing here beyond what geventhttpclient does
             super().feed(data)
         except HTTPParseError:
-            if not (self.message_complete and self.get_code() >= 200):
+            if not excess_dropped(self):
                 raise
-            self._trailing_data_dropped = True  # should_close() is now True: the connection is never reused
+
+    def feeds_body_directly(self) -> bool:
+        """Its head is read and it is no answer to a HEAD: from now on, reads may go to llhttp
+        through ``feed_body`` (no Python call per read or per chunk; ``excess_dropped`` after an
+        ``HTTPParseError``) instead of ``feed``, with the same effect. Makes each decoded chunk go
+        to the body buffer without a Python frame."""
+        if self._head is not None or self.method == "HEAD":  # HEAD: geventhttpclient's own rule in feed
+            return False
+        # what HTTPResponse._on_body does, in C (llhttp looks the callback up on the instance each chunk)
+        self._on_body = self._body_buffer.extend  # type: ignore[method-assign,assignment]
+        return True
 
     def _feed_head(self, head: bytes, data: str | bytes) -> None:
         """Bytes while no final head is whole: once one is, llhttp gets its framing, the headers are
@@ -138,6 +149,20 @@ def _sent(method: str) -> h11.Request:
 
 
 _END_OF_MESSAGE = h11.EndOfMessage()
+
+
+feed_body = HTTPResponseParser.feed
+"""Body bytes straight to llhttp, for a response whose ``feeds_body_directly()`` said yes."""
+
+
+def excess_dropped(response: FramedResponse) -> bool:
+    """After llhttp raised ``HTTPParseError`` on a read: True when the final response had ended and
+    the error is bytes after its end, dropped (the connection is then never reused); False when the
+    error is the response's own."""
+    if not (response.message_complete and response.get_code() >= 200):
+        return False
+    response._trailing_data_dropped = True  # should_close() is now True: the connection is never reused
+    return True
 
 
 def _parse_head(head: bytes, method: str) -> Any:

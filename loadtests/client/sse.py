@@ -100,6 +100,15 @@ class SSEParser:
         the line-by-line path would parse them and returns where they end; returns 0 and appends
         nothing if any of them is not of that shape (another field, a comment, a blank line too
         many, a line over the limit, text that is not UTF-8): that path parses them then."""
+        size = len(data)
+        if data.find(b"\n") == size - 2 and data[-1] == 0x0A:  # one whole frame, and nothing after it
+            if size - 2 >= self.max_line_bytes:  # its LF would take it over the limit
+                return 0
+            try:
+                frames.append(Frame(t, size, data[6:-2].decode("utf-8")))
+            except UnicodeDecodeError:
+                return 0
+            return size
         end = data.rfind(b"\n\n") + 2
         if end < 2:  # no blank line: no whole frame yet
             return 0

@@ -9,6 +9,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loadtests.client.outcome import OUTCOMES, Outcome, RequestPlan, StreamTracker, frame_kind
 from loadtests.client.sse import Frame, SSEParser
@@ -469,3 +471,62 @@ def test_a_run_written_before_the_finish_reason_column_reads_it_as_null(tmp_path
     selected = run.read_requests(["outcome", "finish_reason"])
     assert list(selected.columns) == ["outcome", "finish_reason"]
     assert selected["outcome"].tolist() == ["ok"] and selected["finish_reason"].isna().all()
+
+
+class _JudgedTheLongWay(StreamTracker):
+    """Every data frame through ``_judge_payload`` (``decode_json``, then ``_judge``): the reference
+    for the token-chunk shortcut ``frame`` takes."""
+
+    __slots__ = ()
+    _judge_data = StreamTracker._judge_payload
+
+
+_CHUNK_PARTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "object": st.sampled_from(["chat.completion.chunk", "text_completion", "error", 1]),
+        "error": st.one_of(st.none(), st.just(""), st.just("boom"), st.just({"message": "m", "code": 500})),
+        "usage": st.one_of(st.none(), st.just({"prompt_tokens": 1, "completion_tokens": 2}), st.just(3)),
+        "choices": st.one_of(
+            st.just(None),
+            st.just("x"),
+            st.lists(
+                st.one_of(
+                    st.just(1),
+                    st.fixed_dictionaries(
+                        {},
+                        optional={
+                            "delta": st.one_of(st.just({}), st.just({"content": "hi"}), st.just({"role": "x"})),
+                            "text": st.sampled_from(["", "a"]),
+                            "finish_reason": st.sampled_from([None, "stop", "length", "abort", 7]),
+                        },
+                    ),
+                ),
+                max_size=2,
+            ),
+        ),
+    },
+)
+_DATA = st.one_of(
+    _CHUNK_PARTS.map(json.dumps),
+    st.sampled_from(
+        ["[DONE]", "[DONE] ", "[1]", "[", "", "nope", "NaN", '{"a": NaN}', '"s"', "12345678901234567890123"]
+    ),
+)
+
+
+@given(st.lists(st.one_of(_DATA, st.none()), max_size=8))
+def test_the_token_chunk_shortcut_judges_as_the_long_way_and_stream_ended_follows_the_verdicts(
+    datas: list[str | None],
+) -> None:
+    plan = RequestPlan("r", "chat:x", "chat")
+    short, long = StreamTracker(plan, 0.0), _JudgedTheLongWay(plan, 0.0)
+    for tracker in (short, long):
+        tracker.headers(200, 0.01, "text/event-stream")
+    for number, data in enumerate(datas):
+        frame = Frame(t=0.0, nbytes=10, data=data, comments=[] if data is not None else ["keep-alive"])
+        t = 0.1 * (number + 1)
+        assert short.frame(frame, t) == long.frame(frame, t)
+        assert short.stream_ended == (short.done or short._error is not None or short._protocol_error is not None)
+    assert short.frames == long.frames
+    assert short.finish(1.0).as_dict() == long.finish(1.0).as_dict()
