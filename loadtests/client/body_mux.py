@@ -41,7 +41,7 @@ from gevent.hub import Waiter, get_hub
 from gevent.monkey import get_original
 
 from loadtests.client import kernel_stamps as arrival_clock
-from loadtests.errors import OutOfOrder
+from loadtests.errors import InvalidValue, OutOfOrder
 
 _Epoll: Any = get_original("select", "epoll")  # gevent's patched select has no epoll
 _EPOLLIN: int = get_original("select", "EPOLLIN")
@@ -54,59 +54,138 @@ returns True when the body needs no more bytes."""
 
 _muxes: weakref.WeakKeyDictionary[Any, BodyMux] = weakref.WeakKeyDictionary()
 
+_DRAIN_READS = 16
+"""Receives of one body per coalesced pass at most while each fills the buffer (64 KiB at 4 KiB):
+what is left is read at the next pass, so one flooding body never holds the hub."""
+
 
 def body_mux() -> BodyMux:
-    """The mux of this process's hub, made on first use (after any fork: one epoll per process)."""
+    """The mux of this process's hub, made on first use (after a fork, a new one that keeps the
+    resolution the parent asked for)."""
     hub = get_hub()
     mux = _muxes.get(hub)
     if mux is None or mux.pid != os.getpid():
+        resolution_s = 0.0 if mux is None else mux.resolution_s
         mux = _muxes[hub] = BodyMux(hub)
+        mux.set_resolution(resolution_s)
     return mux
 
 
 class BodyMux:
-    """One epoll of the OS sockets whose bodies are being read, and the watcher that reads them."""
+    """The OS sockets whose bodies are being read, each watched by libev (one io watcher a body), or,
+    with a timing resolution R > 0, through one epoll read in passes at most every R."""
 
     def __init__(self, hub: Any) -> None:
         self.pid = os.getpid()
-        self._epoll = _Epoll()
+        self._loop = hub.loop
         self._bodies: dict[int, MuxedBody] = {}
-        self._watcher = hub.loop.io(self._epoll.fileno(), _READ)
-        self._watcher.ref = False  # until a body is registered: an idle mux never holds the loop open
-        self._watcher.start(self._ready)
         self.resolution_s = 0.0
         """The timing resolution asked for (``--timing-resolution-ms``, in seconds): 0 reads every
-        arrival as it comes (one kernel stamp per receive); R > 0 lets reads of one stream closer
-        than R share one receive and its stamp, for fewer wakes."""
+        arrival as it comes (one kernel stamp per receive); R > 0 reads in passes at most every R,
+        so arrivals of one stream closer than R share one receive and its stamp, for fewer wakes."""
+        self.reads = 0
+        """Receives handed to an ``on_read`` (each with its stamp), the peer's close included."""
+        self._passes = 0
+        self._reads_in_passes = 0
+        self._epoll: Any = None  # R > 0 only: the readiness of every body, polled by a pass
+        self._epoll_watcher: Any = None  # R > 0: wakes the hub for the first arrival after a quiet spell
+        self._pass_timer: Any = None  # R > 0: the next pass, every R while passes read something
+
+    @property
+    def wakes(self) -> int:
+        """Callbacks that read: at R = 0 one per receive (each body's watcher reads once), at R > 0
+        one per pass that read anything, however many receives it made; ``reads / wakes`` is the
+        receives per wake, frames per wake the frames over it."""
+        return self.reads - self._reads_in_passes + self._passes
 
     def set_resolution(self, seconds: float) -> None:
-        """Ask for reads coalesced to ``seconds`` (0: none, the default). Applies to reads that come after."""
+        """Read in passes at most every ``seconds`` (0: every arrival as it comes, the default).
+        Bodies being read move to the new way at once."""
         if seconds < 0:
-            raise ValueError(f"timing resolution must be >= 0 s, got {seconds}")
+            raise InvalidValue(f"timing resolution must be >= 0 s, got {seconds}")
+        if seconds == self.resolution_s:
+            return
+        for fd, body in self._bodies.items():
+            self._unwatch(fd, body)
+        if self._epoll is not None:
+            self._epoll_watcher.close()
+            self._pass_timer.close()
+            self._epoll.close()
+            self._epoll = self._epoll_watcher = self._pass_timer = None
         self.resolution_s = seconds
+        if seconds:
+            self._epoll = _Epoll()
+            self._epoll_watcher = self._loop.io(self._epoll.fileno(), _READ)
+            self._pass_timer = self._loop.timer(seconds, seconds)
+            self._epoll_watcher.start(self._pass)
+            self._hold_loop(False)
+        for fd, body in self._bodies.items():
+            self._watch(fd, body)
+
+    @property
+    def registered(self) -> int:
+        """Bodies being read now."""
+        return len(self._bodies)
 
     def add(self, fd: int, body: MuxedBody) -> None:
         if fd in self._bodies:
             raise OutOfOrder(f"descriptor {fd} is already being read")
-        self._epoll.register(fd, _EPOLLIN)
         self._bodies[fd] = body
-        self._watcher.ref = True
+        self._watch(fd, body)
 
     def remove(self, fd: int) -> None:
-        if self._bodies.pop(fd, None) is None:
-            return
-        with contextlib.suppress(OSError):  # closed already: the epoll dropped it with its last reference
-            self._epoll.unregister(fd)
-        if not self._bodies:
-            self._watcher.ref = False
+        body = self._bodies.pop(fd, None)
+        if body is not None:
+            self._unwatch(fd, body)
 
-    def _ready(self) -> None:
-        """In the hub: read each ready socket once."""
+    def _watch(self, fd: int, body: MuxedBody) -> None:
+        if self._epoll is None:  # R = 0: libev watches the socket in its own epoll and calls its reader
+            body.watcher = self._loop.io(fd, _READ)
+            body.watcher.start(body.readable)
+        else:
+            self._epoll.register(fd, _EPOLLIN)
+            if len(self._bodies) == 1:
+                self._hold_loop(True)
+
+    def _unwatch(self, fd: int, body: MuxedBody) -> None:
+        if self._epoll is None:
+            if body.watcher is not None:
+                body.watcher.close()
+                body.watcher = None
+        else:
+            with contextlib.suppress(OSError):  # closed already: the epoll dropped it with its last reference
+                self._epoll.unregister(fd)
+            if not self._bodies:
+                self._hold_loop(False)
+
+    def _hold_loop(self, hold: bool) -> None:
+        """R > 0: the watcher and the timer keep the loop alive only while some body is registered."""
+        self._epoll_watcher.ref = hold
+        self._pass_timer.ref = hold
+
+    def _pass(self) -> None:
+        """In the hub, R > 0 (the first arrival after a quiet spell, or the timer R after the last
+        pass): read every ready body until drained, each receive through ``readable``; then, if
+        anything was read, the next pass is the timer's (the watcher stopped: arrivals meanwhile
+        wait in the kernel, stamped), else the watcher's again (the timer stopped)."""
+        reads = self.reads
         bodies = self._bodies
         for fd, _events in self._epoll.poll(0):
             body = bodies.get(fd)
             if body is not None:
-                body.readable()
+                for _ in range(_DRAIN_READS):
+                    if not body.readable():
+                        break
+        read = self.reads - reads
+        if read:
+            self._passes += 1
+            self._reads_in_passes += read
+            if self._epoll_watcher.active:
+                self._epoll_watcher.stop()
+                self._pass_timer.start(self._pass)  # every R from now, until a pass reads nothing
+        elif self._pass_timer.active:
+            self._pass_timer.stop()
+            self._epoll_watcher.start(self._pass)
 
 
 class TLSReads:
@@ -158,6 +237,8 @@ class MuxedBody:
         self._timer: Any = None
         self._last_read = 0.0
         self._ended = False
+        self.watcher: Any = None
+        """R = 0: the libev io watcher that calls ``readable`` while the body is registered."""
 
     def read(self, read_first: bool = False) -> None:
         """Read until ``on_read`` returns True; raises what it raised, ``TimeoutError`` after the idle
@@ -175,10 +256,11 @@ class MuxedBody:
         finally:
             self._unregister()
 
-    def readable(self) -> None:
-        """In the hub: one receive, handed to ``on_read``; the body ends when it says so or raises."""
+    def readable(self) -> bool:
+        """In the hub: one receive, handed to ``on_read``; the body ends when it says so or raises.
+        True when the receive filled the buffer and the body goes on (more may be waiting)."""
         if self._ended:
-            return
+            return False
         try:
             try:
                 if self._stamped:
@@ -186,12 +268,16 @@ class MuxedBody:
                 else:
                     data, arrived, read_at = self._socket.recv(self._size), None, time.monotonic()
             except BlockingIOError:
-                return
+                return False
+            self._mux.reads += 1
             self._last_read = read_at
             if self._on_read(data, arrived, read_at) or not data:
                 self._end(None)
+                return False
+            return len(data) >= self._size
         except Exception as exc:  # ours or the stream's: raised in the reader, never in the hub
             self._end(exc)
+            return False
 
     def _end(self, failure: BaseException | None) -> None:
         self._ended = True
