@@ -1,14 +1,58 @@
-"""Reading every raw stream of a process through one epoll, in gevent's hub.
+"""Reading every raw stream of a process in gevent's hub, each receive handed to its stream there.
 
 A raw stream used to be read by its user's greenlet: every frame of a slow stream woke that
-greenlet (the hub switched to it and back) only to read a few hundred bytes. ``BodyMux`` keeps one
-``epoll`` of the OS sockets whose bodies are being read, watched by one gevent watcher; when it is
-readable, the hub reads each ready socket once and hands the bytes (with their kernel arrival
-stamp, ``loadtests.client.kernel_stamps``) to that stream's ``on_read`` right there. The user's greenlet
+greenlet (the hub switched to it and back) only to read a few hundred bytes. Here the hub reads
+each socket as it turns readable and hands the bytes (with their kernel arrival stamp,
+``loadtests.client.kernel_stamps``) to that stream's ``on_read`` right there; the user's greenlet
 sleeps until its body ends and wakes once. Against the greenlet reading its own body, this cut
 the load generator's CPU per frame by 12-19% at 32 streams of a token every 10 ms (three
 interleaved pairs) and by 20-31% at 1,000 to 15,000 slow streams, where the loop's lag p99 at
 15,000 went from 22.6 to 8.5 ms (``bench/scale.py``).
+
+How sockets are watched, by the timing resolution R (``BodyMux.set_resolution``,
+``--timing-resolution-ms``):
+
+- R = 0, the default: each body has its own libev io watcher (``loop.io(fd, READ)``), started
+  by ``MuxedBody.read`` and closed when the body is unregistered, whose callback is
+  ``MuxedBody.readable``: one receive per callback, every arrival read as it comes. libev keeps
+  the sockets in its own epoll, so a wake is one ``epoll_wait`` and one ``recvmsg`` per ready
+  socket. It replaced one nested epoll of every body, watched by one io watcher, which cost a
+  second ``epoll_wait`` per wake (``poll(0)``) and its list of tuples. libev drops a stopped fd
+  from its epoll lazily (from its code): a body's start costs one ``epoll_ctl`` (per request,
+  never per frame), and bytes that come to a connection no one reads (the last chunk after
+  ``[DONE]``) cost one wake and one ``epoll_ctl``. Measured 2026-12-07 on the shared 2-core box
+  (load average 5-9: noisy), A/B alternating, medians: with the real harness (Locust,
+  ``SSEUser``, the bundled server, 32 streams of a token every 10 ms, 8 s windows, 5 pairs) 39.8
+  -> 34.7 us of CPU a frame (each side swung 24-42 us); the mux alone (32 loopback streams, a
+  frame each every 10 ms spread over the tick, 8 pairs) 26.6 -> 24.8 us; at 1,000 streams of a
+  frame every 0.5 s (4 pairs) 24.4 and 24.4 us, a tie within the noise. Under strace, the nested
+  epoll made 2.0 ``epoll_wait`` a loop iteration, the watchers 0.94; neither an ``epoll_ctl`` per
+  frame.
+- R > 0: the bodies are registered in one epoll, watched by one io watcher, and read in passes.
+  A pass (``BodyMux._pass``) reads every ready body through the same ``readable``, each until its
+  socket is drained (a receive that fills the 4096-byte buffer is followed by another, up to
+  ``_DRAIN_READS`` a pass, each handed to ``on_read`` in order, so bytes beyond 4 KiB never wait
+  for the next pass and keep their own segments' stamps). After a pass that read anything, the
+  watcher stops and one hub timer runs the next pass R later (every R while passes read): bytes
+  arriving meanwhile wait in the kernel, stamped, and arrivals of one stream closer than R share
+  one receive and the last segment's stamp. A pass that reads nothing stops the timer and starts
+  the watcher again, so a quiet mux reads the first arrival at once, and an idle process does not
+  wake every R. The epoll is what finds the ready sockets in one call at a timer's pass (per-body
+  watchers would have to be stopped and started for every pass: an ``epoll_ctl`` per socket and a
+  wake per lazily-dropped fd that receives). Stopping the one watcher costs one spurious wake and
+  two ``epoll_ctl`` per busy spell. Every byte, stamp, frame and classification goes through the
+  same code at every R; only the reads are fewer and larger, and a frame's ``wait`` (kernel to
+  read) includes up to R (libev's timers round up to the millisecond: R + 1 ms at most, plus the
+  loop's lag). Measured the same day, the mux alone (32 streams, a frame each every 10 ms, 3
+  rounds alternating R, medians): R = 0 24.8 us a frame (3,200 wakes/s), 1 ms 22.2 us (926
+  wakes/s), 2 ms 15.9 us (496), 5 ms 12.7 us (200); a stream's frames, 10 ms apart, never shared a
+  read. With the real harness (3 rounds, frames per wake 1.1, 12, 16, 21; voluntary switches 155,
+  103, 78, 64 per 1k frames) the CPU medians were 31.8, 32.6, 33.0 and 24.7 us: the busy box's
+  noise hides all but 5 ms; gap error p50 0.003 ms at every R (p99 11-23 ms at every R, R = 0
+  included: the box's load, not the resolution).
+
+``BodyMux.reads`` counts receives and ``BodyMux.wakes`` the callbacks that made them (at R = 0
+one a receive; at R > 0 one a pass that read anything): the bench's frames per read and per wake.
 
 A TLS body is read the same way (``TLSReads``): the hub decrypts what arrived as the socket turns
 readable, timed as it is read (OpenSSL reads the socket itself, so there is no kernel stamp), where
@@ -19,12 +63,14 @@ Invariants:
 - ``on_read`` runs in the hub, once per receive, in arrival order; whatever it raises ends that
   body and is raised in the reader's greenlet (never in the hub). It returns True when the body
   needs no more bytes.
-- The idle rule is the client's (``--client-idle-timeout``): a body with no byte for the timeout
-  ends with ``TimeoutError`` in the reader. Before saying so, the socket is read once more, so a
-  stall of the load generator's own loop is never taken for the server's silence.
-- A body is unregistered (from the epoll, its timer stopped) before ``read()`` returns or raises,
-  however it ends: the caller may then close or reuse the socket. The watcher keeps the loop
-  alive only while some body is registered.
+- The idle rule is the client's (``--client-idle-timeout``), at every R: a body with no byte for
+  the timeout ends with ``TimeoutError`` in the reader. Before saying so, the socket is read once
+  more, so a stall of the load generator's own loop (or a pass not due yet) is never taken for
+  the server's silence.
+- A body is unregistered (its watcher closed or its fd out of the epoll, its timer stopped)
+  before ``read()`` returns or raises, however it ends: the caller may then close or reuse the
+  socket. What watches keeps the loop alive only while some body is registered.
+- R = 0 arms no timer and reads once per callback; a change of R moves the bodies being read.
 """
 
 from __future__ import annotations
