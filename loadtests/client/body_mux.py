@@ -216,7 +216,7 @@ class BodyMux:
         wait in the kernel, stamped), else the watcher's again (the timer stopped)."""
         reads = self.reads
         bodies = self._bodies
-        for fd, _events in self._epoll.poll(0):
+        for fd, _events in self._epoll.poll(0, len(bodies) or 1):  # every ready one (the default stops at 1,023)
             body = bodies.get(fd)
             if body is not None:
                 for _ in range(_DRAIN_READS):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -439,3 +440,28 @@ def connection_pair() -> Iterator[Pair]:
         ours, _ = listener.accept()
     with ours, theirs:
         yield ours, theirs
+
+
+def test_a_coalesced_pass_reads_every_ready_body_beyond_a_thousand(coalesced: BodyMux) -> None:
+    """1,100 bodies with bytes waiting at one pass (Python's epoll hands 1,023 by default): one
+    wake reads them all."""
+    coalesced.set_resolution(1.0)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = 2 * 1100 + 100  # both ends of each connection, and what the process holds already
+    with contextlib.ExitStack() as stack:
+        if soft != resource.RLIM_INFINITY and soft < needed:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))  # a lower hard limit fails here, saying so
+            stack.callback(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        pairs = [stack.enter_context(connection_pair()) for _ in range(1100)]
+        collected = [Collector(2) for _ in pairs]
+        pairs[0][1].sendall(b"<")  # the quiet mux's first read: the next pass is R after it
+        bodies = [body(ours, seen, idle_s=None) for (ours, _), seen in zip(pairs, collected, strict=True)]
+        readers = [gevent.spawn(each.read) for each in bodies]
+        collected[0].read.wait(timeout=10)
+        wakes = coalesced.wakes
+        for (_, theirs), seen in zip(pairs, collected, strict=True):
+            theirs.sendall(b">" if seen is collected[0] else b"<>")
+        for reader in readers:
+            reader.get(timeout=10)
+        assert coalesced.wakes - wakes == 1
+        assert all(seen.data.endswith(b">") for seen in collected)
