@@ -25,9 +25,12 @@ How sockets are watched, by the timing resolution R (``BodyMux.set_resolution``,
   ``SSEUser``, the bundled server, 32 streams of a token every 10 ms, 8 s windows, 5 pairs) 39.8
   -> 34.7 us of CPU a frame (each side swung 24-42 us); the mux alone (32 loopback streams, a
   frame each every 10 ms spread over the tick, 8 pairs) 26.6 -> 24.8 us; at 1,000 streams of a
-  frame every 0.5 s (4 pairs) 24.4 and 24.4 us, a tie within the noise. Under strace, the nested
-  epoll made 2.0 ``epoll_wait`` a loop iteration, the watchers 0.94; neither an ``epoll_ctl`` per
-  frame.
+  frame every 0.5 s (4 pairs) 24.4 and 24.4 us, a tie within the noise. Under strace (the process
+  slowed, so counts, not times): the mux alone, 2.0 ``epoll_wait`` a loop iteration with the
+  nested epoll, 0.94 with the watchers, and no ``epoll_ctl`` per frame; a whole harness run (32
+  streams of 200 tokens for 8 s, about 150 requests), 1.92 against 0.97 ``epoll_wait`` a loop
+  iteration and 820 against 275 ``epoll_ctl`` (202 of them libev's ``EEXIST`` on a watcher started
+  again on a socket it had not dropped: about one a request).
 - R > 0: the bodies are registered in one epoll, watched by one io watcher, and read in passes.
   A pass (``BodyMux._pass``) reads every ready body through the same ``readable``, each until its
   socket is drained (a receive that fills the 4096-byte buffer is followed by another, up to
