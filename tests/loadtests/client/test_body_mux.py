@@ -1,20 +1,24 @@
-"""Bodies read in the hub through one epoll: the client's idle rule (a loop stall never counts as
-the server's silence), kernel arrival stamps, and every way a body ends leaving nothing registered."""
+"""Bodies read in the hub: the client's idle rule (a loop stall never counts as the server's
+silence), kernel arrival stamps, every way a body ends leaving nothing registered (each at the
+default resolution and coalesced), and reads coalesced to a timing resolution."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import gevent
+import gevent.event
 import gevent.socket
 import pytest
 from gevent.monkey import get_original
 
-from loadtests.client.body_mux import MuxedBody, TLSReads
+from loadtests.client.body_mux import BodyMux, MuxedBody, TLSReads, body_mux
 from loadtests.client.kernel_stamps import SO_TIMESTAMPNS, keep_kernel_stamping_on, stamp_arrivals
 from tests.loadtests.client.certificates import self_signed
 
@@ -26,6 +30,30 @@ Read = tuple[bytes, float | None, float]
 blocking_sleep = get_original("time", "sleep")
 OsThread = get_original("threading", "Thread")
 OsSocket = get_original("socket", "socket")
+
+
+@pytest.fixture(params=[0.0, 0.05], ids=["per-arrival", "coalesced"])
+def resolution(request: pytest.FixtureRequest) -> Iterator[BodyMux]:
+    """The process's mux at each timing resolution (0: every arrival read as it comes; 50 ms:
+    coalesced), set back to 0 after; the test leaves no body registered."""
+    mux = body_mux()
+    mux.set_resolution(request.param)
+    try:
+        yield mux
+        assert mux.registered == 0
+    finally:
+        mux.set_resolution(0.0)
+
+
+@pytest.fixture
+def coalesced() -> Iterator[BodyMux]:
+    """The process's mux, for a test to set a resolution on; set back to 0 after."""
+    mux = body_mux()
+    try:
+        yield mux
+        assert mux.registered == 0
+    finally:
+        mux.set_resolution(0.0)
 
 
 @pytest.fixture
@@ -46,9 +74,12 @@ class Collector:
     def __init__(self, until: int) -> None:
         self.until = until
         self.reads: list[Read] = []
+        self.read = gevent.event.Event()
+        """Set at each read (the test clears it to wait for the next)."""
 
     def __call__(self, data: bytes, arrived: float | None, read_at: float) -> bool:
         self.reads.append((data, arrived, read_at))
+        self.read.set()
         return len(self.data) >= self.until
 
     @property
@@ -71,6 +102,7 @@ def send_every(sock: gevent.socket.socket, pieces: list[bytes], interval: float)
     return gevent.spawn(send)
 
 
+@pytest.mark.usefixtures("resolution")
 def test_pieces_closer_than_the_idle_timeout_never_time_out_however_long_the_body(connection: Pair) -> None:
     """Six pieces 0.2 s apart: 1.2 s in all, four times the idle timeout; the timer re-arms."""
     ours, theirs = connection
@@ -82,6 +114,7 @@ def test_pieces_closer_than_the_idle_timeout_never_time_out_however_long_the_bod
     sender.get(timeout=5)
 
 
+@pytest.mark.usefixtures("resolution")
 def test_no_byte_for_the_idle_timeout_ends_the_read_with_timeout_error(connection: Pair) -> None:
     ours, theirs = connection
     theirs.sendall(b"data: 1\n\n")
@@ -93,6 +126,7 @@ def test_no_byte_for_the_idle_timeout_ends_the_read_with_timeout_error(connectio
     assert collected.data == b"data: 1\n\n"
 
 
+@pytest.mark.usefixtures("resolution")
 def test_a_stall_of_the_loop_is_never_taken_for_the_servers_silence(connection: Pair) -> None:
     """The loop is blocked for three idle timeouts while the next bytes wait in the kernel: the body
     reads them when the loop runs again, and ends by its own rule, not by a timeout."""
@@ -111,6 +145,7 @@ def test_a_stall_of_the_loop_is_never_taken_for_the_servers_silence(connection: 
     staller.get(timeout=5)
 
 
+@pytest.mark.usefixtures("resolution")
 def test_the_peer_closing_hands_over_an_empty_read_and_ends_the_body(connection: Pair) -> None:
     ours, theirs = connection
     theirs.sendall(b"x")
@@ -121,6 +156,7 @@ def test_the_peer_closing_hands_over_an_empty_read_and_ends_the_body(connection:
     assert collected.reads[-1][0] == b""
 
 
+@pytest.mark.usefixtures("resolution")
 def test_what_on_read_raises_is_raised_in_the_reader_and_the_hub_goes_on(connection: Pair) -> None:
     ours, theirs = connection
 
@@ -136,6 +172,7 @@ def test_what_on_read_raises_is_raised_in_the_reader_and_the_hub_goes_on(connect
     assert collected.data == b"ok"
 
 
+@pytest.mark.usefixtures("resolution")
 def test_a_reader_killed_mid_body_leaves_nothing_registered_nor_running(connection: Pair) -> None:
     ours, theirs = connection
     collected = Collector(1 << 20)
@@ -150,6 +187,7 @@ def test_a_reader_killed_mid_body_leaves_nothing_registered_nor_running(connecti
     assert later.data == b"after"
 
 
+@pytest.mark.usefixtures("resolution")
 def test_a_reader_waiting_on_bytes_from_outside_gevent_keeps_the_loop_alive(connection: Pair) -> None:
     """Nothing but the mux can wake the reader (the sender is an OS thread): the loop must not
     decide it would block forever."""
@@ -255,6 +293,7 @@ def test_what_tls_decrypted_before_the_body_was_registered_is_read_without_waiti
     assert collected.data == b"B" * 990
 
 
+@pytest.mark.usefixtures("resolution")
 def test_a_tls_peer_gone_without_close_notify_is_an_empty_read(tls_connection: tuple[Any, Any]) -> None:
     ours, theirs = tls_connection
     theirs.sendall(b"x")
@@ -262,3 +301,167 @@ def test_a_tls_peer_gone_without_close_notify_is_an_empty_read(tls_connection: t
     collected = Collector(1 << 20)
     tls_body(ours, collected).read(read_first=True)
     assert collected.data == b"x" and collected.reads[-1][0] == b""
+
+
+def send_each_after_a_read(sock: gevent.socket.socket, pieces: list[bytes], collected: Collector) -> gevent.Greenlet:
+    """Sends each piece once the reader has read what came before: arrivals never overlap a read."""
+
+    def send() -> None:
+        for piece in pieces:
+            collected.read.clear()
+            sock.sendall(piece)
+            collected.read.wait(timeout=10)
+
+    return gevent.spawn(send)
+
+
+def test_at_the_default_resolution_each_arrival_is_its_own_read(connection: Pair) -> None:
+    ours, theirs = connection
+    assert body_mux().resolution_s == 0
+    pieces = [b"data: %d\n\n" % i for i in range(5)]
+    collected = Collector(len(b"".join(pieces)))
+    reads, wakes = body_mux().reads, body_mux().wakes
+    sender = send_each_after_a_read(theirs, pieces, collected)
+    body(ours, collected).read()
+    sender.get(timeout=5)
+    assert [read[0] for read in collected.reads] == pieces
+    assert (body_mux().reads - reads, body_mux().wakes - wakes) == (5, 5)
+
+
+def test_coalesced_arrivals_within_the_resolution_share_one_read_of_every_body(coalesced: BodyMux) -> None:
+    """R = 1 s: the first arrival on a quiet mux is read at once; what two bodies receive after it,
+    within R, is read by the next pass, one receive each, in one wake (no idle timeout: its check
+    would read before the pass)."""
+    coalesced.set_resolution(1.0)
+    with connection_pair() as (ours, theirs), connection_pair() as (ours2, theirs2):
+        first, second = Collector(len(b"a:1 a:2 a:3")), Collector(len(b"b:1 b:2"))
+        reads, wakes = coalesced.reads, coalesced.wakes
+
+        def send() -> None:
+            theirs.sendall(b"a:1")
+            first.read.wait(timeout=10)  # the quiet mux's first read: the next pass is R after it
+            for piece, sock in [(b" a:2", theirs), (b"b:1", theirs2), (b" a:3", theirs), (b" b:2", theirs2)]:
+                sock.sendall(piece)
+
+        sender = gevent.spawn(send)
+        readers = [gevent.spawn(body(mine, seen, idle_s=None).read) for mine, seen in [(ours, first), (ours2, second)]]
+        sender.get(timeout=10)
+        for reader in readers:
+            reader.get(timeout=10)
+        assert [read[0] for read in first.reads] == [b"a:1", b" a:2 a:3"]
+        assert [read[0] for read in second.reads] == [b"b:1 b:2"]
+        assert first.reads[1][2] == pytest.approx(second.reads[0][2], abs=0.5)  # one pass read both
+        assert (coalesced.reads - reads, coalesced.wakes - wakes) == (3, 2)
+
+
+def test_a_quiet_coalescing_mux_reads_the_first_arrival_without_waiting_the_resolution(coalesced: BodyMux) -> None:
+    coalesced.set_resolution(5.0)
+    with connection_pair() as (ours, theirs):
+        collected = Collector(3)
+        reader = gevent.spawn(body(ours, collected, idle_s=None).read)
+        gevent.sleep(0)  # registered, waiting
+        sent = time.monotonic()
+        theirs.sendall(b"one")
+        reader.get(timeout=10)
+        assert collected.data == b"one"
+        assert collected.reads[0][2] - sent < 2.5  # read as it came, not at a pass 5 s later
+
+
+def test_a_coalesced_pass_reads_a_body_until_its_socket_is_drained(coalesced: BodyMux) -> None:
+    """More than a receive's 4096 bytes wait at the pass: every one is read in that pass, in order,
+    one receive each handed over (nothing is left for a pass R later)."""
+    coalesced.set_resolution(1.0)
+    with connection_pair() as (ours, theirs):
+        payload = bytes(range(256)) * 40  # 10,240 bytes
+        collected = Collector(1 + len(payload))
+        reads, wakes = coalesced.reads, coalesced.wakes
+
+        def send() -> None:
+            theirs.sendall(b"<")
+            collected.read.wait(timeout=10)
+            theirs.sendall(payload)
+
+        sender = gevent.spawn(send)
+        body(ours, collected, idle_s=None).read()
+        sender.get(timeout=5)
+        assert collected.data == b"<" + payload
+        assert [len(read[0]) for read in collected.reads] == [1, 4096, 4096, 2048]
+        assert coalesced.wakes - wakes == 2 and coalesced.reads - reads == 4
+
+
+def test_changing_the_resolution_while_a_body_is_read_keeps_reading_it(connection: Pair, coalesced: BodyMux) -> None:
+    ours, theirs = connection
+    collected = Collector(len(b"abc"))
+
+    def send() -> None:
+        for piece, resolution_s in [(b"a", 0.05), (b"b", 0.0), (b"c", None)]:
+            collected.read.clear()
+            theirs.sendall(piece)
+            collected.read.wait(timeout=10)
+            if resolution_s is not None:
+                coalesced.set_resolution(resolution_s)
+
+    sender = gevent.spawn(send)
+    body(ours, collected).read()
+    sender.get(timeout=5)
+    assert collected.data == b"abc"
+
+
+@pytest.mark.parametrize("resolution_s", [0.0, 0.01])
+def test_many_bodies_leave_no_descriptor_nor_watcher_behind(resolution_s: float, coalesced: BodyMux) -> None:
+    coalesced.set_resolution(resolution_s)
+    loop = gevent.get_hub().loop
+
+    def read_bodies(count: int) -> None:
+        for _ in range(count):
+            with connection_pair() as (ours, theirs):
+                theirs.sendall(b"x")
+                body(ours, Collector(1)).read()
+            with connection_pair() as (ours, theirs):  # and one that ends by its reader killed
+                reader = gevent.spawn(body(ours, Collector(1)).read)
+                gevent.sleep(0)
+                reader.kill(block=True)
+
+    read_bodies(5)  # what the first bodies make once (the mux's own) is made before counting
+    descriptors, active = len(os.listdir("/proc/self/fd")), loop.activecnt
+    read_bodies(200)
+    assert coalesced.registered == 0
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    assert loop.activecnt == active
+
+
+@contextlib.contextmanager
+def connection_pair() -> Iterator[Pair]:
+    """(ours, theirs): a loopback TCP pair of gevent sockets, closed on exit."""
+    with gevent.socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        theirs = gevent.socket.create_connection(listener.getsockname())
+        ours, _ = listener.accept()
+    with ours, theirs:
+        yield ours, theirs
+
+
+def test_a_coalesced_pass_reads_every_ready_body_beyond_a_thousand(coalesced: BodyMux) -> None:
+    """1,100 bodies with bytes waiting at one pass (Python's epoll hands 1,023 by default): one
+    wake reads them all."""
+    coalesced.set_resolution(1.0)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = 2 * 1100 + 100  # both ends of each connection, and what the process holds already
+    with contextlib.ExitStack() as stack:
+        if soft != resource.RLIM_INFINITY and soft < needed:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))  # a lower hard limit fails here, saying so
+            stack.callback(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        pairs = [stack.enter_context(connection_pair()) for _ in range(1100)]
+        collected = [Collector(2) for _ in pairs]
+        pairs[0][1].sendall(b"<")  # the quiet mux's first read: the next pass is R after it
+        bodies = [body(ours, seen, idle_s=None) for (ours, _), seen in zip(pairs, collected, strict=True)]
+        readers = [gevent.spawn(each.read) for each in bodies]
+        collected[0].read.wait(timeout=10)
+        wakes = coalesced.wakes
+        for (_, theirs), seen in zip(pairs, collected, strict=True):
+            theirs.sendall(b">" if seen is collected[0] else b"<>")
+        for reader in readers:
+            reader.get(timeout=10)
+        assert coalesced.wakes - wakes == 1
+        assert all(seen.data.endswith(b">") for seen in collected)
