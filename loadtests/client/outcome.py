@@ -540,13 +540,16 @@ class StreamTracker:
         # What decode_json returns for it, and what _judge does with it: no error, no usage.
         if self._ttft is None and _carries_token(payload):
             self._ttft = t
-        choices = payload.get("choices")
+        self._finish_reasons(payload.get("choices"))
+        return "data"
+
+    def _finish_reasons(self, choices: Any) -> None:
+        """Each choice's ``finish_reason``, kept (clipped) unless a failed one was kept already."""
         if type(choices) is list:
             for choice in choices:
                 reason = choice.get("finish_reason") if type(choice) is dict else None
                 if reason is not None and self._finish_reason not in FAILED_FINISH_REASONS:
                     self._finish_reason = _clip(reason)
-        return "data"
 
     def _judge_payload(self, data: str, t: float) -> str:
         try:
@@ -590,12 +593,7 @@ class StreamTracker:
             self._ttft = t
         if payload.get("usage") is not None:
             self._usage = payload["usage"]
-        choices = payload.get("choices")
-        if type(choices) is list:
-            for choice in choices:
-                reason = choice.get("finish_reason") if type(choice) is dict else None
-                if reason is not None and self._finish_reason not in FAILED_FINISH_REASONS:
-                    self._finish_reason = _clip(reason)
+        self._finish_reasons(payload.get("choices"))
         return "data"
 
     def _data_arrival(self, t: float) -> None:

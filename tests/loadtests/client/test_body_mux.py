@@ -59,13 +59,8 @@ def coalesced() -> Iterator[BodyMux]:
 @pytest.fixture
 def connection() -> Iterator[Pair]:
     """(ours, theirs): a loopback TCP pair of gevent sockets."""
-    with gevent.socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        theirs = gevent.socket.create_connection(listener.getsockname())
-        ours, _ = listener.accept()
-    with ours, theirs:
-        yield ours, theirs
+    with connection_pair() as pair:
+        yield pair
 
 
 class Collector:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.base.ports import free_loopback_port
 from tests.loadtests.locust_run import REPORT_LINE, ROOT, LocustRun, locust_command
 
 pytestmark = [pytest.mark.smoke, pytest.mark.extended]
@@ -73,15 +72,10 @@ def test_by_default_every_receive_is_read_and_nothing_new_is_said(tmp_path: Path
 
 
 def test_each_worker_reads_at_the_resolution_its_environment_gave(tmp_path: Path) -> None:
-    port = free_loopback_port()
     run, read_at = run_read_at(
         tmp_path,
         "--processes",
-        "2",
-        "--master-bind-port",
-        str(port),
-        "--master-port",
-        str(port),
+        "2",  # a free master port of its own (own_master_port)
         env={ENV: "2"},
         seconds=8,
     )
