@@ -108,9 +108,10 @@ second for each side.
 What held the loop besides the box: the collector. Each step prints its garbage collections by
 generation. At 19,936 streams (12:35 UTC, same busy box) two full collections, each traversing the
 million-odd objects of the open streams, took 3.3 s, the longest 2,183 ms: the run's lag max
-(2,212.8 ms). So the load generator now freezes what is alive (``gc.freeze``, a list splice) every
-0.5 s while users start and once they all have (``CapacitySettings.freeze_open_streams``;
-``--no-freeze`` for the before). One run each, 12:35 and 12:38 UTC, pressure 81-99% (not
+(2,212.8 ms). So the load generator now freezes what is alive (``gc.freeze``, a list splice) each
+time more users run (``loop_hygiene.freeze_users_as_they_start``: what every run's controller does
+from each test start, and the bench's load generator as well; ``--no-freeze`` for the before).
+One run each, 12:35 and 12:38 UTC, pressure 81-99% (not
 alternated: read the direction, not the size)::
 
                  full GCs  their time  middle GCs (longest)  lag p99 ms  lag max ms  p99 after spawn
@@ -207,16 +208,18 @@ AGGREGATION_SCENARIO = textwrap.dedent(
 """Short streams, one after another per user: rows as fast as the workers can make them."""
 
 
-def ladder_settings(streams: int, api_server_count: int, freeze: bool = True) -> CapacitySettings:
+def ladder_settings(
+    streams: int, api_server_count: int, freeze: bool = True, spawn_rate: float = SPAWN_RATE
+) -> CapacitySettings:
     """``streams`` slow streams, all open at once: silent until every one has started, then 4 tokens."""
-    spawn_s = streams / SPAWN_RATE
+    spawn_s = streams / spawn_rate
     ttft_ms = 1000 * spawn_s + SILENCE_AFTER_SPAWN_MS
     timeout_s = spawn_s + (ttft_ms + TOKENS * ITL_MS) / 1000 + 60
     extra: tuple[str, ...] = ()
     if api_server_count > 1:  # slots to spare: each process queues on its own, and connections spread unevenly
         extra = ("--api-server-count", str(api_server_count), "--max-num-seqs", str(2 * streams))
     return CapacitySettings(
-        streams, SPAWN_RATE, TOKENS, ttft_ms, ITL_MS, 1.0, timeout_s, extra, split_cpus=True, freeze_open_streams=freeze
+        streams, spawn_rate, TOKENS, ttft_ms, ITL_MS, 1.0, timeout_s, extra, split_cpus=True, freeze_open_streams=freeze
     )
 
 
@@ -225,11 +228,13 @@ def streams_that_fit(fd_limit: int) -> int:
     return max(1, fd_limit - BASE_FDS_ALLOWANCE)
 
 
-def ladder(counts: list[int], api_server_count: int, fd_limit: int, freeze: bool = True) -> list[dict[str, Any]]:
+def ladder(
+    counts: list[int], api_server_count: int, fd_limit: int, freeze: bool = True, spawn_rate: float = SPAWN_RATE
+) -> list[dict[str, Any]]:
     rows = []
     for asked in counts:
         streams = min(asked, streams_that_fit(fd_limit))
-        settings = ladder_settings(streams, api_server_count, freeze)
+        settings = ladder_settings(streams, api_server_count, freeze, spawn_rate)
         print(f"\n== {streams} streams in one load-generator process ==")
         if streams < asked:
             print(
@@ -531,6 +536,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--workers", type=_counts_or_none, default=[2, 4], help="B: worker counts (default 2,4; '' skips B)"
     )
+    parser.add_argument(
+        "--spawn-rate",
+        type=float,
+        default=SPAWN_RATE,
+        help=f"A: users started a second (default {SPAWN_RATE:.0f}); the streams' silence lasts the spawn plus 5 s",
+    )
     parser.add_argument("--aggregation-seconds", type=int, default=20, help="B: seconds per run (default 20)")
     parser.add_argument(
         "--no-freeze",
@@ -569,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         if options.memory_by_type:
             memory = memory_by_type(options.api_server_count)
         ladder_rows = (
-            ladder(options.streams, options.api_server_count, fd_limit, not options.no_freeze)
+            ladder(options.streams, options.api_server_count, fd_limit, not options.no_freeze, options.spawn_rate)
             if "A" in options.part
             else []
         )

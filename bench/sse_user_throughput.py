@@ -162,11 +162,10 @@ class CapacitySettings:
     (``cpu_split``), so that the load generator's lag is its own, not the scheduler's sharing a CPU
     with the server; ignored with fewer than two CPUs."""
     freeze_open_streams: bool = False
-    """Move every object alive to the collector's permanent generation (``gc.freeze``, a list splice:
-    no traversal) every ``FREEZE_EVERY_S`` while users are being started and once all are: the open
-    streams' objects then never pass through a middle or full collection, which at 20,000 streams
-    traverse over a million objects (a full one held the loop 2.2 s). What a frozen cycle holds is
-    freed only when the process ends: right for this bench's one stream per user, not for a soak."""
+    """Freeze the users' objects as they start, as a run does (``loop_hygiene.freeze_users_as_they_start``,
+    from each test start): the open streams' objects then never pass through a middle or full
+    collection, which at 20,000 streams traverse over a million objects (a full one held the loop
+    2.2 s). False: the before, as runs were until 2026-12-07."""
     memory_by_type: bool = False
     """Trace the load generator's allocations (``tracemalloc``) and count its objects by type, from
     before the first user to the moment every stream is open: what a stream costs, by type and by
@@ -386,6 +385,7 @@ def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
     import gevent
     import psutil
 
+    from loadtests.load.loop_hygiene import freeze_users_as_they_start
     from loadtests.load.state import run_state
 
     user_class = bounded_sse_user(request_mix(settings.max_tokens), 1)
@@ -405,10 +405,10 @@ def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
     def after_spawn() -> None:
         if measure is not None:
             breakdown.update(measure.since(settings.users))
-        if settings.freeze_open_streams:
-            gc.freeze()
 
-    freezer = gevent.spawn(_freeze_until, spawned) if settings.freeze_open_streams else None
+    freezer = None
+    if settings.freeze_open_streams:  # as a run's controller does at each test start
+        freezer = gevent.spawn(freeze_users_as_they_start, lambda: getattr(environment.runner, "user_count", 0))
     try:
         finished = drive(environment, settings.users, settings.spawn_rate, settings.timeout_s, spawned, after_spawn)
     finally:
@@ -436,19 +436,6 @@ def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
         "lag_p99_after_spawn_ms": 1000 * _p99(after),
         "rows": [{name: row[name] for name in fields} for row in state.recorder.rows],
     }
-
-
-FREEZE_EVERY_S = 0.5
-"""How often the objects of the streams being opened are frozen (``CapacitySettings.freeze_open_streams``)."""
-
-
-def _freeze_until(spawned: list[float]) -> None:
-    """``gc.freeze()`` every ``FREEZE_EVERY_S`` until ``spawned`` says every user was started."""
-    import gevent
-
-    while not spawned:
-        gc.freeze()
-        gevent.sleep(FREEZE_EVERY_S)
 
 
 class CollectionTimes:

@@ -67,26 +67,10 @@ def test_the_default_ladder_reaches_20000_streams_and_memory_by_type_is_asked_fo
     assert scale.parse_args(["--memory-by-type"]).memory_by_type
 
 
-def test_objects_are_frozen_while_users_start_and_no_longer_once_all_are() -> None:
-    import gc
-
-    import gevent
-
-    frozen_before = gc.get_freeze_count()
-    spawned: list[float] = []
-    freezer = gevent.Greenlet(throughput._freeze_until, spawned)
-    try:
-        gc.unfreeze()
-        throughput._freeze_until([1.0])  # every user started already: nothing to do
-        assert gc.get_freeze_count() == 0
-        freezer.start()
-        gevent.sleep(0)  # the freezer's first pass
-        assert gc.get_freeze_count() > 0
-        spawned.append(1.0)
-        freezer.join(timeout=30)
-        assert freezer.dead
-    finally:
-        freezer.kill()
-        gc.unfreeze()
-        if frozen_before:
-            gc.freeze()
+def test_the_spawn_rate_is_asked_for_and_sets_the_silence_of_a_step() -> None:
+    assert scale.parse_args([]).spawn_rate == scale.SPAWN_RATE
+    slower = scale.ladder_settings(20000, 2, spawn_rate=500.0)
+    faster = scale.ladder_settings(20000, 2)
+    assert scale.parse_args(["--spawn-rate", "500"]).spawn_rate == slower.spawn_rate == 500.0
+    # silent until every user has started
+    assert slower.ttft_ms - faster.ttft_ms == 1000 * (20000 / 500 - 20000 / scale.SPAWN_RATE)

@@ -34,6 +34,14 @@ at each test start, before any user is spawned, when no stream is open:
   collection every ten middle-generation ones: six in 20 s, 44-53 ms each, every stream stalled. With
   ``FULL_COLLECTION_EVERY`` middle-generation collections between full ones, none ran during a 20 s run at
   200 users (errors over 10 ms against the server's trace: 1,357-1,815 before, 674 after).
+- The users' own objects (each user's greenlet, HTTP client and pool, its stream's parser and
+  tracker) are alive for the whole test: at 20,000 streams in one process, over a million of them.
+  They are allocated while users start, so they reach the oldest generation together, and the
+  full collections that follow traverse every one: at 19,936 streams two of them held the loop
+  3.3 s (the longest 2.2 s, ``bench/scale.py``). ``freeze_users_as_they_start()`` freezes what is
+  alive each time more users run than at its last look (every ``FREEZE_CHECK_S``, a list splice, no
+  traversal), so what the users hold never reaches a collection; what a test froze is unfrozen at
+  the next test's start, before its collection, so a cycle a stopped user left is collected then.
 - ``httpx`` (and the ``httpx2`` the openai SDK may bring) log one INFO line per request, and
   Locust sets the root logger to INFO: every SDK request formatted and wrote a stderr line on the
   loop (4% of a 200-user process's profile, 40 lines in a 5 s main job). ``quiet_per_request_logging()``
@@ -50,6 +58,7 @@ import inspect
 import logging
 import platform
 import sys
+from collections.abc import Callable
 
 import gevent
 
@@ -57,6 +66,8 @@ from loadtests.client.tls import client_context
 
 PER_REQUEST_LOGGERS = ("httpx", "httpx2")
 """Loggers that write a line for every HTTP request at INFO."""
+FREEZE_CHECK_S = 0.5
+"""How often ``freeze_users_as_they_start`` looks whether more users run."""
 FULL_COLLECTION_EVERY = 100
 """Middle-generation collections between two full ones (CPython's default: 10)."""
 SWITCH_INTERVAL_S = 0.001
@@ -74,11 +85,13 @@ def quiet_per_request_logging() -> None:
 
 
 def settle_after_setup() -> None:
-    """Collect what setup left behind, freeze the survivors out of every later collection, make
-    full collections ten times rarer, shorten the GIL switch interval, and pay the one-time costs a
-    first request would pay on the loop. Takes one full collection (100-200 ms at a Locust
-    process's size): call it when no stream is open. Safe to call again (at each test start):
-    frozen objects stay frozen, later ones join."""
+    """Collect what setup (and an earlier test) left behind, freeze the survivors out of every later
+    collection, make full collections ten times rarer, shorten the GIL switch interval, and pay the
+    one-time costs a first request would pay on the loop. Takes one full collection of everything
+    (100-200 ms at a Locust process's size): call it when no stream is open. Safe to call again (at
+    each test start): what was frozen is unfrozen first, so that a cycle an earlier test's users
+    left is collected, and the survivors are frozen again."""
+    gc.unfreeze()
     gc.collect()
     gc.freeze()
     young, middle, _ = gc.get_threshold()
@@ -90,6 +103,21 @@ def settle_after_setup() -> None:
     # libev times what is armed next from its cached clock, stale by the time all this took: without
     # this, the first sleeps and timeouts of the test would end that much early.
     gevent.get_hub().loop.update_now()
+
+
+def freeze_users_as_they_start(user_count: Callable[[], int]) -> None:
+    """Run in a greenlet from a test's start, before its users (kill it at the test's stop): every
+    ``FREEZE_CHECK_S``, when ``user_count()`` is above what it was at the last look (0 before the
+    first: users started before this greenlet first ran count as started since), freeze what is
+    alive, so the objects of the users started since never reach a collection. A cycle among them
+    that dies during the test is collected only at the next ``settle_after_setup``."""
+    seen = 0
+    while True:
+        gevent.sleep(FREEZE_CHECK_S)
+        now = user_count()
+        if now > seen:
+            gc.freeze()
+        seen = now
 
 
 def warm_platform_caches() -> None:

@@ -88,7 +88,7 @@ from loadtests.errors import (
 )
 from loadtests.judge.gates import ALWAYS_ON, INFERRED, UNKNOWN, NoProxyTimeouts, gate_sources
 from loadtests.judge.summary import LiveCounts
-from loadtests.load.loop_hygiene import quiet_per_request_logging, settle_after_setup
+from loadtests.load.loop_hygiene import freeze_users_as_they_start, quiet_per_request_logging, settle_after_setup
 from loadtests.load.open_loop import not_sent_row
 from loadtests.load.pacing import paced_answers, pacing_line
 from loadtests.load.state import RunState, run_state
@@ -354,6 +354,8 @@ class RunController:
         self._collector: Collector | None = None
         self._test: _Test | None = None
         self._sizing_probe: gevent.Greenlet | None = None
+        self._freezer: gevent.Greenlet | None = None
+        """This test's ``freeze_users_as_they_start`` (``loadtests.load.loop_hygiene``), killed at its stop."""
         self._given_host: str | None = None
         """``--host`` as the command line gave it (None: the bundled stack)."""
         self._target_host: str | None = None
@@ -572,6 +574,7 @@ class RunController:
         self._guard.test_started = True
         self._guard.install()  # SIGTERM here, not at init: Locust installs its own after init
         settle_after_setup()  # before any user spawns: one-time costs paid while no stream is open
+        self._freeze_users_as_they_start(environment)
         state = run_state(environment)
         state.lag.excuse_current_wait()
         state.reset_slot_holders()  # this test's first mix that needs silence starts them anew
@@ -784,7 +787,17 @@ class RunController:
         run_state(environment).stop_slot_holders()  # its closing line, before the gates'
         _close_arrivals(run_state(environment))
 
+    def _freeze_users_as_they_start(self, environment: Environment) -> None:
+        if self._freezer is not None:
+            self._freezer.kill(block=False)
+        runner = environment.runner
+        if runner is not None:
+            self._freezer = gevent.spawn(freeze_users_as_they_start, lambda: runner.user_count)
+
     def _on_test_stop(self, environment: Environment, **_: Any) -> None:
+        if self._freezer is not None:
+            self._freezer.kill(block=False)
+            self._freezer = None
         if self._role.leads:
             self._judge_test(environment)
 

@@ -153,3 +153,68 @@ def test_per_request_loggers_are_quieted_unless_given_a_level() -> None:
         "print(json.dumps({n: logging.getLogger(n).level for n in ('httpx', 'httpx2')}))"
     )
     assert result == {"httpx": logging.WARNING, "httpx2": logging.DEBUG}
+
+
+EARLIER_TEST = """
+import gc, json, weakref
+from loadtests.load.loop_hygiene import settle_after_setup
+
+class Node:
+    pass
+
+settle_after_setup()
+user = Node()
+user.self = user  # a stopped user's cycle, frozen while its test ran
+gc.freeze()
+left_over = weakref.ref(user)
+del user
+gc.collect()
+kept_by_the_test = left_over() is not None
+settle_after_setup()  # the next test's start
+print(json.dumps({"kept_by_the_test": kept_by_the_test, "freed_at_next_start": left_over() is None}))
+"""
+
+
+def test_a_cycle_a_test_froze_is_collected_at_the_next_test_start() -> None:
+    seen = run(EARLIER_TEST)
+    assert seen["kept_by_the_test"] is True  # frozen: no collection sees it during its test
+    assert seen["freed_at_next_start"] is True
+
+
+AS_USERS_START = """
+import gc, json, time
+import gevent
+from loadtests.load import loop_hygiene
+
+loop_hygiene.FREEZE_CHECK_S = 0.01
+loop_hygiene.settle_after_setup()
+users = []
+freezer = gevent.spawn(loop_hygiene.freeze_users_as_they_start, lambda: len(users))
+
+def frozen_after(grow):
+    before = gc.get_freeze_count()
+    users.extend(object() for _ in range(grow))
+    held = [[index] for index in range(2000)]  # what the new users hold: tracked containers
+    deadline = time.monotonic() + 60
+    while gc.get_freeze_count() < before + len(held) and time.monotonic() < deadline:
+        gevent.sleep(0.01)
+    return gc.get_freeze_count() - before, held
+
+def collectable(thing):
+    # in a generation a collection traverses: not frozen
+    return any(seen is thing for seen in gc.get_objects())
+
+grew, first = frozen_after(10)
+idle = [[index] for index in range(2000)]  # allocated while no user starts: left to collections
+gevent.sleep(0.2)  # twenty looks, or fewer on a busy machine: none may freeze
+freezer.kill()
+print(json.dumps({"frozen_as_users_started": grew, "first_collectable": collectable(first[0]),
+                  "idle_collectable": collectable(idle[0])}))
+"""
+
+
+def test_what_users_hold_is_frozen_as_they_start_and_nothing_while_none_start() -> None:
+    seen = run(AS_USERS_START)
+    assert seen["frozen_as_users_started"] >= 2000
+    assert seen["first_collectable"] is False  # what the users started held: frozen
+    assert seen["idle_collectable"] is True  # allocated while none started: left to collections
