@@ -44,11 +44,14 @@ import h11
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"
 _QUOTED = rb'"(?:[\t !#-\[\]-~\x80-\xff]|\\[\t -~\x80-\xff])*"'
 CHUNK_HEADER = re.compile(
-    rb"(?P<chunk_size>0*[0-9A-Fa-f]{1,16})(?P<chunk_ext>(?:;%s*(?:=(?:%s*|%s))?)*)\r\n" % (_TOKEN, _TOKEN, _QUOTED)
+    rb"(?P<chunk_size>0*[0-9A-Fa-f]{1,16})(?P<chunk_ext>(?:;%s*(?:=(?:%s*|%s))?)*)(?<!;)\r\n"
+    % (_TOKEN, _TOKEN, _QUOTED)
 )
 """A chunk's size line as both clients take it: hex digits (at most 16 beyond leading zeros: a
 64-bit size) and extensions of tokens or quoted strings, no whitespace, ended by CRLF (RFC 9112
-7.1). Any other size line ends the body there. It is llhttp's rule (the raw client decodes chunks
+7.1), the last not a bare ``;`` (llhttp takes an empty extension name, as in ``;;a`` or ``;=x``,
+except just before the CRLF: ``3;`` and ``3;a=b;`` are refused). Any other size line ends the body
+there. It is llhttp's rule (the raw client decodes chunks
 in C, and nothing may cost it a step per frame); h11, below the SDK, is made to follow it
 (``install``), because h11 alone also takes what the RFC's grammar does not: whitespace after the
 size, an empty or unquoted-space extension. Both part from the RFC in one place: BWS around ``;``

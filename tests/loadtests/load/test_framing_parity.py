@@ -426,6 +426,8 @@ ISSUE_CASES = [
     Response(frames=[TOKEN_FRAME, TOKEN_FRAME], size_lines=[SizeLine(), SizeLine(lead=b"zz")]),
     Response(frames=[TOKEN_FRAME], breaking="held_after_done"),
     Response(frames=[TOKEN_FRAME], framing="content_length", breaking="held_after_done"),
+    # an empty chunk extension ("e;"): found by CI's install tier on 2026-12-07
+    Response(terminal="done", size_lines=[SizeLine(extensions=b";")]),
 ]
 """The issue's cases, always tried (hypothesis's own examples come on top)."""
 
