@@ -32,28 +32,30 @@ OsThread = get_original("threading", "Thread")
 OsSocket = get_original("socket", "socket")
 
 
-@pytest.fixture(params=[0.0, 0.05], ids=["per-arrival", "coalesced"])
-def resolution(request: pytest.FixtureRequest) -> Iterator[BodyMux]:
-    """The process's mux at each timing resolution (0: every arrival read as it comes; 50 ms:
-    coalesced), set back to 0 after; the test leaves no body registered."""
+@contextlib.contextmanager
+def process_mux(resolution_s: float = 0.0) -> Iterator[BodyMux]:
+    """The process's mux at ``resolution_s``, set back to 0 after; the test leaves no body registered."""
     mux = body_mux()
-    mux.set_resolution(request.param)
+    mux.set_resolution(resolution_s)
     try:
         yield mux
         assert mux.registered == 0
     finally:
         mux.set_resolution(0.0)
+
+
+@pytest.fixture(params=[0.0, 0.05], ids=["per-arrival", "coalesced"])
+def resolution(request: pytest.FixtureRequest) -> Iterator[BodyMux]:
+    """The process's mux at each timing resolution (0: every arrival read as it comes; 50 ms: coalesced)."""
+    with process_mux(request.param) as mux:
+        yield mux
 
 
 @pytest.fixture
 def coalesced() -> Iterator[BodyMux]:
-    """The process's mux, for a test to set a resolution on; set back to 0 after."""
-    mux = body_mux()
-    try:
+    """The process's mux, for a test to set a resolution on."""
+    with process_mux() as mux:
         yield mux
-        assert mux.registered == 0
-    finally:
-        mux.set_resolution(0.0)
 
 
 @pytest.fixture
