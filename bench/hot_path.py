@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # the golden reads' loader (tests/); a tree on PYTHONPATH comes first
 
 
 def _prepared(streams: list[dict[str, Any]]) -> list[tuple[Any, Any, list[tuple[bytes, float | None, float]], Any]]:
