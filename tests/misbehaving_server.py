@@ -557,11 +557,14 @@ class MisbehavingServer:
         self.log = log
         self.authorization = authorization
         """The ``Authorization`` header every request must carry (``--basic``), None: none needed."""
-        self._turns: dict[str, Iterator[str]] = {}
+        self._turns: dict[tuple[str, str], Iterator[str]] = {}
 
-    def next_mode(self, user_agent: str) -> str:
+    def next_mode(self, user_agent: str, path: str) -> str:
+        """The next mode for this client (its user agent's product) on this route: every mode in
+        turn per client and route, so both clients meet every mode on every route once each has
+        sent as many requests to it as there are modes, however the machine's load orders them."""
         client = user_agent.split("/", 1)[0]
-        turns = self._turns.setdefault(client, itertools.cycle(self.modes))
+        turns = self._turns.setdefault((client, path), itertools.cycle(self.modes))
         return next(turns)
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -596,7 +599,7 @@ class MisbehavingServer:
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions") and WIRE_FIELD in request:
             return await replay(request[WIRE_FIELD], reader, writer) and keep
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            mode = self.next_mode(headers.get("user-agent", ""))
+            mode = self.next_mode(headers.get("user-agent", ""), path)
             self.log.write(json.dumps({"request_id": headers.get("x-request-id"), "mode": mode}) + "\n")
             self.log.flush()
             exchange = Exchange(
