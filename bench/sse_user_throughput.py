@@ -421,7 +421,16 @@ def run_capacity(target: str, settings: CapacitySettings) -> dict[str, Any]:
     lag_s = sorted(samples["lag_s"]) or [float("nan")]
     began = spawned[0] if spawned else float("inf")
     after = sorted(lag for t, lag in zip(samples["t_mono"], samples["lag_s"], strict=True) if t >= began)
-    fields = ("request_id", "start_time", "duration_s", "outcome", "data_frames", "keepalive_frames", "comment_frames")
+    fields = (
+        "request_id",
+        "start_time",
+        "duration_s",
+        "outcome",
+        "error_message",
+        "data_frames",
+        "keepalive_frames",
+        "comment_frames",
+    )
     return {
         "finished": finished,
         "cpu_s": cpu,
@@ -812,7 +821,13 @@ def compare_capacity(result: dict[str, Any], settings: CapacitySettings) -> dict
         sent = trace_counts(trace.get(request_id))
         if row is None or row["outcome"] != "ok" or row["comment_frames"] or recorded != sent:
             mismatches.append(
-                {"request_id": request_id, "outcome": row and row["outcome"], "recorded": recorded, "sent": sent}
+                {
+                    "request_id": request_id,
+                    "outcome": row and row["outcome"],
+                    "why": row and row["error_message"],
+                    "recorded": recorded,
+                    "sent": sent,
+                }
             )
     sent_total = sum(sum(trace_counts(entry)) for entry in trace.values())
     recorded_total = sum(row["data_frames"] + row["keepalive_frames"] for row in rows.values())
@@ -828,6 +843,7 @@ def compare_capacity(result: dict[str, Any], settings: CapacitySettings) -> dict
         "keepalive_sent": sum(trace_counts(entry)[1] for entry in trace.values()),
         "mismatches": len(mismatches),
         "mismatch_examples": mismatches[:5],
+        "mismatch_causes": dict(Counter(f"{m['outcome']}: {m['why']}" for m in mismatches).most_common(5)),
         "finished": result["finished"],
         "cpu_s": result["cpu_s"],
         "wall_s": result["wall_s"],
@@ -859,6 +875,8 @@ def print_capacity(figures: dict[str, Any], settings: CapacitySettings) -> None:
     )
     print(f"mismatching requests: {figures['mismatches']} (must be 0)")
     print(f"load generator: {figures['fds_before']} files open before the first user (besides one socket a stream)")
+    for cause, count in figures["mismatch_causes"].items():
+        print(f"  {count} x {cause}")
     for example in figures["mismatch_examples"]:
         print(f"  {json.dumps(example)}")
     per_stream_kib = (figures["peak_rss_mib"] - figures["rss_before_mib"]) * 1024 / max(settings.users, 1)
