@@ -185,7 +185,8 @@ def test_report_never_passes_a_run_without_requests(tmp_path: Path, with_summary
     result = report_command(directory)
     verdict = "INCONCLUSIVE" if with_summary else "FAIL"
     assert result.returncode == (3 if with_summary else 1)
-    assert printed_verdict(result.stdout).startswith(f"verdict: {verdict} (") and "on 0 requests judged" in result.stdout
+    assert printed_verdict(result.stdout).startswith(f"verdict: {verdict} (")
+    assert "on 0 requests judged" in result.stdout
     assert "verdict: PASS" not in result.stdout
 
 
