@@ -161,7 +161,13 @@ def parser() -> argparse.ArgumentParser:
         default=60.0,
         help="longest silence from upstream in seconds, like nginx's proxy_read_timeout (default 60)",
     )
-    report = commands.add_parser("report", help="rebuild summary.json and report.html of a run from its parquet files")
+    report = commands.add_parser(
+        "report",
+        help="rebuild summary.json and report.html of a run from its parquet files",
+        description="Judges a run directory again from its parquet files, rewrites summary.json and report.html, "
+        "and prints what the run printed at its end: requests by outcome, coverage, causes, timing, each gate, "
+        "the verdict. Exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE, 2 not a run directory or a run still in progress.",
+    )
     report.add_argument("run_dir", help="a run directory (it holds requests.parquet and summary.json)")
     compare = commands.add_parser(
         "compare",
@@ -745,8 +751,13 @@ def _run_report(options: argparse.Namespace) -> int:
         print(f"report: {writer.line()}")
     for line in summary.unrebuilt:  # a user's gate this process cannot load: unjudged, and why
         print(f"report: {line}")
-    if summary.coverage is not None:
-        print(summary.coverage.line())
+    for line in summary.console_lines():  # what the run printed before its verdict: requests, causes, gates
+        print(line)
+    windows = summary.windows_line()
+    if windows is not None:
+        print(windows)
+    if summary.ended:
+        print(f"ended: {summary.ended}")
     print(summary.verdict_line())
     if summary.unwritten is not None:  # a read-only or full disk: the verdict stands, the file went elsewhere
         print(keep_elsewhere(run, summary))

@@ -115,6 +115,12 @@ def ok_rows(count: int) -> Recorder:
     return recorder
 
 
+def printed_verdict(stdout: str) -> str:
+    """The one ``verdict:`` line of what ``report`` printed."""
+    (line,) = [line for line in stdout.splitlines() if line.startswith("verdict: ")]
+    return line
+
+
 def report_command(run_dir: Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "loadtests", "report", str(run_dir)]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -129,10 +135,15 @@ def test_report_passes_a_run_whose_gates_passed(tmp_path: Path) -> None:
         JudgeOptions([Expect("all_ok", None, "outcome == 'ok'")], ended="run time of 5 s reached"),
     )
     result = report_command(directory)
-    assert (result.returncode, result.stdout) == (
-        0,
-        f"coverage: 3 of 3 requests judged\nverdict: PASS\nreport: {directory}\n",
-    )
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0
+    assert lines[:3] == [
+        "requests: 3 (3 ok)",
+        "coverage: 3 of 3 requests judged",
+        "causes: 0 proxy timeouts before the headers, 0 streams cut after them; statuses {'200': 3}",
+    ]
+    assert "gate PASS all_ok: 3/3 rows have outcome == 'ok'" in lines  # each gate, as the run printed it
+    assert lines[-3:] == ["ended: run time of 5 s reached", "verdict: PASS", f"report: {directory}"]
 
 
 def test_report_fails_a_run_that_never_wrote_its_summary_as_interrupted(tmp_path: Path) -> None:
@@ -140,7 +151,7 @@ def test_report_fails_a_run_that_never_wrote_its_summary_as_interrupted(tmp_path
     RunWriter(directory).write_batch(ok_rows(3).take_batch())
     result = report_command(directory)
     assert result.returncode == 1
-    line = result.stdout.splitlines()[1]
+    line = printed_verdict(result.stdout)
     assert re.fullmatch(
         r"verdict: FAIL \(interrupted: the run ended before writing its summary; "
         r"(\d+)/\d+ gates passed on 3 requests judged(, 1 unjudged)?\)",
@@ -160,7 +171,7 @@ def test_report_keeps_an_interrupted_run_failed(tmp_path: Path) -> None:
     judge(RunRecord(RunDir(directory)), JudgeOptions([], ended=interrupted, interrupted=interrupted))
     result = report_command(directory)
     assert result.returncode == 1
-    assert result.stdout.splitlines()[1].startswith(f"verdict: FAIL (interrupted: {interrupted}; ")
+    assert printed_verdict(result.stdout).startswith(f"verdict: FAIL (interrupted: {interrupted}; ")
     assert f"Interrupted: {interrupted}" in (directory / "report.html").read_text()
 
 
@@ -174,7 +185,8 @@ def test_report_never_passes_a_run_without_requests(tmp_path: Path, with_summary
     result = report_command(directory)
     verdict = "INCONCLUSIVE" if with_summary else "FAIL"
     assert result.returncode == (3 if with_summary else 1)
-    assert result.stdout.splitlines()[1].startswith(f"verdict: {verdict} (") and "on 0 requests judged" in result.stdout
+    assert printed_verdict(result.stdout).startswith(f"verdict: {verdict} (")
+    assert "on 0 requests judged" in result.stdout
     assert "verdict: PASS" not in result.stdout
 
 
