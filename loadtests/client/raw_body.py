@@ -93,16 +93,28 @@ class RawBody:
                 _feed_body(raw, data)
             else:
                 raw.feed(data)
-        except HTTPParseError:  # bad framing (a chunk size, say): the frames before it are the stream's
-            if not (self._direct and response_end.excess_dropped(raw)):  # excess after its end: dropped
-                if raw._body_buffer and self.take(take_buffered(raw), arrived, read_at):
-                    return True  # it ended before the bad bytes, as the SDK ends it there
-                raise
+        except HTTPParseError as exc:
+            return self.take_failed_feed(exc, data, arrived, read_at)
+        return self.take_fed(data, arrived, read_at)
+
+    def take_fed(self, data: bytes, arrived: float | None, read_at: float) -> bool:
+        """``take_read`` once the HTTP parser has been fed ``data``: what it decoded, taken."""
+        raw = self.raw
         if not data and not raw.message_complete:
             raise ConnectionResetError("connection closed mid-body")
         if raw._body_buffer and self.take(take_buffered(raw), arrived, read_at):
             return True
         return raw.message_complete
+
+    def take_failed_feed(self, failure: HTTPParseError, data: bytes, arrived: float | None, read_at: float) -> bool:
+        """``take_read`` once the HTTP parser refused ``data`` with ``failure``: bad framing (a chunk
+        size, say), the frames before it the stream's; or excess after the body's end, dropped."""
+        raw = self.raw
+        if not (self._direct and response_end.excess_dropped(raw)):
+            if raw._body_buffer and self.take(take_buffered(raw), arrived, read_at):
+                return True  # it ended before the bad bytes, as the SDK ends it there
+            raise failure
+        return self.take_fed(data, arrived, read_at)
 
     def take(self, chunk: bytes, arrived: float | None, read_at: float) -> bool:
         """Body bytes that arrived at ``arrived`` (None: unknown) and were read at ``read_at``; True
