@@ -78,9 +78,11 @@ typedef struct {
     PyObject *mux;    /* muxed._mux, the BodyMux that counts reads */
     PyObject *take_read, *take_fed, *take_failed_feed; /* the body's bound methods */
     PyObject *raw, *parser, *tracker; /* the body's */
+    PyObject *frame_m, *feed_m;       /* body._frame (tracker.frame), body._feed (parser.feed) */
     Py_ssize_t size;
     int stamped;
     int direct; /* body._direct: reads go straight to llhttp (response_end.feed_body) */
+    int plain;  /* the body, parser and tracker are of the exact classes whose code the C repeats */
     Py_ssize_t fast, to_a, to_b;
 } Reader;
 
@@ -88,8 +90,11 @@ static PyObject *s_ended, *s_socket, *s_size, *s_stamped, *s_took, *s_take_read,
     *s_take_failed_feed, *s_end, *s_readable, *s_fileno;
 static PyObject *partial, *one;
 static PyObject *feed_body, *http_parse_error, *json_loads;
+/* the classes whose code the C repeats, looked up when the first Reader is made (raw_body imports this
+ * module before it defines RawBody) */
+static PyObject *raw_body_class, *sse_parser_class, *stream_tracker_class, *tracker_frame, *parser_feed;
 /* attribute names */
-static PyObject *s_raw, *s_parser, *s_tracker, *s_direct, *s_t, *s_wait, *s_started, *s_body_buffer,
+static PyObject *s_frame_m, *s_feed_m, *s_raw, *s_parser, *s_tracker, *s_direct, *s_t, *s_wait, *s_started, *s_body_buffer,
     *s_message_complete, *s_pending_cr, *s_buffer, *s_frame, *s_frame_bytes, *s_max_line_bytes, *s_stream_ended,
     *s_frames, *s_last_t, *s_max_gap, *s_last_data_t, *s_max_data_gap, *s_ttft, *s_bytes, *s_data, *s_finish_reason,
     *s_mux, *s_reads, *s_last_read;
@@ -111,6 +116,8 @@ reader_traverse(Reader *self, visitproc visit, void *arg)
     Py_VISIT(self->raw);
     Py_VISIT(self->parser);
     Py_VISIT(self->tracker);
+    Py_VISIT(self->frame_m);
+    Py_VISIT(self->feed_m);
     return 0;
 }
 
@@ -128,6 +135,8 @@ reader_clear(Reader *self)
     Py_CLEAR(self->raw);
     Py_CLEAR(self->parser);
     Py_CLEAR(self->tracker);
+    Py_CLEAR(self->frame_m);
+    Py_CLEAR(self->feed_m);
     return 0;
 }
 
@@ -137,6 +146,30 @@ reader_dealloc(Reader *self)
     PyObject_GC_UnTrack(self);
     reader_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *import_attribute(const char *module_name, const char *name);
+
+/* A subclass (of the tracker, say) may judge otherwise: only the exact classes, their own methods
+ * bound, are read in C; 1 plain, 0 not (every read goes to the Python path), -1 an error. */
+static int
+plain_classes(Reader *self)
+{
+    if (raw_body_class == NULL) {
+        if (!(raw_body_class = import_attribute("loadtests.client.raw_body", "RawBody")) ||
+            !(sse_parser_class = import_attribute("loadtests.client.sse", "SSEParser")) ||
+            !(stream_tracker_class = import_attribute("loadtests.client.outcome", "StreamTracker")) ||
+            !(tracker_frame = PyObject_GetAttrString(stream_tracker_class, "frame")) ||
+            !(parser_feed = PyObject_GetAttrString(sse_parser_class, "feed"))) {
+            Py_CLEAR(raw_body_class);
+            return -1;
+        }
+    }
+    return (PyObject *)Py_TYPE(self->body) == raw_body_class && (PyObject *)Py_TYPE(self->parser) == sse_parser_class &&
+           (PyObject *)Py_TYPE(self->tracker) == stream_tracker_class && PyMethod_Check(self->frame_m) &&
+           PyMethod_GET_FUNCTION(self->frame_m) == tracker_frame && PyMethod_GET_SELF(self->frame_m) == self->tracker &&
+           PyMethod_Check(self->feed_m) && PyMethod_GET_FUNCTION(self->feed_m) == parser_feed &&
+           PyMethod_GET_SELF(self->feed_m) == self->parser;
 }
 
 static int
@@ -162,6 +195,10 @@ reader_init(Reader *self, PyObject *args, PyObject *kwds)
         self->direct = direct == Py_True;
         Py_DECREF(direct);
     }
+    if (!(self->frame_m = PyObject_GetAttr(body, s_frame_m)) || !(self->feed_m = PyObject_GetAttr(body, s_feed_m)))
+        return -1;
+    if ((self->plain = plain_classes(self)) < 0)
+        return -1;
     if (muxed != Py_None) {
         PyObject *size, *stamped;
         if (!(self->socket = PyObject_GetAttr(muxed, s_socket)) || !(self->took = PyObject_GetAttr(muxed, s_took)) ||
@@ -191,7 +228,7 @@ enum { TO_A = 0, TAKEN = 1, TO_B = 2, FAILED = -1 };
 
 /* New references held while a read is decided, released at its end. */
 typedef struct {
-    PyObject *refs[40];
+    PyObject *refs[48];
     int n;
 } Held;
 
@@ -359,7 +396,7 @@ fast_take(Reader *self, PyObject *data, PyObject *arrived_obj, PyObject *read_at
 
     *failure = NULL;
     has_arrived = arrived_obj != Py_None;
-    if (!self->direct || !PyBytes_CheckExact(data) || !exact_float(read_at_obj, &read_at) ||
+    if (!self->direct || !self->plain || !PyBytes_CheckExact(data) || !exact_float(read_at_obj, &read_at) ||
         (has_arrived && !exact_float(arrived_obj, &arrived)))
         return TO_A;
     read = PyBytes_AS_STRING(data);
@@ -382,6 +419,11 @@ fast_take(Reader *self, PyObject *data, PyObject *arrived_obj, PyObject *read_at
         goto done;                                                        \
     } while (0)
 #define ATTR(obj, name) hold(&held, PyObject_GetAttr((obj), (name)))
+    /* the body's parts are still those the Reader was made with */
+    if (ATTR(self->body, s_tracker) != self->tracker || ATTR(self->body, s_parser) != self->parser ||
+        ATTR(self->body, s_raw) != self->raw || ATTR(self->body, s_frame_m) != self->frame_m ||
+        ATTR(self->body, s_feed_m) != self->feed_m)
+        DOUBT(TO_A);
     /* the HTTP parser between chunks, nothing decoded and left */
     if (!(buffer = ATTR(self->raw, s_body_buffer)) || !PyByteArray_CheckExact(buffer) || PyByteArray_GET_SIZE(buffer))
         DOUBT(TO_A);
@@ -841,6 +883,8 @@ PyInit__fastread(void)
     INTERN(s_end, "_end");
     INTERN(s_readable, "readable");
     INTERN(s_fileno, "fileno");
+    INTERN(s_frame_m, "_frame");
+    INTERN(s_feed_m, "_feed");
     INTERN(s_raw, "raw");
     INTERN(s_parser, "parser");
     INTERN(s_tracker, "tracker");
