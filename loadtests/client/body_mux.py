@@ -190,7 +190,7 @@ class BodyMux:
     def _watch(self, fd: int, body: MuxedBody) -> None:
         if self._epoll is None:  # R = 0: libev watches the socket in its own epoll and calls its reader
             body.watcher = self._loop.io(fd, _READ)
-            body.watcher.start(body.readable)
+            body.watcher.start(body.reader or body.readable)
         else:
             self._epoll.register(fd, _EPOLLIN)
             if len(self._bodies) == 1:
@@ -222,8 +222,9 @@ class BodyMux:
         for fd, _events in self._epoll.poll(0, len(bodies) or 1):  # every ready one (the default stops at 1,023)
             body = bodies.get(fd)
             if body is not None:
+                readable = body.reader or body.readable
                 for _ in range(_DRAIN_READS):
-                    if not body.readable():
+                    if not readable():
                         break
         read = self.reads - reads
         if read:
@@ -288,6 +289,10 @@ class MuxedBody:
         self._ended = False
         self.watcher: Any = None
         """R = 0: the libev io watcher that calls ``readable`` while the body is registered."""
+        self.reader: Callable[[], bool] | None = None
+        """What reads in place of ``readable`` when set (the compiled reader, ``_fastread.Reader``, same
+        contract): the watcher's callback, a pass's and the idle check's read. Set before ``read()``;
+        dropped when the body is unregistered (the reader refers back to this body)."""
 
     def read(self, read_first: bool = False) -> None:
         """Read until ``on_read`` returns True; raises what it raised, ``TimeoutError`` after the idle
@@ -300,7 +305,7 @@ class MuxedBody:
             if self._idle_timeout is not None:
                 self._arm(self._idle_timeout)
             if read_first:
-                self.readable()
+                (self.reader or self.readable)()
             self._waiter.get()
         finally:
             self._unregister()
@@ -311,16 +316,24 @@ class MuxedBody:
         if self._ended:
             return False
         try:
-            try:
-                if self._stamped:
-                    data, arrived, read_at = arrival_clock.recv_stamped(self._socket, self._size)
-                else:
-                    data, arrived, read_at = self._socket.recv(self._size), None, time.monotonic()
-            except BlockingIOError:
-                return False
+            if self._stamped:
+                data, arrived, read_at = arrival_clock.recv_stamped(self._socket, self._size)
+            else:
+                data, arrived, read_at = self._socket.recv(self._size), None, time.monotonic()
+        except BlockingIOError:
+            return False
+        except Exception as exc:  # the connection's failure: raised in the reader, never in the hub
+            self._end(exc)
+            return False
+        return self._took(data, arrived, read_at, self._on_read)
+
+    def _took(self, data: bytes, arrived: float | None, read_at: float, on_read: Callable[..., bool]) -> bool:
+        """``readable`` after its receive: counted, handed to ``on_read`` (``_on_read``, or the compiled
+        reader's continuation of a read it did not finish); ends the body when it says so or raises."""
+        try:
             self._mux.reads += 1
             self._last_read = read_at
-            if self._on_read(data, arrived, read_at) or not data:
+            if on_read(data, arrived, read_at) or not data:
                 self._end(None)
                 return False
             return len(data) >= self._size
@@ -337,6 +350,7 @@ class MuxedBody:
             self._hub.loop.run_callback(self._waiter.throw, failure)
 
     def _unregister(self) -> None:
+        self.reader = None  # it refers back to this body
         self._mux.remove(self._fd)
         if self._timer is not None:
             self._timer.close()
@@ -352,7 +366,7 @@ class MuxedBody:
         assert self._idle_timeout is not None
         self._timer.close()
         self._timer = None
-        self.readable()
+        (self.reader or self.readable)()
         if self._ended:
             return
         left = self._last_read + self._idle_timeout - time.monotonic()

@@ -9,7 +9,10 @@ tracker. Here, below Locust, so that it can be replayed and timed without a Locu
 from __future__ import annotations
 
 import contextlib
+import importlib
+import os
 import time
+from types import ModuleType
 from typing import Any
 
 from geventhttpclient.response import HTTPParseError
@@ -21,6 +24,31 @@ from loadtests.client.outcome import StreamTracker
 from loadtests.client.sse import SSEParser
 
 _feed_body = response_end.feed_body
+
+PURE_PYTHON_READS = "SSE_SOAK_PURE_PYTHON_READS"
+"""Set to 1: read through the Python path even where the compiled one is built."""
+
+
+def _compiled_reads() -> ModuleType | None:
+    """``loadtests.client._fastread`` when it was built (``pip install -e .`` compiles it; without a C
+    compiler the install goes on without it) and not refused by ``SSE_SOAK_PURE_PYTHON_READS=1``."""
+    if os.environ.get(PURE_PYTHON_READS, "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module("loadtests.client._fastread")
+    except ImportError:
+        return None
+
+
+_fastread = _compiled_reads()
+READ_PATH = "python" if _fastread is None else "compiled"
+"""How this process reads raw bodies: "compiled" (``_fastread``) or "python"."""
+
+
+def _reads_without_waiting(os_socket: Any, size: int) -> bool:
+    """The compiled reader's preconditions on the socket: non-blocking (gevent's OS socket is), and
+    reads within its 64 KiB buffer."""
+    return bool(os_socket.gettimeout() == 0.0 and 0 < size <= 65536)
 
 
 class RawBody:
@@ -67,7 +95,10 @@ class RawBody:
             raise ConnectionResetError("connection released mid-body")
         if isinstance(sock, arrival_clock.TLS_SOCKETS):
             return self._read_tls(sock)
-        muxed = MuxedBody(sock._sock, arrival_clock.stamp_arrivals(sock), raw.block_size, sock.timeout, self.take_read)
+        stamped = arrival_clock.stamp_arrivals(sock)
+        muxed = MuxedBody(sock._sock, stamped, raw.block_size, sock.timeout, self.take_read)
+        if _fastread is not None and stamped and self._direct and _reads_without_waiting(sock._sock, raw.block_size):
+            muxed.reader = _fastread.Reader(self, muxed)  # the same records; the plain reads in C
         muxed.read()
         return self.tracker.stream_ended
 
@@ -93,16 +124,28 @@ class RawBody:
                 _feed_body(raw, data)
             else:
                 raw.feed(data)
-        except HTTPParseError:  # bad framing (a chunk size, say): the frames before it are the stream's
-            if not (self._direct and response_end.excess_dropped(raw)):  # excess after its end: dropped
-                if raw._body_buffer and self.take(take_buffered(raw), arrived, read_at):
-                    return True  # it ended before the bad bytes, as the SDK ends it there
-                raise
+        except HTTPParseError as exc:
+            return self.take_failed_feed(exc, data, arrived, read_at)
+        return self.take_fed(data, arrived, read_at)
+
+    def take_fed(self, data: bytes, arrived: float | None, read_at: float) -> bool:
+        """``take_read`` once the HTTP parser has been fed ``data``: what it decoded, taken."""
+        raw = self.raw
         if not data and not raw.message_complete:
             raise ConnectionResetError("connection closed mid-body")
         if raw._body_buffer and self.take(take_buffered(raw), arrived, read_at):
             return True
         return raw.message_complete
+
+    def take_failed_feed(self, failure: HTTPParseError, data: bytes, arrived: float | None, read_at: float) -> bool:
+        """``take_read`` once the HTTP parser refused ``data`` with ``failure``: bad framing (a chunk
+        size, say), the frames before it the stream's; or excess after the body's end, dropped."""
+        raw = self.raw
+        if not (self._direct and response_end.excess_dropped(raw)):
+            if raw._body_buffer and self.take(take_buffered(raw), arrived, read_at):
+                return True  # it ended before the bad bytes, as the SDK ends it there
+            raise failure
+        return self.take_fed(data, arrived, read_at)
 
     def take(self, chunk: bytes, arrived: float | None, read_at: float) -> bool:
         """Body bytes that arrived at ``arrived`` (None: unknown) and were read at ``read_at``; True

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import compiled_reads
 from tests.loadtests.load.golden_reads import Read, load, replay
 
 pytestmark = pytest.mark.fast
@@ -50,18 +52,40 @@ def test_the_fixture_holds_every_kind_of_frame_and_outcome_the_hot_path_meets() 
 
 
 @pytest.mark.parametrize("stream", STREAMS, ids=[stream["plan"]["request_id"] for stream in STREAMS])
-def test_replaying_the_reads_records_what_was_recorded_when_they_were_captured(stream: dict[str, Any]) -> None:
-    frames, row = replay(stream)
+def test_replaying_the_reads_records_what_was_recorded_when_they_were_captured(
+    stream: dict[str, Any], read_path: str
+) -> None:
+    frames, row = replay(stream, path=read_path)
     _assert_records(stream, frames, row)
+
+
+ONE_TOKEN_CHUNK = re.compile(rb"[0-9a-fA-F]{1,8}\r\ndata: \{[^\n]*\}\n\n\r\n")
+"""A read that is one chunk holding one JSON data frame: what a token stream's reads are, one a wake."""
+
+
+def test_the_compiled_path_takes_nearly_every_one_token_read_itself() -> None:
+    """Over the streams read 4 KiB at a time as frames come (one wake a frame), the compiled reader
+    takes at least 90% of the reads that are one token chunk in C, without the Python path: one
+    that always fell back would pass every parity test here and gain nothing."""
+    compiled_reads()
+    fast = token_reads = 0
+    for stream in STREAMS:
+        if stream["shape"] == [4096, 0.0]:
+            readers: list[Any] = []
+            replay(stream, path="compiled", readers=readers)
+            fast += sum(reader.fast for reader in readers)
+            token_reads += sum(1 for data, _, _ in _reads(stream) if ONE_TOKEN_CHUNK.fullmatch(data))
+    assert token_reads >= 50
+    assert fast / token_reads >= 0.9, (fast, token_reads)
 
 
 def _reads(stream: dict[str, Any]) -> list[Read]:
     return [(base64.b64decode(data), arrived, read_at) for data, arrived, read_at in stream["reads"]]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
-def test_a_read_split_into_smaller_reads_with_its_stamp_records_the_same(data: st.DataObject) -> None:
+def test_a_read_split_into_smaller_reads_with_its_stamp_records_the_same(read_path: str, data: st.DataObject) -> None:
     """However the kernel cuts one arrival into receives (all carrying its stamp), nothing recorded
     changes: chunk-size lines, frames and CRLFs split anywhere, one byte at a time included."""
     stream = data.draw(st.sampled_from([stream for stream in STREAMS if stream["reads"]]))
@@ -73,5 +97,5 @@ def test_a_read_split_into_smaller_reads_with_its_stamp_records_the_same(data: s
         cuts = sorted(data.draw(st.sets(st.integers(1, len(chunk) - 1), max_size=6)))
         for start, end in zip([0, *cuts], [*cuts, len(chunk)], strict=True):
             split.append((chunk[start:end], arrived, read_at))
-    frames, row = replay(stream, split)
+    frames, row = replay(stream, split, read_path)
     _assert_records(stream, frames, row)
