@@ -646,13 +646,24 @@ def test_the_built_module_is_built_from_the_source_in_the_tree(fastread: Any) ->
 
 @contextlib.contextmanager
 def loopback() -> Iterator[tuple[gevent.socket.socket, gevent.socket.socket]]:
-    """(ours, theirs): a loopback TCP pair of gevent sockets, closed on exit."""
+    """(ours, theirs): a loopback TCP pair of gevent sockets, closed on exit, the kernel stamping
+    what arrives on ours (a body gets a compiled reader only when its arrivals are stamped)."""
+    if SO_TIMESTAMPNS is None:
+        pytest.skip("no SO_TIMESTAMPNS on this platform: no body is read by the compiled reader")
     with gevent.socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         theirs = gevent.socket.create_connection(listener.getsockname())
         ours, _ = listener.accept()
     with ours, theirs:
+        assert keep_kernel_stamping_on() and stamp_arrivals(ours)
+        for _ in range(100):  # Linux turns stamping on lazily, soon after it is first asked: wait until it is
+            theirs.sendall(b"?")
+            readable(ours)
+            if recv_stamped(ours._sock, 16)[1] is not None:  # type: ignore[attr-defined]  # gevent's stubs omit _sock
+                break
+        else:
+            pytest.fail("the kernel never stamped an arrival")
         yield ours, theirs
 
 
@@ -661,14 +672,13 @@ def readable(sock: gevent.socket.socket) -> None:
     assert _select([sock.fileno()], [], [], 10)[0], "nothing arrived in 10 s"
 
 
-def muxed_body(
-    ours: gevent.socket.socket, head: bytes = HEADS["chunked"], stamped: bool = False
-) -> tuple[RawBody, MuxedBody]:
+def muxed_body(ours: gevent.socket.socket, head: bytes = HEADS["chunked"]) -> tuple[RawBody, MuxedBody]:
+    """A body read from ``ours`` as ``RawBody.read_to_end`` reads it (stamped), not registered yet."""
     stream = Stream(head, [], started=0.0, ttfb=0.0, max_line_bytes=1 << 20, frames_kept=True)
     body = new_body(stream)
     os_socket = ours._sock  # type: ignore[attr-defined]  # gevent's stubs omit _sock
     assert os_socket.gettimeout() == 0.0  # as RawBody.read_to_end requires of a body it gives a Reader
-    return body, MuxedBody(os_socket, stamped, 4096, None, body.take_read)
+    return body, MuxedBody(os_socket, True, 4096, None, body.take_read)
 
 
 def ended_with(muxed: MuxedBody) -> BaseException | None:
@@ -695,18 +705,8 @@ def test_nothing_to_read_returns_false_and_counts_no_read(fastread: Any) -> None
 
 def test_a_token_chunk_is_read_counted_and_recorded_with_its_stamp_before_its_read(fastread: Any) -> None:
     module = fastread
-    if SO_TIMESTAMPNS is None:
-        pytest.skip("no SO_TIMESTAMPNS on this platform")
     with loopback() as (ours, theirs):
-        assert keep_kernel_stamping_on() and stamp_arrivals(ours)
-        for _ in range(100):  # Linux turns stamping on lazily, soon after it is first asked: wait until it is
-            theirs.sendall(b"?")
-            readable(ours)
-            if recv_stamped(ours._sock, 16)[1] is not None:  # type: ignore[attr-defined]
-                break
-        else:
-            pytest.fail("the kernel never stamped an arrival")
-        body, muxed = muxed_body(ours, stamped=True)
+        body, muxed = muxed_body(ours)
         reader = module.Reader(body, muxed)
         reads = body_mux().reads
         frame = token_frame("hi")
