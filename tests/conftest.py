@@ -4,6 +4,7 @@ promise checked: a test marked ``fast`` that starts a process fails."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -93,6 +94,32 @@ def _fast_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[Non
         yield
     if refused:
         pytest.fail("\n".join(refused), pytrace=False)
+
+
+REQUIRE_COMPILED_READS = "SSE_SOAK_REQUIRE_COMPILED_READS"
+"""Set to 1 (CI does): a compiled read path that is not built fails its tests instead of skipping them."""
+
+
+def compiled_reads() -> Any:
+    """``loadtests.client._fastread``, whatever ``SSE_SOAK_PURE_PYTHON_READS`` says; a skip when it
+    is not built (``pip install -e .`` builds it), a failure under ``SSE_SOAK_REQUIRE_COMPILED_READS=1``."""
+    try:
+        return importlib.import_module("loadtests.client._fastread")
+    except ImportError as exc:
+        missing = f"the compiled read path is not built ({exc}): pip install -e ."
+        if os.environ.get(REQUIRE_COMPILED_READS) == "1":
+            pytest.fail(f"{missing} (required here: {REQUIRE_COMPILED_READS}=1)", pytrace=False)
+        pytest.skip(missing)
+
+
+@pytest.fixture(params=["python", "compiled"])
+def read_path(request: pytest.FixtureRequest) -> str:
+    """Each read path of a raw body: "python" (``RawBody.take_read``, ``MuxedBody.readable``) and
+    "compiled" (``_fastread.Reader``; skipped when not built, see ``compiled_reads``). Records must
+    be identical on both."""
+    if request.param == "compiled":
+        compiled_reads()
+    return str(request.param)
 
 
 @pytest.fixture

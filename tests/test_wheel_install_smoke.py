@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,26 +17,32 @@ from tests.conftest import require_vllm
 pytestmark = [pytest.mark.smoke, pytest.mark.extended]
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "loadtests", "target_server", "sse_soak_lifeline", "scenarios")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "loadtests", "target_server", "sse_soak_lifeline", "scenarios")
 SCENARIOS = ["mixed_truncate", "proxy_timeout", "slow_prefill", "soak"]
 
 
-def build_wheel(work: Path) -> Path:
+def build_wheel(work: Path, env: dict[str, str] | None = None) -> Path:
     """A wheel built from a copy of this checkout's sources (an in-tree build would leave build/
-    in the clone, whose stale files a later build would ship)."""
+    in the clone, whose stale files a later build would ship), in ``env`` (default: this one's)."""
     source = work / "source"
     for name in SOURCES:
         if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            ignored = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so")  # the wheel compiles its own
+            shutil.copytree(ROOT / name, source / name, ignore=ignored)
         else:
             source.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     wheels = work / "dist"
     pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)]
-    built = subprocess.run(pip, timeout=600, capture_output=True, text=True)
+    built = subprocess.run(pip, timeout=600, capture_output=True, text=True, env=env)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = wheels.glob("sse_soak-*.whl")
     return wheel
+
+
+def compiled_readers(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return [name for name in archive.namelist() if name.startswith("loadtests/client/_fastread")]
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,10 @@ def test_a_wheel_installed_in_a_fresh_venv_ships_the_scenarios_and_the_plugin(in
     venv, elsewhere, run = installed.venv, installed.elsewhere, installed.run
     python, sse_soak = installed.python, installed.sse_soak
 
+    # the compiled read path is built into the wheel, and the installed harness reads through it
+    compiled = run(python, "-c", "from loadtests.client import raw_body; print(raw_body.READ_PATH)")
+    assert compiled.stdout.strip() == "compiled", compiled.stdout + compiled.stderr
+
     # what this venv imports, pytest's plugin included: the wheel's copy
     where = "import loadtests, loadtests.run.soak as s; print(loadtests.__file__); print(s.DEFAULT_SCENARIO)"
     site = run(python, "-c", where)
@@ -113,6 +124,15 @@ def test_a_wheel_installed_in_a_fresh_venv_ships_the_scenarios_and_the_plugin(in
     passed = [line.split()[0] for line in smoke.stdout.splitlines() if " PASSED " in line]
     assert "::test_gate[mixed_truncate-no_http_500]" in passed and "::test_verdict[mixed_truncate]" in passed
     assert len(list((elsewhere / "reports").iterdir())) == 2  # the plugin's run beside the command's
+
+
+def test_a_wheel_ships_the_compiled_read_path_and_builds_without_a_compiler(tmp_path: Path) -> None:
+    """The extension is optional: where no C compiler runs (``CC=false``), the wheel still builds,
+    without it (the harness then reads through its Python path, with the same records)."""
+    assert [name for name in compiled_readers(build_wheel(tmp_path / "cc")) if name.endswith(".so")]
+    without = build_wheel(tmp_path / "no-cc", {**os.environ, "CC": "false"})
+    assert not [name for name in compiled_readers(without) if name.endswith(".so")]
+    assert "loadtests/client/raw_body.py" in zipfile.ZipFile(without).namelist()
 
 
 @pytest.mark.vllm

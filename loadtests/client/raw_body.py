@@ -9,7 +9,10 @@ tracker. Here, below Locust, so that it can be replayed and timed without a Locu
 from __future__ import annotations
 
 import contextlib
+import importlib
+import os
 import time
+from types import ModuleType
 from typing import Any
 
 from geventhttpclient.response import HTTPParseError
@@ -21,6 +24,25 @@ from loadtests.client.outcome import StreamTracker
 from loadtests.client.sse import SSEParser
 
 _feed_body = response_end.feed_body
+
+PURE_PYTHON_READS = "SSE_SOAK_PURE_PYTHON_READS"
+"""Set to 1: read through the Python path even where the compiled one is built."""
+
+
+def _compiled_reads() -> ModuleType | None:
+    """``loadtests.client._fastread`` when it was built (``pip install -e .`` compiles it; without a C
+    compiler the install goes on without it) and not refused by ``SSE_SOAK_PURE_PYTHON_READS=1``."""
+    if os.environ.get(PURE_PYTHON_READS, "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module("loadtests.client._fastread")
+    except ImportError:
+        return None
+
+
+_fastread = _compiled_reads()
+READ_PATH = "python" if _fastread is None else "compiled"
+"""How this process reads raw bodies: "compiled" (``_fastread``) or "python"."""
 
 
 class RawBody:

@@ -5,8 +5,11 @@ default resolution and coalesced), and reads coalesced to a timing resolution.""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
+import socket
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +20,16 @@ import gevent.event
 import gevent.socket
 import pytest
 from gevent.monkey import get_original
+from geventhttpclient.response import HTTPParseError
 
 from loadtests.client.body_mux import BodyMux, MuxedBody, TLSReads, body_mux
 from loadtests.client.kernel_stamps import SO_TIMESTAMPNS, keep_kernel_stamping_on, stamp_arrivals
+from loadtests.client.outcome import RequestPlan, StreamTracker
+from loadtests.client.raw_body import RawBody
+from loadtests.client.sse import SSEParser
+from tests.conftest import compiled_reads
 from tests.loadtests.client.certificates import self_signed
+from tests.loadtests.load.golden_reads import response_for
 
 pytestmark = pytest.mark.fast
 
@@ -462,3 +471,142 @@ def test_a_coalesced_pass_reads_every_ready_body_beyond_a_thousand(coalesced: Bo
             reader.get(timeout=10)
         assert coalesced.wakes - wakes == 1
         assert all(seen.data.endswith(b">") for seen in collected)
+
+
+# --- a raw body read to its end on each read path (MuxedBody.readable, or the compiled Reader) ----
+
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+TOKENS = [chunk(b'data: {"choices":[{"delta":{"content":"t%d"}}]}\n\n' % i) for i in range(4)]
+
+
+class RawMuxed:
+    """A chunked event stream's ``RawBody`` over a real ``FramedResponse`` (head read), read in the hub
+    from ``ours`` as ``RawBody.read_to_end`` reads it: stamped, through ``read_path``'s reader."""
+
+    def __init__(self, ours: gevent.socket.socket, read_path: str, idle_s: float | None = IDLE_S) -> None:
+        assert keep_kernel_stamping_on() or SO_TIMESTAMPNS is None
+        raw = response_for(CHUNKED_HEAD)
+        self.tracker = StreamTracker(RequestPlan("end-path", "chat:end-path", "chat"), time.time())
+        self.body = RawBody(raw, SSEParser(1 << 20), self.tracker, time.monotonic())
+        sock = ours._sock  # type: ignore[attr-defined]  # gevent's stubs omit _sock
+        self.muxed = MuxedBody(sock, stamp_arrivals(sock), 4096, idle_s, self.body.take_read)
+        self.reader: Any = None
+        if read_path == "compiled":
+            self.reader = self.muxed.reader = compiled_reads().Reader(self.body, self.muxed)
+
+    def kinds(self) -> list[str]:
+        return [record[1] for record in self.tracker.frames]
+
+
+def send_each_after_a_frame(sock: gevent.socket.socket, pieces: list[bytes], tracker: StreamTracker) -> gevent.Greenlet:
+    """Sends each piece once the tracker has taken a frame from the one before (so each arrives in a
+    read of its own)."""
+
+    def send() -> None:
+        for index, piece in enumerate(pieces):
+            frames = len(tracker.frames)
+            sock.sendall(piece)
+            if index == len(pieces) - 1:
+                return
+            deadline = time.monotonic() + 10
+            while len(tracker.frames) == frames and time.monotonic() < deadline:
+                gevent.sleep(0.001)
+
+    return gevent.spawn(send)
+
+
+@pytest.mark.usefixtures("resolution")
+def test_a_raw_body_read_to_done_records_each_frame_and_unregisters(connection: Pair, read_path: str) -> None:
+    ours, theirs = connection
+    read = RawMuxed(ours, read_path)
+    reads = body_mux().reads
+    sender = send_each_after_a_frame(theirs, [*TOKENS, chunk(b"data: [DONE]\n\n")], read.tracker)
+    read.muxed.read()
+    sender.get(timeout=10)
+    assert read.kinds() == ["data"] * 4 + ["done"]
+    assert [record[4] for record in read.tracker.frames] == [len(piece) - 6 for piece in TOKENS] + [14]
+    assert all(record[5] is not None and record[5] >= 0 for record in read.tracker.frames)  # stamped: a wait
+    assert read.tracker._ttft == read.tracker.frames[0][2]
+    assert body_mux().reads - reads == 5 and read.muxed.reader is None and body_mux().registered == 0
+
+
+@pytest.mark.usefixtures("resolution")
+def test_a_raw_body_without_a_byte_for_the_idle_timeout_ends_with_timeout_error(
+    connection: Pair, read_path: str
+) -> None:
+    ours, theirs = connection
+    read = RawMuxed(ours, read_path)
+    theirs.sendall(TOKENS[0])
+    with pytest.raises(TimeoutError):
+        read.muxed.read()
+    assert read.kinds() == ["data"]
+
+
+@pytest.mark.usefixtures("resolution")
+def test_a_raw_body_closed_mid_body_ends_with_the_parsers_error(connection: Pair, read_path: str) -> None:
+    ours, theirs = connection
+    read = RawMuxed(ours, read_path)
+    theirs.sendall(TOKENS[0] + TOKENS[1][:9])
+    theirs.shutdown(socket.SHUT_WR)
+    with pytest.raises(HTTPParseError, match="Incomplete response"):  # llhttp's word for the body's end cut
+        read.muxed.read()
+    assert read.kinds() == ["data"]
+
+
+@pytest.mark.usefixtures("resolution")
+def test_a_raw_body_reset_by_the_peer_ends_with_the_kernels_error(connection: Pair, read_path: str) -> None:
+    ours, theirs = connection
+    read = RawMuxed(ours, read_path)
+    sender = send_each_after_a_frame(theirs, TOKENS[:2], read.tracker)
+
+    def reset_after_the_tokens() -> None:
+        sender.get(timeout=10)
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        theirs.close()  # RST
+
+    resetter = gevent.spawn(reset_after_the_tokens)
+    with pytest.raises(ConnectionResetError) as raised:
+        read.muxed.read()
+    resetter.get(timeout=10)
+    assert raised.value.errno == errno.ECONNRESET
+    assert read.kinds() == ["data", "data"]
+
+
+@pytest.mark.usefixtures("resolution")
+def test_a_raw_body_with_bad_framing_raises_it_in_the_reader_after_the_frames_before(
+    connection: Pair, read_path: str
+) -> None:
+    ours, theirs = connection
+    read = RawMuxed(ours, read_path)
+    sender = send_each_after_a_frame(theirs, [TOKENS[0], b"zz\r\n"], read.tracker)
+    with pytest.raises(HTTPParseError):
+        read.muxed.read()
+    sender.get(timeout=10)
+    assert read.kinds() == ["data"]
+
+
+@pytest.mark.usefixtures("resolution")
+def test_a_raw_body_killed_mid_body_leaves_nothing_registered(connection: Pair, read_path: str) -> None:
+    ours, theirs = connection
+    read = RawMuxed(ours, read_path)
+    reader = gevent.spawn(read.muxed.read)
+    gevent.sleep(0)
+    reader.kill(block=True)
+    assert read.muxed.reader is None and body_mux().registered == 0
+    theirs.sendall(TOKENS[0])
+    gevent.sleep(2 * IDLE_S)  # a body left registered would read it
+    assert read.kinds() == []
+
+
+def test_a_read_with_nothing_waiting_is_no_read(connection: Pair, read_path: str) -> None:
+    ours, _theirs = connection
+    read = RawMuxed(ours, read_path)
+    reads = body_mux().reads
+    assert (read.muxed.reader or read.muxed.readable)() is False
+    assert body_mux().reads == reads and not read.muxed._ended and read.kinds() == []

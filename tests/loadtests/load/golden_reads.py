@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import importlib
 import json
 import socket
 import time
@@ -60,9 +61,13 @@ def _unconnected_response() -> FramedResponse:
     return raw
 
 
-def replay(stream: dict[str, Any], reads: list[Read] | None = None) -> tuple[list[list[Any]], dict[str, Any]]:
+def replay(
+    stream: dict[str, Any], reads: list[Read] | None = None, path: str = "python", readers: list[Any] | None = None
+) -> tuple[list[list[Any]], dict[str, Any]]:
     """The stream's ``frames`` records and row dict, as ``SSEUser._read`` makes them from its reads
-    (``reads`` in place of the recorded body reads, to replay them split otherwise)."""
+    (``reads`` in place of the recorded body reads, to replay them split otherwise), each read taken
+    by ``path``: "python" (``RawBody.take_read``) or "compiled" (a ``_fastread.Reader``'s, appended to
+    ``readers``)."""
     plan = RequestPlan(**stream["plan"])
     started = stream["started"]
     tracker = StreamTracker(plan, stream["start_time"], "local", True)
@@ -85,12 +90,20 @@ def replay(stream: dict[str, Any], reads: list[Read] | None = None) -> tuple[lis
     )
     if reads is None:
         reads = [(base64.b64decode(data), arrived, read_at) for data, arrived, read_at in stream["reads"]]
-    failure = _read_body(raw, tracker, started, head_at, reads)
+    failure = _read_body(raw, tracker, started, head_at, reads, path, readers)
     row = tracker.finish(stream["finish_at"] - started, failure)
     return [list(record) for record in tracker.frames], row.as_dict()
 
 
-def _read_body(raw: FramedResponse, tracker: StreamTracker, started: float, head_at: float, reads: list[Read]) -> Any:
+def _read_body(
+    raw: FramedResponse,
+    tracker: StreamTracker,
+    started: float,
+    head_at: float,
+    reads: list[Read],
+    path: str = "python",
+    readers: list[Any] | None = None,
+) -> Any:
     """``SSEUser._read`` from the status on, its reads taken from ``reads`` instead of the mux."""
     status = raw.get_code()
     if not 200 <= status < 300:
@@ -109,8 +122,14 @@ def _read_body(raw: FramedResponse, tracker: StreamTracker, started: float, head
         if raw.body_failure is not None:
             raise raw.body_failure
         if not raw.message_complete:
+            take_read = body.take_read
+            if path == "compiled":
+                reader = importlib.import_module("loadtests.client._fastread").Reader(body)
+                take_read = reader.take_read
+                if readers is not None:
+                    readers.append(reader)
             for data, arrived, read_at in reads:
-                if body.take_read(data, arrived, read_at):
+                if take_read(data, arrived, read_at):
                     return None
         if body.parser.invalid_utf8:
             tracker.protocol_error("bytes that are not UTF-8 in the event stream")

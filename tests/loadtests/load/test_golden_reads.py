@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.loadtests.load.golden_reads import Read, load, replay
@@ -50,8 +50,10 @@ def test_the_fixture_holds_every_kind_of_frame_and_outcome_the_hot_path_meets() 
 
 
 @pytest.mark.parametrize("stream", STREAMS, ids=[stream["plan"]["request_id"] for stream in STREAMS])
-def test_replaying_the_reads_records_what_was_recorded_when_they_were_captured(stream: dict[str, Any]) -> None:
-    frames, row = replay(stream)
+def test_replaying_the_reads_records_what_was_recorded_when_they_were_captured(
+    stream: dict[str, Any], read_path: str
+) -> None:
+    frames, row = replay(stream, path=read_path)
     _assert_records(stream, frames, row)
 
 
@@ -59,9 +61,9 @@ def _reads(stream: dict[str, Any]) -> list[Read]:
     return [(base64.b64decode(data), arrived, read_at) for data, arrived, read_at in stream["reads"]]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
-def test_a_read_split_into_smaller_reads_with_its_stamp_records_the_same(data: st.DataObject) -> None:
+def test_a_read_split_into_smaller_reads_with_its_stamp_records_the_same(read_path: str, data: st.DataObject) -> None:
     """However the kernel cuts one arrival into receives (all carrying its stamp), nothing recorded
     changes: chunk-size lines, frames and CRLFs split anywhere, one byte at a time included."""
     stream = data.draw(st.sampled_from([stream for stream in STREAMS if stream["reads"]]))
@@ -73,5 +75,5 @@ def test_a_read_split_into_smaller_reads_with_its_stamp_records_the_same(data: s
         cuts = sorted(data.draw(st.sets(st.integers(1, len(chunk) - 1), max_size=6)))
         for start, end in zip([0, *cuts], [*cuts, len(chunk)], strict=True):
             split.append((chunk[start:end], arrived, read_at))
-    frames, row = replay(stream, split)
+    frames, row = replay(stream, split, read_path)
     _assert_records(stream, frames, row)
