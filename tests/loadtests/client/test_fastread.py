@@ -23,9 +23,7 @@ import contextlib
 import dataclasses
 import enum
 import hashlib
-import importlib
 import json
-import os
 import socket
 import struct
 from collections import deque
@@ -46,13 +44,8 @@ from loadtests.client.kernel_stamps import SO_TIMESTAMPNS, keep_kernel_stamping_
 from loadtests.client.outcome import RequestPlan, StreamTracker
 from loadtests.client.raw_body import RawBody
 from loadtests.client.sse import SSEParser
+from tests.conftest import compiled_reads
 from tests.loadtests.load.golden_reads import response_for
-
-_fastread: Any
-try:
-    _fastread = importlib.import_module("loadtests.client._fastread")
-except ImportError:  # not built (no compiler): the Python path alone
-    _fastread = None
 
 pytestmark = pytest.mark.fast
 
@@ -62,27 +55,15 @@ SOURCE = Path(__file__).parents[3] / "loadtests" / "client" / "_fastread.c"
 _select = get_original("select", "select")
 
 
-def compiled() -> Any:
-    """The compiled module; skips the test without it, fails it under ``SSE_SOAK_REQUIRE_COMPILED_READS=1``."""
-    if _fastread is None:
-        if os.environ.get("SSE_SOAK_REQUIRE_COMPILED_READS") == "1":
-            pytest.fail("loadtests.client._fastread is not built (SSE_SOAK_REQUIRE_COMPILED_READS=1): pip install -e .")
-        pytest.skip("loadtests.client._fastread is not built")
-    return _fastread
-
-
 @pytest.fixture(scope="module")
 def fastread() -> Any:
-    """The compiled module (``compiled``), looked for before any example is drawn."""
-    return compiled()
+    """The compiled module (skipped when not built, failed under ``SSE_SOAK_REQUIRE_COMPILED_READS=1``:
+    ``tests.conftest.compiled_reads``), looked for before any example is drawn."""
+    return compiled_reads()
 
 
 def python_reader(body: RawBody) -> TakeRead:
     return body.take_read
-
-
-def compiled_reader(body: RawBody) -> TakeRead:
-    return compiled().Reader(body).take_read
 
 
 class Readers:
@@ -604,42 +585,57 @@ def test_a_read_the_compiled_reader_hands_back_after_the_http_parser_took_it_is_
         assert readers.made[0].fast >= 1 and readers.made[0].to_b >= 1, frame
 
 
+def judged_tracker(finish_reason: str | None = None, token_seen: bool = False) -> StreamTracker:
+    tracker = StreamTracker(RequestPlan("judge-1", "chat:judge", "chat"), 1.0)
+    tracker.headers(200, 0.01, "text/event-stream")
+    tracker._finish_reason = finish_reason
+    tracker._ttft = 0.02 if token_seen else None
+    return tracker
+
+
+def tracker_state(tracker: StreamTracker, *leaving_out: str) -> Any:
+    return bits(
+        {name: getattr(tracker, name) for name in StreamTracker.__slots__ if name not in ("plan", *leaving_out)}
+    )
+
+
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(payload(), st.sampled_from([None, "stop", "abort", "error", "x" * 600]), st.booleans(), st.floats(0, 100))
-def test_judge_decides_a_data_frame_as_the_tracker_does_or_leaves_it(
+def test_judge_says_data_only_of_what_the_tracker_judges_an_ordinary_data_frame(
     fastread: Any, data: bytes, finish_reason: str | None, token_seen: bool, t: float
 ) -> None:
-    """``_judge(tracker, data, t)``: "data" with the tracker as ``_judge_data`` leaves it, or None
-    (the caller falls back) with the tracker untouched."""
-    module = fastread
+    """``_judge(tracker, data, t)`` writes nothing, and says "data" (the compiled reader would take
+    the frame) only of a frame the tracker judges "data" writing nothing but the first token's time
+    and the finish reason (no error, no usage, no protocol error, the stream not ended); None hands
+    it to the Python path."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return
-    trackers = []
-    for _ in range(2):
-        tracker = StreamTracker(RequestPlan("judge-1", "chat:judge", "chat"), 1.0)
-        tracker.headers(200, 0.01, "text/event-stream")
-        tracker._finish_reason = finish_reason
-        tracker._ttft = 0.02 if token_seen else None
-        trackers.append(tracker)
-    python, compiled_one = trackers
-    before = bits({name: getattr(compiled_one, name) for name in StreamTracker.__slots__ if name != "plan"})
-    kind = module._judge(compiled_one, text, t)
-    after = bits({name: getattr(compiled_one, name) for name in StreamTracker.__slots__ if name != "plan"})
+    tracker = judged_tracker(finish_reason, token_seen)
+    before = tracker_state(tracker)
+    kind = fastread._judge(tracker, text, t)
+    assert tracker_state(tracker) == before
     if kind is None:
-        assert after == before
         return
-    assert kind == python._judge_data(text, t) == "data"
-    assert after == bits({name: getattr(python, name) for name in StreamTracker.__slots__ if name != "plan"})
+    assert kind == "data"
+    python = judged_tracker(finish_reason, token_seen)
+    assert python._judge_data(text, t) == "data"
+    assert tracker_state(python, "_ttft", "_finish_reason") == tracker_state(tracker, "_ttft", "_finish_reason")
+    assert type(python._finish_reason) in (str, type(None))
 
 
-def test_judge_decides_plain_token_chunks_itself(fastread: Any) -> None:
-    module = fastread
-    tracker = StreamTracker(RequestPlan("judge-2", "chat:judge", "chat"), 1.0)
-    for frame in [token_frame("a"), token_frame("b", "stop"), token_frame("c", route="completions")]:
-        assert module._judge(tracker, frame[6:-2].decode(), 0.5) == "data"
-    assert (tracker._ttft, tracker._finish_reason) == (0.5, "stop")
+def test_judge_says_data_of_plain_token_chunks(fastread: Any) -> None:
+    tracker = judged_tracker()
+    frames = [
+        token_frame("a"),
+        token_frame("b", "stop"),
+        token_frame("c", route="completions"),
+        token_frame("", "stop"),
+    ]
+    for frame in frames:
+        assert fastread._judge(tracker, frame[6:-2].decode(), 0.5) == "data", frame
+    assert fastread._judge(judged_tracker("abort", True), token_frame("d", "stop")[6:-2].decode(), 0.5) == "data"
 
 
 LONG = st.integers(-(1 << 63), (1 << 63) - 1)
