@@ -75,15 +75,27 @@ typedef struct {
     PyObject *muxed;  /* MuxedBody or None */
     PyObject *socket; /* the OS socket (muxed only) */
     PyObject *took;   /* muxed._took */
+    PyObject *mux;    /* muxed._mux, the BodyMux that counts reads */
     PyObject *take_read, *take_fed, *take_failed_feed; /* the body's bound methods */
+    PyObject *raw, *parser, *tracker; /* the body's */
     Py_ssize_t size;
     int stamped;
+    int direct; /* body._direct: reads go straight to llhttp (response_end.feed_body) */
     Py_ssize_t fast, to_a, to_b;
 } Reader;
 
 static PyObject *s_ended, *s_socket, *s_size, *s_stamped, *s_took, *s_take_read, *s_take_fed,
     *s_take_failed_feed, *s_end, *s_readable, *s_fileno;
-static PyObject *partial;
+static PyObject *partial, *one;
+static PyObject *feed_body, *http_parse_error, *json_loads;
+/* attribute names */
+static PyObject *s_raw, *s_parser, *s_tracker, *s_direct, *s_t, *s_wait, *s_started, *s_body_buffer,
+    *s_message_complete, *s_pending_cr, *s_buffer, *s_frame, *s_frame_bytes, *s_max_line_bytes, *s_stream_ended,
+    *s_frames, *s_last_t, *s_max_gap, *s_last_data_t, *s_max_data_gap, *s_ttft, *s_bytes, *s_data, *s_finish_reason,
+    *s_mux, *s_reads, *s_last_read;
+/* JSON keys and values */
+static PyObject *k_error, *k_usage, *k_object, *k_choices, *k_delta, *k_content, *k_reasoning_content, *k_tool_calls,
+    *k_text, *k_finish_reason, *v_abort, *v_data;
 
 static int
 reader_traverse(Reader *self, visitproc visit, void *arg)
@@ -92,9 +104,13 @@ reader_traverse(Reader *self, visitproc visit, void *arg)
     Py_VISIT(self->muxed);
     Py_VISIT(self->socket);
     Py_VISIT(self->took);
+    Py_VISIT(self->mux);
     Py_VISIT(self->take_read);
     Py_VISIT(self->take_fed);
     Py_VISIT(self->take_failed_feed);
+    Py_VISIT(self->raw);
+    Py_VISIT(self->parser);
+    Py_VISIT(self->tracker);
     return 0;
 }
 
@@ -105,9 +121,13 @@ reader_clear(Reader *self)
     Py_CLEAR(self->muxed);
     Py_CLEAR(self->socket);
     Py_CLEAR(self->took);
+    Py_CLEAR(self->mux);
     Py_CLEAR(self->take_read);
     Py_CLEAR(self->take_fed);
     Py_CLEAR(self->take_failed_feed);
+    Py_CLEAR(self->raw);
+    Py_CLEAR(self->parser);
+    Py_CLEAR(self->tracker);
     return 0;
 }
 
@@ -131,11 +151,21 @@ reader_init(Reader *self, PyObject *args, PyObject *kwds)
     self->muxed = Py_NewRef(muxed);
     if (!(self->take_read = PyObject_GetAttr(body, s_take_read)) ||
         !(self->take_fed = PyObject_GetAttr(body, s_take_fed)) ||
-        !(self->take_failed_feed = PyObject_GetAttr(body, s_take_failed_feed)))
+        !(self->take_failed_feed = PyObject_GetAttr(body, s_take_failed_feed)) ||
+        !(self->raw = PyObject_GetAttr(body, s_raw)) || !(self->parser = PyObject_GetAttr(body, s_parser)) ||
+        !(self->tracker = PyObject_GetAttr(body, s_tracker)))
         return -1;
+    {
+        PyObject *direct = PyObject_GetAttr(body, s_direct);
+        if (direct == NULL)
+            return -1;
+        self->direct = direct == Py_True;
+        Py_DECREF(direct);
+    }
     if (muxed != Py_None) {
         PyObject *size, *stamped;
-        if (!(self->socket = PyObject_GetAttr(muxed, s_socket)) || !(self->took = PyObject_GetAttr(muxed, s_took)))
+        if (!(self->socket = PyObject_GetAttr(muxed, s_socket)) || !(self->took = PyObject_GetAttr(muxed, s_took)) ||
+            !(self->mux = PyObject_GetAttr(muxed, s_mux)))
             return -1;
         if (!(size = PyObject_GetAttr(muxed, s_size)))
             return -1;
@@ -157,12 +187,348 @@ reader_init(Reader *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-/* A: the read handed whole to the Python path. */
+enum { TO_A = 0, TAKEN = 1, TO_B = 2, FAILED = -1 };
+
+/* New references held while a read is decided, released at its end. */
+typedef struct {
+    PyObject *refs[40];
+    int n;
+} Held;
+
 static PyObject *
-take_as_python(Reader *self, PyObject *data, PyObject *arrived, PyObject *read_at)
+hold(Held *held, PyObject *obj)
 {
-    self->to_a++;
-    return PyObject_CallFunctionObjArgs(self->take_read, data, arrived, read_at, NULL);
+    if (obj != NULL)
+        held->refs[held->n++] = obj;
+    return obj;
+}
+
+static void
+release(Held *held)
+{
+    while (held->n > 0)
+        Py_DECREF(held->refs[--held->n]);
+}
+
+/* The read is exactly one chunk, HEX{1,8} CRLF P CRLF (no extension): P's size, or -1. */
+static Py_ssize_t
+one_chunk(const char *read, Py_ssize_t n, const char **payload)
+{
+    Py_ssize_t digits = 0, size = 0;
+    for (; digits < n && digits <= 8; digits++) {
+        char c = read[digits];
+        int value;
+        if (c >= '0' && c <= '9')
+            value = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            value = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            value = c - 'A' + 10;
+        else
+            break;
+        size = size * 16 + value;
+    }
+    if (digits == 0 || digits > 8 || n != digits + 2 + size + 2)
+        return -1;
+    if (read[digits] != '\r' || read[digits + 1] != '\n' || read[n - 2] != '\r' || read[n - 1] != '\n')
+        return -1;
+    *payload = read + digits + 2;
+    return size;
+}
+
+/* tracker._judge_data's decision for a token chunk's text (outcome.py: _judge_data, _carries_token,
+ * _finish_reasons), writing nothing: 1 it is "data" (*token: it carries the first token, looked for
+ * only when need_token; *reason: the finish reason to keep, a new reference, or NULL to keep cur),
+ * 0 the Python path must judge it, -1 a BaseException. */
+static int
+judge(PyObject *text, int need_token, PyObject *cur, int *token, PyObject **reason)
+{
+    PyObject *payload, *value, *choices;
+    Py_ssize_t i, count;
+    int rc = 0, found;
+    *token = 0;
+    *reason = NULL;
+    if (!(payload = PyObject_CallOneArg(json_loads, text)))
+        goto doubt;
+    if (!PyDict_CheckExact(payload))
+        goto out;
+    if ((found = PyDict_Contains(payload, k_error)) != 0)
+        goto doubt;
+    if ((value = PyDict_GetItemWithError(payload, k_usage)) != NULL ? value != Py_None : PyErr_Occurred() != NULL)
+        goto doubt;
+    if ((value = PyDict_GetItemWithError(payload, k_object)) != NULL) {
+        if (PyObject_RichCompareBool(value, k_error, Py_EQ) != 0)
+            goto doubt;
+    }
+    else if (PyErr_Occurred())
+        goto doubt;
+    choices = PyDict_GetItemWithError(payload, k_choices);
+    if (choices == NULL && PyErr_Occurred())
+        goto doubt;
+    count = choices != NULL && PyList_Check(choices) ? PyList_GET_SIZE(choices) : 0;
+    for (i = 0; need_token && !*token && i < count; i++) { /* _carries_token: isinstance, as Python */
+        PyObject *choice = PyList_GET_ITEM(choices, i), *delta;
+        if (!PyDict_Check(choice))
+            continue;
+        if ((delta = PyDict_GetItemWithError(choice, k_delta)) == NULL && PyErr_Occurred())
+            goto doubt;
+        if (delta != NULL && PyDict_Check(delta)) {
+            PyObject *keys[3] = {k_content, k_reasoning_content, k_tool_calls};
+            for (int k = 0; k < 3 && !*token; k++) {
+                if ((value = PyDict_GetItemWithError(delta, keys[k])) == NULL) {
+                    if (PyErr_Occurred())
+                        goto doubt;
+                    continue;
+                }
+                if ((found = PyObject_IsTrue(value)) < 0)
+                    goto doubt;
+                *token = found;
+            }
+        }
+        else {
+            if ((value = PyDict_GetItemWithError(choice, k_text)) == NULL) {
+                if (PyErr_Occurred())
+                    goto doubt;
+                continue;
+            }
+            if ((found = PyObject_IsTrue(value)) < 0)
+                goto doubt;
+            *token = found;
+        }
+    }
+    count = choices != NULL && PyList_CheckExact(choices) ? PyList_GET_SIZE(choices) : 0;
+    for (i = 0; i < count; i++) { /* _finish_reasons: exact types, as Python */
+        PyObject *choice = PyList_GET_ITEM(choices, i), *now = *reason != NULL ? *reason : cur;
+        if (!PyDict_CheckExact(choice))
+            continue;
+        if ((value = PyDict_GetItemWithError(choice, k_finish_reason)) == NULL) {
+            if (PyErr_Occurred())
+                goto doubt;
+            continue;
+        }
+        if (value == Py_None)
+            continue;
+        if (now != Py_None && (PyUnicode_Compare(now, v_abort) == 0 || PyUnicode_Compare(now, k_error) == 0))
+            continue; /* a failed reason is kept */
+        if (!PyUnicode_CheckExact(value))
+            goto out; /* str() of it: the Python path's */
+        Py_XSETREF(*reason, PyUnicode_GET_LENGTH(value) > 500 ? PyUnicode_Substring(value, 0, 500) : Py_NewRef(value));
+        if (*reason == NULL)
+            goto doubt;
+    }
+    rc = 1;
+    goto out;
+doubt: /* an error or a verdict the Python path gives: an Exception is cleared, a BaseException kept */
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            rc = -1;
+        else
+            PyErr_Clear();
+    }
+out:
+    Py_XDECREF(payload);
+    if (rc != 1)
+        Py_CLEAR(*reason);
+    return rc;
+}
+
+static int
+exact_float(PyObject *obj, double *value)
+{
+    if (obj == NULL || !PyFloat_CheckExact(obj))
+        return 0;
+    *value = PyFloat_AS_DOUBLE(obj);
+    return 1;
+}
+
+/* One read decided, then taken in C (TAKEN, every write of the Python path made) or not (TO_A:
+ * nothing done; TO_B: llhttp fed, *failure its HTTPParseError or NULL); FAILED: an exception, as the
+ * Python path would raise it from the feed (or a BaseException). Decide, then commit. */
+static int
+fast_take(Reader *self, PyObject *data, PyObject *arrived_obj, PyObject *read_at_obj, PyObject **failure)
+{
+    Held held = {.n = 0};
+    int rc = TO_A, token = 0, has_arrived, has_last_data_t, has_max_data_gap;
+    const char *read, *payload = NULL, *newline;
+    Py_ssize_t n, size, max_line;
+    PyObject *buffer, *value, *frames, *bytes, *count, *started_obj, *body_t_obj, *ttft, *cur, *text;
+    PyObject *reason = NULL, *wait_obj, *t_obj, *gap_obj, *size_obj, *record, *max_data_gap_obj = NULL;
+    PyObject *args[2];
+    double read_at, arrived = 0.0, started, body_t, last_t, max_gap, last_data_t = 0.0, max_data_gap = 0.0;
+    double t, gap, data_gap = 0.0;
+
+    *failure = NULL;
+    has_arrived = arrived_obj != Py_None;
+    if (!self->direct || !PyBytes_CheckExact(data) || !exact_float(read_at_obj, &read_at) ||
+        (has_arrived && !exact_float(arrived_obj, &arrived)))
+        return TO_A;
+    read = PyBytes_AS_STRING(data);
+    n = PyBytes_GET_SIZE(data);
+    /* 1.2: one chunk holding one whole "data: ..." frame of one line, LF ends, no marker */
+    if ((size = one_chunk(read, n, &payload)) < 8 || memcmp(payload, "data: ", 6) != 0 || payload[6] == '[')
+        return TO_A;
+    newline = memchr(payload, '\n', (size_t)size);
+    if (newline != payload + size - 2 || payload[size - 1] != '\n' || memchr(payload, '\r', (size_t)size) != NULL)
+        return TO_A;
+#define DOUBT(verdict)                                                    \
+    do {                                                                  \
+        rc = (verdict);                                                   \
+        if (PyErr_Occurred()) {                                           \
+            if (PyErr_ExceptionMatches(PyExc_Exception))                  \
+                PyErr_Clear();                                            \
+            else                                                          \
+                rc = FAILED;                                              \
+        }                                                                 \
+        goto done;                                                        \
+    } while (0)
+#define ATTR(obj, name) hold(&held, PyObject_GetAttr((obj), (name)))
+    /* the HTTP parser between chunks, nothing decoded and left */
+    if (!(buffer = ATTR(self->raw, s_body_buffer)) || !PyByteArray_CheckExact(buffer) || PyByteArray_GET_SIZE(buffer))
+        DOUBT(TO_A);
+    if ((value = ATTR(self->raw, s_message_complete)) != Py_False)
+        DOUBT(TO_A);
+    /* the SSE parser between frames */
+    if (ATTR(self->parser, s_pending_cr) != Py_False || ATTR(self->parser, s_frame) != Py_None)
+        DOUBT(TO_A);
+    if (!(value = ATTR(self->parser, s_buffer)) || !PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value))
+        DOUBT(TO_A);
+    if (!(value = ATTR(self->parser, s_frame_bytes)) || !PyLong_CheckExact(value) || PyLong_AsSsize_t(value) != 0)
+        DOUBT(TO_A);
+    if (!(value = ATTR(self->parser, s_max_line_bytes)) || !PyLong_CheckExact(value))
+        DOUBT(TO_A);
+    if ((max_line = PyLong_AsSsize_t(value)) == -1 && PyErr_Occurred())
+        DOUBT(TO_A);
+    if (size - 2 >= max_line)
+        DOUBT(TO_A);
+    /* the tracker, every field it writes of an exact type */
+    if (ATTR(self->tracker, s_stream_ended) != Py_False)
+        DOUBT(TO_A);
+    if (!(frames = ATTR(self->tracker, s_frames)) || !PyList_CheckExact(frames))
+        DOUBT(TO_A);
+    if (!exact_float(ATTR(self->tracker, s_last_t), &last_t) || !exact_float(ATTR(self->tracker, s_max_gap), &max_gap))
+        DOUBT(TO_A);
+    if (!(value = ATTR(self->tracker, s_last_data_t)) || !((has_last_data_t = exact_float(value, &last_data_t)) || value == Py_None))
+        DOUBT(TO_A);
+    if (!(value = ATTR(self->tracker, s_max_data_gap)) ||
+        !((has_max_data_gap = exact_float(value, &max_data_gap)) || value == Py_None))
+        DOUBT(TO_A);
+    if (!(ttft = ATTR(self->tracker, s_ttft)) || !(ttft == Py_None || PyFloat_CheckExact(ttft)))
+        DOUBT(TO_A);
+    if (!(cur = ATTR(self->tracker, s_finish_reason)) || !(cur == Py_None || PyUnicode_CheckExact(cur)))
+        DOUBT(TO_A);
+    if (!(bytes = ATTR(self->tracker, s_bytes)) || !PyLong_CheckExact(bytes))
+        DOUBT(TO_A);
+    if (!(count = ATTR(self->tracker, s_data)) || !PyLong_CheckExact(count))
+        DOUBT(TO_A);
+    /* the body's clock */
+    if (!exact_float(started_obj = ATTR(self->body, s_started), &started) ||
+        !exact_float(body_t_obj = ATTR(self->body, s_t), &body_t))
+        DOUBT(TO_A);
+
+    /* 1.3: llhttp, the authority on the chunk */
+    args[0] = self->raw;
+    args[1] = data;
+    if (!(value = hold(&held, PyObject_Vectorcall(feed_body, args, 2, NULL)))) {
+        if (PyErr_ExceptionMatches(http_parse_error)) {
+            PyObject *type, *tb;
+            PyErr_Fetch(&type, failure, &tb);
+            PyErr_NormalizeException(&type, failure, &tb);
+            if (tb != NULL)
+                PyException_SetTraceback(*failure, tb);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            rc = TO_B;
+        }
+        else
+            rc = FAILED;
+        goto done;
+    }
+    if (ATTR(self->raw, s_message_complete) != Py_False || PyByteArray_GET_SIZE(buffer) != size ||
+        memcmp(PyByteArray_AS_STRING(buffer), payload, (size_t)size) != 0)
+        DOUBT(TO_B);
+    if (!(text = hold(&held, PyUnicode_DecodeUTF8(payload + 6, size - 8, "strict"))))
+        DOUBT(TO_B);
+    switch (judge(text, ttft == Py_None, cur, &token, &reason)) {
+    case 1:
+        break;
+    case 0:
+        DOUBT(TO_B);
+    default:
+        rc = FAILED;
+        goto done;
+    }
+    hold(&held, reason);
+
+    /* RawBody.take's and StreamTracker.frame's arithmetic, as Python evaluates it */
+    t = (has_arrived ? arrived : read_at) - started;
+    if (!(t > body_t))
+        t = body_t;
+    gap = t - last_t;
+    if (has_last_data_t) {
+        data_gap = t - last_data_t;
+        if (!has_max_data_gap || data_gap > max_data_gap)
+            if (!(max_data_gap_obj = hold(&held, PyFloat_FromDouble(data_gap))))
+                DOUBT(TO_B);
+    }
+    wait_obj = has_arrived ? hold(&held, PyFloat_FromDouble(read_at - arrived)) : Py_None;
+    t_obj = t == body_t ? body_t_obj : hold(&held, PyFloat_FromDouble(t));
+    gap_obj = hold(&held, PyFloat_FromDouble(gap));
+    size_obj = hold(&held, PyLong_FromSsize_t(size));
+    if (!wait_obj || !t_obj || !gap_obj || !size_obj)
+        DOUBT(TO_B);
+    bytes = hold(&held, PyNumber_Add(bytes, size_obj));
+    count = hold(&held, PyNumber_Add(count, one));
+    value = hold(&held, PyLong_FromSsize_t(PyList_GET_SIZE(frames)));
+    if (!bytes || !count || !value)
+        DOUBT(TO_B);
+    if (!(record = hold(&held, PyTuple_Pack(6, value, v_data, t_obj, gap_obj, size_obj, wait_obj))))
+        DOUBT(TO_B);
+    if (PyByteArray_Resize(buffer, 0) < 0) /* take_buffered's clear */
+        DOUBT(TO_B);
+
+    /* 1.4: commit (nothing below can doubt) */
+    rc = FAILED;
+    if (PyObject_SetAttr(self->body, s_wait, wait_obj) < 0 || PyObject_SetAttr(self->body, s_t, t_obj) < 0 ||
+        PyObject_SetAttr(self->tracker, s_bytes, bytes) < 0 || PyObject_SetAttr(self->tracker, s_last_t, t_obj) < 0 ||
+        (gap > max_gap && PyObject_SetAttr(self->tracker, s_max_gap, gap_obj) < 0) ||
+        PyObject_SetAttr(self->tracker, s_data, count) < 0 ||
+        (max_data_gap_obj && PyObject_SetAttr(self->tracker, s_max_data_gap, max_data_gap_obj) < 0) ||
+        PyObject_SetAttr(self->tracker, s_last_data_t, t_obj) < 0 ||
+        (token && PyObject_SetAttr(self->tracker, s_ttft, t_obj) < 0) ||
+        (reason && PyObject_SetAttr(self->tracker, s_finish_reason, reason) < 0) || PyList_Append(frames, record) < 0)
+        goto done;
+    rc = TAKEN;
+done:
+#undef ATTR
+#undef DOUBT
+    release(&held);
+    if (rc == FAILED && !PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "the compiled reader failed without an exception");
+    return rc;
+}
+
+/* One read through fast_take, or on from where it stopped in Python: RawBody.take_read's contract. */
+static PyObject *
+take(Reader *self, PyObject *data, PyObject *arrived, PyObject *read_at)
+{
+    PyObject *failure, *result;
+    switch (fast_take(self, data, arrived, read_at, &failure)) {
+    case TAKEN:
+        self->fast++;
+        Py_RETURN_FALSE; /* neither the stream nor the body ended */
+    case TO_A:
+        self->to_a++;
+        return PyObject_CallFunctionObjArgs(self->take_read, data, arrived, read_at, NULL);
+    case TO_B:
+        self->to_b++;
+        if (failure == NULL)
+            return PyObject_CallFunctionObjArgs(self->take_fed, data, arrived, read_at, NULL);
+        result = PyObject_CallFunctionObjArgs(self->take_failed_feed, failure, data, arrived, read_at, NULL);
+        Py_DECREF(failure);
+        return result;
+    default:
+        return NULL;
+    }
 }
 
 static PyObject *
@@ -172,7 +538,7 @@ reader_take_read(Reader *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "take_read(data, arrived, read_at)");
         return NULL;
     }
-    return take_as_python(self, args[0], args[1], args[2]);
+    return take(self, args[0], args[1], args[2]);
 }
 
 /* readable's except Exception: the body ends with it (raised in its reader); a BaseException propagates. */
@@ -194,6 +560,66 @@ end_with_error(Reader *self)
         return NULL;
     Py_DECREF(done);
     Py_RETURN_FALSE;
+}
+
+/* MuxedBody._took's count of a read taken in C: mux.reads += 1, muxed._last_read = read_at. */
+static int
+count_read(Reader *self, PyObject *read_at)
+{
+    PyObject *reads, *more;
+    int rc;
+    if (!(reads = PyObject_GetAttr(self->mux, s_reads)))
+        return -1;
+    more = PyNumber_Add(reads, one);
+    Py_DECREF(reads);
+    if (more == NULL)
+        return -1;
+    rc = PyObject_SetAttr(self->mux, s_reads, more);
+    Py_DECREF(more);
+    return rc < 0 ? -1 : PyObject_SetAttr(self->muxed, s_last_read, read_at);
+}
+
+/* readable's tail for one received read (``full``: it filled the buffer): taken in C, or handed to
+ * muxed._took with the continuation from where C stopped. */
+static PyObject *
+take_received(Reader *self, PyObject *data, PyObject *arrived, PyObject *read_at, int full)
+{
+    PyObject *failure, *then, *result;
+    switch (fast_take(self, data, arrived, read_at, &failure)) {
+    case TAKEN:
+        self->fast++;
+        if (count_read(self, read_at) < 0)
+            return end_with_error(self);
+        return Py_NewRef(full ? Py_True : Py_False);
+    case TO_A:
+        self->to_a++;
+        return PyObject_CallFunctionObjArgs(self->took, data, arrived, read_at, self->take_read, NULL);
+    case TO_B:
+        self->to_b++;
+        if (failure == NULL)
+            return PyObject_CallFunctionObjArgs(self->took, data, arrived, read_at, self->take_fed, NULL);
+        then = PyObject_CallFunctionObjArgs(partial, self->take_failed_feed, failure, NULL);
+        Py_DECREF(failure);
+        if (then == NULL)
+            return end_with_error(self);
+        result = PyObject_CallFunctionObjArgs(self->took, data, arrived, read_at, then, NULL);
+        Py_DECREF(then);
+        return result;
+    default: /* what the feed raised: readable counts the read, then ends the body with it */
+        if (PyErr_ExceptionMatches(PyExc_Exception)) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            if (count_read(self, read_at) < 0) {
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
+                return end_with_error(self);
+            }
+            PyErr_Restore(type, value, tb);
+            return end_with_error(self);
+        }
+        return NULL;
+    }
 }
 
 /* muxed.readable()'s contract: one receive, taken; True when it filled the buffer and the body goes on. */
@@ -274,8 +700,7 @@ reader_read(Reader *self)
         Py_XDECREF(arrived_obj);
         return end_with_error(self);
     }
-    self->to_a++;
-    result = PyObject_CallFunctionObjArgs(self->took, data, arrived_obj, read_at_obj, self->take_read, NULL);
+    result = take_received(self, data, arrived_obj, read_at_obj, (Py_ssize_t)n >= self->size);
     Py_DECREF(data);
     Py_DECREF(arrived_obj);
     Py_DECREF(read_at_obj);
@@ -310,6 +735,40 @@ py_arrival(PyObject *module, PyObject *args)
     return PyFloat_FromDouble(arrival(sec, nsec, wall, read_at));
 }
 
+/* _judge(tracker, data, t): the C judgement of a data frame's text (what tracker._judge_data does
+ * for it): "data", its writes made (the first token's time, the finish reason), or None, nothing
+ * written: the Python path judges it. */
+static PyObject *
+py_judge(PyObject *module, PyObject *args)
+{
+    PyObject *tracker, *text, *t, *ttft = NULL, *cur = NULL, *reason = NULL, *result = NULL;
+    int token, rc;
+    if (!PyArg_ParseTuple(args, "OUO:_judge", &tracker, &text, &t))
+        return NULL;
+    if (!(ttft = PyObject_GetAttr(tracker, s_ttft)) || !(cur = PyObject_GetAttr(tracker, s_finish_reason)))
+        goto done;
+    if (!(ttft == Py_None || PyFloat_CheckExact(ttft)) || !(cur == Py_None || PyUnicode_CheckExact(cur)) ||
+        (PyUnicode_GET_LENGTH(text) > 0 && PyUnicode_READ_CHAR(text, 0) == '[')) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((rc = judge(text, ttft == Py_None, cur, &token, &reason)) < 0)
+        goto done;
+    if (rc == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((token && PyObject_SetAttr(tracker, s_ttft, t) < 0) ||
+        (reason && PyObject_SetAttr(tracker, s_finish_reason, reason) < 0))
+        goto done;
+    result = Py_NewRef(v_data);
+done:
+    Py_XDECREF(ttft);
+    Py_XDECREF(cur);
+    Py_XDECREF(reason);
+    return result;
+}
+
 static PyMethodDef reader_methods[] = {
     {"take_read", (PyCFunction)(void (*)(void))reader_take_read, METH_FASTCALL,
      "take_read(data, arrived, read_at) -> bool: RawBody.take_read's contract (no socket)."},
@@ -340,6 +799,7 @@ static PyTypeObject ReaderType = {
 
 static PyMethodDef module_methods[] = {
     {"_arrival", py_arrival, METH_VARARGS, "_arrival(sec, nsec, wall, read_at) -> float: recv_stamped's stamp."},
+    {"_judge", py_judge, METH_VARARGS, "_judge(tracker, data, t) -> str | None: the C judgement of a data frame."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -350,6 +810,17 @@ static struct PyModuleDef fastread_module = {
 #define INTERN(var, text) \
     if (!(var = PyUnicode_InternFromString(text))) \
         return NULL;
+
+static PyObject *
+import_attribute(const char *module_name, const char *name)
+{
+    PyObject *module = PyImport_ImportModule(module_name), *attribute;
+    if (module == NULL)
+        return NULL;
+    attribute = PyObject_GetAttrString(module, name);
+    Py_DECREF(module);
+    return attribute;
+}
 
 PyMODINIT_FUNC
 PyInit__fastread(void)
@@ -366,6 +837,53 @@ PyInit__fastread(void)
     INTERN(s_end, "_end");
     INTERN(s_readable, "readable");
     INTERN(s_fileno, "fileno");
+    INTERN(s_raw, "raw");
+    INTERN(s_parser, "parser");
+    INTERN(s_tracker, "tracker");
+    INTERN(s_direct, "_direct");
+    INTERN(s_t, "t");
+    INTERN(s_wait, "wait");
+    INTERN(s_started, "_started");
+    INTERN(s_body_buffer, "_body_buffer");
+    INTERN(s_message_complete, "message_complete");
+    INTERN(s_pending_cr, "_pending_cr");
+    INTERN(s_buffer, "_buffer");
+    INTERN(s_frame, "_frame");
+    INTERN(s_frame_bytes, "_frame_bytes");
+    INTERN(s_max_line_bytes, "max_line_bytes");
+    INTERN(s_stream_ended, "stream_ended");
+    INTERN(s_frames, "frames");
+    INTERN(s_last_t, "_last_t");
+    INTERN(s_max_gap, "_max_gap");
+    INTERN(s_last_data_t, "_last_data_t");
+    INTERN(s_max_data_gap, "_max_data_gap");
+    INTERN(s_ttft, "_ttft");
+    INTERN(s_bytes, "bytes");
+    INTERN(s_data, "_data");
+    INTERN(s_finish_reason, "_finish_reason");
+    INTERN(s_mux, "_mux");
+    INTERN(s_reads, "reads");
+    INTERN(s_last_read, "_last_read");
+    INTERN(k_error, "error");
+    INTERN(k_usage, "usage");
+    INTERN(k_object, "object");
+    INTERN(k_choices, "choices");
+    INTERN(k_delta, "delta");
+    INTERN(k_content, "content");
+    INTERN(k_reasoning_content, "reasoning_content");
+    INTERN(k_tool_calls, "tool_calls");
+    INTERN(k_text, "text");
+    INTERN(k_finish_reason, "finish_reason");
+    INTERN(v_abort, "abort");
+    INTERN(v_data, "data");
+    if (!(one = PyLong_FromLong(1)))
+        return NULL;
+    if (!(feed_body = import_attribute("geventhttpclient._parser", "HTTPResponseParser")))
+        return NULL;
+    Py_SETREF(feed_body, PyObject_GetAttrString(feed_body, "feed")); /* response_end.feed_body */
+    if (feed_body == NULL || !(http_parse_error = import_attribute("geventhttpclient.response", "HTTPParseError")) ||
+        !(json_loads = import_attribute("orjson", "loads")))
+        return NULL;
     if (!(functools = PyImport_ImportModule("functools")))
         return NULL;
     partial = PyObject_GetAttrString(functools, "partial");

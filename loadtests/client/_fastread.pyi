@@ -26,5 +26,6 @@ def _arrival(sec: int, nsec: int, wall: float, read_at: float) -> float:
     """``recv_stamped``'s arrival: ``min(read_at, sec + nsec * 1e-9 - (wall - read_at))``."""
 
 def _judge(tracker: Any, data: str, t: float) -> str | None:
-    """What the C judgement of a data frame's text makes of it with the tracker's state: "data" (it
-    would take it), or None (it would hand it to the Python path). Writes nothing."""
+    """``tracker._judge_data(data, t)`` as the compiled reader judges a data frame's text: "data", with
+    its writes made (the first token's time ``t``, the finish reason), or None with nothing written
+    (the reader hands such a frame to the Python path)."""

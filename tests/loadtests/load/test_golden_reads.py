@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import compiled_reads
 from tests.loadtests.load.golden_reads import Read, load, replay
 
 pytestmark = pytest.mark.fast
@@ -55,6 +57,26 @@ def test_replaying_the_reads_records_what_was_recorded_when_they_were_captured(
 ) -> None:
     frames, row = replay(stream, path=read_path)
     _assert_records(stream, frames, row)
+
+
+ONE_TOKEN_CHUNK = re.compile(rb"[0-9a-fA-F]{1,8}\r\ndata: \{[^\n]*\}\n\n\r\n")
+"""A read that is one chunk holding one JSON data frame: what a token stream's reads are, one a wake."""
+
+
+def test_the_compiled_path_takes_nearly_every_one_token_read_itself() -> None:
+    """Over the streams read 4 KiB at a time as frames come (one wake a frame), the compiled reader
+    takes at least 90% of the reads that are one token chunk in C, without the Python path: one
+    that always fell back would pass every parity test here and gain nothing."""
+    compiled_reads()
+    fast = token_reads = 0
+    for stream in STREAMS:
+        if stream["shape"] == [4096, 0.0]:
+            readers: list[Any] = []
+            replay(stream, path="compiled", readers=readers)
+            fast += sum(reader.fast for reader in readers)
+            token_reads += sum(1 for data, _, _ in _reads(stream) if ONE_TOKEN_CHUNK.fullmatch(data))
+    assert token_reads >= 50
+    assert fast / token_reads >= 0.9, (fast, token_reads)
 
 
 def _reads(stream: dict[str, Any]) -> list[Read]:
