@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import enum
 import fcntl
+import gc
 import hashlib
 import json
 import math
@@ -30,6 +31,7 @@ import socket
 import struct
 import termios
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -918,6 +920,21 @@ def test_receives_smaller_than_what_waits_are_taken_as_the_python_reader_takes_t
                 assert reader.fast == 3  # each token chunk a whole receive, taken in C
     assert seen[0] == seen[1]
     assert [kind for kind, _ in seen[0][2]] == ["data"] * 3 + ["done"]
+
+
+def test_a_reader_and_its_body_left_in_a_cycle_are_collected(fastread: Any) -> None:
+    """The reader refers to its body and the body (``MuxedBody.reader``) to it: the garbage collector
+    sees through the reader (``_unregister`` breaks the cycle, but a body never read leaves it)."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.setblocking(False)
+        body = new_body(plain_stream([]))
+        muxed = MuxedBody(ours, True, 4096, None, body.take_read)
+        muxed.reader = fastread.Reader(body, muxed)
+        alive = weakref.ref(muxed)
+        del muxed, body
+        gc.collect()
+        assert alive() is None
 
 
 def test_a_body_read_through_the_mux_by_its_compiled_reader(fastread: Any) -> None:
