@@ -56,6 +56,8 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +87,16 @@ def _prepared(streams: list[dict[str, Any]]) -> list[tuple[Any, Any, list[tuple[
     return prepared
 
 
-def _replay(body: Any, reads: list[tuple[bytes, float | None, float]]) -> None:
-    """The body's reads through ``take_read`` until it says the body needs no more (or ends cut)."""
+def _replay(body: Any, reads: list[tuple[bytes, float | None, float]], path: str = "python") -> None:
+    """The body's reads through ``take_read`` (``path`` "compiled": the compiled reader's,
+    ``loadtests.client._fastread.Reader``) until it says the body needs no more (or ends cut)."""
     from geventhttpclient.response import HTTPParseError
 
     take_read = body.take_read
+    if path == "compiled":
+        from loadtests.client import _fastread  # built by pip install -e .
+
+        take_read = _fastread.Reader(body).take_read
     try:
         for data, arrived, read_at in reads:
             if take_read(data, arrived, read_at):
@@ -98,13 +105,14 @@ def _replay(body: Any, reads: list[tuple[bytes, float | None, float]]) -> None:
         return
 
 
-def _read_batch(streams: list[dict[str, Any]]) -> tuple[float, int]:
-    """Seconds to replay every body read of the fixture's 2xx streams, and the frames recorded."""
+def _read_batch(streams: list[dict[str, Any]], path: str = "python") -> tuple[float, int]:
+    """Seconds to replay every body read of the fixture's 2xx streams through ``path``, and the
+    frames recorded."""
     prepared = _prepared(streams)
     clock = time.perf_counter
     started = clock()
     for _body, _tracker, reads, _end in prepared:
-        _replay(_body, reads)
+        _replay(_body, reads, path)
     elapsed = clock() - started
     return elapsed, sum(len(tracker.frames) for _, tracker, _, _ in prepared)
 
@@ -149,20 +157,23 @@ def _stamp_batch(reads: int = 100) -> tuple[float, int]:
         return clock() - started, reads
 
 
-def measure(repeat: int) -> dict[str, float]:
-    """µs per frame of each stage under the code on ``sys.path``: the fastest of ``repeat`` batches."""
+def measure(repeat: int, paths: tuple[str, ...] = ("python",)) -> dict[str, float]:
+    """µs per frame of each stage under the code on ``sys.path``: the fastest of ``repeat`` batches;
+    ``read`` and ``split`` once per read path (``read:compiled``: through the compiled reader)."""
     from tests.loadtests.load.golden_reads import load
 
     streams = load()
     figures = {}
     whole = [stream for stream in streams if stream["shape"][0] >= 4096]
     split = [stream for stream in streams if stream["shape"][0] < 4096]
-    stages = (
-        ("read", lambda: _read_batch(whole)),
-        ("split", lambda: _read_batch(split)),
-        ("record", lambda: _record_batch(streams)),
-        ("stamp", _stamp_batch),
-    )
+    stages: list[tuple[str, Callable[[], tuple[float, int]]]] = []
+    for path in paths:
+        suffix = "" if path == "python" else f":{path}"
+        stages += [
+            (f"read{suffix}", partial(_read_batch, whole, path)),
+            (f"split{suffix}", partial(_read_batch, split, path)),
+        ]
+    stages += [("record", partial(_record_batch, streams)), ("stamp", _stamp_batch)]
     for stage, batch in stages:
         batch()  # warm
         per_unit = []
@@ -199,14 +210,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="with --against: alternating rounds")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON (one run)")
     parser.add_argument("--quick", action="store_true", help="a few batches: checks that the bench runs")
+    parser.add_argument(
+        "--path",
+        default="python",
+        help="read paths, comma-separated: python (RawBody.take_read), compiled (_fastread.Reader); "
+        "with both, the compiled/python ratio of read and split",
+    )
     args = parser.parse_args()
     repeat = 3 if args.quick else args.repeat
+    paths = tuple(args.path.split(","))
     if not args.against:
-        figures = measure(repeat)
+        figures = measure(repeat, paths)
         if args.json:
             print(json.dumps(figures))
         else:
             print("  ".join(f"{stage} {value:.2f} µs" for stage, value in figures.items()))
+            if "python" in paths and "compiled" in paths:
+                compared = (
+                    f"{stage} {figures[stage + ':compiled'] / figures[stage]:.3f}" for stage in ("read", "split")
+                )
+                print("compiled/python: " + "  ".join(compared))
         return
     with tempfile.TemporaryDirectory(prefix="hot_path_") as scratch:
         trees = {"A": _export(args.against, Path(scratch)), "B": ROOT}

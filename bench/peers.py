@@ -198,6 +198,7 @@ import pyarrow.json
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from loadtests.client.raw_body import READ_PATH  # noqa: E402
 from loadtests.errors import ServerStartError, ToolInstallError  # noqa: E402
 from loadtests.record.run_dir import RunDir  # noqa: E402
 from loadtests.services.real_vllm import make_model_dir  # noqa: E402
@@ -1217,6 +1218,7 @@ def install_row(peer: Peer) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(f"sse-soak read path: {READ_PATH} (SSE_SOAK_PURE_PYTHON_READS=1 reads through Python: the A/B)")
     tools = [tool for tool in TOOLS if tool.name in args.tools.split(",")]
     if args.install_only:
         for tool in tools:

@@ -269,6 +269,7 @@ def test_peers_quick() -> None:
         output,
         [
             r"^machine: .+, \d+ CPUs, Python [\d.]+$",
+            r"^sse-soak read path: (compiled|python) \(SSE_SOAK_PURE_PYTHON_READS=1 reads through Python: the A/B\)$",
             r"^workload: \d+ chat streams of \d+ prompt / \d+ output tokens for \d+ s; server TTFT ",
             r"^tool +frames +cpu s +frames/cpu s +stream cpu s +frames/stream cpu s +ttft err ms p50/p99 "
             r"+gap err ms p50/p99$",

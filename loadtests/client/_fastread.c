@@ -538,6 +538,10 @@ reader_take_read(Reader *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "take_read(data, arrived, read_at)");
         return NULL;
     }
+    if (self->take_read == NULL) {
+        PyErr_SetString(PyExc_TypeError, "a Reader not initialised with its body");
+        return NULL;
+    }
     return take(self, args[0], args[1], args[2]);
 }
 
@@ -715,7 +719,7 @@ reader_call(Reader *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "Reader() takes no arguments");
         return NULL;
     }
-    if (self->muxed == NULL || self->muxed == Py_None) {
+    if (self->muxed == NULL || self->muxed == Py_None || self->took == NULL) {
         PyErr_SetString(PyExc_TypeError, "a Reader without a MuxedBody cannot receive");
         return NULL;
     }

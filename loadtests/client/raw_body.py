@@ -45,6 +45,12 @@ READ_PATH = "python" if _fastread is None else "compiled"
 """How this process reads raw bodies: "compiled" (``_fastread``) or "python"."""
 
 
+def _reads_without_waiting(os_socket: Any, size: int) -> bool:
+    """The compiled reader's preconditions on the socket: non-blocking (gevent's OS socket is), and
+    reads within its 64 KiB buffer."""
+    return bool(os_socket.gettimeout() == 0.0 and 0 < size <= 65536)
+
+
 class RawBody:
     """One raw response's body as its bytes arrive: split into frames, each timed (its read's kernel
     arrival stamp, ``loadtests.client.kernel_stamps``, never before the headers or the previous read) and
@@ -89,7 +95,10 @@ class RawBody:
             raise ConnectionResetError("connection released mid-body")
         if isinstance(sock, arrival_clock.TLS_SOCKETS):
             return self._read_tls(sock)
-        muxed = MuxedBody(sock._sock, arrival_clock.stamp_arrivals(sock), raw.block_size, sock.timeout, self.take_read)
+        stamped = arrival_clock.stamp_arrivals(sock)
+        muxed = MuxedBody(sock._sock, stamped, raw.block_size, sock.timeout, self.take_read)
+        if _fastread is not None and stamped and self._direct and _reads_without_waiting(sock._sock, raw.block_size):
+            muxed.reader = _fastread.Reader(self, muxed)  # the same records; the plain reads in C
         muxed.read()
         return self.tracker.stream_ended
 

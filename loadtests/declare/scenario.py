@@ -66,6 +66,10 @@ class RunSettings:
     """``--timing-resolution-ms``: frames of one stream closer than this may share one read and one
     arrival time (0: every receive stamped as the kernel saw it). Every timing tolerance allows for
     it; a summary written before it reads as 0."""
+    read_path: str = "python"
+    """How the raw user's bodies were read: ``compiled`` (``loadtests.client._fastread``, built by ``pip
+    install -e .``) or ``python`` (not built, or ``SSE_SOAK_PURE_PYTHON_READS=1``); the same records
+    either way, the CPU a frame differs. A summary written before it reads as ``python``."""
 
     @property
     def starts_server(self) -> str | None:

@@ -462,6 +462,9 @@ class Summary:
                 f"open, max {lag.max or 0.0:.1f} ms{coalesced}; a request open during a stall longer than a gate's "
                 "tolerance is unjudged by it, not failed)"
             )
+        read_path = self.settings.get("read_path")
+        if read_path is not None:  # recorded since the compiled read path exists
+            lines.append(read_path_line(read_path))
         return lines + [gate.line() for gate in self.gates if not gate_is_noise(gate, self.point_names)]
 
     def windows_line(self) -> str | None:
@@ -1063,3 +1066,14 @@ def served(requests: pd.DataFrame, server_metrics: pd.DataFrame) -> tuple[int | 
     ends = sent["start_time"].astype("float64") + sent["duration_s"].astype("float64")
     rows = int(((ends > first - SCRAPE_EDGE_S) & (ends <= last + SCRAPE_EDGE_S)).sum())
     return round(increase(series) or 0.0), rows, round(last - first, 3)
+
+
+def read_path_line(read_path: str) -> str:
+    """How the run's raw bodies were read (``RunSettings.read_path``): the records are the same
+    either way; the Python path spends more CPU a frame."""
+    if read_path == "compiled":
+        return "read path: compiled (loadtests.client._fastread)"
+    return (
+        f"read path: {read_path} (no compiled reader, or SSE_SOAK_PURE_PYTHON_READS=1: "
+        "the same records, more CPU a frame)"
+    )

@@ -19,6 +19,7 @@ from typing import Any
 
 from loadtests.base.ports import LOOPBACK
 from loadtests.base.safe_text import redacted_url
+from loadtests.client.raw_body import READ_PATH
 from loadtests.declare.options import keep_alive_interval
 from loadtests.declare.scenario import REDACTED, RunSettings, Scenario
 from loadtests.errors import UsageError
@@ -32,12 +33,13 @@ __all__ = ["api_key_in_server_args", "recorded_server_args", "recorded_settings"
 
 def run_settings(scenario: Scenario, options: Namespace) -> RunSettings:
     """The run's settings from its parsed options: its stack (``_stack_settings``), the TLS trust
-    of its clients and the timing resolution they read at."""
+    of its clients, the timing resolution they read at and how this process reads raw bodies."""
     return dataclasses.replace(
         _stack_settings(scenario, options),
         ca_cert=getattr(options, "ca_cert", None),
         insecure=bool(getattr(options, "insecure", False)),
         timing_resolution_ms=float(getattr(options, "timing_resolution_ms", None) or 0.0),
+        read_path=READ_PATH,
     )
 
 

@@ -11,6 +11,7 @@ import resource
 import socket
 import struct
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from gevent.monkey import get_original
 from geventhttpclient.response import HTTPParseError
 
+from loadtests.client import raw_body
 from loadtests.client.body_mux import BodyMux, MuxedBody, TLSReads, body_mux
 from loadtests.client.kernel_stamps import SO_TIMESTAMPNS, keep_kernel_stamping_on, stamp_arrivals
 from loadtests.client.outcome import RequestPlan, StreamTracker
@@ -610,3 +612,31 @@ def test_a_read_with_nothing_waiting_is_no_read(connection: Pair, read_path: str
     reads = body_mux().reads
     assert (read.muxed.reader or read.muxed.readable)() is False
     assert body_mux().reads == reads and not read.muxed._ended and read.kinds() == []
+
+
+@pytest.mark.skipif(SO_TIMESTAMPNS is None, reason="no SO_TIMESTAMPNS on this platform: no compiled reader")
+def test_read_to_end_reads_a_stamped_body_through_the_compiled_reader(
+    connection: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RawBody.read_to_end`` gives a stamped, directly fed body the compiled reader, which takes
+    its one-token reads in C (the reader is recorded as it is made; the real one reads)."""
+    fastread = compiled_reads()
+    made: list[Any] = []
+
+    def reader(body: RawBody, muxed: MuxedBody) -> Any:
+        made.append(fastread.Reader(body, muxed))
+        return made[-1]
+
+    monkeypatch.setattr(raw_body, "_fastread", types.SimpleNamespace(Reader=reader))
+    ours, theirs = connection
+    assert keep_kernel_stamping_on()
+    raw = response_for(CHUNKED_HEAD)
+    raw._sock = ours
+    tracker = StreamTracker(RequestPlan("end-path", "chat:end-path", "chat"), time.time())
+    body = RawBody(raw, SSEParser(1 << 20), tracker, time.monotonic())
+    sender = send_each_after_a_frame(theirs, [*TOKENS, chunk(b"data: [DONE]\n\n")], tracker)
+    assert body.read_to_end() is True  # ended at [DONE]
+    sender.get(timeout=10)
+    assert [record[1] for record in tracker.frames] == ["data"] * 4 + ["done"]
+    (compiled,) = made
+    assert (compiled.fast, compiled.to_a, compiled.to_b) == (4, 1, 0)  # [DONE]: the Python path's

@@ -17,6 +17,7 @@ from loadtests.client.sse import Frame, SSEParser
 from loadtests.record.parts_writer import RunWriter
 from loadtests.record.recorder import Recorder
 from loadtests.record.run_dir import RunDir
+from tests.conftest import compiled_reads
 
 pytestmark = pytest.mark.fast
 
@@ -530,3 +531,51 @@ def test_the_token_chunk_shortcut_judges_as_the_long_way_and_stream_ended_follow
         assert short.stream_ended == (short.done or short._error is not None or short._protocol_error is not None)
     assert short.frames == long.frames
     assert short.finish(1.0).as_dict() == long.finish(1.0).as_dict()
+
+
+_FINISH_REASONS = st.sampled_from([None, "stop", "length", "abort", "error", 7, "x" * 600, ""])
+_C_DATA = st.one_of(
+    _DATA,
+    st.builds(
+        lambda reason, content: json.dumps({"choices": [{"delta": {"content": content}, "finish_reason": reason}]}),
+        _FINISH_REASONS,
+        st.sampled_from(["", "t", None]),
+    ),
+)
+
+
+@given(st.lists(st.one_of(_C_DATA, st.none()), max_size=8))
+def test_the_compiled_judgement_of_a_data_frame_is_the_shortcuts(datas: list[str | None]) -> None:
+    """A tracker whose data frames are judged by the compiled reader's ``_judge`` where it takes them
+    (the Python shortcut where it says None) records what the shortcut records."""
+    fastread = compiled_reads()
+
+    class JudgedInC(StreamTracker):
+        __slots__ = ()
+
+        def _judge_data(self, data: str, t: float) -> str:
+            return fastread._judge(self, data, t) or StreamTracker._judge_data(self, data, t)
+
+    plan = RequestPlan("r", "chat:x", "chat")
+    short, compiled = StreamTracker(plan, 0.0), JudgedInC(plan, 0.0)
+    for tracker in (short, compiled):
+        tracker.headers(200, 0.01, "text/event-stream")
+    for number, data in enumerate(datas):
+        frame = Frame(t=0.0, nbytes=10, data=data, comments=[] if data is not None else ["keep-alive"])
+        t = 0.1 * (number + 1)
+        assert short.frame(frame, t) == compiled.frame(frame, t)
+    assert short.frames == compiled.frames
+    assert short.finish(1.0).as_dict() == compiled.finish(1.0).as_dict()
+
+
+def test_the_compiled_judgement_takes_token_chunks_and_leaves_the_rest_untouched() -> None:
+    fastread = compiled_reads()
+    tracker = StreamTracker(RequestPlan("r", "chat:x", "chat"), 0.0)
+    chunk = {"choices": [{"delta": {"content": "hi"}, "finish_reason": None}]}
+    assert fastread._judge(tracker, json.dumps(chunk), 0.5) == "data" and tracker._ttft == 0.5
+    assert fastread._judge(tracker, json.dumps({"choices": [{"text": "", "finish_reason": "x" * 600}]}), 0.6) == "data"
+    assert tracker._ttft == 0.5 and tracker._finish_reason == "x" * 500
+    for other in ('{"usage": {"prompt_tokens": 1}}', '{"error": 1}', '{"object": "error"}', "[DONE]", "NaN", "[1]"):
+        assert fastread._judge(tracker, other, 0.7) is None
+    assert fastread._judge(tracker, json.dumps({"choices": [{"finish_reason": 7}]}), 0.7) is None  # str(7): Python's
+    assert tracker._finish_reason == "x" * 500

@@ -9,7 +9,7 @@ from argparse import Namespace
 import pytest
 
 from loadtests.declare.options import Surface, check_locust_options, check_value, locust_arguments, on, option
-from loadtests.declare.scenario import Scenario
+from loadtests.declare.scenario import RunSettings, Scenario
 from loadtests.errors import UsageError
 from loadtests.run.settings import recorded_settings, run_settings
 
@@ -56,3 +56,14 @@ def test_the_settings_record_it_and_a_launcher_hands_it_over() -> None:
     assert settings.timing_resolution_ms == 2.5 and recorded_settings(settings)["timing_resolution_ms"] == 2.5
     assert run_settings(scenario, locust_options(host="http://127.0.0.1:9")).timing_resolution_ms == 0.0
     assert locust_arguments({"timing_resolution_ms": 2.5}) == ["--timing-resolution-ms=2.5"]
+
+
+def test_the_settings_record_how_this_process_reads_raw_bodies() -> None:
+    """``read_path``: "compiled" where the compiled reader is built and not refused, else "python";
+    a recorded run from before it reads as "python"."""
+    from loadtests.client import raw_body
+
+    settings = run_settings(Scenario(name="read-path"), locust_options(host="http://127.0.0.1:9"))
+    assert recorded_settings(settings)["read_path"] == raw_body.READ_PATH
+    assert ("python" if raw_body._fastread is None else "compiled") == raw_body.READ_PATH
+    assert RunSettings("none", 0.0, None, (), None).read_path == "python"

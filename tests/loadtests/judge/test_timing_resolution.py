@@ -136,3 +136,16 @@ def test_a_resolution_that_reaches_a_gates_tolerance_is_refused_in_one_line() ->
     Scenario(name="coarse").check(with_keepalive)
     # A gate on statuses alone has no tolerance to reach.
     Scenario(name="statuses", gates=[Expect("ok", None, "status == 200")]).check(settings_at(50.0))
+
+
+def test_a_run_says_which_read_path_read_it_and_an_older_run_says_nothing(tmp_path: Path) -> None:
+    run = run_with_a_late_gap(tmp_path / "s-20260105T000000Z", 0.001)
+
+    def lines(settings: dict[str, Any]) -> list[str]:
+        summary = judge(RunRecord(run), JudgeOptions([GAP_RULE], scenario="s", settings=settings), html=False)
+        return [line for line in summary.console_lines() if line.startswith("read path: ")]
+
+    assert lines({"proxy": "none", "read_path": "compiled"}) == ["read path: compiled (loadtests.client._fastread)"]
+    (python,) = lines({"proxy": "none", "read_path": "python"})
+    assert python.startswith("read path: python (no compiled reader, or SSE_SOAK_PURE_PYTHON_READS=1")
+    assert lines({"proxy": "none"}) == []

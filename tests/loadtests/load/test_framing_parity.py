@@ -17,6 +17,7 @@ below the hold, never a measured figure).
 from __future__ import annotations
 
 import json
+import os
 import selectors
 import subprocess
 import sys
@@ -31,6 +32,8 @@ from hypothesis import strategies as st
 
 from loadtests.client.framing import CHUNK_HEADER, RULES, RULES_BY_NAME, Conclusion, Part
 from loadtests.client.outcome import Outcome
+from loadtests.client.raw_body import PURE_PYTHON_READS
+from tests.conftest import compiled_reads
 from tests.loadtests.misbehaving import WIRE_CLIENTS_READY, MisbehavingServer, start_misbehaving_server
 from tests.misbehaving_server import HOLD_LIMIT_S
 
@@ -80,10 +83,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MisbehavingServ
     started.stop()
 
 
-@pytest.fixture(scope="module")
-def clients(server: MisbehavingServer) -> Iterator[Clients]:
+@pytest.fixture(scope="module", params=["python", "compiled"])
+def clients(server: MisbehavingServer, request: pytest.FixtureRequest) -> Iterator[Clients]:
+    """The clients' process, its raw user reading through each read path in turn (the compiled one
+    skipped when not built, ``tests.conftest.compiled_reads``)."""
+    env = {**os.environ, PURE_PYTHON_READS: "1" if request.param == "python" else "0"}
+    if request.param == "compiled":
+        compiled_reads()
+    said = [sys.executable, "-c", "from loadtests.client import raw_body; print(raw_body.READ_PATH)"]
+    assert subprocess.run(said, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout.strip() == (
+        request.param
+    )
     argv = [sys.executable, "-m", "tests.loadtests.wire_clients", server.url, str(IDLE_TIMEOUT_S)]
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     try:
         assert _line(process, 60.0).strip() == WIRE_CLIENTS_READY
         yield Clients(process)
