@@ -619,6 +619,71 @@ def test_a_frame_at_the_line_limit_is_recorded_the_same(fastread: Any, over_the_
     assert readers.made[0].fast == (3 if over_the_limit <= 0 else 1)
 
 
+@pytest.mark.parametrize("framing", ["chunked", "length"])
+def test_event_stream_bytes_that_spell_a_chunk_are_never_taken_for_one(fastread: Any, framing: str) -> None:
+    """A read that looks like one plain chunk but is the data of a chunk (its size line read before
+    it) or of a body with a Content-Length: the HTTP parser's output is not the predicted payload,
+    so the compiled reader hands the read on after the feed, and the frames are the Python path's."""
+    frame = token_frame("inner")
+    lookalike = b"%x\r\n%s\r\n" % (len(frame), frame)
+    if framing == "chunked":
+        head, reads_data = HEADS["chunked"], [b"%x\r\n" % len(lookalike), lookalike, b"\r\n0\r\n\r\n"]
+    else:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(lookalike)
+        reads_data = [lookalike]
+    reads: list[Read] = [(data, None, 10.0 + i) for i, data in enumerate(reads_data)]
+    readers = Readers(fastread)
+    body = assert_same(Stream(head, reads, started=9.0, ttfb=0.1, max_line_bytes=1 << 20, frames_kept=True), readers)
+    assert readers.made[0].fast == 0 and readers.made[0].to_b == 1
+    assert [record[1] for record in body.tracker.frames] == ["data"]  # the stray size line is ignored as a field
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+PLAIN = token_frame("plain")
+HANDED_BACK = {  # reads before (none of them plain), the read that looks plain, the tracker's state
+    "stream ended": ([], PLAIN, "broken"),
+    "int time": ([], PLAIN, "int_times"),
+    "a CR pending": ([chunk(b"data: {}\n\r")], PLAIN, "fresh"),
+    "an LF after a CR counted": ([chunk(b"data: {}\r\n\r"), chunk(b"\n")], PLAIN, "fresh"),
+    "a frame begun by a comment": ([chunk(b": c\n")], PLAIN, "fresh"),
+    "a line begun": ([chunk(b"data: part")], PLAIN, "fresh"),
+    "the body ended": ([b"0\r\n\r\n"], PLAIN, "fresh"),
+    "a CR inside the line": ([], b'data: \r{"choices":[{"text":"x"}]}\n\n', "fresh"),
+    "a CRLF and an LF": ([], b'data: {"choices":[{"text":"x"}]}\r\n\n', "fresh"),
+    "an error": ([], b'data: {"error":{"message":"m"}}\n\n', "fresh"),
+    "an escaped error key": ([], b'data: {"err\\u006fr":{"message":"m"}}\n\n', "fresh"),
+    "an empty error": ([], b'data: {"error":"","choices":[{"text":"x"}]}\n\n', "fresh"),
+    "an error object": ([], b'data: {"object":"error","message":"m"}\n\n', "fresh"),
+    "usage": ([], b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}\n\n', "fresh"),
+    "usage 0": ([], b'data: {"choices":[{"text":"x"}],"usage":0}\n\n', "fresh"),
+    "a finish reason that is no str": ([], b'data: {"choices":[{"text":"x","finish_reason":7}]}\n\n', "fresh"),
+    "NaN": ([], b'data: {"choices":[{"text":"x"}],"n":NaN}\n\n', "fresh"),
+    "a lone surrogate": ([], b'data: {"choices":[{"text":"\\ud800"}]}\n\n', "fresh"),
+    "not UTF-8": ([], b'data: {"choices":[{"text":"\xff"}]}\n\n', "fresh"),
+    "not an object": ([], b"data: 1\n\n", "fresh"),
+    "not JSON": ([], b"data: {\n\n", "fresh"),
+    "a marker": ([], b"data: [DONE]\n\n", "fresh"),
+}
+
+
+@pytest.mark.parametrize(("before", "read", "tracker_state"), HANDED_BACK.values(), ids=HANDED_BACK.keys())
+def test_a_read_that_looks_plain_in_a_state_or_with_a_payload_the_python_path_decides_is_handed_to_it(
+    fastread: Any, before: list[bytes], read: bytes, tracker_state: str
+) -> None:
+    """Every precondition of the compiled path, one at a time: the read is one chunk of one whole
+    ``data:`` frame, but the parser, the tracker or the payload says the Python path must judge it;
+    the records are its records."""
+    data = [*before, chunk(read), chunk(PLAIN)]
+    reads: list[Read] = [(piece, 10.0 + i * 0.01 - 0.001, 10.0 + i * 0.01) for i, piece in enumerate(data)]
+    stream = Stream(HEADS["chunked"], reads, 9.5, 0.1, 1 << 20, frames_kept=True, tracker_state=tracker_state)
+    readers = Readers(fastread)
+    assert_same(stream, readers)
+    assert readers.made[0].fast == (1 if readers.calls == len(data) else 0)  # only the plain read after it
+
+
 class _ReJudgingTracker(StreamTracker):
     """A tracker that judges data frames its own way (as ``test_outcome``'s long-way reference does)."""
 
@@ -920,6 +985,34 @@ def test_receives_smaller_than_what_waits_are_taken_as_the_python_reader_takes_t
                 assert reader.fast == 3  # each token chunk a whole receive, taken in C
     assert seen[0] == seen[1]
     assert [kind for kind, _ in seen[0][2]] == ["data"] * 3 + ["done"]
+
+
+def test_bad_framing_found_after_the_http_parser_took_a_plain_read_ends_the_body_as_the_python_reader_ends_it(
+    fastread: Any,
+) -> None:
+    """A chunk whose CRLF never came, then a read that looks plain: the compiled reader feeds it to
+    the HTTP parser, which refuses it; the body ends with that parser's error, the frame before it
+    kept, as the Python reader ends it."""
+    frame = token_frame("a")
+    pieces = [b"%x\r\n%s" % (len(frame), frame), b"%x\r\n%s\r\n" % (len(frame), frame)]
+    seen = []
+    for path in ("python", "compiled"):
+        with loopback() as (ours, theirs):
+            body, muxed = muxed_body(ours)
+            reader = fastread.Reader(body, muxed)
+            read = muxed.readable if path == "python" else reader
+            reads = body_mux().reads
+            for piece in pieces:
+                theirs.sendall(piece)
+                waiting(ours, len(piece))
+                assert read() is False
+            failure = ended_with(muxed)
+            recorded = [record[1:2] + record[4:5] for record in body.tracker.frames]
+            seen.append((body_mux().reads - reads, recorded, type(failure), failure and failure.args))
+            if path == "compiled":
+                assert reader.to_b == 1  # refused after the feed
+    assert seen[0] == seen[1]
+    assert seen[0][:3] == (2, [("data", len(frame))], HTTPParseError)
 
 
 def test_a_reader_and_its_body_left_in_a_cycle_are_collected(fastread: Any) -> None:
