@@ -31,12 +31,12 @@ from loadtests.client.raw_body import RawBody
 from loadtests.client.sse import SSEParser
 from tests.conftest import compiled_reads
 from tests.loadtests.client.certificates import self_signed
+from tests.loadtests.client.loopback import Pair, connection_pair
 from tests.loadtests.load.golden_reads import response_for
 
 pytestmark = pytest.mark.fast
 
 IDLE_S = 0.3
-Pair = tuple[gevent.socket.socket, gevent.socket.socket]
 Read = tuple[bytes, float | None, float]
 blocking_sleep = get_original("time", "sleep")
 OsThread = get_original("threading", "Thread")
@@ -436,18 +436,6 @@ def test_many_bodies_leave_no_descriptor_nor_watcher_behind(resolution_s: float,
     assert coalesced.registered == 0
     assert len(os.listdir("/proc/self/fd")) == descriptors
     assert loop.activecnt == active
-
-
-@contextlib.contextmanager
-def connection_pair() -> Iterator[Pair]:
-    """(ours, theirs): a loopback TCP pair of gevent sockets, closed on exit."""
-    with gevent.socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        theirs = gevent.socket.create_connection(listener.getsockname())
-        ours, _ = listener.accept()
-    with ours, theirs:
-        yield ours, theirs
 
 
 def test_a_coalesced_pass_reads_every_ready_body_beyond_a_thousand(coalesced: BodyMux) -> None:

@@ -51,6 +51,7 @@ from loadtests.client.outcome import RequestPlan, StreamTracker
 from loadtests.client.raw_body import RawBody
 from loadtests.client.sse import SSEParser
 from tests.conftest import compiled_reads
+from tests.loadtests.client.loopback import Pair, connection_pair
 from tests.loadtests.load.golden_reads import response_for
 
 pytestmark = pytest.mark.fast
@@ -801,17 +802,12 @@ def test_the_built_module_is_built_from_the_source_in_the_tree(fastread: Any) ->
 
 
 @contextlib.contextmanager
-def loopback() -> Iterator[tuple[gevent.socket.socket, gevent.socket.socket]]:
+def loopback() -> Iterator[Pair]:
     """(ours, theirs): a loopback TCP pair of gevent sockets, closed on exit, the kernel stamping
     what arrives on ours (a body gets a compiled reader only when its arrivals are stamped)."""
     if SO_TIMESTAMPNS is None:
         pytest.skip("no SO_TIMESTAMPNS on this platform: no body is read by the compiled reader")
-    with gevent.socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        theirs = gevent.socket.create_connection(listener.getsockname())
-        ours, _ = listener.accept()
-    with ours, theirs:
+    with connection_pair() as (ours, theirs):
         assert keep_kernel_stamping_on() and stamp_arrivals(ours)
         for _ in range(100):  # Linux turns stamping on lazily, soon after it is first asked: wait until it is
             theirs.sendall(b"?")

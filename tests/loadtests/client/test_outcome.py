@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -520,17 +521,31 @@ _DATA = st.one_of(
 def test_the_token_chunk_shortcut_judges_as_the_long_way_and_stream_ended_follows_the_verdicts(
     datas: list[str | None],
 ) -> None:
+    def ended_by_its_verdicts(short: StreamTracker) -> None:
+        assert short.stream_ended == (short.done or short._error is not None or short._protocol_error is not None)
+
+    assert_judged_alike(_JudgedTheLongWay, datas, after_each=ended_by_its_verdicts)
+
+
+def assert_judged_alike(
+    other: type[StreamTracker],
+    datas: list[str | None],
+    after_each: Callable[[StreamTracker], None] = lambda short: None,
+) -> None:
+    """Frames of ``datas`` (None: a keep-alive) through a ``StreamTracker`` and an ``other`` one:
+    every kind, the frames and the final row alike; ``after_each`` checks the ``StreamTracker``
+    after each frame."""
     plan = RequestPlan("r", "chat:x", "chat")
-    short, long = StreamTracker(plan, 0.0), _JudgedTheLongWay(plan, 0.0)
-    for tracker in (short, long):
+    short, judged = StreamTracker(plan, 0.0), other(plan, 0.0)
+    for tracker in (short, judged):
         tracker.headers(200, 0.01, "text/event-stream")
     for number, data in enumerate(datas):
         frame = Frame(t=0.0, nbytes=10, data=data, comments=[] if data is not None else ["keep-alive"])
         t = 0.1 * (number + 1)
-        assert short.frame(frame, t) == long.frame(frame, t)
-        assert short.stream_ended == (short.done or short._error is not None or short._protocol_error is not None)
-    assert short.frames == long.frames
-    assert short.finish(1.0).as_dict() == long.finish(1.0).as_dict()
+        assert short.frame(frame, t) == judged.frame(frame, t)
+        after_each(short)
+    assert short.frames == judged.frames
+    assert short.finish(1.0).as_dict() == judged.finish(1.0).as_dict()
 
 
 _FINISH_REASONS = st.sampled_from([None, "stop", "length", "abort", "error", 7, "x" * 600, ""])
@@ -556,16 +571,7 @@ def test_the_compiled_judgement_of_a_data_frame_is_the_shortcuts(datas: list[str
         def _judge_data(self, data: str, t: float) -> str:
             return fastread._judge(self, data, t) or StreamTracker._judge_data(self, data, t)
 
-    plan = RequestPlan("r", "chat:x", "chat")
-    short, compiled = StreamTracker(plan, 0.0), JudgedInC(plan, 0.0)
-    for tracker in (short, compiled):
-        tracker.headers(200, 0.01, "text/event-stream")
-    for number, data in enumerate(datas):
-        frame = Frame(t=0.0, nbytes=10, data=data, comments=[] if data is not None else ["keep-alive"])
-        t = 0.1 * (number + 1)
-        assert short.frame(frame, t) == compiled.frame(frame, t)
-    assert short.frames == compiled.frames
-    assert short.finish(1.0).as_dict() == compiled.finish(1.0).as_dict()
+    assert_judged_alike(JudgedInC, datas)
 
 
 def test_the_compiled_judgement_takes_token_chunks_and_leaves_the_rest_untouched() -> None:
