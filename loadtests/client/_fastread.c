@@ -941,7 +941,8 @@ PyInit__fastread(void)
     if (!(module = PyModule_Create(&fastread_module)))
         return NULL;
     if (PyModule_AddObjectRef(module, "Reader", (PyObject *)&ReaderType) < 0 ||
-        PyModule_AddStringConstant(module, "SOURCE_SHA", FASTREAD_SOURCE_SHA) < 0) {
+        PyModule_AddStringConstant(module, "SOURCE_SHA", FASTREAD_SOURCE_SHA) < 0 ||
+        PyModule_AddIntConstant(module, "MAX_READ", MAX_READ) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -4,6 +4,8 @@ from typing import Any
 
 SOURCE_SHA: str
 """sha256 of the ``_fastread.c`` this was built from (a stale build is found by comparing)."""
+MAX_READ: int
+"""The largest read size a ``Reader`` takes (its one receive buffer)."""
 
 class Reader:
     """One raw body's reads: in C where a read is one plain chunk of one ordinary data frame, else

@@ -47,8 +47,9 @@ READ_PATH = "python" if _fastread is None else "compiled"
 
 def _reads_without_waiting(os_socket: Any, size: int) -> bool:
     """The compiled reader's preconditions on the socket: non-blocking (gevent's OS socket is), and
-    reads within its 64 KiB buffer."""
-    return bool(os_socket.gettimeout() == 0.0 and 0 < size <= 65536)
+    reads within its buffer (``_fastread.MAX_READ``)."""
+    assert _fastread is not None
+    return bool(os_socket.gettimeout() == 0.0 and 0 < size <= _fastread.MAX_READ)
 
 
 class RawBody:

@@ -615,7 +615,7 @@ def test_read_to_end_reads_a_stamped_body_through_the_compiled_reader(
         made.append(fastread.Reader(body, muxed))
         return made[-1]
 
-    monkeypatch.setattr(raw_body, "_fastread", types.SimpleNamespace(Reader=reader))
+    monkeypatch.setattr(raw_body, "_fastread", types.SimpleNamespace(Reader=reader, MAX_READ=fastread.MAX_READ))
     ours, theirs = connection
     assert keep_kernel_stamping_on()
     raw = response_for(CHUNKED_HEAD)
