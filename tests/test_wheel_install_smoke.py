@@ -145,5 +145,8 @@ def test_the_installed_wheel_starts_real_vllm_outside_the_clone(installed: Insta
     started = installed.run(installed.sse_soak, *command, "--only-summary", "--report-dir", reports, timeout=600)
     assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
     assert "verdict: PASS" in started.stdout and "real vLLM runs on CPU" in started.stdout
+    # the slot holders hold the --max-num-seqs vLLM was started with, searching nothing: a cold vLLM
+    # once took 9 s of this 12 s run to be searched, and no queued stream finished
+    assert "found concurrency 2 from --max-num-seqs 2, which the run started real vLLM with" in started.stdout
     (run_dir,) = reports.iterdir()
     assert (run_dir / "summary.json").exists()

@@ -4,16 +4,18 @@ A scenario whose point is silence (slow_prefill, proxy_timeout, the soak: a mix 
 specs) makes it by queueing when the server's own prefill is fast (real vLLM on a CPU prefills
 thousands of tokens in milliseconds). Queueing needs more streams than the server runs at once,
 and a server's concurrency is its own (vLLM's ``--max-num-seqs``, 128 on a CPU by default), so the
-run's users alone cannot be trusted to queue. Against a server the run did not start, one process
-of the run (the single one, or worker 0) therefore:
+run's users alone cannot be trusted to queue. Against a server whose prefill is not the profile's
+(``--host``, ``--server vllm``), one process of the run (the single one, or worker 0) therefore:
 
-1. **finds the concurrency** ``C``: it sends slot holders (non-streaming completions that ask for as
-   many tokens as the context leaves, ``ignore_eos``) in growing steps. Where the server exposes
-   vLLM's gauges at ``/metrics`` (real vLLM, the bundled server), ``C`` is
-   ``vllm:num_requests_running`` once ``vllm:num_requests_waiting`` stays above 0 (steps of
-   ``GAUGE_STEP`` times more; the extra holders are closed, the newest first). Else a ramp (steps of twice more)
-   watches first-token waits: a one-token probe stream that gets no first token within
-   ``PROBE_WAIT_S`` found the server full, and a bisection finds the fewest holders that fill it.
+1. **finds the concurrency** ``C``, unless it is ``known`` (real vLLM that the run started runs the
+   ``--max-num-seqs`` it was given: no search spends the run's first seconds). It sends slot holders
+   (non-streaming completions that ask for as many tokens as the context leaves, ``ignore_eos``) in
+   growing steps. Where the server exposes vLLM's gauges at ``/metrics`` (real vLLM, the bundled
+   server), ``C`` is ``vllm:num_requests_running`` once ``vllm:num_requests_waiting`` stays above 0
+   (steps of ``GAUGE_STEP`` times more; the extra holders are closed, the newest first). Else a ramp
+   (steps of twice more) watches first-token waits: a one-token probe stream that gets no first
+   token within ``PROBE_WAIT_S`` found the server full, and a bisection finds the fewest holders
+   that fill it.
 2. **holds** ``C`` streams, so every stream of the run waits in the queue, and once the oldest
    stream queued since the last release has waited ``release_every_s`` (the scenario's ``hold_s``,
    at least 1.5 times the read timeout a gate judges and 3 keep-alive intervals) **releases** the
@@ -101,6 +103,7 @@ class SlotHolders:
         open_since: Callable[[], list[float]],
         max_holders: int = DEFAULT_MAX_SLOT_HOLDERS,
         read_gauges: bool = True,
+        known: Found | None = None,
     ) -> None:
         self.host = host.rstrip("/")
         self.headers = dict(headers)
@@ -112,6 +115,8 @@ class SlotHolders:
         """When each stream of the run open now was sent (``time.monotonic()``)."""
         self.max_holders = max_holders
         self.read_gauges = read_gauges
+        self.known = known
+        """The concurrency known without a search (the run started the server with it), or None."""
         self.found: Found | None = None
         self.gave_up: str | None = None
         """Why no silence is made (a bound reached, holders refused); None while finding or holding."""
@@ -197,7 +202,7 @@ class SlotHolders:
             )
             return
         try:
-            found = self._find()
+            found = self.known if self.known is not None else self._find()
         except Exception as exc:  # a bug of ours: the run goes on, without made silence, saying so
             self._give_up(f"finding the server's concurrency failed: {type(exc).__name__}: {exc}")
             return

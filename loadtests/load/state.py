@@ -37,7 +37,7 @@ from loadtests.declare.workload import (
 )
 from loadtests.errors import OutOfOrder
 from loadtests.load.open_loop import ArrivalSchedule
-from loadtests.load.slot_holders import DEFAULT_MAX_SLOT_HOLDERS, SlotHolders, release_period
+from loadtests.load.slot_holders import DEFAULT_MAX_SLOT_HOLDERS, Found, SlotHolders, release_period
 from loadtests.record.lag import LagMonitor
 from loadtests.record.membership import Admission
 from loadtests.record.recorder import Recorder
@@ -91,6 +91,9 @@ class RunState:
     ``hold_s`` specs starts this test's ``slot_holders``, which make its streams queue; when they
     cannot (a bound reached), once a stream shows its pace, requests with ``hold_s`` are lengthened
     to it so that streams queue behind each other (``learn_pace``)."""
+    known_concurrency: Found | None = None
+    """The server's concurrency when the run knows it without a search (real vLLM it started, with
+    its ``--max-num-seqs``): the slot holders hold that many at once."""
     max_slot_holders: int = DEFAULT_MAX_SLOT_HOLDERS
     """``--max-slot-holders``: the bound on the streams the slot holders send."""
     slot_holders: SlotHolders | None = None
@@ -246,6 +249,7 @@ class RunState:
             lambda: list(self.streams_open.values()),
             self.max_slot_holders,
             self.read_server_gauges,
+            self.known_concurrency,
         )
         self.slot_holders.start()
 

@@ -119,7 +119,7 @@ from loadtests.run.judging import (
 )
 from loadtests.run.live_gates import ChildJudge
 from loadtests.run.roles import Local, Role, role_of
-from loadtests.run.settings import api_key_in_server_args, recorded_settings, run_settings
+from loadtests.run.settings import api_key_in_server_args, known_concurrency, recorded_settings, run_settings
 from loadtests.run.signals import AT_INIT, SignalGuard
 from loadtests.run.stack_watch import StackWatch
 from loadtests.run.web_tab import WebTab
@@ -411,6 +411,7 @@ class RunController:
         _read_streams_as_told(environment)
         # the server is not the bundled one running the profile: silence must come from queueing
         state.hold_slots = options.host is not None or getattr(options, "server", "bundled") != "bundled"
+        state.known_concurrency = known_concurrency(settings)
         state.runner = environment.runner
         state.part = role.part
         for user_class in environment.user_classes:

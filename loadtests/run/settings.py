@@ -24,6 +24,7 @@ from loadtests.declare.options import keep_alive_interval
 from loadtests.declare.scenario import REDACTED, RunSettings, Scenario
 from loadtests.errors import UsageError
 from loadtests.judge.gates import BUNDLED, GIVEN, REAL_VLLM, UNKNOWN
+from loadtests.load.slot_holders import Found
 from loadtests.services import proxies
 from loadtests.services.real_vllm import VllmProfile
 from loadtests.services.stack import split_api_key
@@ -126,6 +127,18 @@ def recorded_server_args(settings: RunSettings) -> list[str] | None:
         return VllmProfile.of(settings.server_args).server().arguments()
     args, key = split_api_key(settings.server_args)
     return [*args, "--api-key", REDACTED] if key else args
+
+
+def known_concurrency(settings: RunSettings) -> Found | None:
+    """How many requests the server runs at once, when the run started real vLLM with a
+    ``--max-num-seqs`` (the slot holders need no search); None otherwise (the bundled server makes
+    silence by its profile, and a ``--host`` server's concurrency is its own)."""
+    if settings.starts_server != "vllm":
+        return None
+    max_num_seqs = VllmProfile.of(settings.server_args).settings.get("max_num_seqs")
+    if not isinstance(max_num_seqs, int):
+        return None
+    return Found(max_num_seqs, f"--max-num-seqs {max_num_seqs}, which the run started real vLLM with")
 
 
 def api_key_in_server_args(settings: RunSettings) -> str | None:

@@ -10,7 +10,7 @@ import pytest
 
 from loadtests.declare.scenario import Scenario
 from loadtests.errors import UsageError
-from loadtests.run.settings import recorded_settings, run_settings
+from loadtests.run.settings import known_concurrency, recorded_settings, run_settings
 from loadtests.services.real_vllm import VllmProfile
 
 pytestmark = pytest.mark.fast
@@ -75,6 +75,19 @@ def test_real_vllm_runs_are_recorded_with_vllms_own_arguments_not_the_bundled_pr
     assert "k" not in recorded
     bundled = recorded_settings(run_settings(profile, options(keep_alive_interval=0.5)))["server_args"]
     assert "--inter-token-latency" in bundled and bundled[-2:] == ["--api-key", "<redacted>"]  # the control
+
+
+def test_real_vllm_the_run_started_has_a_known_concurrency_others_are_searched() -> None:
+    """The slot holders hold vLLM's ``--max-num-seqs`` at once when the run gave it (the last one
+    given wins, as vLLM reads it); a server it did not start, or started without one, is searched."""
+    given_later = known_concurrency(run_settings(SCENARIO, options(server="vllm", server_args="--max-num-seqs 3")))
+    assert given_later is not None and given_later.concurrency == 3 and "--max-num-seqs 3" in given_later.how
+    profiles = known_concurrency(run_settings(SCENARIO, options(server="vllm", server_args="")))
+    assert profiles is not None and profiles.concurrency == 2
+    assert known_concurrency(run_settings(SCENARIO, options(host="http://vllm:8000"))) is None
+    assert known_concurrency(run_settings(SCENARIO, options())) is None  # the bundled server: its profile's prefill
+    unsaid = Scenario(name="u", server_args="--inter-token-latency 20")
+    assert known_concurrency(run_settings(unsaid, options(server="vllm", server_args=""))) is None
 
 
 def test_a_server_to_start_and_a_host_to_target_are_refused_together_in_one_line() -> None:
