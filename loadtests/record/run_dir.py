@@ -522,6 +522,14 @@ class RunRecord:
     def resources(self) -> pd.DataFrame:
         return self.run.read_resources()
 
+    def read_every_frame(self) -> None:
+        """Read every frame now, once, for a judgement that writes the report (which shows them
+        all): its column reads (``frame_columns``) then slice this table, not the file again. A
+        damaged part is left to those reads, which say what they could not read."""
+        if "frames" not in self.__dict__:
+            with contextlib.suppress(OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+                self.__dict__["frames"] = self.run.read_frames()
+
     def frame_columns(self, columns: list[str]) -> pd.DataFrame:
         """``columns`` of the frames: of the table already read, else only those columns (a judgement
         without a report never reads every frame)."""

@@ -216,7 +216,7 @@ def judge(record: RunRecord, options: JudgeOptions | None = None, *, html: bool 
     account = _account(record, previous, told)
     tables = _tables(record, account.lost_rows, account.settings)
     if html:  # the report reads every frame: an inferred keep-alive interval reads them from the same table
-        record.frames  # noqa: B018
+        record.read_every_frame()
     gates, settings = _with_inferred_interval(record, account.gates, account.settings)
     share = float(settings.get("max_unjudged_share", DEFAULT_MAX_UNJUDGED_SHARE))
     covered = Coverage.from_json(

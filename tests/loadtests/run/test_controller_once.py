@@ -137,3 +137,28 @@ def test_a_headless_run_picks_its_role_once_and_computes_its_settings_once_at_in
     result = run(*command, "--report-dir", str(tmp_path / "reports"), "--only-summary")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "calls: 1 2" in result.stdout.splitlines(), result.stdout[-3000:]
+
+
+def test_the_locustfiles_are_found_by_the_names_locust_gives_them_and_by_path_otherwise(tmp_path: Path) -> None:
+    """``-f a.py,locust.py``: Locust names them ``a`` and ``locustfile``; a helper they import is not
+    one; a file of ``-f`` imported under a name of its own is still found, by its path."""
+    for name in ("a", "locust", "helper", "other"):
+        (tmp_path / f"{name}.py").write_text("VALUE = 1\n")
+    result = run_python(f"""
+        import importlib.util, sys
+        from pathlib import Path
+        from locust.util.load_locustfile import load_locustfile
+        from loadtests.run.controller import _locustfile_modules
+
+        folder = Path({str(tmp_path)!r})
+        for name in ("a", "locust", "helper"):
+            load_locustfile(str(folder / f"{{name}}.py"))
+        sys.argv = ["locust", "-f", f"{{folder / 'a.py'}},{{folder / 'locust.py'}}"]
+        print(sorted(module.__name__ for module in _locustfile_modules() if module.__name__ != "__main__"))
+        spec = importlib.util.spec_from_file_location("renamed", folder / "other.py")
+        sys.modules["renamed"] = importlib.util.module_from_spec(spec)
+        sys.argv = ["locust", "-f", str(folder / "other.py")]
+        print(sorted(module.__name__ for module in _locustfile_modules() if module.__name__ != "__main__"))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["['a', 'locustfile']", "['renamed']"]

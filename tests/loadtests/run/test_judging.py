@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -80,3 +81,37 @@ def test_a_proxy_gate_told_no_interval_names_the_one_inferred(tmp_path: Path) ->
     )
     (stored,) = [spec for spec in summary.gate_specs if spec["type"] == "NoProxyTimeouts"]
     assert stored["keep_alive_interval"] == 1.0
+
+
+def test_a_judgement_that_writes_the_report_reads_the_frames_file_once_and_judges_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's end reads every frame once (the report shows them all); the inference and the
+    figures slice that table, and the summary is the one a judgement reading columns writes."""
+    run = run_with(tmp_path, [[1.1, 2.1, 3.1], [1.1, 2.102]])
+    settings = {**HOST_SETTINGS, "keep_alive_interval_source": "unknown"}
+    by_columns = judge(RunRecord(run), JudgeOptions([], scenario="s", settings=settings), html=False).to_json()
+    reads: list[list[str] | None] = []
+    read_frames = RunDir.read_frames
+
+    def counted(self: RunDir, columns: list[str] | None = None) -> pd.DataFrame:
+        reads.append(columns)
+        return read_frames(self, columns)
+
+    monkeypatch.setattr(RunDir, "read_frames", counted)
+    record = RunRecord(run)
+    record.read_every_frame()
+    once = judge(record, JudgeOptions([], scenario="s", settings=settings), html=False).to_json()
+    assert reads == [None]  # one read of every column; without read_every_frame, two of some columns
+    assert once == by_columns
+
+
+def test_a_damaged_frames_file_read_whole_is_left_to_the_reads_that_say_so(tmp_path: Path) -> None:
+    """The run's end must reach its verdict: reading every frame up front raises nothing, and a
+    later read of the file fails as it did before (the figures' read is left out, saying so)."""
+    run = run_with(tmp_path, [[1.1, 2.1]])
+    (run.path / RunDir.FRAMES).write_bytes(b"not parquet")
+    record = RunRecord(run)
+    record.read_every_frame()
+    with pytest.raises(ValueError, match="Parquet"):
+        record.frame_columns(["t"])
