@@ -53,7 +53,7 @@ from loadtests.record.recorder import FRAME_COLUMNS
 from loadtests.record.run_dir import RunDir
 from loadtests.record.server_metrics import concept_series
 from loadtests.report import html_parts
-from loadtests.report.html_parts import MISSING
+from loadtests.report.html_parts import MISSING, count_tick, plain_log_ticks, seconds_tick
 from loadtests.report.html_parts import empty as _empty
 from loadtests.report.html_parts import missing as _missing
 from loadtests.report.html_parts import number as _number
@@ -514,7 +514,9 @@ def _gap_figure(samples: GapSamples, interval: float | None, read_timeout: float
         )
     axes.set_xscale("log")
     axes.set_yscale("log")
-    axes.set_xlabel("gap between consecutive frames (s, log scale)")
+    plain_log_ticks(axes.xaxis, seconds_tick)
+    plain_log_ticks(axes.yaxis, count_tick)
+    axes.set_xlabel("gap between consecutive frames (log scale)")
     axes.set_ylabel("frames (log scale)")
     axes.grid(True, which="major", alpha=0.3)
     figure.legend(loc="outside right upper", fontsize=8)
@@ -789,6 +791,7 @@ def _lag_figure(
     axes.set_xlabel("seconds since the first request")
     axes.set_ylabel("loop lag (ms)")
     axes.set_yscale("symlog", linthresh=1.0)
+    plain_log_ticks(axes.yaxis, lambda value, _position: f"{value:g}")
     axes.set_ylim(bottom=0.0, top=max(top, 1.0) * 2.0)  # the limit always inside, with room for the note
     axes.grid(True, alpha=0.3)
     figure.legend(loc="outside right upper", fontsize=8)

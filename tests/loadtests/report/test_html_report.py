@@ -40,6 +40,7 @@ from loadtests.record import figures
 from loadtests.record.lag import lag_summary
 from loadtests.record.recorder import FRAME_COLUMNS, Recorder
 from loadtests.record.server_metrics import concept_series, parse_exposition, server_metrics_summary
+from loadtests.report.html_parts import count_tick, seconds_tick
 from loadtests.report.html_report import (
     NO_LAG_LIMIT,
     _gap_figure,
@@ -489,6 +490,11 @@ def test_the_gap_plot_keeps_sdk_streams_apart_and_draws_its_thresholds(
     verticals = {line.get_label(): np.asarray(line.get_xdata())[0] for line in axes.get_lines()}
     assert verticals == {"keep-alive interval 1 s": 1.0, "proxy read timeout 2 s": 2.0}
     assert axes.get_xlim()[1] > 2.0  # the threshold is inside the plot
+    figure.canvas.draw()  # the decades in plain words, never mathtext's 10^n (whose grammar costs 0.1-0.2 s)
+    shown = [tick.get_text() for tick in axes.get_xticklabels() if tick.get_text()]
+    assert {"1 ms", "10 ms", "1 s"} <= set(shown) and not any("$" in text for text in shown), shown
+    counts = [tick.get_text() for tick in axes.get_yticklabels() if tick.get_text()]
+    assert "1" in counts and not any("$" in text for text in counts), counts
 
     caption = section(render(tmp_path, on_host, requests, frames), "Gaps between frames")
     assert "The openai SDK cannot see comments" in caption
@@ -547,6 +553,8 @@ def test_the_lag_plot_draws_the_gates_limit_or_says_none_was_set(
         axes = figure.axes[0]
         lines = {str(line.get_label()): list(np.asarray(line.get_ydata())) for line in axes.get_lines()}
         assert lines["local p99 1 ms"] == [1.0, 1.0]
+        figure.canvas.draw()
+        assert {"0", "1"} <= {tick.get_text() for tick in axes.get_yticklabels()}  # ms, in plain words, not 10^n
         notes = [text.get_text() for text in axes.texts]
         if limit:
             assert lines["harness_kept_up limit 20 ms"] == [20.0, 20.0] and not notes
@@ -583,3 +591,12 @@ def test_a_report_the_disk_refuses_leaves_nothing_beside_it(
     with pytest.raises(OSError):
         write_requests_csv(tmp_path, requests)
     assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds", "count"),
+    [(0.0, "0", "0"), (1e-4, "0.1 ms", "0.0001"), (0.01, "10 ms", "0.01"), (1.0, "1 s", "1"), (300.0, "300 s", "300"),
+     (1e4, "10000 s", "10k"), (2.5e6, "2.5e+06 s", "2.5M")],
+)  # fmt: skip
+def test_log_axes_label_their_decades_in_the_unit_they_are_read_in(value: float, seconds: str, count: str) -> None:
+    assert seconds_tick(value) == seconds and count_tick(value) == count
