@@ -126,7 +126,8 @@ def plain_log_ticks(axis: Axis, label: Callable[[float, object], str]) -> None:
 
 
 def png(figure: Figure, levels: int | None = None) -> str:
-    """The figure as an embedded PNG; the figure is cleared afterwards (no pyplot state to close).
+    """The figure as an embedded PNG. The figure is left as drawn: no pyplot state holds it, so it
+    goes with its last reference (clearing it built every axes' ticks anew, 5% of a report's CPU).
     ``levels``: that many shades per colour channel (black and white kept), for a page of many plots:
     16 makes a dense plot's PNG about 45% smaller, its colours within 1/30 of their own."""
     buffer = io.BytesIO()
@@ -138,6 +139,5 @@ def png(figure: Figure, levels: int | None = None) -> str:
         step = 255.0 / (levels - 1)
         rgb = np.asarray(canvas.buffer_rgba())[..., :3]
         imsave(buffer, (np.rint(rgb / step) * step).round().astype(np.uint8), format="png", dpi=figure.dpi)
-    figure.clear()
     encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
     return f'<img class="plot" alt="plot" src="data:image/png;base64,{encoded}">'
