@@ -29,7 +29,7 @@ from loadtests.record.run_dir import Manifest
 
 __all__ = ["SoakRunner", "pytest_addoption", "pytest_configure", "sse_soak"]
 
-_gevent_compat.unhide_trio()  # this process never imports Locust
+_gevent_compat.unhide()  # this process never imports Locust
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -139,7 +139,7 @@ def test_bad_plugin_options_are_a_usage_error_and_help_lists_them(pytester: pyte
         assert f"--sse-soak-{option}" in helped.stdout.str()
 
 
-def test_the_plugin_leaves_trio_importable_in_pytests_process(pytester: pytest.Pytester) -> None:
+def test_the_plugin_leaves_trio_and_httpxs_client_importable_in_pytests_process(pytester: pytest.Pytester) -> None:
     """In a pytest process of its own, as every user's run here: this one has imported trio already."""
     import trio  # type: ignore[import-untyped, unused-ignore]  # noqa: F401  # the test extra declares it: sse-soak hides trio from httpcore where gevent runs, never here
 
@@ -147,6 +147,7 @@ def test_the_plugin_leaves_trio_importable_in_pytests_process(pytester: pytest.P
         test_trio="def test_plugin_loaded_and_trio_imports(request):\n"
         "    assert request.config.pluginmanager.has_plugin('sse_soak')\n"
         "    import trio  # noqa: F401\n"
+        "    from httpx._main import main  # a run leaves httpx's command-line client out, pytest's process does not\n"
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_trio.py", timeout=600)
     assert result.ret == 0, tail(result)

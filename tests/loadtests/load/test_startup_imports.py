@@ -1,7 +1,8 @@
 """What a Locust process imports before its test starts: only what its locustfile uses.
 
 The openai SDK (with pydantic) and FastAPI cost about 0.5 and 0.25 s of CPU at every start; a
-run of raw users that starts no server of its own needs neither. A locustfile that defines an
+run of raw users that starts no server of its own needs neither. httpx's command-line client
+(rich, pygments: about 60 ms) no run needs. A locustfile that defines an
 ``OpenAISDKUser`` must have the SDK loaded while it loads, never by the first user mid-run.
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 
-LOADED = "print(sorted(name for name in ('openai', 'pydantic', 'fastapi') if name in sys.modules))"
+LOADED = "print(sorted(name for name in ('openai', 'pydantic', 'fastapi', 'rich', 'pygments') if name in sys.modules))"
 
 
 def _loaded_after(code: str) -> str:
