@@ -205,6 +205,8 @@ class Soak:
         assert self.run_dir is not None
         told = JudgeOptions(add_gates=drift_gates(self.plan.limits), soak=SoakState(partial, self.plan.duration_s))
         record = RunRecord(self.run_dir)
+        if not partial:
+            record.read_every_frame()  # the report shows every frame: one read of the file, not three
         summary = judge(record, told, html=False)
         if not partial and summary.unwritten is None:
             try:
