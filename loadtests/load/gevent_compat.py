@@ -10,7 +10,7 @@ process that loads pytest's plugins (Locust reads a locustfile without users as 
 it hidden, or the next plugin that imports trio (anyio's) fails there.
 
 httpx also imports its command-line client at its own import (``httpx._main``: rich, pygments;
-about 60 ms of every run's start-up CPU), which no sse-soak process runs: it is marked absent
+about 50 ms of every run's start-up CPU), which no sse-soak process runs: it is marked absent
 unless httpx was imported already, and httpx falls back to a ``main`` that says it is missing.
 The ``httpx`` command is a process of its own and keeps it.
 """

@@ -2,7 +2,7 @@
 
 The openai SDK (with pydantic) and FastAPI cost about 0.5 and 0.25 s of CPU at every start; a
 run of raw users that starts no server of its own needs neither. httpx's command-line client
-(rich, pygments: about 60 ms) no run needs. A locustfile that defines an
+(rich, pygments: about 50 ms) no run needs. A locustfile that defines an
 ``OpenAISDKUser`` must have the SDK loaded while it loads, never by the first user mid-run.
 """
 
