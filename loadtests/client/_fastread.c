@@ -94,10 +94,21 @@ static PyObject *feed_body, *http_parse_error, *json_loads;
  * module before it defines RawBody) */
 static PyObject *raw_body_class, *sse_parser_class, *stream_tracker_class, *tracker_frame, *parser_feed;
 /* attribute names */
-static PyObject *s_frame_m, *s_feed_m, *s_raw, *s_parser, *s_tracker, *s_direct, *s_t, *s_wait, *s_started, *s_body_buffer,
-    *s_message_complete, *s_pending_cr, *s_buffer, *s_frame, *s_frame_bytes, *s_max_line_bytes, *s_stream_ended,
-    *s_frames, *s_last_t, *s_max_gap, *s_last_data_t, *s_max_data_gap, *s_ttft, *s_bytes, *s_data, *s_finish_reason,
-    *s_mux, *s_reads, *s_last_read;
+static PyObject *s_frame_m, *s_feed_m, *s_raw, *s_parser, *s_tracker, *s_direct, *s_body_buffer, *s_message_complete,
+    *s_ttft, *s_finish_reason, *s_mux, *s_reads, *s_last_read;
+/* The __slots__ of the exact classes that fast_take reads and writes (RawBody, SSEParser, StreamTracker),
+ * found once with the classes: a read or write is then one load or store at the member's offset, as
+ * PyMember_GetOne and PyMember_SetOne make it for an object member, without the attribute look-up. */
+enum {
+    B_TRACKER, B_PARSER, B_RAW, B_FRAME_M, B_FEED_M, B_STARTED, B_T, B_WAIT,
+    P_PENDING_CR, P_FRAME, P_BUFFER, P_FRAME_BYTES, P_MAX_LINE_BYTES,
+    K_STREAM_ENDED, K_FRAMES, K_LAST_T, K_MAX_GAP, K_LAST_DATA_T, K_MAX_DATA_GAP, K_TTFT, K_FINISH_REASON, K_BYTES,
+    K_DATA, N_SLOTS
+};
+static Py_ssize_t slot_offsets[N_SLOTS];
+static int slots_found; /* 1 every slot above is a writable object member of its class; 0 the Python path reads */
+#define SLOT(obj, i) (*(PyObject **)((char *)(obj) + slot_offsets[i]))
+
 /* JSON keys and values */
 static PyObject *k_error, *k_usage, *k_object, *k_choices, *k_delta, *k_content, *k_reasoning_content, *k_tool_calls,
     *k_text, *k_finish_reason, *v_abort, *v_data;
@@ -150,8 +161,58 @@ reader_dealloc(Reader *self)
 
 static PyObject *import_attribute(const char *module_name, const char *name);
 
+/* The body, its parser and its tracker are still of the exact classes (``__class__`` can be assigned). */
+static int
+exact_classes(Reader *self)
+{
+    return (PyObject *)Py_TYPE(self->body) == raw_body_class && (PyObject *)Py_TYPE(self->parser) == sse_parser_class &&
+           (PyObject *)Py_TYPE(self->tracker) == stream_tracker_class;
+}
+
+/* The offset of ``name``'s member in ``cls``: a writable object member (T_OBJECT_EX), or -1. */
+static Py_ssize_t
+member_offset(PyObject *cls, const char *name)
+{
+    PyObject *descriptor = PyObject_GetAttrString(cls, name);
+    Py_ssize_t offset = -1;
+    if (descriptor == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descriptor)->d_member;
+        if (member->type == T_OBJECT_EX && !(member->flags & READONLY) && member->offset > 0)
+            offset = member->offset;
+    }
+    Py_DECREF(descriptor);
+    return offset;
+}
+
+static int
+find_slots(void)
+{
+    static const struct {
+        int index, owner; /* 0 RawBody, 1 SSEParser, 2 StreamTracker */
+        const char *name;
+    } table[N_SLOTS] = {
+        {B_TRACKER, 0, "tracker"}, {B_PARSER, 0, "parser"}, {B_RAW, 0, "raw"}, {B_FRAME_M, 0, "_frame"},
+        {B_FEED_M, 0, "_feed"}, {B_STARTED, 0, "_started"}, {B_T, 0, "t"}, {B_WAIT, 0, "wait"},
+        {P_PENDING_CR, 1, "_pending_cr"}, {P_FRAME, 1, "_frame"}, {P_BUFFER, 1, "_buffer"},
+        {P_FRAME_BYTES, 1, "_frame_bytes"}, {P_MAX_LINE_BYTES, 1, "max_line_bytes"},
+        {K_STREAM_ENDED, 2, "stream_ended"}, {K_FRAMES, 2, "frames"}, {K_LAST_T, 2, "_last_t"},
+        {K_MAX_GAP, 2, "_max_gap"}, {K_LAST_DATA_T, 2, "_last_data_t"}, {K_MAX_DATA_GAP, 2, "_max_data_gap"},
+        {K_TTFT, 2, "_ttft"}, {K_FINISH_REASON, 2, "_finish_reason"}, {K_BYTES, 2, "bytes"}, {K_DATA, 2, "_data"},
+    };
+    PyObject *owners[3] = {raw_body_class, sse_parser_class, stream_tracker_class};
+    for (int i = 0; i < N_SLOTS; i++)
+        if ((slot_offsets[table[i].index] = member_offset(owners[table[i].owner], table[i].name)) < 0)
+            return 0;
+    return 1;
+}
+
 /* A subclass (of the tracker, say) may judge otherwise: only the exact classes, their own methods
- * bound, are read in C; 1 plain, 0 not (every read goes to the Python path), -1 an error. */
+ * bound, are read in C, and only while every slot the C uses was found; 1 plain, 0 not (every read
+ * goes to the Python path), -1 an error. */
 static int
 plain_classes(Reader *self)
 {
@@ -164,9 +225,9 @@ plain_classes(Reader *self)
             Py_CLEAR(raw_body_class);
             return -1;
         }
+        slots_found = find_slots();
     }
-    return (PyObject *)Py_TYPE(self->body) == raw_body_class && (PyObject *)Py_TYPE(self->parser) == sse_parser_class &&
-           (PyObject *)Py_TYPE(self->tracker) == stream_tracker_class && PyMethod_Check(self->frame_m) &&
+    return slots_found && exact_classes(self) && PyMethod_Check(self->frame_m) &&
            PyMethod_GET_FUNCTION(self->frame_m) == tracker_frame && PyMethod_GET_SELF(self->frame_m) == self->tracker &&
            PyMethod_Check(self->feed_m) && PyMethod_GET_FUNCTION(self->feed_m) == parser_feed &&
            PyMethod_GET_SELF(self->feed_m) == self->parser;
@@ -369,6 +430,15 @@ out:
     return rc;
 }
 
+/* PyMember_SetOne's store for an object member: the new value in, the old one released. */
+static void
+set_slot(PyObject *obj, int i, PyObject *value)
+{
+    PyObject *old = SLOT(obj, i);
+    SLOT(obj, i) = Py_NewRef(value);
+    Py_XDECREF(old);
+}
+
 static int
 exact_float(PyObject *obj, double *value)
 {
@@ -388,7 +458,7 @@ fast_take(Reader *self, PyObject *data, PyObject *arrived_obj, PyObject *read_at
     int rc = TO_A, token = 0, has_arrived, has_last_data_t, has_max_data_gap;
     const char *read, *payload = NULL, *newline;
     Py_ssize_t n, size, max_line;
-    PyObject *buffer, *value, *frames, *bytes, *count, *started_obj, *body_t_obj, *ttft, *cur, *text;
+    PyObject *buffer, *value, *frames, *bytes, *count, *body_t_obj, *ttft, *cur, *text;
     PyObject *reason = NULL, *wait_obj, *t_obj, *gap_obj, *size_obj, *record, *max_data_gap_obj = NULL;
     PyObject *args[2];
     double read_at, arrived = 0.0, started, body_t, last_t, max_gap, last_data_t = 0.0, max_data_gap = 0.0;
@@ -419,52 +489,54 @@ fast_take(Reader *self, PyObject *data, PyObject *arrived_obj, PyObject *read_at
         goto done;                                                        \
     } while (0)
 #define ATTR(obj, name) hold(&held, PyObject_GetAttr((obj), (name)))
-    /* the body's parts are still those the Reader was made with */
-    if (ATTR(self->body, s_tracker) != self->tracker || ATTR(self->body, s_parser) != self->parser ||
-        ATTR(self->body, s_raw) != self->raw || ATTR(self->body, s_frame_m) != self->frame_m ||
-        ATTR(self->body, s_feed_m) != self->feed_m)
-        DOUBT(TO_A);
+#define HELD(obj, i) hold(&held, Py_XNewRef(SLOT((obj), (i)))) /* a strong reference: code may run before the commit */
+    /* the body's parts are still those the Reader was made with, of the classes it was made with */
+    if (!exact_classes(self) || SLOT(self->body, B_TRACKER) != self->tracker || SLOT(self->body, B_PARSER) != self->parser ||
+        SLOT(self->body, B_RAW) != self->raw || SLOT(self->body, B_FRAME_M) != self->frame_m ||
+        SLOT(self->body, B_FEED_M) != self->feed_m)
+        return TO_A;
     /* the HTTP parser between chunks, nothing decoded and left */
     if (!(buffer = ATTR(self->raw, s_body_buffer)) || !PyByteArray_CheckExact(buffer) || PyByteArray_GET_SIZE(buffer))
         DOUBT(TO_A);
     if ((value = ATTR(self->raw, s_message_complete)) != Py_False)
         DOUBT(TO_A);
     /* the SSE parser between frames */
-    if (ATTR(self->parser, s_pending_cr) != Py_False || ATTR(self->parser, s_frame) != Py_None)
+    if (SLOT(self->parser, P_PENDING_CR) != Py_False || SLOT(self->parser, P_FRAME) != Py_None)
         DOUBT(TO_A);
-    if (!(value = ATTR(self->parser, s_buffer)) || !PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value))
+    if (!(value = SLOT(self->parser, P_BUFFER)) || !PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value))
         DOUBT(TO_A);
-    if (!(value = ATTR(self->parser, s_frame_bytes)) || !PyLong_CheckExact(value) || PyLong_AsSsize_t(value) != 0)
+    if (!(value = SLOT(self->parser, P_FRAME_BYTES)) || !PyLong_CheckExact(value) || PyLong_AsSsize_t(value) != 0)
         DOUBT(TO_A);
-    if (!(value = ATTR(self->parser, s_max_line_bytes)) || !PyLong_CheckExact(value))
+    if (!(value = SLOT(self->parser, P_MAX_LINE_BYTES)) || !PyLong_CheckExact(value))
         DOUBT(TO_A);
     if ((max_line = PyLong_AsSsize_t(value)) == -1 && PyErr_Occurred())
         DOUBT(TO_A);
     if (size - 2 >= max_line)
         DOUBT(TO_A);
     /* the tracker, every field it writes of an exact type */
-    if (ATTR(self->tracker, s_stream_ended) != Py_False)
+    if (SLOT(self->tracker, K_STREAM_ENDED) != Py_False)
         DOUBT(TO_A);
-    if (!(frames = ATTR(self->tracker, s_frames)) || !PyList_CheckExact(frames))
+    if (!(frames = HELD(self->tracker, K_FRAMES)) || !PyList_CheckExact(frames))
         DOUBT(TO_A);
-    if (!exact_float(ATTR(self->tracker, s_last_t), &last_t) || !exact_float(ATTR(self->tracker, s_max_gap), &max_gap))
+    if (!exact_float(SLOT(self->tracker, K_LAST_T), &last_t) || !exact_float(SLOT(self->tracker, K_MAX_GAP), &max_gap))
         DOUBT(TO_A);
-    if (!(value = ATTR(self->tracker, s_last_data_t)) || !((has_last_data_t = exact_float(value, &last_data_t)) || value == Py_None))
+    if (!(value = SLOT(self->tracker, K_LAST_DATA_T)) ||
+        !((has_last_data_t = exact_float(value, &last_data_t)) || value == Py_None))
         DOUBT(TO_A);
-    if (!(value = ATTR(self->tracker, s_max_data_gap)) ||
+    if (!(value = SLOT(self->tracker, K_MAX_DATA_GAP)) ||
         !((has_max_data_gap = exact_float(value, &max_data_gap)) || value == Py_None))
         DOUBT(TO_A);
-    if (!(ttft = ATTR(self->tracker, s_ttft)) || !(ttft == Py_None || PyFloat_CheckExact(ttft)))
+    if (!(ttft = HELD(self->tracker, K_TTFT)) || !(ttft == Py_None || PyFloat_CheckExact(ttft)))
         DOUBT(TO_A);
-    if (!(cur = ATTR(self->tracker, s_finish_reason)) || !(cur == Py_None || PyUnicode_CheckExact(cur)))
+    if (!(cur = HELD(self->tracker, K_FINISH_REASON)) || !(cur == Py_None || PyUnicode_CheckExact(cur)))
         DOUBT(TO_A);
-    if (!(bytes = ATTR(self->tracker, s_bytes)) || !PyLong_CheckExact(bytes))
+    if (!(bytes = HELD(self->tracker, K_BYTES)) || !PyLong_CheckExact(bytes))
         DOUBT(TO_A);
-    if (!(count = ATTR(self->tracker, s_data)) || !PyLong_CheckExact(count))
+    if (!(count = HELD(self->tracker, K_DATA)) || !PyLong_CheckExact(count))
         DOUBT(TO_A);
     /* the body's clock */
-    if (!exact_float(started_obj = ATTR(self->body, s_started), &started) ||
-        !exact_float(body_t_obj = ATTR(self->body, s_t), &body_t))
+    if (!exact_float(SLOT(self->body, B_STARTED), &started) ||
+        !exact_float(body_t_obj = HELD(self->body, B_T), &body_t))
         DOUBT(TO_A);
 
     /* 1.3: llhttp, the authority on the chunk */
@@ -528,19 +600,28 @@ fast_take(Reader *self, PyObject *data, PyObject *arrived_obj, PyObject *read_at
     if (PyByteArray_Resize(buffer, 0) < 0) /* take_buffered's clear */
         DOUBT(TO_B);
 
-    /* 1.4: commit (nothing below can doubt) */
-    rc = FAILED;
-    if (PyObject_SetAttr(self->body, s_wait, wait_obj) < 0 || PyObject_SetAttr(self->body, s_t, t_obj) < 0 ||
-        PyObject_SetAttr(self->tracker, s_bytes, bytes) < 0 || PyObject_SetAttr(self->tracker, s_last_t, t_obj) < 0 ||
-        (gap > max_gap && PyObject_SetAttr(self->tracker, s_max_gap, gap_obj) < 0) ||
-        PyObject_SetAttr(self->tracker, s_data, count) < 0 ||
-        (max_data_gap_obj && PyObject_SetAttr(self->tracker, s_max_data_gap, max_data_gap_obj) < 0) ||
-        PyObject_SetAttr(self->tracker, s_last_data_t, t_obj) < 0 ||
-        (token && PyObject_SetAttr(self->tracker, s_ttft, t_obj) < 0) ||
-        (reason && PyObject_SetAttr(self->tracker, s_finish_reason, reason) < 0) || PyList_Append(frames, record) < 0)
+    /* 1.4: commit (nothing below can doubt; only the append can fail, and it comes first) */
+    if (PyList_Append(frames, record) < 0) {
+        rc = FAILED;
         goto done;
+    }
+    set_slot(self->body, B_WAIT, wait_obj);
+    set_slot(self->body, B_T, t_obj);
+    set_slot(self->tracker, K_BYTES, bytes);
+    set_slot(self->tracker, K_LAST_T, t_obj);
+    if (gap > max_gap)
+        set_slot(self->tracker, K_MAX_GAP, gap_obj);
+    set_slot(self->tracker, K_DATA, count);
+    if (max_data_gap_obj)
+        set_slot(self->tracker, K_MAX_DATA_GAP, max_data_gap_obj);
+    set_slot(self->tracker, K_LAST_DATA_T, t_obj);
+    if (token)
+        set_slot(self->tracker, K_TTFT, t_obj);
+    if (reason)
+        set_slot(self->tracker, K_FINISH_REASON, reason);
     rc = TAKEN;
 done:
+#undef HELD
 #undef ATTR
 #undef DOUBT
     release(&held);
@@ -889,25 +970,9 @@ PyInit__fastread(void)
     INTERN(s_parser, "parser");
     INTERN(s_tracker, "tracker");
     INTERN(s_direct, "_direct");
-    INTERN(s_t, "t");
-    INTERN(s_wait, "wait");
-    INTERN(s_started, "_started");
     INTERN(s_body_buffer, "_body_buffer");
     INTERN(s_message_complete, "message_complete");
-    INTERN(s_pending_cr, "_pending_cr");
-    INTERN(s_buffer, "_buffer");
-    INTERN(s_frame, "_frame");
-    INTERN(s_frame_bytes, "_frame_bytes");
-    INTERN(s_max_line_bytes, "max_line_bytes");
-    INTERN(s_stream_ended, "stream_ended");
-    INTERN(s_frames, "frames");
-    INTERN(s_last_t, "_last_t");
-    INTERN(s_max_gap, "_max_gap");
-    INTERN(s_last_data_t, "_last_data_t");
-    INTERN(s_max_data_gap, "_max_data_gap");
     INTERN(s_ttft, "_ttft");
-    INTERN(s_bytes, "bytes");
-    INTERN(s_data, "_data");
     INTERN(s_finish_reason, "_finish_reason");
     INTERN(s_mux, "_mux");
     INTERN(s_reads, "reads");

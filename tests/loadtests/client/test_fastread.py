@@ -809,13 +809,16 @@ def loopback() -> Iterator[Pair]:
         pytest.skip("no SO_TIMESTAMPNS on this platform: no body is read by the compiled reader")
     with connection_pair() as (ours, theirs):
         assert keep_kernel_stamping_on() and stamp_arrivals(ours)
-        for _ in range(100):  # Linux turns stamping on lazily, soon after it is first asked: wait until it is
+        # Linux turns stamping on lazily, from a work queue soon after it is first asked (later on a busy
+        # machine): wait until it is, by a deadline, not a count of tries
+        deadline = time.monotonic() + 10
+        while True:
             theirs.sendall(b"?")
             readable(ours)
             if recv_stamped(ours._sock, 16)[1] is not None:  # type: ignore[attr-defined]  # gevent's stubs omit _sock
                 break
-        else:
-            pytest.fail("the kernel never stamped an arrival")
+            if time.monotonic() > deadline:
+                pytest.fail("the kernel never stamped an arrival in 10 s")
         yield ours, theirs
 
 
