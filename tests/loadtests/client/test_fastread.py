@@ -711,6 +711,26 @@ def test_a_tracker_that_judges_its_own_way_is_asked(fastread: Any) -> None:
     assert reader.fast == 0  # a subclass's body is the Python path's, every read of it
 
 
+def test_a_tracker_whose_class_is_changed_after_its_reader_is_made_is_asked(fastread: Any) -> None:
+    """The reader reads the tracker's slots at their offsets in its exact class: an object whose
+    ``__class__`` is assigned later (the layout allows it) judges its own way from its next read."""
+    stream = plain_stream([token_frame("a"), b'data: {"x":1}\n\n', token_frame("b")])
+    python, compiled_body = new_body(stream), new_body(stream)
+    reader = fastread.Reader(compiled_body)
+    (first, *rest) = stream.reads
+    python.take_read(*first)
+    reader.take_read(*first)
+    assert reader.fast == 1
+    for body in (python, compiled_body):
+        body.tracker.__class__ = _ReJudgingTracker
+    for read in rest:
+        python.take_read(*read)
+        reader.take_read(*read)
+    assert compiled_body.tracker.frames == python.tracker.frames
+    assert [record[1] for record in python.tracker.frames] == ["data", "error", "data"]
+    assert reader.fast == 1  # the reads after the change were the Python path's
+
+
 def judged_tracker(finish_reason: str | None = None, token_seen: bool = False) -> StreamTracker:
     tracker = StreamTracker(RequestPlan("judge-1", "chat:judge", "chat"), 1.0)
     tracker.headers(200, 0.01, "text/event-stream")
