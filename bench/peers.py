@@ -167,20 +167,23 @@ left is mostly the wake-ups, as measured the same morning:
   (1,831-1,838). But a stream's frames less than the interval apart would then share one read and
   its kernel stamp, which is exactly the per-frame timing sse-soak exists for: not done.
 
-``--rounds 3`` at 2026-12-07 20:51 UTC, the machine otherwise idle, with the floor, the compiled
-read path, and the run's end made cheaper (frames read once, the report's plots without mathtext,
-httpx's command-line client not imported); the third round's table, then the ratios of all three::
+``--rounds 3`` at 2026-12-07 23:43 UTC, the machine otherwise idle (round 1 right after the peers'
+3.4 GB of installs, likely still being written back: sse-soak's gap error p99 7.85 ms there, 0.06-0.07
+ms in the others), with the floor, the compiled read path reading the body's, SSE parser's and
+tracker's slots at their offsets, and the run's end made cheaper; the second round's table, then the
+ratios of all three (at 20:51 UTC, before the slots: 2.06x total, 1.77x streaming-only over the best
+peer; 1.65x the floor)::
 
     tool             frames  cpu s frames/cpu s stream cpu s frames/stream cpu s ttft err ms p50/p99 gap err ms p50/p99
-    floor             87253    2.2       39,153          2.1              41,346                 n/a                n/a
-    sse-soak          86489    7.2       12,088          3.5              24,530         0.07 / 0.20        0.00 / 0.07
-    guidellm          86857   46.0        1,889         23.8               3,654        0.49 / 14.03                n/a
-    aiperf            93709   44.3        2,115         35.7               2,625         0.47 / 2.24       0.81 / 10.28
-    inference-perf    77634   11.9        6,497          5.1              15,160         0.20 / 0.77        0.10 / 2.03
-    over 3 rounds, sse-soak / best peer: total 1.86, 2.06, 2.27 (median 2.06x), streaming-only 1.62, 1.77,
-    1.96 (median 1.77x)
-    over 3 rounds, sse-soak CPU per frame / floor: streaming-only 1.50, 1.65, 1.69 (median 1.65x), in all
-    2.85, 3.08, 3.24 (median 3.08x) (goal <= 1.3x)
+    floor             87285    2.1       41,908          1.9              44,762                 n/a                n/a
+    sse-soak          86547    6.4       13,506          2.9              29,345         0.06 / 0.25        0.00 / 0.06
+    guidellm          86142   52.4        1,642         27.7               3,106        0.53 / 28.93                n/a
+    aiperf            93709   45.0        2,082         36.6               2,563         0.62 / 2.64       0.84 / 11.37
+    inference-perf    77634   12.8        6,065          5.4              14,348         0.28 / 0.63        0.10 / 2.57
+    over 3 rounds, sse-soak / best peer: total 1.73, 2.12, 2.23 (median 2.12x), streaming-only 1.39, 1.88,
+    2.05 (median 1.88x)
+    over 3 rounds, sse-soak CPU per frame / floor: streaming-only 1.53, 1.73, 1.88 (median 1.73x), in all
+    3.10, 3.43, 3.77 (median 3.43x) (goal <= 1.3x)
 
 Exit status: 1 if sse-soak's own run failed; a peer that fails to install or run is a row saying why.
 """

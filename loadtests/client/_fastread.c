@@ -10,9 +10,10 @@
  *   B  llhttp fed:                       muxed._took(data, arrived, read_at, body.take_fed)
  *                                        (take_failed_feed with the HTTPParseError if llhttp refused)
  * Decide, then commit: every precondition is checked and the frame judged before any Python-visible
- * state is written; the writes are those of the Python path, field by field, float by float. The C
- * keeps no state but constants and counters: the Python objects hold it all, so C and Python reads
- * may interleave. When in doubt, it falls back. Exceptions: an Exception ends the body through
+ * state is written; the writes are those of the Python path, field by field, float by float. The
+ * body's, SSE parser's and tracker's __slots__ are read and written at their member offsets, found
+ * once. The C keeps no state but constants (those offsets among them) and counters: the Python
+ * objects hold it all, so C and Python reads may interleave. When in doubt, it falls back. Exceptions: an Exception ends the body through
  * muxed._end(exc) as readable does; a BaseException propagates. */
 
 #define PY_SSIZE_T_CLEAN
