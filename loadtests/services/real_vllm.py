@@ -442,8 +442,9 @@ def ensure_installed(home: Path | None = None, say: Say = _say, release: str = D
     pip = [str(install.python), "-m", "pip"]
     say(f"[2/5] pip install {name} (minutes when pip's cache is cold)")
     start = log.stat().st_size if log.exists() else 0
+    heard = {key: value for key, value in os.environ.items() if key != "PIP_QUIET"}  # the log holds pip's reasons
     try:
-        _step(f"pip install {name}", [*pip, "install", "--disable-pip-version-check", name], log)
+        _step(f"pip install {name}", [*pip, "install", "--disable-pip-version-check", name], log, heard)
     except VllmError as failure:
         raise _refusal(release, failure, log, start) from None
     say(f"[3/5] mending: uninstalling the CUDA builds of {', '.join(CUDA_BUILDS)}; vllm's distribution metadata")

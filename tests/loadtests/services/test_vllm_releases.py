@@ -127,6 +127,7 @@ def test_a_release_that_cannot_be_installed_here_is_refused_in_one_line_that_say
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(offered))
+    monkeypatch.setenv("PIP_QUIET", "1")  # a quiet pip would hide its reasons from the log: setup hears them all
     home = tmp_path / "home"
     log = home / "install.log"
     said: list[str] = []
