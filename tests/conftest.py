@@ -230,11 +230,12 @@ VLLM_KEEP_ALIVE = 1
 """The shared real vLLM's keep-alive interval, in whole seconds (vLLM takes no fraction)."""
 
 
-def require_vllm() -> real.Install:
-    """The complete real-vLLM install (``python -m loadtests vllm setup``), for the ``vllm`` tier."""
-    available, reason = real.vllm_available()
+def require_vllm(release: str = real.DEFAULT_RELEASE) -> real.Install:
+    """The complete real-vLLM install of ``release`` (``python -m loadtests vllm setup [--release
+    R]``), for the ``vllm`` tier."""
+    available, reason = real.vllm_available(release=release)
     require("vllm", None if available else f"real vLLM: {reason}", "SSE_SOAK_REQUIRE_VLLM")
-    return real.Install(real.vllm_home())
+    return real.Install(real.vllm_home(release), release)
 
 
 @pytest.fixture(scope="session")

