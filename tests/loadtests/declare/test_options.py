@@ -4,6 +4,7 @@ refuses a bad value by the same rule."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 import subprocess
@@ -27,6 +28,7 @@ from loadtests.declare.options import (
     option,
 )
 from loadtests.errors import UsageError
+from loadtests.launch import Launch
 from tests.loadtests.locust_run import ROOT
 
 
@@ -42,6 +44,8 @@ def test_every_option_is_declared_once_and_each_surface_is_made_from_the_declara
     soak_flags = {action.dest for action in _soak_parser()._actions if action.option_strings} - {"help"}
     assert soak_flags == {item.name for item in on(Surface.SOAK)}
     assert {item.name for item in on(Surface.PYTEST)} <= {item.name for item in on(Surface.LAUNCH)}
+    fields = {field.name for field in dataclasses.fields(Launch)} | {"duration"}  # duration is duration_s
+    assert {item.name for item in on(Surface.LAUNCH)} <= fields  # the pytest plugin builds a Launch of them
 
 
 @pytest.mark.fast
